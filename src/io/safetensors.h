@@ -1,0 +1,73 @@
+// Safetensors reader: mmap, zero copy. A single model.safetensors or shards listed by
+// model.safetensors.index.json. The header is validated strictly (offsets inside the file,
+// sizes equal to shape × dtype, no overlaps) so later code can trust every view.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace lily {
+
+enum class DType { F32, F16, BF16, U32, I32, U8, I8, I64, U16, F64, BOOL, U64, I16 };
+const char* dtype_name(DType d);
+size_t dtype_size(DType d);
+
+struct TensorView {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;  // points into the mmap
+  size_t nbytes = 0;
+  std::string file;               // which file it came from (for errors)
+  int64_t numel() const;
+};
+
+class MappedFile;
+
+class SafeTensors {
+ public:
+  // dir containing model.safetensors or model.safetensors.index.json (+ shards).
+  static Result<std::unique_ptr<SafeTensors>> open_dir(const std::string& dir);
+  // One file.
+  static Result<std::unique_ptr<SafeTensors>> open_file(const std::string& path);
+  ~SafeTensors();
+
+  const TensorView* find(const std::string& name) const;
+  const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+  size_t total_bytes() const;  // bytes of tensor data over all files
+
+ private:
+  Status add_file(const std::string& path);
+  std::vector<std::unique_ptr<MappedFile>> files_;
+  std::map<std::string, TensorView> tensors_;
+};
+
+// Writer used by `lily synth` and tests: tensors are declared first (so the header can be
+// written), then their bytes are streamed in declaration order.
+class SafeTensorsWriter {
+ public:
+  struct Entry {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+  };
+  static Result<std::unique_ptr<SafeTensorsWriter>> create(const std::string& path, std::vector<Entry> entries,
+                                                          const std::map<std::string, std::string>& metadata = {});
+  ~SafeTensorsWriter();
+  // Appends the next tensor's bytes; must match the declared size, in declaration order.
+  Status write_next(const void* data, size_t nbytes);
+  Status finish();
+
+ private:
+  int fd_ = -1;
+  std::vector<Entry> entries_;
+  size_t next_ = 0;
+  std::string path_;
+};
+
+}  // namespace lily

@@ -1,0 +1,57 @@
+// The one model: Qwen3.6-35B-A3B (qwen3_5_moe), forward pass over a backend.
+// Model::forward appends tokens to a sequence's state (prefill when several, decode when one)
+// and returns the fp32 logits of the last token. Engine code uses only this header.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "io/config.h"
+
+namespace lily {
+
+class Checkpoint;
+class Backend;
+
+// Per-sequence state: KV cache of the attention layers, conv windows and recurrent state of
+// the DeltaNet layers, and the number of tokens consumed. Opaque outside the backend.
+class SeqState {
+ public:
+  virtual ~SeqState() = default;
+  virtual int n_tokens() const = 0;    // tokens consumed so far (the next token's position)
+  virtual int max_seq() const = 0;     // capacity of the KV cache
+  virtual size_t bytes() const = 0;    // memory held
+  virtual std::unique_ptr<SeqState> clone() const = 0;  // deep copy (prefix-cache snapshot)
+  virtual void reset() = 0;            // back to empty, keeps the allocation
+};
+
+struct ModelOptions {
+  std::string backend = "cpu";  // "cpu" | "cuda"
+  int threads = 0;              // cpu: 0 = all cores
+  bool verbose = true;          // load progress on stderr
+};
+
+class Model {
+ public:
+  static Result<std::unique_ptr<Model>> load(const std::string& dir, const ModelOptions& opts);
+  ~Model();
+
+  const ModelConfig& config() const;
+  const std::string& dir() const;
+  const char* backend_name() const;
+
+  Result<std::unique_ptr<SeqState>> new_state(int max_seq);
+  // Feeds `tokens` (ids < vocab) at positions state.n_tokens()... . If logits is non-empty it
+  // must have vocab_size entries and receives the last token's logits (fp32).
+  Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits);
+
+ private:
+  Model() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lily
