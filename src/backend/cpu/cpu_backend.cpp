@@ -1,0 +1,278 @@
+// The CPU reference forward pass of qwen3_5_moe (model-spec §1.4), over the ops in ref_ops.h.
+// Prefill runs M tokens at once (DeltaNet in the chunked form, chunk 64); decode is M = 1
+// (DeltaNet recurrent form). Storage points round to bf16 as in model-spec §1.5.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_state.h"
+#include "backend/cpu/ref_ops.h"
+#include "core/thread_pool.h"
+
+namespace lily {
+namespace cpu {
+
+size_t CpuSeqState::bytes() const {
+  size_t b = 0;
+  for (const auto& l : layers)
+    b += l.k.capacity() * 2 + l.v.capacity() * 2 + l.conv.size() * 4 + l.S.size() * 4;
+  return b;
+}
+
+void CpuSeqState::reset() {
+  n = 0;
+  for (auto& l : layers) {
+    l.k.clear();
+    l.v.clear();
+    std::fill(l.conv.begin(), l.conv.end(), 0.0f);
+    std::fill(l.S.begin(), l.S.end(), 0.0f);
+  }
+}
+
+namespace {
+
+float silu(float v) { return v / (1.0f + std::exp(-v)); }
+float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+float softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const ModelWeights& w) : w_(w), cfg_(w.cfg) {}
+  const char* name() const override { return "cpu"; }
+
+  Result<std::unique_ptr<SeqState>> new_state(int max_seq) override {
+    if (max_seq <= 0) return errorf("max_seq must be positive, got {}", max_seq);
+    auto st = std::make_unique<CpuSeqState>();
+    st->cap = max_seq;
+    st->layers.resize(cfg_.num_hidden_layers);
+    for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
+      if (cfg_.is_full_attention[i]) continue;
+      auto& l = st->layers[i];
+      l.conv.assign(size_t(cfg_.gdn_conv_dim()) * (cfg_.linear_conv_kernel_dim - 1), 0.0f);
+      l.S.assign(size_t(cfg_.linear_num_value_heads) * cfg_.linear_key_head_dim * cfg_.linear_value_head_dim, 0.0f);
+    }
+    return std::unique_ptr<SeqState>(std::move(st));
+  }
+
+  Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) override {
+    auto* st = dynamic_cast<CpuSeqState*>(&state);
+    if (!st) return errorf("cpu backend: state belongs to another backend");
+    const int M = int(tokens.size());
+    if (M == 0) return errorf("forward: no tokens");
+    if (st->n + M > st->cap) return errorf("forward: {} + {} tokens exceed the state's max_seq {}", st->n, M, st->cap);
+    for (int32_t t : tokens)
+      if (t < 0 || t >= cfg_.vocab_size) return errorf("forward: token id {} outside the vocabulary [0, {})", t, cfg_.vocab_size);
+    if (!logits.empty() && int(logits.size()) != cfg_.vocab_size)
+      return errorf("forward: logits span has {} entries, vocab is {}", logits.size(), cfg_.vocab_size);
+
+    const int H = cfg_.hidden_size;
+    std::vector<float> x(size_t(M) * H), h(size_t(M) * H), mix(size_t(M) * H);
+    embed_rows(w_.embed, tokens, x.data());
+    for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
+      const LayerWeights& L = w_.layers[i];
+      rmsnorm(x.data(), M, H, L.input_norm, cfg_.rms_norm_eps, h.data());
+      if (L.full_attention)
+        attention(L.attn, st->layers[i], st->n, M, h.data(), mix.data());
+      else
+        gdn(L.gdn, st->layers[i], M, h.data(), mix.data());
+      for (size_t j = 0; j < x.size(); ++j) x[j] = round_bf16(x[j] + mix[j]);
+      rmsnorm(x.data(), M, H, L.post_norm, cfg_.rms_norm_eps, h.data());
+      moe(L.moe, M, h.data(), mix.data());
+      for (size_t j = 0; j < x.size(); ++j) x[j] = round_bf16(x[j] + mix[j]);
+    }
+    st->n += M;
+    if (!logits.empty()) {
+      std::vector<float> last(H);
+      rmsnorm(x.data() + size_t(M - 1) * H, 1, H, w_.final_norm, cfg_.rms_norm_eps, last.data());
+      qmatmul(w_.lm_head, last.data(), 1, H, logits.data(), cfg_.vocab_size, /*round=*/false);
+    }
+    return Status::ok();
+  }
+
+ private:
+  // Gated full attention (model-spec §1.4.1) for M tokens at positions pos0..pos0+M-1.
+  void attention(const AttnWeights& A, CpuSeqState::Layer& S, int pos0, int M, const float* h, float* out) {
+    const int H = cfg_.hidden_size, nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads;
+    const int hd = cfg_.head_dim, qw = A.q_proj.rows / nh;  // per-head width of q_proj: hd or 2·hd
+    std::vector<float> qg(size_t(M) * A.q_proj.rows), k(size_t(M) * nkv * hd), v(size_t(M) * nkv * hd);
+    qmatmul(A.q_proj, h, M, H, qg.data(), A.q_proj.rows, true);
+    qmatmul(A.k_proj, h, M, H, k.data(), nkv * hd, true);
+    qmatmul(A.v_proj, h, M, H, v.data(), nkv * hd, true);
+    std::vector<float> q(size_t(M) * nh * hd);
+    for (int m = 0; m < M; ++m) {
+      for (int hh = 0; hh < nh; ++hh)
+        rmsnorm(&qg[(size_t(m) * nh + hh) * qw], 1, hd, A.q_norm, cfg_.rms_norm_eps, &q[(size_t(m) * nh + hh) * hd]);
+      rmsnorm(&k[size_t(m) * nkv * hd], nkv, hd, A.k_norm, cfg_.rms_norm_eps, &k[size_t(m) * nkv * hd]);
+      rope_neox(&q[size_t(m) * nh * hd], nh, hd, cfg_.rotary_dim(), pos0 + m, cfg_.rope_theta);
+      rope_neox(&k[size_t(m) * nkv * hd], nkv, hd, cfg_.rotary_dim(), pos0 + m, cfg_.rope_theta);
+    }
+    for (auto& f : q) f = round_bf16(f);
+    S.k.resize(size_t(pos0 + M) * nkv * hd);
+    S.v.resize(size_t(pos0 + M) * nkv * hd);
+    for (size_t j = 0; j < size_t(M) * nkv * hd; ++j) {
+      S.k[size_t(pos0) * nkv * hd + j] = f32_to_bf16(k[j]);
+      S.v[size_t(pos0) * nkv * hd + j] = f32_to_bf16(v[j]);
+    }
+    std::vector<float> o(size_t(M) * nh * hd);
+    const float scale = 1.0f / std::sqrt(float(hd));
+    const int group = nh / nkv;
+    ThreadPool::global().parallel_for(size_t(M) * nh, 1, [&](size_t a0, size_t a1) {
+      std::vector<float> p(pos0 + M);
+      for (size_t a = a0; a < a1; ++a) {
+        const int m = int(a / nh), hh = int(a % nh), kvh = hh / group, n_ctx = pos0 + m + 1;
+        const float* qv = &q[(size_t(m) * nh + hh) * hd];
+        float mx = -INFINITY;
+        for (int t = 0; t < n_ctx; ++t) {
+          const bf16* kt = &S.k[(size_t(t) * nkv + kvh) * hd];
+          float s = 0;
+          for (int d = 0; d < hd; ++d) s += qv[d] * bf16_to_f32(kt[d]);
+          p[t] = s * scale;
+          mx = std::max(mx, p[t]);
+        }
+        float sum = 0;
+        for (int t = 0; t < n_ctx; ++t) sum += (p[t] = std::exp(p[t] - mx));
+        float* ov = &o[(size_t(m) * nh + hh) * hd];
+        std::fill(ov, ov + hd, 0.0f);
+        for (int t = 0; t < n_ctx; ++t) {
+          const bf16* vt = &S.v[(size_t(t) * nkv + kvh) * hd];
+          const float pt = p[t] / sum;
+          for (int d = 0; d < hd; ++d) ov[d] += pt * bf16_to_f32(vt[d]);
+        }
+        // Output gate: the second half of this head's q_proj row (when attn_output_gate).
+        const float* gate = qw == 2 * hd ? &qg[(size_t(m) * nh + hh) * qw + hd] : nullptr;
+        for (int d = 0; d < hd; ++d) {
+          float val = round_bf16(ov[d]);
+          ov[d] = gate ? round_bf16(val * sigmoid(gate[d])) : val;
+        }
+      }
+    });
+    qmatmul(A.o_proj, o.data(), M, nh * hd, out, H, true);
+  }
+
+  // Gated DeltaNet (model-spec §1.4.2) for M tokens.
+  void gdn(const GdnWeights& G, CpuSeqState::Layer& S, int M, const float* h, float* out) {
+    const int H = cfg_.hidden_size, C = cfg_.gdn_conv_dim(), kd = cfg_.gdn_key_dim(), vd = cfg_.gdn_value_dim();
+    const int nk = cfg_.linear_num_key_heads, nv = cfg_.linear_num_value_heads;
+    const int dk = cfg_.linear_key_head_dim, dv = cfg_.linear_value_head_dim;
+    std::vector<float> u(size_t(M) * C), z(size_t(M) * vd), b(size_t(M) * nv), a(size_t(M) * nv);
+    qmatmul(G.in_proj_qkv, h, M, H, u.data(), C, true);
+    qmatmul(G.in_proj_z, h, M, H, z.data(), vd, true);
+    qmatmul(G.in_proj_b, h, M, H, b.data(), nv, true);
+    qmatmul(G.in_proj_a, h, M, H, a.data(), nv, true);
+    std::vector<float> c(size_t(M) * C);
+    conv_silu(u.data(), M, C, C, cfg_.linear_conv_kernel_dim, G.conv1d, S.conv.data(), c.data());
+    // Split and normalize: q̂ = q/√(Σq²+ε)·dk^-½, k̂ = k/√(Σk²+ε) (fp32, as HF's l2norm).
+    std::vector<float> q(size_t(M) * kd), k(size_t(M) * kd), v(size_t(M) * vd);
+    const float qscale = 1.0f / std::sqrt(float(dk));
+    for (int m = 0; m < M; ++m) {
+      const float* cm = &c[size_t(m) * C];
+      for (int hh = 0; hh < nk; ++hh) {
+        float sq = 0, sk = 0;
+        for (int d = 0; d < dk; ++d) {
+          sq += cm[hh * dk + d] * cm[hh * dk + d];
+          sk += cm[kd + hh * dk + d] * cm[kd + hh * dk + d];
+        }
+        const float iq = 1.0f / std::sqrt(sq + 1e-6f), ik = 1.0f / std::sqrt(sk + 1e-6f);
+        for (int d = 0; d < dk; ++d) {
+          q[size_t(m) * kd + hh * dk + d] = cm[hh * dk + d] * iq * qscale;
+          k[size_t(m) * kd + hh * dk + d] = cm[kd + hh * dk + d] * ik;
+        }
+      }
+      std::copy(cm + 2 * kd, cm + C, &v[size_t(m) * vd]);
+    }
+    std::vector<float> g(size_t(M) * nv), beta(size_t(M) * nv);
+    for (int m = 0; m < M; ++m)
+      for (int hh = 0; hh < nv; ++hh) {
+        const size_t j = size_t(m) * nv + hh;
+        beta[j] = sigmoid(b[j]);
+        g[j] = -std::exp(G.A_log[hh]) * softplus(a[j] + bf16_to_f32(G.dt_bias[hh]));
+      }
+    std::vector<float> o(size_t(M) * vd);
+    const GdnDims dims{nk, nv, dk, dv};
+    if (M == 1)
+      gdn_recurrent(dims, M, q.data(), k.data(), v.data(), g.data(), beta.data(), S.S.data(), o.data());
+    else
+      gdn_chunked(dims, M, 64, q.data(), k.data(), v.data(), g.data(), beta.data(), S.S.data(), o.data());
+    // Gated RMSNorm per v-head with the plain gain, times SiLU(z).
+    for (int m = 0; m < M; ++m)
+      for (int hh = 0; hh < nv; ++hh) {
+        float* oh = &o[(size_t(m) * nv + hh) * dv];
+        const float* zh = &z[(size_t(m) * nv + hh) * dv];
+        float ss = 0;
+        for (int d = 0; d < dv; ++d) {
+          oh[d] = round_bf16(oh[d]);
+          ss += oh[d] * oh[d];
+        }
+        const float inv = 1.0f / std::sqrt(ss / dv + cfg_.rms_norm_eps);
+        for (int d = 0; d < dv; ++d) oh[d] = round_bf16(bf16_to_f32(G.norm[d]) * oh[d] * inv * silu(zh[d]));
+      }
+    qmatmul(G.out_proj, o.data(), M, vd, out, H, true);
+  }
+
+  // Sparse MoE + sigmoid-gated shared expert (model-spec §1.4.3) for M tokens.
+  void moe(const MoeWeights& W, int M, const float* h, float* out) {
+    const int H = cfg_.hidden_size, E = cfg_.num_experts, topk = cfg_.num_experts_per_tok;
+    const int I = cfg_.moe_intermediate_size, Is = cfg_.shared_expert_intermediate_size;
+    std::vector<float> rl(size_t(M) * E);
+    qmatmul(W.router, h, M, H, rl.data(), E, false);
+    // Route: softmax in fp32, top-k (ties → lowest id), renormalized over the k chosen.
+    std::vector<std::vector<std::pair<int, float>>> rows_of(E);  // expert → (token, weight)
+    std::vector<int> idx(E);
+    for (int m = 0; m < M; ++m) {
+      const float* l = &rl[size_t(m) * E];
+      const float mx = *std::max_element(l, l + E);
+      std::vector<float> p(E);
+      float sum = 0;
+      for (int e = 0; e < E; ++e) sum += (p[e] = std::exp(l[e] - mx));
+      for (int e = 0; e < E; ++e) p[e] /= sum;
+      std::iota(idx.begin(), idx.end(), 0);
+      std::partial_sort(idx.begin(), idx.begin() + topk, idx.end(),
+                        [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+      float tsum = 0;
+      for (int j = 0; j < topk; ++j) tsum += p[idx[j]];
+      for (int j = 0; j < topk; ++j) rows_of[idx[j]].push_back({m, cfg_.norm_topk_prob ? p[idx[j]] / tsum : p[idx[j]]});
+    }
+    std::vector<float> acc(size_t(M) * H, 0.0f);
+    for (int e = 0; e < E; ++e) {
+      const auto& rows = rows_of[e];
+      if (rows.empty()) continue;
+      const int n = int(rows.size());
+      std::vector<float> xe(size_t(n) * H), act(size_t(n) * I), up(size_t(n) * I), y(size_t(n) * H);
+      for (int r = 0; r < n; ++r) std::copy(h + size_t(rows[r].first) * H, h + size_t(rows[r].first + 1) * H, &xe[size_t(r) * H]);
+      swiglu(W.experts_gate.rows_slice(e * I, I), W.experts_up.rows_slice(e * I, I), xe.data(), n, act.data(), up.data());
+      qmatmul(W.experts_down.rows_slice(e * H, H), act.data(), n, I, y.data(), H, true);
+      for (int r = 0; r < n; ++r)
+        for (int c = 0; c < H; ++c) acc[size_t(rows[r].first) * H + c] += rows[r].second * y[size_t(r) * H + c];
+    }
+    std::vector<float> sact(size_t(M) * Is), sup(size_t(M) * Is), sy(size_t(M) * H), sg(M);
+    swiglu(W.shared_gate, W.shared_up, h, M, sact.data(), sup.data());
+    qmatmul(W.shared_down, sact.data(), M, Is, sy.data(), H, true);
+    qmatmul(W.shared_expert_gate, h, M, H, sg.data(), 1, false);
+    for (int m = 0; m < M; ++m) {
+      const float sigma = sigmoid(sg[m]);
+      for (int c = 0; c < H; ++c) out[size_t(m) * H + c] = round_bf16(acc[size_t(m) * H + c] + sigma * sy[size_t(m) * H + c]);
+    }
+  }
+
+  // act = bf16(SiLU(gate·x) ⊙ up·x), both projections rounded to bf16 first. tmp: scratch like act.
+  void swiglu(const QWeight& gate, const QWeight& up, const float* x, int n, float* act, float* tmp) {
+    const int H = cfg_.hidden_size, I = gate.rows;
+    qmatmul(gate, x, n, H, act, I, true);
+    qmatmul(up, x, n, H, tmp, I, true);
+    for (size_t j = 0; j < size_t(n) * I; ++j) act[j] = round_bf16(silu(act[j]) * tmp[j]);
+  }
+
+  const ModelWeights& w_;
+  const ModelConfig& cfg_;
+};
+
+}  // namespace
+}  // namespace cpu
+
+Result<std::unique_ptr<Backend>> make_cpu_backend(const ModelWeights& weights) {
+  return std::unique_ptr<Backend>(std::make_unique<cpu::CpuBackend>(weights));
+}
+
+}  // namespace lily

@@ -1,0 +1,29 @@
+// Per-sequence state of the CPU backend: KV cache rows appended per position (so the cache
+// grows with the sequence instead of preallocating max_seq), conv windows and fp32 DeltaNet state.
+#pragma once
+#include <vector>
+
+#include "core/bf16.h"
+#include "model/model.h"
+#include "model/weights.h"
+
+namespace lily::cpu {
+
+struct CpuSeqState final : SeqState {
+  struct Layer {
+    std::vector<bf16> k, v;      // attention: [n_tokens, n_kv_heads, head_dim] bf16
+    std::vector<float> conv;     // GDN: [conv_dim, K-1] bf16 values, oldest first
+    std::vector<float> S;        // GDN: [n_v_heads, dk, dv] fp32
+  };
+  int n = 0;
+  int cap = 0;
+  std::vector<Layer> layers;
+
+  int n_tokens() const override { return n; }
+  int max_seq() const override { return cap; }
+  size_t bytes() const override;
+  std::unique_ptr<SeqState> clone() const override { return std::make_unique<CpuSeqState>(*this); }
+  void reset() override;
+};
+
+}  // namespace lily::cpu

@@ -1,0 +1,44 @@
+// Plain CPU reference ops (scalar loops, fp32 accumulation). Activations are fp32 arrays
+// holding values already rounded to bf16 where the model stores bf16 (model-spec §1.5).
+// These are the reference every faster kernel is tested against: keep them readable.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/bf16.h"
+#include "model/weights.h"
+
+namespace lily::cpu {
+
+// y[m, r] = Σ_g scale[r,g]·Σ_{c∈g} q[r,c]·x[m,c] + bias[r,g]·Σ_{c∈g} x[m,c]   (fp32)
+// x: [M, w.cols] (row stride ldx), y: [M, w.rows] (row stride ldy). round: store as bf16.
+void qmatmul(const QWeight& w, const float* x, int M, int ldx, float* y, int ldy, bool round);
+
+// out[i, :] = bf16(scale·q + bias) of row ids[i]. out: [n, H]
+void embed_rows(const QWeight& e, std::span<const int32_t> ids, float* out);
+
+// out[m] = bf16(x[m]·rsqrt(mean(x[m]²)+eps)·gain). x, out: [M, n]; gain: [n] bf16 (may alias).
+void rmsnorm(const float* x, int M, int n, const bf16* gain, float eps, float* out);
+
+// Causal depthwise conv (kernel K) + SiLU over C channels for M tokens, continuing from
+// window [C, K-1] (oldest first, bf16 values), which is advanced in place.
+// u: [M, ldu] (first C columns used), w: [C, K] bf16, out: [M, C] bf16 values.
+void conv_silu(const float* u, int M, int ldu, int C, int K, const bf16* w, float* window, float* out);
+
+struct GdnDims {
+  int n_k_heads, n_v_heads, dk, dv;
+};
+// Per-token GDN inputs after the conv: q, k [M, n_k_heads, dk] (already L2-normalized, q
+// scaled by dk^-1/2, fp32), v [M, n_v_heads, dv], gate g (log decay) and beta [M, n_v_heads].
+// State S: [n_v_heads, dk, dv] fp32. out: [M, n_v_heads, dv] fp32 (caller rounds).
+void gdn_recurrent(const GdnDims& d, int M, const float* q, const float* k, const float* v, const float* g,
+                   const float* beta, float* S, float* out);
+// The chunked (WY) form of model-spec §1.4.2 with chunk C; same contract as gdn_recurrent.
+void gdn_chunked(const GdnDims& d, int M, int chunk, const float* q, const float* k, const float* v,
+                 const float* g, const float* beta, float* S, float* out);
+
+// Partial NeoX RoPE in place on the first rot dims of each of n_heads vectors of size hd.
+void rope_neox(float* x, int n_heads, int hd, int rot, int pos, double theta);
+
+}  // namespace lily::cpu
