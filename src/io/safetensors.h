@@ -16,6 +16,10 @@ namespace lily {
 enum class DType { F32, F16, BF16, U32, I32, U8, I8, I64, U16, F64, BOOL, U64, I16 };
 const char* dtype_name(DType d);
 size_t dtype_size(DType d);
+// "BF16" -> DType::BF16; false for a name safetensors does not define.
+bool dtype_from_name(const std::string& name, DType& out);
+// "[2048, 64]" (for messages).
+std::string shape_str(const std::vector<int64_t>& shape);
 
 struct TensorView {
   std::string name;
@@ -61,12 +65,19 @@ class SafeTensorsWriter {
   ~SafeTensorsWriter();
   // Appends the next tensor's bytes; must match the declared size, in declaration order.
   Status write_next(const void* data, size_t nbytes);
+  // Appends part of the current tensor (streaming a large tensor in chunks); the tensor is
+  // complete once its declared size has been written.
+  Status write_part(const void* data, size_t nbytes);
+  // Fails unless every declared tensor was written; closes the file. A writer destroyed
+  // before finish() removes its partial file.
   Status finish();
 
  private:
+  SafeTensorsWriter() = default;
   int fd_ = -1;
   std::vector<Entry> entries_;
   size_t next_ = 0;
+  size_t written_in_current_ = 0;
   std::string path_;
 };
 
