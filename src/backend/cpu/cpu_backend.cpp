@@ -1,6 +1,7 @@
 // The CPU reference forward pass of qwen3_5_moe (model-spec §1.4), over the ops in ref_ops.h.
 // Prefill runs M tokens at once (DeltaNet in the chunked form, chunk 64); decode is M = 1
-// (DeltaNet recurrent form). Storage points round to bf16 as in model-spec §1.5.
+// (DeltaNet recurrent form). Storage points go through store() (ref_ops.h): fp32 by default,
+// bf16 exactly where model-spec §1.5 stores bf16 in LILY_CPU_STORAGE=bf16 mode.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -77,10 +78,10 @@ class CpuBackend final : public Backend {
         attention(L.attn, st->layers[i], st->n, M, h.data(), mix.data());
       else
         gdn(L.gdn, st->layers[i], M, h.data(), mix.data());
-      for (size_t j = 0; j < x.size(); ++j) x[j] = round_bf16(x[j] + mix[j]);
+      for (size_t j = 0; j < x.size(); ++j) x[j] = store(x[j] + mix[j]);
       rmsnorm(x.data(), M, H, L.post_norm, cfg_.rms_norm_eps, h.data());
       moe(L.moe, M, h.data(), mix.data());
-      for (size_t j = 0; j < x.size(); ++j) x[j] = round_bf16(x[j] + mix[j]);
+      for (size_t j = 0; j < x.size(); ++j) x[j] = store(x[j] + mix[j]);
     }
     st->n += M;
     if (!logits.empty()) {
@@ -108,7 +109,7 @@ class CpuBackend final : public Backend {
       rope_neox(&q[size_t(m) * nh * hd], nh, hd, cfg_.rotary_dim(), pos0 + m, cfg_.rope_theta);
       rope_neox(&k[size_t(m) * nkv * hd], nkv, hd, cfg_.rotary_dim(), pos0 + m, cfg_.rope_theta);
     }
-    for (auto& f : q) f = round_bf16(f);
+    for (auto& f : q) f = store(f);
     S.k.resize(size_t(pos0 + M) * nkv * hd);
     S.v.resize(size_t(pos0 + M) * nkv * hd);
     for (size_t j = 0; j < size_t(M) * nkv * hd; ++j) {
@@ -143,8 +144,8 @@ class CpuBackend final : public Backend {
         // Output gate: the second half of this head's q_proj row (when attn_output_gate).
         const float* gate = qw == 2 * hd ? &qg[(size_t(m) * nh + hh) * qw + hd] : nullptr;
         for (int d = 0; d < hd; ++d) {
-          float val = round_bf16(ov[d]);
-          ov[d] = gate ? round_bf16(val * sigmoid(gate[d])) : val;
+          float val = store(ov[d]);
+          ov[d] = gate ? store(val * sigmoid(gate[d])) : val;
         }
       }
     });
@@ -202,11 +203,11 @@ class CpuBackend final : public Backend {
         const float* zh = &z[(size_t(m) * nv + hh) * dv];
         float ss = 0;
         for (int d = 0; d < dv; ++d) {
-          oh[d] = round_bf16(oh[d]);
+          oh[d] = store(oh[d]);
           ss += oh[d] * oh[d];
         }
         const float inv = 1.0f / std::sqrt(ss / dv + cfg_.rms_norm_eps);
-        for (int d = 0; d < dv; ++d) oh[d] = round_bf16(bf16_to_f32(G.norm[d]) * oh[d] * inv * silu(zh[d]));
+        for (int d = 0; d < dv; ++d) oh[d] = store(bf16_to_f32(G.norm[d]) * oh[d] * inv * silu(zh[d]));
       }
     qmatmul(G.out_proj, o.data(), M, vd, out, H, true);
   }
@@ -252,7 +253,7 @@ class CpuBackend final : public Backend {
     qmatmul(W.shared_expert_gate, h, M, H, sg.data(), 1, false);
     for (int m = 0; m < M; ++m) {
       const float sigma = sigmoid(sg[m]);
-      for (int c = 0; c < H; ++c) out[size_t(m) * H + c] = round_bf16(acc[size_t(m) * H + c] + sigma * sy[size_t(m) * H + c]);
+      for (int c = 0; c < H; ++c) out[size_t(m) * H + c] = store(acc[size_t(m) * H + c] + sigma * sy[size_t(m) * H + c]);
     }
   }
 
@@ -261,7 +262,7 @@ class CpuBackend final : public Backend {
     const int H = cfg_.hidden_size, I = gate.rows;
     qmatmul(gate, x, n, H, act, I, true);
     qmatmul(up, x, n, H, tmp, I, true);
-    for (size_t j = 0; j < size_t(n) * I; ++j) act[j] = round_bf16(silu(act[j]) * tmp[j]);
+    for (size_t j = 0; j < size_t(n) * I; ++j) act[j] = store(silu(act[j]) * tmp[j]);
   }
 
   const ModelWeights& w_;

@@ -12,7 +12,7 @@ namespace lily::cpu {
 struct CpuSeqState final : SeqState {
   struct Layer {
     std::vector<bf16> k, v;      // attention: [n_tokens, n_kv_heads, head_dim] bf16
-    std::vector<float> conv;     // GDN: [conv_dim, K-1] bf16 values, oldest first
+    std::vector<float> conv;     // GDN: [conv_dim, K-1] pre-conv inputs, oldest first
     std::vector<float> S;        // GDN: [n_v_heads, dk, dv] fp32
   };
   int n = 0;

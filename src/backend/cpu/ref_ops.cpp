@@ -3,11 +3,23 @@
 #include "backend/cpu/ref_ops.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
 
 namespace lily::cpu {
+
+static bool& bf16_storage_flag() {
+  static bool flag = [] {
+    const char* e = std::getenv("LILY_CPU_STORAGE");
+    return e && std::string(e) == "bf16";
+  }();
+  return flag;
+}
+void set_bf16_storage(bool on) { bf16_storage_flag() = on; }
+bool bf16_storage() { return bf16_storage_flag(); }
 
 void qmatmul(const QWeight& w, const float* x, int M, int ldx, float* y, int ldy, bool round) {
   const int gs = w.group_size, G = w.groups_per_row(), K = w.cols;
@@ -35,7 +47,7 @@ void qmatmul(const QWeight& w, const float* x, int M, int ldx, float* y, int ldy
           for (int c = g * gs; c < (g + 1) * gs; ++c) d += q[c] * xm[c];
           acc += bf16_to_f32(sc[g]) * d + bf16_to_f32(bi[g]) * xsum[size_t(m) * G + g];
         }
-        y[size_t(m) * ldy + r] = round ? round_bf16(acc) : acc;
+        y[size_t(m) * ldy + r] = round ? store(acc) : acc;
       }
     }
   });
@@ -48,7 +60,7 @@ void embed_rows(const QWeight& e, std::span<const int32_t> ids, float* out) {
       int g = c / e.group_size;
       float s = bf16_to_f32(e.scales[size_t(r) * e.groups_per_row() + g]);
       float b = bf16_to_f32(e.biases[size_t(r) * e.groups_per_row() + g]);
-      out[i * e.cols + c] = round_bf16(s * float(e.code(r, c)) + b);
+      out[i * e.cols + c] = store(s * float(e.code(r, c)) + b);
     }
   }
 }
@@ -59,7 +71,7 @@ void rmsnorm(const float* x, int M, int n, const bf16* gain, float eps, float* o
     float ss = 0;
     for (int i = 0; i < n; ++i) ss += xm[i] * xm[i];
     float inv = 1.0f / std::sqrt(ss / n + eps);
-    for (int i = 0; i < n; ++i) out[size_t(m) * n + i] = round_bf16(xm[i] * inv * bf16_to_f32(gain[i]));
+    for (int i = 0; i < n; ++i) out[size_t(m) * n + i] = store(xm[i] * inv * bf16_to_f32(gain[i]));
   }
 }
 
@@ -75,7 +87,7 @@ void conv_silu(const float* u, int M, int ldu, int C, int K, const bf16* w, floa
       for (int m = 0; m < M; ++m) {
         float acc = 0;
         for (int t = 0; t < K; ++t) acc += bf16_to_f32(w[ch * K + t]) * hist[m + t];
-        out[size_t(m) * C + ch] = round_bf16(silu(acc));
+        out[size_t(m) * C + ch] = store(silu(acc));
       }
       for (int t = 0; t < W; ++t) window[ch * W + t] = hist[M + t];
     }

@@ -1,5 +1,8 @@
-// Plain CPU reference ops (scalar loops, fp32 accumulation). Activations are fp32 arrays
-// holding values already rounded to bf16 where the model stores bf16 (model-spec §1.5).
+// Plain CPU reference ops (scalar loops, fp32 accumulation). Activations are fp32 arrays.
+// Storage points go through store(): by default the reference keeps activations in fp32 (the
+// closest match to transformers in fp32, and immune to bf16-induced routing flips); with
+// set_bf16_storage(true) it rounds to bf16 exactly where model-spec §1.5 stores bf16, which is
+// what the fast paths do. The KV cache is bf16 in both modes.
 // These are the reference every faster kernel is tested against: keep them readable.
 #pragma once
 #include <cstdint>
@@ -11,19 +14,25 @@
 
 namespace lily::cpu {
 
+// Storage precision of activations (process-wide; LILY_CPU_STORAGE=bf16 sets it at start-up).
+void set_bf16_storage(bool on);
+bool bf16_storage();
+// A value at a bf16 storage point of model-spec §1.5: rounded in bf16 mode, kept otherwise.
+inline float store(float v) { return bf16_storage() ? round_bf16(v) : v; }
+
 // y[m, r] = Σ_g scale[r,g]·Σ_{c∈g} q[r,c]·x[m,c] + bias[r,g]·Σ_{c∈g} x[m,c]   (fp32)
-// x: [M, w.cols] (row stride ldx), y: [M, w.rows] (row stride ldy). round: store as bf16.
+// x: [M, w.cols] (row stride ldx), y: [M, w.rows] (row stride ldy). round: pass through store().
 void qmatmul(const QWeight& w, const float* x, int M, int ldx, float* y, int ldy, bool round);
 
-// out[i, :] = bf16(scale·q + bias) of row ids[i]. out: [n, H]
+// out[i, :] = store(scale·q + bias) of row ids[i]. out: [n, H]
 void embed_rows(const QWeight& e, std::span<const int32_t> ids, float* out);
 
-// out[m] = bf16(x[m]·rsqrt(mean(x[m]²)+eps)·gain). x, out: [M, n]; gain: [n] bf16 (may alias).
+// out[m] = store(x[m]·rsqrt(mean(x[m]²)+eps)·gain). x, out: [M, n]; gain: [n] bf16 (may alias).
 void rmsnorm(const float* x, int M, int n, const bf16* gain, float eps, float* out);
 
 // Causal depthwise conv (kernel K) + SiLU over C channels for M tokens, continuing from
-// window [C, K-1] (oldest first, bf16 values), which is advanced in place.
-// u: [M, ldu] (first C columns used), w: [C, K] bf16, out: [M, C] bf16 values.
+// window [C, K-1] (oldest first), which is advanced in place.
+// u: [M, ldu] (first C columns used), w: [C, K] bf16, out: [M, C].
 void conv_silu(const float* u, int M, int ldu, int C, int K, const bf16* w, float* window, float* out);
 
 struct GdnDims {
