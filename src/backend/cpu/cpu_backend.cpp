@@ -18,7 +18,7 @@ namespace cpu {
 size_t CpuSeqState::bytes() const {
   size_t b = 0;
   for (const auto& l : layers)
-    b += l.k.capacity() * 2 + l.v.capacity() * 2 + l.conv.size() * 4 + l.S.size() * 4;
+    b += (l.k.capacity() + l.v.capacity()) * sizeof(float) + l.conv.size() * 4 + l.S.size() * 4;
   return b;
 }
 
@@ -113,8 +113,8 @@ class CpuBackend final : public Backend {
     S.k.resize(size_t(pos0 + M) * nkv * hd);
     S.v.resize(size_t(pos0 + M) * nkv * hd);
     for (size_t j = 0; j < size_t(M) * nkv * hd; ++j) {
-      S.k[size_t(pos0) * nkv * hd + j] = f32_to_bf16(k[j]);
-      S.v[size_t(pos0) * nkv * hd + j] = f32_to_bf16(v[j]);
+      S.k[size_t(pos0) * nkv * hd + j] = store(k[j]);
+      S.v[size_t(pos0) * nkv * hd + j] = store(v[j]);
     }
     std::vector<float> o(size_t(M) * nh * hd);
     const float scale = 1.0f / std::sqrt(float(hd));
@@ -126,9 +126,9 @@ class CpuBackend final : public Backend {
         const float* qv = &q[(size_t(m) * nh + hh) * hd];
         float mx = -INFINITY;
         for (int t = 0; t < n_ctx; ++t) {
-          const bf16* kt = &S.k[(size_t(t) * nkv + kvh) * hd];
+          const float* kt = &S.k[(size_t(t) * nkv + kvh) * hd];
           float s = 0;
-          for (int d = 0; d < hd; ++d) s += qv[d] * bf16_to_f32(kt[d]);
+          for (int d = 0; d < hd; ++d) s += qv[d] * kt[d];
           p[t] = s * scale;
           mx = std::max(mx, p[t]);
         }
@@ -137,9 +137,9 @@ class CpuBackend final : public Backend {
         float* ov = &o[(size_t(m) * nh + hh) * hd];
         std::fill(ov, ov + hd, 0.0f);
         for (int t = 0; t < n_ctx; ++t) {
-          const bf16* vt = &S.v[(size_t(t) * nkv + kvh) * hd];
+          const float* vt = &S.v[(size_t(t) * nkv + kvh) * hd];
           const float pt = p[t] / sum;
-          for (int d = 0; d < hd; ++d) ov[d] += pt * bf16_to_f32(vt[d]);
+          for (int d = 0; d < hd; ++d) ov[d] += pt * vt[d];
         }
         // Output gate: the second half of this head's q_proj row (when attn_output_gate).
         const float* gate = qw == 2 * hd ? &qg[(size_t(m) * nh + hh) * qw + hd] : nullptr;

@@ -1,5 +1,6 @@
 // Per-sequence state of the CPU backend: KV cache rows appended per position (so the cache
 // grows with the sequence instead of preallocating max_seq), conv windows and fp32 DeltaNet state.
+// The reference keeps K/V at activation precision (fp32 unless bf16 storage mode is on).
 #pragma once
 #include <vector>
 
@@ -11,7 +12,7 @@ namespace lily::cpu {
 
 struct CpuSeqState final : SeqState {
   struct Layer {
-    std::vector<bf16> k, v;      // attention: [n_tokens, n_kv_heads, head_dim] bf16
+    std::vector<float> k, v;     // attention: [n_tokens, n_kv_heads, head_dim], through store()
     std::vector<float> conv;     // GDN: [conv_dim, K-1] pre-conv inputs, oldest first
     std::vector<float> S;        // GDN: [n_v_heads, dk, dv] fp32
   };

@@ -2,7 +2,7 @@
 // Storage points go through store(): by default the reference keeps activations in fp32 (the
 // closest match to transformers in fp32, and immune to bf16-induced routing flips); with
 // set_bf16_storage(true) it rounds to bf16 exactly where model-spec §1.5 stores bf16, which is
-// what the fast paths do. The KV cache is bf16 in both modes.
+// what the fast paths do (KV cache included).
 // These are the reference every faster kernel is tested against: keep them readable.
 #pragma once
 #include <cstdint>
