@@ -1,0 +1,129 @@
+// Sampler: see sampler.h. Candidates are filtered to those within e^-40 of the best before
+// sorting, so top-p on a 250k vocab sorts a few hundred entries, not the whole vocabulary.
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "core/status.h"
+
+namespace lily {
+
+int32_t argmax(std::span<const float> logits) {
+  LILY_CHECK(!logits.empty());
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best]) best = int32_t(i);  // strict: ties keep the lower id
+  return best;
+}
+
+void compute_logprobs(std::span<const float> logits, int32_t id, int k, SampleResult& out) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (float v : logits) mx = std::max(mx, v);
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(double(v) - mx);
+  const double log_z = mx + std::log(sum);
+  out.logprob = float(double(logits[id]) - log_z);
+  out.top.clear();
+  k = std::clamp(k, 0, 20);
+  if (k == 0) return;
+  std::vector<int32_t> idx(logits.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), better);
+  for (int i = 0; i < k; ++i) out.top.push_back({idx[i], float(double(logits[idx[i]]) - log_z)});
+}
+
+Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt) : p_(params) {
+  rng_.seed(p_.seed ? *p_.seed : std::random_device{}());
+  if (p_.repetition_penalty != 1.0f)
+    for (int32_t t : prompt) seen_[t] = 1;
+}
+
+void Sampler::accept(int32_t id) {
+  generated_counts_[id]++;
+  if (p_.repetition_penalty != 1.0f) seen_[id] = 1;
+}
+
+void Sampler::apply_penalties(std::span<float> logits) const {
+  const int32_t n = int32_t(logits.size());
+  if (p_.repetition_penalty != 1.0f) {
+    for (auto& [t, _] : seen_) {
+      if (t < 0 || t >= n) continue;
+      float& l = logits[t];
+      l = l > 0 ? l / p_.repetition_penalty : l * p_.repetition_penalty;
+    }
+  }
+  if (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) {
+    for (auto& [t, c] : generated_counts_) {
+      if (t < 0 || t >= n) continue;
+      logits[t] -= p_.presence_penalty + p_.frequency_penalty * float(c);
+    }
+  }
+}
+
+// A uniform double in [0, 1) from the top 53 bits: the same sequence on every platform.
+static double uniform01(std::mt19937_64& rng) { return double(rng() >> 11) * 0x1.0p-53; }
+
+int32_t Sampler::draw(std::span<float> logits) {
+  if (p_.temperature <= 0.0f || p_.top_k == 1) return argmax(logits);
+  const int32_t best = argmax(logits);
+  const double mx = logits[best];
+  const double inv_t = 1.0 / p_.temperature;
+  // Candidates: everything with a non-negligible weight.
+  idx_.clear();
+  for (int32_t i = 0; i < int32_t(logits.size()); ++i)
+    if ((double(logits[i]) - mx) * inv_t > -40.0) idx_.push_back(i);
+  auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  size_t n = idx_.size();
+  if (p_.top_k > 0 && size_t(p_.top_k) < n) {
+    std::partial_sort(idx_.begin(), idx_.begin() + p_.top_k, idx_.end(), better);
+    n = size_t(p_.top_k);
+  } else {
+    std::sort(idx_.begin(), idx_.end(), better);
+  }
+  std::vector<double> w(n);
+  double total = 0.0;
+  for (size_t i = 0; i < n; ++i) total += (w[i] = std::exp((double(logits[idx_[i]]) - mx) * inv_t));
+  // min-p: drop tokens less likely than min_p times the best one (w[0] is the best, = 1).
+  if (p_.min_p > 0.0f) {
+    size_t keep = 1;
+    while (keep < n && w[keep] >= p_.min_p * w[0]) ++keep;
+    for (size_t i = keep; i < n; ++i) total -= w[i];
+    n = keep;
+  }
+  // top-p: the smallest prefix whose probability reaches top_p.
+  if (p_.top_p < 1.0f) {
+    double cum = 0.0;
+    size_t keep = 0;
+    while (keep < n) {
+      cum += w[keep++];
+      if (cum >= p_.top_p * total) break;
+    }
+    n = keep;
+    total = cum;
+  }
+  double u = uniform01(rng_) * total;
+  for (size_t i = 0; i < n; ++i) {
+    u -= w[i];
+    if (u < 0.0) return idx_[i];
+  }
+  return idx_[n - 1];
+}
+
+SampleResult Sampler::sample(std::span<float> logits) {
+  SampleResult r;
+  // Logprobs describe the model's distribution, before penalties and temperature (as vLLM's
+  // default does); so they are taken from the raw logits.
+  std::vector<float> raw;
+  if (p_.top_logprobs >= 0) raw.assign(logits.begin(), logits.end());
+  apply_penalties(logits);
+  r.id = draw(logits);
+  if (p_.top_logprobs >= 0) compute_logprobs(raw, r.id, p_.top_logprobs, r);
+  accept(r.id);
+  return r;
+}
+
+}  // namespace lily

@@ -1,0 +1,68 @@
+// Token sampling on a backend's fp32 logits: penalties, temperature, top-k, top-p, min-p and a
+// seeded draw. Temperature 0 is greedy (ties to the lowest id, like the model's argmax), so a
+// request with a seed, or at temperature 0, is reproducible run to run.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace lily {
+
+struct SamplingParams {
+  float temperature = 1.0f;       // 0 = greedy
+  float top_p = 1.0f;             // (0, 1]
+  int top_k = 0;                  // 0 = off
+  float min_p = 0.0f;             // [0, 1]; relative to the most likely token
+  float presence_penalty = 0.0f;  // OpenAI: subtracted once if the token was generated
+  float frequency_penalty = 0.0f; // OpenAI: subtracted per occurrence in the generated text
+  float repetition_penalty = 1.0f;  // HF/CTRL: over prompt and generated tokens
+  std::optional<uint64_t> seed;   // none = random
+  int top_logprobs = -1;          // -1 = no logprobs; 0..20 = logprob of the chosen + top N
+};
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+};
+
+// The chosen token, and (when asked) its log-probability under the model's raw distribution and
+// the top alternatives, most likely first.
+struct SampleResult {
+  int32_t id = 0;
+  std::optional<float> logprob;
+  std::vector<TokenLogprob> top;
+};
+
+class Sampler {
+ public:
+  // prompt: the tokens the repetition penalty also covers.
+  Sampler(const SamplingParams& params, std::span<const int32_t> prompt);
+
+  // logits: [vocab] fp32, modified in place (penalties, temperature). Records the chosen token
+  // so later penalties see it.
+  SampleResult sample(std::span<float> logits);
+
+  // Records a token that was fed without sampling (forced output), for the penalties.
+  void accept(int32_t id);
+
+ private:
+  void apply_penalties(std::span<float> logits) const;
+  int32_t draw(std::span<float> logits);
+
+  SamplingParams p_;
+  std::mt19937_64 rng_;
+  std::unordered_map<int32_t, int> generated_counts_;  // for presence/frequency
+  std::unordered_map<int32_t, int> seen_;               // prompt + generated, for repetition
+  std::vector<int32_t> idx_;                            // scratch: candidate ids
+};
+
+// log_softmax of `logits` at `id`, and the top `k` entries (k <= 20), from raw logits.
+void compute_logprobs(std::span<const float> logits, int32_t id, int k, SampleResult& out);
+
+// Index of the largest logit; ties go to the lowest id.
+int32_t argmax(std::span<const float> logits);
+
+}  // namespace lily

@@ -1,0 +1,110 @@
+// Sampler: greedy ties, seeded reproducibility, and that each filter removes exactly what its
+// definition says (checked against frequencies of many seeded draws).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "engine/sampler.h"
+#include "engine/stop_matcher.h"
+
+namespace lily {
+namespace {
+
+std::map<int32_t, int> histogram(SamplingParams p, std::vector<float> logits, int n) {
+  std::map<int32_t, int> h;
+  p.seed = 7;
+  Sampler s(p, {});
+  for (int i = 0; i < n; ++i) {
+    auto l = logits;
+    h[s.sample(l).id]++;
+  }
+  return h;
+}
+
+TEST(Sampler, GreedyTiesGoToLowestId) {
+  SamplingParams p;
+  p.temperature = 0;
+  Sampler s(p, {});
+  std::vector<float> l{1, 3, 3, 2};
+  EXPECT_EQ(s.sample(l).id, 1);
+}
+
+TEST(Sampler, SeededIsReproducible) {
+  SamplingParams p;
+  p.seed = 1234;
+  std::vector<float> base(1000);
+  for (int i = 0; i < 1000; ++i) base[i] = std::sin(i * 0.37f) * 3;
+  std::vector<int32_t> a, b;
+  for (auto* out : {&a, &b}) {
+    Sampler s(p, {});
+    for (int i = 0; i < 50; ++i) {
+      auto l = base;
+      out->push_back(s.sample(l).id);
+    }
+  }
+  EXPECT_EQ(a, b);
+  EXPECT_GT(std::set<int32_t>(a.begin(), a.end()).size(), 5u);  // it really samples
+}
+
+TEST(Sampler, TopKAndTopPAndMinP) {
+  std::vector<float> l{std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  SamplingParams p;
+  p.top_k = 2;
+  auto h = histogram(p, l, 4000);
+  EXPECT_EQ(h.count(2) + h.count(3), 0u);
+  EXPECT_NEAR(h[0] / 4000.0, 0.5 / 0.8, 0.03);
+  p = {};
+  p.top_p = 0.7f;  // 0.5 < 0.7 <= 0.8: tokens 0 and 1
+  h = histogram(p, l, 4000);
+  EXPECT_EQ(h.count(2) + h.count(3), 0u);
+  EXPECT_GT(h[1], 0);
+  p = {};
+  p.min_p = 0.2f;  // keeps p >= 0.1: tokens 0..2
+  h = histogram(p, l, 4000);
+  EXPECT_EQ(h.count(3), 0u);
+  EXPECT_GT(h[2], 0);
+}
+
+TEST(Sampler, PenaltiesAndLogprobs) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.presence_penalty = 2.0f;
+  p.top_logprobs = 2;
+  Sampler s(p, {});
+  std::vector<float> l{1.0f, 0.5f, 0.0f};
+  auto r = s.sample(l);
+  EXPECT_EQ(r.id, 0);
+  ASSERT_TRUE(r.logprob);
+  double z = std::log(std::exp(1.0) + std::exp(0.5) + 1.0);
+  EXPECT_NEAR(*r.logprob, 1.0 - z, 1e-5);
+  ASSERT_EQ(r.top.size(), 2u);
+  EXPECT_EQ(r.top[1].id, 1);
+  std::vector<float> l2{1.0f, 0.5f, 0.0f};
+  EXPECT_EQ(s.sample(l2).id, 1);  // token 0 now pays the presence penalty
+}
+
+TEST(StopMatcher, HoldsBackPartialMatches) {
+  // Every split of the text must give the same output.
+  std::string text = "abc STO STOP def";
+  for (size_t cut = 0; cut <= text.size(); ++cut) {
+    StopMatcher m({"STOP", "xyz"});
+    auto a = m.push(text.substr(0, cut));
+    std::string out = a.text;
+    bool stopped = a.stopped;
+    if (!stopped) {
+      auto b = m.push(text.substr(cut));
+      out += b.text;
+      stopped = b.stopped;
+    }
+    EXPECT_TRUE(stopped) << cut;
+    EXPECT_EQ(out, "abc STO ") << cut;
+  }
+  StopMatcher m({"xyz"});
+  EXPECT_EQ(m.push("ab x").text, "ab ");
+  EXPECT_EQ(m.flush(), "x");
+}
+
+}  // namespace
+}  // namespace lily
