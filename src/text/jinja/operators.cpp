@@ -1,0 +1,186 @@
+// Python's binary operators (+ - * / // % ** and jinja's ~), `in`, and printf-style str % args,
+// with Python's int/float promotion and error cases (TypeError, ZeroDivisionError).
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "text/jinja/interp.h"
+#include "text/jinja/pystr.h"
+
+namespace lily::jinja {
+namespace {
+
+[[noreturn]] void type_error(const std::string& op, const Value& a, const Value& b) {
+  throw Error(fmt::format("TypeError: unsupported operand type(s) for {}: '{}' and '{}'", op, type_name(a),
+                          type_name(b)));
+}
+
+int64_t floordiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+int64_t intmod(int64_t a, int64_t b) {
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+double floatmod(double a, double b) {
+  double r = std::fmod(a, b);
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+
+Value repeat(const Value& seq, int64_t n) {
+  if (seq.is_string()) {
+    std::string out;
+    for (int64_t k = 0; k < n; ++k) out += seq.s;
+    return Value::string(out, seq.safe);
+  }
+  List out;
+  for (int64_t k = 0; k < n; ++k) out.insert(out.end(), seq.list->begin(), seq.list->end());
+  return Value::from_list(std::move(out), seq.is_tuple);
+}
+
+}  // namespace
+
+Value binary_op(const std::string& op, const Value& a, const Value& b) {
+  if (op == "~") return Value::string(py_str(a) + py_str(b));
+  if (a.is_undefined()) fail_undefined(a);
+  if (b.is_undefined()) fail_undefined(b);
+  bool both_num = a.is_number() && b.is_number();
+  bool any_float = a.kind == Kind::Float || b.kind == Kind::Float;
+  if (op == "+") {
+    if (both_num) return any_float ? Value::real(a.as_double() + b.as_double()) : Value::integer(a.as_int() + b.as_int());
+    if (a.is_string() && b.is_string()) {
+      if (a.safe || b.safe)  // markupsafe: Markup + str escapes the plain str
+        return Value::string((a.safe ? a.s : pystr::html_escape(a.s)) + (b.safe ? b.s : pystr::html_escape(b.s)), true);
+      return Value::string(a.s + b.s);
+    }
+    if (a.is_list() && b.is_list() && a.is_tuple == b.is_tuple) {
+      List out = *a.list;
+      out.insert(out.end(), b.list->begin(), b.list->end());
+      return Value::from_list(std::move(out), a.is_tuple);
+    }
+    if (a.is_string() && !b.is_string())
+      throw Error(fmt::format("TypeError: can only concatenate str (not \"{}\") to str", type_name(b)));
+    type_error("+", a, b);
+  }
+  if (op == "-") {
+    if (both_num) return any_float ? Value::real(a.as_double() - b.as_double()) : Value::integer(a.as_int() - b.as_int());
+    type_error("-", a, b);
+  }
+  if (op == "*") {
+    if (both_num) return any_float ? Value::real(a.as_double() * b.as_double()) : Value::integer(a.as_int() * b.as_int());
+    if ((a.is_string() || a.is_list()) && b.is_int_like()) return repeat(a, b.as_int());
+    if ((b.is_string() || b.is_list()) && a.is_int_like()) return repeat(b, a.as_int());
+    type_error("*", a, b);
+  }
+  if (op == "/") {
+    if (!both_num) type_error("/", a, b);
+    if (b.as_double() == 0) throw Error("ZeroDivisionError: division by zero");
+    return Value::real(a.as_double() / b.as_double());
+  }
+  if (op == "//") {
+    if (!both_num) type_error("//", a, b);
+    if (b.as_double() == 0) throw Error("ZeroDivisionError: integer division or modulo by zero");
+    if (any_float) return Value::real(std::floor(a.as_double() / b.as_double()));
+    return Value::integer(floordiv(a.as_int(), b.as_int()));
+  }
+  if (op == "%") {
+    if (a.is_string()) return Value::string(percent_format(a.s, b));
+    if (!both_num) type_error("%", a, b);
+    if (b.as_double() == 0) throw Error("ZeroDivisionError: integer division or modulo by zero");
+    if (any_float) return Value::real(floatmod(a.as_double(), b.as_double()));
+    return Value::integer(intmod(a.as_int(), b.as_int()));
+  }
+  if (op == "**") {
+    if (!both_num) type_error("** or pow()", a, b);
+    if (!any_float && b.as_int() >= 0) {
+      int64_t r = 1, base = a.as_int();
+      for (int64_t e = b.as_int(); e > 0; --e) r *= base;
+      return Value::integer(r);
+    }
+    return Value::real(std::pow(a.as_double(), b.as_double()));
+  }
+  throw Error("unknown operator " + op);
+}
+
+bool contains(const Value& c, const Value& item) {
+  switch (c.kind) {
+    case Kind::Undefined: return false;
+    case Kind::String:
+      if (!item.is_string())
+        throw Error(fmt::format("TypeError: 'in <string>' requires string as left operand, not {}", type_name(item)));
+      return c.s.find(item.s) != std::string::npos;
+    case Kind::List:
+      for (auto& x : *c.list)
+        if (py_equal(x, item)) return true;
+      return false;
+    case Kind::Dict:
+      if (c.is_namespace) break;
+      return item.is_string() && c.dict->find(item.s) != nullptr;
+    default: break;
+  }
+  throw Error(fmt::format("TypeError: argument of type '{}' is not iterable", type_name(c)));
+}
+
+std::string percent_format(const std::string& f, const Value& args) {
+  std::vector<Value> pos;
+  if (args.is_list() && args.is_tuple) pos = *args.list;
+  else if (!args.is_dict()) pos.push_back(args);
+  size_t next = 0;
+  std::string out;
+  for (size_t k = 0; k < f.size(); ++k) {
+    if (f[k] != '%') {
+      out += f[k];
+      continue;
+    }
+    if (++k >= f.size()) throw Error("ValueError: incomplete format");
+    if (f[k] == '%') {
+      out += '%';
+      continue;
+    }
+    const Value* v = nullptr;
+    if (f[k] == '(') {
+      size_t e = f.find(')', k);
+      if (e == std::string::npos || !args.is_dict()) throw Error("TypeError: format requires a mapping");
+      v = args.dict->find(f.substr(k + 1, e - k - 1));
+      if (!v) throw Error("KeyError: " + f.substr(k + 1, e - k - 1));
+      k = e + 1;
+    }
+    std::string spec;
+    while (k < f.size() && std::string("-+ 0#").find(f[k]) != std::string::npos) spec += f[k++];
+    while (k < f.size() && std::isdigit(static_cast<unsigned char>(f[k]))) spec += f[k++];
+    if (k < f.size() && f[k] == '.') {
+      spec += f[k++];
+      while (k < f.size() && std::isdigit(static_cast<unsigned char>(f[k]))) spec += f[k++];
+    }
+    if (k >= f.size()) throw Error("ValueError: incomplete format");
+    char conv = f[k];
+    if (!v) {
+      if (next >= pos.size()) throw Error("TypeError: not enough arguments for format string");
+      v = &pos[next++];
+    }
+    if (!spec.empty() && conv != 'f' && conv != 'd' && conv != 'i')
+      throw Error("unsupported: %-format flags other than on %d / %f");
+    switch (conv) {
+      case 's': out += py_str(*v); break;
+      case 'r': out += py_repr(*v); break;
+      case 'd':
+      case 'i':
+        if (!v->is_number()) throw Error("TypeError: %d format: a real number is required, not " + type_name(*v));
+        out += fmt::format(fmt::runtime("{:" + spec + "d}"), static_cast<long long>(v->kind == Kind::Float ? std::trunc(v->f) : v->as_int()));
+        break;
+      case 'f':
+        if (!v->is_number()) throw Error("TypeError: must be real number, not " + type_name(*v));
+        out += fmt::format(fmt::runtime("{:" + (spec.find('.') == std::string::npos ? spec + ".6" : spec) + "f}"), v->as_double());
+        break;
+      default: throw Error(std::string("unsupported: %-format conversion '") + conv + "'");
+    }
+  }
+  if (next < pos.size() && !args.is_dict()) throw Error("TypeError: not all arguments converted during string formatting");
+  return out;
+}
+
+}  // namespace lily::jinja
