@@ -376,3 +376,67 @@ def unit_cases():
     add("nested_quotes_in_tag", "{{ '}}' }}{{ \"%}\" }}{% set s = '{% x %}' %}{{ s }}")
     add("dict_brace_in_var", "{{ {'a': {'b': 1}} }}")
     return u
+
+
+def more_unit_cases():
+    """Second batch: edge semantics the chat templates lean on."""
+    u = []
+
+    def add(name, template, **ctx):
+        u.append((name, template, ctx))
+
+    add("macro_mutates_outer_namespace", "{% set c = namespace(n=0) %}{% macro bump() %}{% set c.n = c.n + 1 %}"
+        "{{ c.n }}{% endmacro %}{{ bump() }}{{ bump() }}|{{ c.n }}")
+    add("macro_set_does_not_leak", "{% set x = 1 %}{% macro m() %}{% set x = 2 %}{{ x }}{% endmacro %}{{ m() }}{{ x }}")
+    add("macro_kwarg_unknown_error", "{% macro m(a) %}{% endmacro %}{{ m(b=1) }}")
+    add("filtered_loop_previtem", "{% for x in range(6) if x is even %}{{ loop.previtem }}/{{ x }}/{{ loop.nextitem }}"
+        " {{ loop.revindex }};{% endfor %}")
+    add("tuple_iteration", "{% for a, b in [(1, 2), (3, 4)] %}{{ a * b }},{% endfor %}{% for k, v in {'x': 1}.items() %}"
+        "{{ k }}{{ v }}{% endfor %}")
+    add("loop_over_values", "{% for v in d.values() %}{{ v }}{% endfor %}", d={"a": 1, "b": [2]})
+    add("ws_start_minus", "   {{- 'a' }}\n   {%- if true %}b{% endif %}")
+    add("ws_minus_no_ws", "{% if true -%}x{%- endif %}y")
+    add("ws_comment_lstrip_and_trim", "a\n    {# note #}\nb\n  {#- n -#}\n  c")
+    add("ws_unicode_space_lstrip", "a\n\u3000 {% if true %}b{% endif %}")
+    add("ws_multiline_tag", "{% if\n  true\n  and\n  1 %}\nyes\n{% endif %}")
+    add("ws_nested_blocks", "<ul>\n{% for i in [1, 2] %}\n  {% if i > 1 %}\n  <li>{{ i }}</li>\n  {% endif %}\n"
+        "{% endfor %}\n</ul>\n")
+    add("comment_with_tags_inside", "a{# {{ x }} {% if %} #}b")
+    add("not_in_precedence", "{{ not 'a' in 'abc' }} {{ not 1 == 1 and true }} {{ 1 in [1] == true }}")
+    add("test_precedence", "{{ 'a' ~ 'b' is string }} {{ not x is defined }} {{ -1 is number }} {{ x is not none or 1 }}",
+        x=None)
+    add("condexpr_with_filters", "{% for v in ['s', 1, {'a': 'é'}] %}{{ v|string if v is string else v|tojson|safe }};"
+        "{% endfor %}")
+    add("string_plus_filters", "{{ 5|string + 'a' }} {{ '%s|%s'|format(none, true) }} {{ 0.1 + 0.2 }} {{ -0.0 }} "
+        "{{ 3 / 4 }} {{ 2 ** 0.5 }}")
+    add("length_none_error", "{{ none|length }}")
+    add("items_namespace_error", "{{ namespace(a=1)|items|list }}")
+    add("undefined_compare_error", "{{ missing < 1 }}")
+    add("undefined_attr_in_test_error", "{% if missing.attr is defined %}x{% endif %}")
+    add("undefined_iterable_and_string", "{{ missing is iterable }} {{ missing is string }} {{ missing is mapping }} "
+        "{{ missing is none }} {{ missing is sequence }}")
+    add("list_attr_undefined", "[{{ [1].foo }}][{{ (1).bar }}][{{ 'x'.nope }}]")
+    add("get_item_fallbacks", "[{{ {'a': 1}['b'] }}][{{ [1, 2][5] }}][{{ 'ab'[7] }}][{{ n[0] }}]", n=None)
+    add("dict_key_order", "{{ d|tojson }} {% for k in d %}{{ k }}{% endfor %} {{ d|list }}", d={"z": 1, "a": 2, "m": 3})
+    add("json_escapes", "{{ s|tojson }}", s="tab\t nl\n cr\r bs\\ q\" bell\u0007 del\u007f nbsp\u00a0 ls\u2028 😀")
+    add("big_numbers", "{{ n }} {{ n|tojson }} {{ f|tojson }} {{ f }} {{ g }} {{ g|tojson }}", n=9007199254740993,
+        f=123456789012345680000.0, g=0.1)
+    add("string_compare_unicode", "{{ 'é' > 'z' }} {{ ['b', 'é', 'a']|sort }} {{ 'Z' < 'a' }}")
+    add("startswith_tuple_and_slices", "{{ 'abc'.startswith(('x', 'a')) }} {{ 'abc'[-2:] }} {{ 'abc'[:-1] }} "
+        "{{ 'abcdef'[1:5:2] }} {{ 'abcdef'[5:1:-2] }} {{ [1, 2, 3][::-2] }}")
+    add("split_maxsplit_ws", "{{ '  a  b  c  '.split(none, 1) }} {{ '  a  b  c  '.rsplit(none, 1) }} "
+        "{{ 'a,b,c'.rsplit(',', 1) }} {{ 'abc'.split('b') }} {{ 'a\u3000b'.split() }}")
+    add("strip_chars_unicode", "[{{ '«x»'.strip('«»') }}][{{ '\u00a0 x\u2003'.strip() }}][{{ 'xyx'.rstrip('x') }}]")
+    add("raise_in_macro", "{% macro check(x) %}{% if x is not string %}{{ raise_exception('bad type: ' ~ x) }}"
+        "{% endif %}{{ x }}{% endmacro %}{{ check('ok') }}{{ check(3) }}")
+    add("raise_non_string", "{{ raise_exception(42) }}")
+    add("join_nonstring_error", "{{ ', '.join([1, 2]) }}")
+    add("set_in_if_inside_loop", "{% for i in [1, 2] %}{% if i == 1 %}{% set y = 'one' %}{% endif %}[{{ y }}]{% endfor %}")
+    add("loop_in_macro_in_loop", "{% macro row(items) %}{% for x in items %}{{ loop.index }}{{ x }}{% endfor %}"
+        "{% endmacro %}{% for r in [['a'], ['b', 'c']] %}{{ loop.index }}:{{ row(r) }};{% endfor %}")
+    add("namespace_from_dict", "{% set ns = namespace({'a': 1}, b=2) %}{{ ns.a }}{{ ns.b }}{{ ns.c is defined }}")
+    add("default_on_none_attr", "{{ m.content|default('x') }} {{ m.missing|default('y') }} {{ m.none|default('z') }}",
+        m={"content": "c", "none": None})
+    add("trim_filter_on_markup", "[{{ (' a '|safe)|trim }}]")
+    add("int_filter_edge", "{{ '0x1A'|int }} {{ '1e3'|int }} {{ '-12'|int }} {{ '+7'|int }} {{ ''|int }} {{ '3.'|int }}")
+    return u

@@ -125,9 +125,38 @@ std::optional<int64_t> parse_int(const std::string& text) {
   if (!prev_digit) return std::nullopt;
   return neg ? -v : v;
 }
+// Python float(str): decimal digits (single underscores between digits), optional point and
+// exponent, or inf/infinity/nan; no hex (strtod alone would accept "0x1A").
 std::optional<double> parse_float(const std::string& text) {
-  std::string t = pystr::strip(text, std::nullopt, true, true);
-  if (t.empty()) return std::nullopt;
+  std::string raw = pystr::strip(text, std::nullopt, true, true);
+  std::string t;
+  for (size_t k = 0; k < raw.size(); ++k) {
+    if (raw[k] == '_') {
+      bool ok = k > 0 && k + 1 < raw.size() && std::isdigit(static_cast<unsigned char>(raw[k - 1])) &&
+                std::isdigit(static_cast<unsigned char>(raw[k + 1]));
+      if (!ok) return std::nullopt;
+      continue;
+    }
+    t += raw[k];
+  }
+  size_t k = (!t.empty() && (t[0] == '+' || t[0] == '-')) ? 1 : 0;
+  std::string word = pystr::lower(t.substr(k));
+  if (word == "inf" || word == "infinity" || word == "nan") return std::strtod(t.c_str(), nullptr);
+  size_t digits = 0;
+  while (k < t.size() && std::isdigit(static_cast<unsigned char>(t[k]))) ++k, ++digits;
+  if (k < t.size() && t[k] == '.') {
+    ++k;
+    while (k < t.size() && std::isdigit(static_cast<unsigned char>(t[k]))) ++k, ++digits;
+  }
+  if (digits == 0) return std::nullopt;
+  if (k < t.size() && (t[k] == 'e' || t[k] == 'E')) {
+    ++k;
+    if (k < t.size() && (t[k] == '+' || t[k] == '-')) ++k;
+    size_t exp_digits = 0;
+    while (k < t.size() && std::isdigit(static_cast<unsigned char>(t[k]))) ++k, ++exp_digits;
+    if (exp_digits == 0) return std::nullopt;
+  }
+  if (k != t.size()) return std::nullopt;
   char* end = nullptr;
   double d = std::strtod(t.c_str(), &end);
   if (end != t.c_str() + t.size()) return std::nullopt;

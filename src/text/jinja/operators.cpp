@@ -42,6 +42,27 @@ Value repeat(const Value& seq, int64_t n) {
   return Value::from_list(std::move(out), seq.is_tuple);
 }
 
+// Python ints are unbounded; lily's are int64 and refuse to wrap silently.
+Value checked(bool overflowed, int64_t v) {
+  if (overflowed) throw Error("unsupported: integer overflow beyond 64 bits");
+  return Value::integer(v);
+}
+Value int_add(int64_t a, int64_t b) {
+  int64_t r;
+  bool o = __builtin_add_overflow(a, b, &r);
+  return checked(o, r);
+}
+Value int_sub(int64_t a, int64_t b) {
+  int64_t r;
+  bool o = __builtin_sub_overflow(a, b, &r);
+  return checked(o, r);
+}
+Value int_mul(int64_t a, int64_t b) {
+  int64_t r;
+  bool o = __builtin_mul_overflow(a, b, &r);
+  return checked(o, r);
+}
+
 }  // namespace
 
 Value binary_op(const std::string& op, const Value& a, const Value& b) {
@@ -51,7 +72,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   bool both_num = a.is_number() && b.is_number();
   bool any_float = a.kind == Kind::Float || b.kind == Kind::Float;
   if (op == "+") {
-    if (both_num) return any_float ? Value::real(a.as_double() + b.as_double()) : Value::integer(a.as_int() + b.as_int());
+    if (both_num) return any_float ? Value::real(a.as_double() + b.as_double()) : int_add(a.as_int(), b.as_int());
     if (a.is_string() && b.is_string()) {
       if (a.safe || b.safe)  // markupsafe: Markup + str escapes the plain str
         return Value::string((a.safe ? a.s : pystr::html_escape(a.s)) + (b.safe ? b.s : pystr::html_escape(b.s)), true);
@@ -67,11 +88,11 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     type_error("+", a, b);
   }
   if (op == "-") {
-    if (both_num) return any_float ? Value::real(a.as_double() - b.as_double()) : Value::integer(a.as_int() - b.as_int());
+    if (both_num) return any_float ? Value::real(a.as_double() - b.as_double()) : int_sub(a.as_int(), b.as_int());
     type_error("-", a, b);
   }
   if (op == "*") {
-    if (both_num) return any_float ? Value::real(a.as_double() * b.as_double()) : Value::integer(a.as_int() * b.as_int());
+    if (both_num) return any_float ? Value::real(a.as_double() * b.as_double()) : int_mul(a.as_int(), b.as_int());
     if ((a.is_string() || a.is_list()) && b.is_int_like()) return repeat(a, b.as_int());
     if ((b.is_string() || b.is_list()) && a.is_int_like()) return repeat(b, a.as_int());
     type_error("*", a, b);
@@ -98,7 +119,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     if (!both_num) type_error("** or pow()", a, b);
     if (!any_float && b.as_int() >= 0) {
       int64_t r = 1, base = a.as_int();
-      for (int64_t e = b.as_int(); e > 0; --e) r *= base;
+      for (int64_t e = b.as_int(); e > 0; --e) r = int_mul(r, base).i;
       return Value::integer(r);
     }
     return Value::real(std::pow(a.as_double(), b.as_double()));

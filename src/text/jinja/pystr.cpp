@@ -130,9 +130,7 @@ std::vector<std::string> split(const std::string& s, const std::optional<std::st
     while (i < n && is_space(u[i])) ++i;
     if (i >= n) break;
     if (maxsplit >= 0 && static_cast<long>(out.size()) >= maxsplit) {
-      size_t e = n;
-      while (e > i && is_space(u[e - 1])) --e;
-      out.push_back(encode(u.substr(i, e - i)));
+      out.push_back(encode(u.substr(i)));  // the remainder keeps its trailing whitespace
       break;
     }
     size_t j = i;
@@ -165,9 +163,7 @@ std::vector<std::string> rsplit(const std::string& s, const std::optional<std::s
     while (j > 0 && is_space(u[j - 1])) --j;
     if (j <= 0) break;
     if (maxsplit >= 0 && static_cast<long>(out.size()) >= maxsplit) {
-      long b = 0;
-      while (b < j && is_space(u[b])) ++b;
-      out.push_back(encode(u.substr(b, j - b)));
+      out.push_back(encode(u.substr(0, j)));  // the remainder keeps its leading whitespace
       break;
     }
     long i = j;
