@@ -23,7 +23,7 @@ struct ReplyParserOptions {
   bool parse_reasoning = true;   // false: raw completions, everything is content
   bool in_reasoning = false;     // the prompt opened <think>
   bool parse_tools = false;      // tools given and tool_choice != none
-  nlohmann::json tools;          // the request's tools array
+  nlohmann::ordered_json tools;  // the request's tools array
   bool parallel_tool_calls = true;
   uint64_t id_seed = 0;          // for call ids
 };
@@ -34,6 +34,7 @@ class ReplyParser {
   ReplyDelta push(std::string_view piece);
   ReplyDelta flush();
   int n_calls() const { return tools_.n_calls(); }
+  bool in_reasoning() const { return o_.parse_reasoning && reasoning_.in_reasoning(); }
 
  private:
   ReplyDelta route(ReasoningParser::Delta d, bool final);

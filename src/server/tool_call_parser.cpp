@@ -11,7 +11,7 @@
 
 namespace lily {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 using nlohmann::ordered_json;
 
 static constexpr std::string_view kOpen = "<tool_call>";

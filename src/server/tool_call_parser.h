@@ -22,14 +22,14 @@ struct ToolCall {
 
 // Parses the text between <tool_call> and </tool_call>. tools: the request's OpenAI `tools`
 // array (may be null); when it lists functions, an unknown name is malformed.
-std::optional<ToolCall> parse_tool_call_block(std::string_view block, const nlohmann::json& tools);
+std::optional<ToolCall> parse_tool_call_block(std::string_view block, const nlohmann::ordered_json& tools);
 
 // Converts a parameter's raw text to the JSON type its schema names.
-nlohmann::ordered_json typed_value(const std::string& raw, const nlohmann::json& schema);
+nlohmann::ordered_json typed_value(const std::string& raw, const nlohmann::ordered_json& schema);
 
 class ToolCallParser {
  public:
-  ToolCallParser(nlohmann::json tools, bool parallel, uint64_t id_seed);
+  ToolCallParser(nlohmann::ordered_json tools, bool parallel, uint64_t id_seed);
 
   struct Delta {
     std::string content;
@@ -44,7 +44,7 @@ class ToolCallParser {
   void finish_call(Delta& out, std::string_view block, bool closed);
   std::string new_id();
 
-  nlohmann::json tools_;
+  nlohmann::ordered_json tools_;
   bool parallel_;
   std::mt19937_64 rng_;
   bool in_call_ = false;

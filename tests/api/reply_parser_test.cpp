@@ -93,8 +93,8 @@ TEST(ReasoningParser, RawCompletionsAreContent) {
   expect_all_splits(o, "<think>x</think>y", "", "<think>x</think>y");
 }
 
-json weather_tools() {
-  return json::parse(R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+nlohmann::ordered_json weather_tools() {
+  return nlohmann::ordered_json::parse(R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
     "properties":{"city":{"type":"string"},"days":{"type":"integer"},"metric":{"type":"boolean"},
     "ratio":{"type":"number"},"opts":{"type":"object"},"zip":{"type":"string"}}}}},
     {"type":"function","function":{"name":"now","parameters":{"type":"object","properties":{}}}}])");
@@ -167,12 +167,13 @@ TEST(ToolCallParser, ParallelOffKeepsFirst) {
 }
 
 TEST(ToolCallParser, TypedValueSchemas) {
-  EXPECT_EQ(typed_value("42", json{{"type", "integer"}}), 42);
-  EXPECT_EQ(typed_value("4.5", json{{"type", "integer"}}), "4.5");
-  EXPECT_EQ(typed_value("null", json{{"type", json::array({"string", "null"})}}), nullptr);
-  EXPECT_EQ(typed_value("[1]", json{{"anyOf", json::array({json{{"type", "array"}}, json{{"type", "string"}}})}}),
-            json::array({1}));
-  EXPECT_EQ(typed_value("42", json()), "42");
+  using oj = nlohmann::ordered_json;
+  EXPECT_EQ(typed_value("42", oj{{"type", "integer"}}), 42);
+  EXPECT_EQ(typed_value("4.5", oj{{"type", "integer"}}), "4.5");
+  EXPECT_EQ(typed_value("null", oj{{"type", oj::array({"string", "null"})}}), nullptr);
+  EXPECT_EQ(typed_value("[1]", oj{{"anyOf", oj::array({oj{{"type", "array"}}, oj{{"type", "string"}}})}}),
+            oj::array({1}));
+  EXPECT_EQ(typed_value("42", oj()), "42");
 }
 
 }  // namespace

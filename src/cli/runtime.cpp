@@ -1,0 +1,89 @@
+// load_runtime: see runtime.h.
+#include "cli/runtime.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "io/synth.h"
+
+namespace lily::cli {
+
+void add_runtime_options(CLI::App& app, RuntimeArgs& a) {
+  app.add_option("--model", a.model_dir, "checkpoint directory (default: the built-in demo checkpoint, random weights)");
+  app.add_option("--backend", a.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--max-seq", a.max_seq, "context length per sequence, tokens (default min(8192, model max))");
+  app.add_option("--threads", a.threads, "CPU threads (0 = all cores)");
+  app.add_option("--max-queue", a.max_queue, "requests that may wait for the engine before 503");
+  app.add_option("--max-cached", a.max_cached, "conversations whose model state is kept for reuse");
+  app.add_option("--cache-mb", a.cache_mb, "memory budget of the cached states, MiB");
+}
+
+static bool config_is_synthetic(const std::string& dir) {
+  std::ifstream f(std::filesystem::path(dir) / "config.json");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  return !j.is_discarded() && is_synthetic_config(j);
+}
+
+std::unique_ptr<Runtime> load_runtime(const RuntimeArgs& a) {
+  auto rt = std::make_unique<Runtime>();
+  rt->dir = a.model_dir;
+  if (rt->dir.empty()) {
+    fmt::print(stderr, "lily: no --model given: using the built-in demo checkpoint (RANDOM weights: the API and "
+                       "tokenizer are real, the answers are noise)\n");
+    auto d = ensure_demo_checkpoint();
+    if (!d) {
+      fmt::print(stderr, "error: cannot create the demo checkpoint: {}\n", d.message());
+      return nullptr;
+    }
+    rt->dir = d.value();
+  }
+  rt->synthetic = config_is_synthetic(rt->dir);
+  if (rt->synthetic && !a.model_dir.empty())
+    fmt::print(stderr, "lily: {} is a synthetic checkpoint: its weights are random\n", rt->dir);
+  ModelOptions mo;
+  mo.backend = a.backend;
+  mo.threads = a.threads;
+  mo.verbose = true;
+  auto model = Model::load(rt->dir, mo);
+  if (!model) {
+    fmt::print(stderr, "error: {}\n", model.message());
+    return nullptr;
+  }
+  rt->model = std::move(model).value();
+  auto tok = Tokenizer::load_dir(rt->dir);
+  if (!tok) {
+    fmt::print(stderr, "error: tokenizer: {}\n", tok.message());
+    return nullptr;
+  }
+  rt->tok = std::move(tok).value();
+  auto tmpl = ChatTemplate::load_dir(rt->dir);
+  if (tmpl) rt->tmpl = std::make_unique<ChatTemplate>(std::move(tmpl).value());
+  else fmt::print(stderr, "lily: warning: no chat template ({}); /v1/chat/completions will fail\n", tmpl.message());
+
+  const int model_max = rt->model->config().max_position_embeddings;
+  EngineOptions eo;
+  eo.max_seq = a.max_seq > 0 ? std::min(a.max_seq, model_max) : std::min(8192, model_max);
+  eo.max_queue = std::max(0, a.max_queue);
+  eo.max_cached_states = std::max(1, a.max_cached);
+  eo.cache_budget_bytes = size_t(std::max(1, a.cache_mb)) << 20;
+  rt->engine = std::make_unique<Engine>(*rt->model, *rt->tok, eo);
+
+  ServiceOptions so;
+  so.model_names.push_back("Qwen3.6-35B-A3B");
+  std::string base = std::filesystem::path(rt->dir).lexically_normal().filename().string();
+  if (base.empty()) base = std::filesystem::path(rt->dir).lexically_normal().parent_path().filename().string();
+  if (!base.empty() && base != so.model_names[0]) so.model_names.push_back(base);
+  so.test_hooks = a.test_hooks;
+  so.defaults = load_sampling_defaults(rt->dir);
+  rt->service = std::make_unique<CompletionService>(*rt->engine, *rt->tok, rt->tmpl.get(), so);
+  return rt;
+}
+
+}  // namespace lily::cli

@@ -1,0 +1,44 @@
+// What `lily serve` and `lily chat` share: load a checkpoint (or make the demo one), its
+// tokenizer and chat template, and start the engine and the completion service over them.
+#pragma once
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "engine/engine.h"
+#include "model/model.h"
+#include "server/completion_service.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+namespace lily::cli {
+
+struct RuntimeArgs {
+  std::string model_dir;     // "" = the demo checkpoint
+  std::string backend = "cpu";
+  int max_seq = 0;           // 0 = min(8192, max_position_embeddings)
+  int threads = 0;
+  int max_queue = 64;
+  int max_cached = 4;
+  int cache_mb = 8192;
+  bool test_hooks = false;
+};
+
+struct Runtime {
+  std::string dir;
+  bool synthetic = false;  // random weights
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<ChatTemplate> tmpl;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<CompletionService> service;
+};
+
+// Prints progress and the reason of a failure on stderr; nullptr on failure.
+std::unique_ptr<Runtime> load_runtime(const RuntimeArgs& a);
+
+// Adds the shared options to a subcommand.
+void add_runtime_options(CLI::App& app, RuntimeArgs& a);
+
+}  // namespace lily::cli

@@ -1,0 +1,117 @@
+// The engine: turns token requests into generated text. One worker thread serves requests in
+// FIFO order (continuous batching comes later; the request object is already shaped for it:
+// a per-step callback and a cancel flag checked every step). It owns the sampler, the stop
+// rules (stop ids, stop strings with hold-back) and the prefix cache of model states.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/prefix_cache.h"
+#include "engine/sampler.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
+
+namespace lily {
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+const char* finish_reason_name(FinishReason r);  // "stop" | "length" | "cancelled" | "error"
+
+struct GenUsage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;  // sampled tokens, the stop token included
+  int cached_tokens = 0;      // prompt tokens served from the prefix cache
+};
+
+struct GenToken {
+  int32_t id = 0;
+  std::optional<float> logprob;
+  std::vector<TokenLogprob> top;
+};
+
+// One step's output, delivered on the engine thread. `text` may be empty (held back by the
+// detokenizer or a possible stop string). The last event has done = true.
+struct GenEvent {
+  std::string text;
+  std::vector<GenToken> tokens;
+  bool done = false;
+  FinishReason finish = FinishReason::kStop;
+  std::string error;  // for kError: a message for the log, not for clients
+  GenUsage usage;     // filled on the last event
+};
+
+struct GenRequest {
+  std::vector<int32_t> prompt;  // ids < model vocab, not empty
+  int max_tokens = 16;          // >= 1; prompt + max_tokens <= max_seq (checked by the caller)
+  SamplingParams sampling;
+  std::vector<std::string> stop;        // stop strings (not part of the output)
+  std::vector<int32_t> forced_prefix;   // output first without sampling (tool_choice forcing)
+  std::optional<int32_t> inject_after;  // when this id is sampled, output inject_tokens next
+  std::vector<int32_t> inject_tokens;   // (e.g. a named tool call right after </think>)
+  std::vector<int32_t> forced_output;   // test hook: fed instead of sampling, then stop
+  int step_delay_ms = 0;                // test hook: sleep per decode step
+  std::string cache_key;                // prompt_cache_key
+  std::function<void(GenEvent&&)> on_event;
+  std::atomic<bool> cancelled{false};   // set by the client side; seen before every step
+};
+
+struct EngineOptions {
+  int max_seq = 4096;               // state capacity, tokens
+  int max_queue = 64;               // waiting requests beyond the running one
+  int max_cached_states = 4;        // prefix cache entries (Lily keeps 2)
+  size_t cache_budget_bytes = size_t(8) << 30;
+  int prefill_chunk = 512;          // tokens per forward during prefill (cancel checked between)
+};
+
+struct EngineStats {
+  std::atomic<uint64_t> cache_hits{0}, cache_misses{0}, cached_tokens{0};
+  std::atomic<uint64_t> prompt_tokens{0}, completion_tokens{0};
+};
+
+class Engine {
+ public:
+  Engine(Model& model, const Tokenizer& tok, EngineOptions opts);
+  ~Engine();  // finishes the running step, cancels queued requests, joins the worker
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request; false when the queue is full (the caller answers 503).
+  bool submit(std::shared_ptr<GenRequest> req);
+
+  int queue_depth() const;    // waiting, not running
+  bool busy() const { return running_.load(); }
+  const EngineOptions& options() const { return opts_; }
+  const EngineStats& stats() const { return stats_; }
+  const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
+  int vocab_size() const;
+
+ private:
+  void worker();
+  void run(GenRequest& req);
+  Result<CacheEntry> checkout(const GenRequest& req, int& n_cached);
+
+  Model& model_;
+  const Tokenizer& tok_;
+  EngineOptions opts_;
+  std::vector<int32_t> stop_ids_;
+  PrefixCache cache_;
+  EngineStats stats_;
+  std::vector<float> logits_;  // [vocab] fp32
+  size_t state_bytes_ = 0;     // size of one state, known after the first allocation
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<GenRequest>> queue_;
+  bool stopping_ = false;
+  std::atomic<bool> running_{false};
+  std::thread thread_;
+};
+
+}  // namespace lily

@@ -1,0 +1,56 @@
+// PrefixCache: see prefix_cache.h.
+#include "engine/prefix_cache.h"
+
+#include <algorithm>
+
+namespace lily {
+
+PrefixCache::PrefixCache(int max_entries, size_t budget_bytes)
+    : max_entries_(std::max(1, max_entries)), budget_(budget_bytes) {}
+
+size_t PrefixCache::bytes() const {
+  size_t b = 0;
+  for (const auto& e : entries_) b += e.state->bytes();
+  return b;
+}
+
+bool PrefixCache::fits(size_t bytes) const {
+  return int(entries_.size()) < max_entries_ && this->bytes() + bytes <= budget_;
+}
+
+std::optional<CacheEntry> PrefixCache::take(const std::vector<int32_t>& prompt, const std::string& key) {
+  int best = -1;
+  auto better = [&](const CacheEntry& a, const CacheEntry& b) {
+    bool ka = !key.empty() && a.key == key, kb = !key.empty() && b.key == key;
+    if (ka != kb) return ka;
+    return a.tokens.size() > b.tokens.size();
+  };
+  for (int i = 0; i < int(entries_.size()); ++i) {
+    const auto& t = entries_[i].tokens;
+    if (t.empty() || t.size() >= prompt.size()) continue;
+    if (!std::equal(t.begin(), t.end(), prompt.begin())) continue;
+    if (best < 0 || better(entries_[i], entries_[best])) best = i;
+  }
+  if (best < 0) return std::nullopt;
+  CacheEntry e = std::move(entries_[best]);
+  entries_.erase(entries_.begin() + best);
+  return e;
+}
+
+std::optional<CacheEntry> PrefixCache::take_lru() {
+  if (entries_.empty()) return std::nullopt;
+  auto it = std::min_element(entries_.begin(), entries_.end(),
+                             [](const CacheEntry& a, const CacheEntry& b) { return a.last_used < b.last_used; });
+  CacheEntry e = std::move(*it);
+  entries_.erase(it);
+  return e;
+}
+
+void PrefixCache::put(CacheEntry e) {
+  e.last_used = ++clock_;
+  const size_t b = e.state->bytes();
+  while (!entries_.empty() && (int(entries_.size()) + 1 > max_entries_ || bytes() + b > budget_)) take_lru();
+  entries_.push_back(std::move(e));
+}
+
+}  // namespace lily

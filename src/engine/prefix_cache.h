@@ -1,0 +1,49 @@
+// Prefix cache of model states. A follow-up turn whose prompt extends an earlier sequence's
+// tokens continues from that sequence's state (DeltaNet state, conv window and KV cache) and
+// prefills only the new suffix. The match must be a strict prefix: the state holds no logits,
+// so at least one prompt token has to be fed. Entries are evicted least recently used, within
+// a count and a memory budget. Used from the engine thread only.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace lily {
+
+struct CacheEntry {
+  std::vector<int32_t> tokens;  // exactly what the state has consumed
+  std::unique_ptr<SeqState> state;
+  std::string key;              // prompt_cache_key of the request that made it ("" if none)
+  uint64_t last_used = 0;
+};
+
+class PrefixCache {
+ public:
+  PrefixCache(int max_entries, size_t budget_bytes);
+
+  // Removes and returns the best entry for `prompt`: among entries whose tokens are a strict
+  // prefix of it, one with the same key wins, then the longest.
+  std::optional<CacheEntry> take(const std::vector<int32_t>& prompt, const std::string& key);
+  // Removes and returns the least recently used entry (to recycle its allocation).
+  std::optional<CacheEntry> take_lru();
+  // Stores an entry, evicting the least recently used ones over the limits (the new entry is
+  // always kept).
+  void put(CacheEntry e);
+  // Whether a new allocation of `bytes` fits beside the cached entries.
+  bool fits(size_t bytes) const;
+
+  int size() const { return int(entries_.size()); }
+  size_t bytes() const;
+
+ private:
+  int max_entries_;
+  size_t budget_;
+  uint64_t clock_ = 0;
+  std::vector<CacheEntry> entries_;
+};
+
+}  // namespace lily

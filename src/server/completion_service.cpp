@@ -1,0 +1,169 @@
+// CompletionService: see completion_service.h.
+#include "server/completion_service.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "text/chat_prompt.h"
+
+namespace lily {
+
+using nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+CompletionService::CompletionService(Engine& engine, const Tokenizer& tok, const ChatTemplate* tmpl,
+                                     ServiceOptions opts)
+    : engine_(engine), tok_(tok), tmpl_(tmpl), opts_(std::move(opts)) {}
+
+ojson rewrite_history_for_cache(const ojson& messages, bool thinking_enabled) {
+  if (thinking_enabled) return messages;
+  int last_user = -1;
+  for (int i = 0; i < int(messages.size()); ++i)
+    if (messages[i]["role"] == "user") last_user = i;
+  ojson out = messages;
+  for (int i = 0; i < last_user; ++i) {
+    ojson& m = out[i];
+    if (m["role"] != "assistant") continue;
+    if (m.contains("reasoning_content") && m["reasoning_content"].is_string() &&
+        !m["reasoning_content"].get<std::string>().empty())
+      continue;  // real reasoning: leave it to the template
+    std::string content;
+    if (m.contains("content") && m["content"].is_string()) {
+      content = m["content"];
+    } else if (m.contains("content") && m["content"].is_array()) {
+      for (const auto& p : m["content"]) content += p.value("text", "");
+    }
+    if (content.find("</think>") != std::string::npos) continue;  // already carries its block
+    m["content"] = "<think>\n\n</think>\n\n" + content;
+    m["reasoning_content"] = "";
+  }
+  return out;
+}
+
+Result<std::string> CompletionService::render(const ApiRequest& req) const {
+  if (!tmpl_) return errorf("this checkpoint has no chat template");
+  const bool thinking = req.enable_thinking.value_or(true);
+  ojson body = ojson::object();
+  body["messages"] = rewrite_history_for_cache(req.messages, thinking);
+  if (req.tools.is_array()) body["tools"] = req.tools;
+  ojson kwargs = req.template_kwargs;
+  if (!kwargs.is_object()) kwargs = ojson::object();
+  body["chat_template_kwargs"] = kwargs;
+  ChatPromptOptions o;
+  o.bos_token = tok_.bos_token();
+  o.eos_token = tok_.eos_token();
+  o.enable_thinking = req.enable_thinking;
+  return render_chat_prompt(*tmpl_, body, o);
+}
+
+static bool ends_inside_think(const std::string& prompt) {
+  size_t end = prompt.size();
+  while (end > 0 && (prompt[end - 1] == '\n' || prompt[end - 1] == ' ')) --end;
+  return std::string_view(prompt).substr(0, end).ends_with("<think>");
+}
+
+std::optional<ApiError> CompletionService::prepare(const ApiRequest& req, PreparedRequest& out) const {
+  // Model name.
+  out.model = opts_.model_names.empty() ? "" : opts_.model_names[0];
+  if (!req.model.empty()) {
+    bool known = false;
+    for (const auto& n : opts_.model_names) known = known || n == req.model;
+    if (!known)
+      return ApiError{404, fmt::format("The model '{}' does not exist; this server serves '{}'", req.model, out.model),
+                      "invalid_request_error", "model", "model_not_found"};
+    out.model = req.model;
+  }
+  // Prompt.
+  if (req.chat) {
+    auto p = render(req);
+    if (!p) return ApiError::bad_request(p.message(), "messages");
+    out.prompt_text = std::move(p).value();
+  } else {
+    out.prompt_text = req.prompt;
+  }
+  auto gen = std::make_shared<GenRequest>();
+  gen->prompt = tok_.encode(out.prompt_text);
+  if (gen->prompt.empty()) return ApiError::bad_request("the prompt encodes to no tokens", req.chat ? "messages" : "prompt");
+  const int vocab = engine_.vocab_size();
+  for (int32_t id : gen->prompt)
+    if (id < 0 || id >= vocab) return ApiError::internal();  // tokenizer and model disagree
+  // Token budget: prompt + completion must fit the context.
+  const int max_seq = engine_.options().max_seq;
+  const int n_prompt = int(gen->prompt.size());
+  int max_tokens = req.max_tokens.value_or(opts_.default_max_tokens > 0 ? opts_.default_max_tokens : max_seq - n_prompt);
+  if (!req.max_tokens) max_tokens = std::min(max_tokens, max_seq - n_prompt);
+  if (n_prompt + max_tokens > max_seq || max_tokens < 1) {
+    return ApiError{400,
+                    fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens "
+                                "({} in the {}, {} in the completion). Please reduce the length of the {} or completion.",
+                                max_seq, n_prompt + std::max(max_tokens, 1), n_prompt, req.chat ? "messages" : "prompt",
+                                std::max(max_tokens, 1), req.chat ? "messages" : "prompt"),
+                    "invalid_request_error", req.chat ? "messages" : "prompt", "context_length_exceeded"};
+  }
+  gen->max_tokens = max_tokens;
+  // Sampling: request values over the checkpoint's defaults.
+  SamplingParams s = opts_.defaults;
+  if (req.temperature) s.temperature = *req.temperature;
+  if (req.top_p) s.top_p = *req.top_p;
+  if (req.top_k) s.top_k = std::max(0, *req.top_k);
+  if (req.min_p) s.min_p = *req.min_p;
+  if (req.presence_penalty) s.presence_penalty = *req.presence_penalty;
+  if (req.frequency_penalty) s.frequency_penalty = *req.frequency_penalty;
+  if (req.repetition_penalty) s.repetition_penalty = *req.repetition_penalty;
+  s.seed = req.seed;
+  s.top_logprobs = req.logprobs ? req.top_logprobs : -1;
+  gen->sampling = s;
+  gen->stop = req.stop;
+  gen->cache_key = req.cache_key;
+  gen->step_delay_ms = req.step_delay_ms;
+  if (req.forced_output) {
+    gen->forced_output = tok_.encode(*req.forced_output);
+    if (gen->forced_output.empty()) return ApiError::bad_request("lily_forced_output encodes to no tokens", "lily_forced_output");
+  }
+  // Reply parsing.
+  ReplyParserOptions& po = out.parser;
+  po.parse_reasoning = req.chat;
+  po.in_reasoning = req.chat && ends_inside_think(out.prompt_text);
+  po.parse_tools = req.chat && req.tools.is_array() && req.tool_choice != "none";
+  po.tools = req.tools;
+  po.parallel_tool_calls = req.parallel_tool_calls;
+  po.id_seed = req.seed ? *req.seed ^ 0x9e3779b97f4a7c15ull : std::random_device{}();
+  // tool_choice required / named: the model cannot be trusted to call, so the call's opening is
+  // written for it, right away or, when it is thinking, just after it closes the think block.
+  if (po.parse_tools && (req.tool_choice == "required" || req.tool_choice == "function")) {
+    std::string opening = "<tool_call>\n<function=";
+    if (req.tool_choice == "function") opening += req.tool_choice_name + ">\n";
+    auto close = tok_.markers().think_close;
+    if (po.in_reasoning && close) {
+      gen->inject_after = *close;
+      gen->inject_tokens = tok_.encode("\n\n" + opening);
+    } else if (!po.in_reasoning) {
+      gen->forced_prefix = tok_.encode(opening);
+    }
+  }
+  out.gen = std::move(gen);
+  return std::nullopt;
+}
+
+SamplingParams load_sampling_defaults(const std::string& dir) {
+  SamplingParams s;
+  std::ifstream f(std::filesystem::path(dir) / "generation_config.json");
+  if (!f) return s;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  json g = json::parse(ss.str(), nullptr, false);
+  if (!g.is_object()) return s;
+  if (g.value("do_sample", true) == false) s.temperature = 0;
+  if (g.contains("temperature") && g["temperature"].is_number()) s.temperature = g["temperature"];
+  if (g.contains("top_p") && g["top_p"].is_number()) s.top_p = g["top_p"];
+  if (g.contains("top_k") && g["top_k"].is_number_integer()) s.top_k = std::max(0, g["top_k"].get<int>());
+  if (g.contains("min_p") && g["min_p"].is_number()) s.min_p = g["min_p"];
+  if (g.contains("repetition_penalty") && g["repetition_penalty"].is_number())
+    s.repetition_penalty = g["repetition_penalty"];
+  return s;
+}
+
+}  // namespace lily

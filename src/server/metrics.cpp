@@ -1,0 +1,82 @@
+// Metrics: see metrics.h.
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+namespace lily {
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i]) ++i;
+  counts_[i]++;
+  sum_ += v;
+  n_++;
+}
+
+void Histogram::render(const std::string& name, std::string& out) const {
+  uint64_t cum = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cum += counts_[i];
+    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cum);
+  }
+  cum += counts_.back();
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, cum, name, sum_, name, n_);
+}
+
+Metrics::Metrics()
+    : ttft_({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
+      itl_({0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28}) {}
+
+void Metrics::count_request(const std::string& route, int status) {
+  std::lock_guard<std::mutex> lk(mu_);
+  requests_[{route, status}]++;
+}
+
+void Metrics::observe_ttft(double s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ttft_.observe(s);
+}
+
+void Metrics::observe_itl(double s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  itl_.observe(s);
+}
+
+std::string Metrics::render(const Engine& engine) const {
+  std::string out;
+  const auto& st = engine.stats();
+  std::lock_guard<std::mutex> lk(mu_);
+  out += "# HELP lily_requests_total HTTP requests by route and status code.\n# TYPE lily_requests_total counter\n";
+  for (const auto& [k, n] : requests_)
+    out += fmt::format("lily_requests_total{{route=\"{}\",status=\"{}\"}} {}\n", k.first, k.second, n);
+  out += fmt::format("# HELP lily_prompt_tokens_total Prompt tokens of finished requests.\n"
+                     "# TYPE lily_prompt_tokens_total counter\nlily_prompt_tokens_total {}\n",
+                     st.prompt_tokens.load());
+  out += fmt::format("# HELP lily_completion_tokens_total Generated tokens.\n"
+                     "# TYPE lily_completion_tokens_total counter\nlily_completion_tokens_total {}\n",
+                     st.completion_tokens.load());
+  out += "# HELP lily_time_to_first_token_seconds From request arrival to the first generated token.\n"
+         "# TYPE lily_time_to_first_token_seconds histogram\n";
+  ttft_.render("lily_time_to_first_token_seconds", out);
+  out += "# HELP lily_inter_token_latency_seconds Between consecutive generated tokens of a request.\n"
+         "# TYPE lily_inter_token_latency_seconds histogram\n";
+  itl_.render("lily_inter_token_latency_seconds", out);
+  out += fmt::format("# HELP lily_queue_depth Requests waiting for the engine.\n# TYPE lily_queue_depth gauge\n"
+                     "lily_queue_depth {}\n",
+                     engine.queue_depth());
+  out += fmt::format("# HELP lily_requests_running Requests being generated.\n# TYPE lily_requests_running gauge\n"
+                     "lily_requests_running {}\n",
+                     engine.busy() ? 1 : 0);
+  out += fmt::format("# HELP lily_prefix_cache_hits_total Requests that continued a cached model state.\n"
+                     "# TYPE lily_prefix_cache_hits_total counter\nlily_prefix_cache_hits_total {}\n"
+                     "# HELP lily_prefix_cache_misses_total Requests that prefilled from scratch.\n"
+                     "# TYPE lily_prefix_cache_misses_total counter\nlily_prefix_cache_misses_total {}\n"
+                     "# HELP lily_prefix_cache_tokens_total Prompt tokens served from the cache.\n"
+                     "# TYPE lily_prefix_cache_tokens_total counter\nlily_prefix_cache_tokens_total {}\n",
+                     st.cache_hits.load(), st.cache_misses.load(), st.cached_tokens.load());
+  return out;
+}
+
+}  // namespace lily

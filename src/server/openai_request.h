@@ -1,0 +1,50 @@
+// OpenAI request bodies (chat completions and completions) → a validated ApiRequest. Fields
+// OpenAI defines, plus what Qwen clients send (top_k, min_p, repetition_penalty,
+// chat_template_kwargs). Unknown fields are ignored; a known field of the wrong type or range
+// is a 400 naming it.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/api_error.h"
+
+namespace lily {
+
+struct ApiRequest {
+  bool chat = true;                 // false: /v1/completions
+  std::string model;
+  nlohmann::ordered_json messages;          // chat: validated array
+  std::string prompt;               // completions
+  std::optional<int> max_tokens;
+  std::optional<float> temperature, top_p, min_p;
+  std::optional<float> presence_penalty, frequency_penalty, repetition_penalty;
+  std::optional<int> top_k;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;
+  int top_logprobs = 0;             // chat: 0..20; completions: `logprobs` N
+  nlohmann::ordered_json tools;            // array or null
+  std::string tool_choice = "auto";  // auto | none | required | function
+  std::string tool_choice_name;      // for "function"
+  bool parallel_tool_calls = true;
+  std::optional<bool> enable_thinking;
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs
+  std::string cache_key;            // prompt_cache_key
+  // Test hooks (accepted only when the server runs with --test-hooks).
+  std::optional<std::string> forced_output;  // lily_forced_output
+  int step_delay_ms = 0;                     // lily_step_delay_ms
+};
+
+// body: the parsed JSON. On error returns the ApiError; else fills `out`.
+std::optional<ApiError> parse_chat_request(const nlohmann::ordered_json& body, bool test_hooks, ApiRequest& out);
+std::optional<ApiError> parse_completion_request(const nlohmann::ordered_json& body, bool test_hooks, ApiRequest& out);
+
+// True when s is valid UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
+bool valid_utf8(std::string_view s);
+
+}  // namespace lily
