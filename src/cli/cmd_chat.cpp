@@ -21,7 +21,7 @@ struct ChatArgs {
   RuntimeArgs rt;
   std::string system;
   bool no_think = false;
-  int max_tokens = 1024;
+  int max_tokens = 0;      // 0 = up to the context length
   float temperature = -1;  // < 0: the checkpoint's default
 };
 
@@ -40,7 +40,7 @@ nlohmann::ordered_json reply(Runtime& rt, const ChatArgs& a, const nlohmann::ord
   ApiRequest req;
   req.chat = true;
   req.messages = messages;
-  req.max_tokens = a.max_tokens;
+  if (a.max_tokens > 0) req.max_tokens = a.max_tokens;
   if (a.temperature >= 0) req.temperature = a.temperature;
   if (a.no_think) req.enable_thinking = false;
   PreparedRequest prep;
@@ -149,7 +149,7 @@ Registrar reg("chat", "interactive terminal chat", [](CLI::App& app) -> RunFn {
   add_runtime_options(app, a->rt);
   app.add_option("--system", a->system, "system prompt");
   app.add_flag("--no-think", a->no_think, "disable thinking (enable_thinking=false)");
-  app.add_option("--max-tokens", a->max_tokens, "longest reply, tokens");
+  app.add_option("--max-tokens", a->max_tokens, "longest reply, tokens (0 = up to the context length)");
   app.add_option("--temperature", a->temperature, "sampling temperature (default: the checkpoint's)");
   return [a] { return run_chat(*a); };
 });
