@@ -438,6 +438,15 @@ def more_unit_cases():
     add("default_on_none_attr", "{{ m.content|default('x') }} {{ m.missing|default('y') }} {{ m.none|default('z') }}",
         m={"content": "c", "none": None})
     add("trim_filter_on_markup", "[{{ (' a '|safe)|trim }}]")
+    add("select_map_on_falsy", "{{ none|select('odd')|list }} {{ 0|map(attribute='x')|list }} "
+        "{{ false|selectattr('a')|list }} {{ ''|reject|list }}")
+    add("unhashable_in_dict_error", "{{ [1] in {'a': 1} }}")
+    add("unique_unhashable_error", "{{ [{'a': 1}]|unique|list }}")
+    add("callable_undefined", "{{ missing is callable }} {{ 'x' is callable }}")
+    add("odd_even_float", "{{ 2.5 is even }} {{ 3.0 is odd }} {{ 4.0 is even }} {{ 7.5 is divisibleby 2.5 }}")
+    add("indent_non_string_error", "{{ 5|indent }}")
+    add("percent_mapping_like", "{{ 'ab' % [1] }} {{ 'ab' % {'k': 1} }} {{ '%s' % [1, 2] }} {{ 'n' % missing }}")
+    add("percent_extra_args_error", "{{ 'ab' % 5 }}")
     add("int_filter_edge", "{{ '0x1A'|int }} {{ '1e3'|int }} {{ '-12'|int }} {{ '+7'|int }} {{ ''|int }} {{ '3.'|int }}")
     return u
 

@@ -313,6 +313,8 @@ Value f_unique(Interp& in, const Value& v, CallArgs& a) {
   List out, seen;
   for (auto& x : in.iterate(v)) {
     Value k = sort_key(in, x, attr, cs);
+    if ((k.is_list() && !k.is_tuple) || k.is_dict())
+      throw Error(fmt::format("TypeError: unhashable type: '{}'", type_name(k)));
     bool dup = false;
     for (auto& y : seen) dup |= py_equal(k, y);
     if (!dup) seen.push_back(k), out.push_back(x);
@@ -366,7 +368,8 @@ Value f_indent(Interp&, const Value& v, CallArgs& a) {
   Value w = s.get(0, Value::integer(4));
   std::string ind = w.is_string() ? w.s : std::string(static_cast<size_t>(std::max<int64_t>(0, w.as_int())), ' ');
   bool first = truthy(s.get(1, Value::boolean(false))), blank = truthy(s.get(2, Value::boolean(false)));
-  auto lines = pystr::splitlines(py_str(v) + "\n", false);
+  if (!v.is_string()) binary_op("+", v, Value::string("\n"));  // jinja2 does s += "\n": non-str fails
+  auto lines = pystr::splitlines(v.s + "\n", false);
   std::string rv;
   if (blank) {
     for (size_t k = 0; k < lines.size(); ++k) rv += (k ? "\n" + ind : "") + lines[k];
@@ -414,7 +417,9 @@ Value f_dictsort(Interp& in, const Value& v, CallArgs& a) {
 }
 
 // select/reject/selectattr/rejectattr/map share jinja2's argument conventions.
+// jinja2 guards these with `if value:`, so a falsy non-iterable (none, 0, false) yields nothing.
 Value select_impl(Interp& in, const Value& v, CallArgs& a, bool attr_mode, bool want) {
+  if (!truthy(v)) return Value::from_list({});
   std::vector<Value> rest = a.pos;
   Value attr;
   if (attr_mode) {
@@ -450,6 +455,7 @@ Value f_selectattr(Interp& in, const Value& v, CallArgs& a) { return select_impl
 Value f_rejectattr(Interp& in, const Value& v, CallArgs& a) { return select_impl(in, v, a, true, false); }
 Value f_map(Interp& in, const Value& v, CallArgs& a) {
   List out;
+  if (!truthy(v)) return Value::from_list({});
   const Value* attr = nullptr;
   const Value* dflt = nullptr;
   for (auto& [k, x] : a.kw) {
@@ -508,7 +514,8 @@ bool t_float(Interp&, const Value& v, CallArgs&) { return v.kind == Kind::Float;
 bool t_boolean(Interp&, const Value& v, CallArgs&) { return v.kind == Kind::Bool; }
 bool t_true(Interp&, const Value& v, CallArgs&) { return v.kind == Kind::Bool && v.b; }
 bool t_false(Interp&, const Value& v, CallArgs&) { return v.kind == Kind::Bool && !v.b; }
-bool t_callable(Interp&, const Value& v, CallArgs&) { return v.kind == Kind::Callable; }
+// Undefined defines __call__ (to fail), so Python's callable() says yes.
+bool t_callable(Interp&, const Value& v, CallArgs&) { return v.kind == Kind::Callable || v.is_undefined(); }
 bool t_eq(Interp&, const Value& v, CallArgs& a) { return py_equal(v, one_arg(a, "eq")); }
 bool t_ne(Interp&, const Value& v, CallArgs& a) { return !py_equal(v, one_arg(a, "ne")); }
 bool t_lt(Interp&, const Value& v, CallArgs& a) { return py_compare(v, one_arg(a, "lt")) < 0; }
@@ -529,19 +536,11 @@ bool t_sameas(Interp&, const Value& v, CallArgs& a) {
     default: return false;
   }
 }
-bool t_odd(Interp&, const Value& v, CallArgs&) {
-  if (!v.is_int_like()) throw Error("TypeError: odd test needs an integer");
-  return (v.as_int() % 2) != 0;
-}
-bool t_even(Interp&, const Value& v, CallArgs&) {
-  if (!v.is_int_like()) throw Error("TypeError: even test needs an integer");
-  return v.as_int() % 2 == 0;
-}
+// jinja2: value % 2 == 1, value % 2 == 0, value % num == 0 (Python modulo, floats too).
+bool t_odd(Interp&, const Value& v, CallArgs&) { return py_equal(binary_op("%", v, Value::integer(2)), Value::integer(1)); }
+bool t_even(Interp&, const Value& v, CallArgs&) { return py_equal(binary_op("%", v, Value::integer(2)), Value::integer(0)); }
 bool t_divisibleby(Interp&, const Value& v, CallArgs& a) {
-  Value d = one_arg(a, "divisibleby");
-  if (!v.is_int_like() || !d.is_int_like()) throw Error("TypeError: divisibleby needs integers");
-  if (d.as_int() == 0) throw Error("ZeroDivisionError: integer division or modulo by zero");
-  return v.as_int() % d.as_int() == 0;
+  return py_equal(binary_op("%", v, one_arg(a, "divisibleby")), Value::integer(0));
 }
 // str.islower() / str.isupper(): at least one cased character and none of the other case.
 bool case_test(const Value& v, bool want_lower) {

@@ -67,6 +67,7 @@ Value int_mul(int64_t a, int64_t b) {
 
 Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "~") return Value::string(py_str(a) + py_str(b));
+  if (op == "%" && a.is_string()) return Value::string(percent_format(a.s, b));
   if (a.is_undefined()) fail_undefined(a);
   if (b.is_undefined()) fail_undefined(b);
   bool both_num = a.is_number() && b.is_number();
@@ -140,6 +141,8 @@ bool contains(const Value& c, const Value& item) {
       return false;
     case Kind::Dict:
       if (c.is_namespace) break;
+      if ((item.is_list() && !item.is_tuple) || item.is_dict())
+        throw Error(fmt::format("TypeError: unhashable type: '{}'", type_name(item)));
       return item.is_string() && c.dict->find(item.s) != nullptr;
     default: break;
   }
@@ -200,7 +203,9 @@ std::string percent_format(const std::string& f, const Value& args) {
       default: throw Error(std::string("unsupported: %-format conversion '") + conv + "'");
     }
   }
-  if (next < pos.size() && !args.is_dict()) throw Error("TypeError: not all arguments converted during string formatting");
+  // Python skips this check when args has __getitem__ (dict, list): it may be a mapping.
+  bool mapping_like = args.is_dict() || (args.is_list() && !args.is_tuple) || args.is_undefined();
+  if (next < pos.size() && !mapping_like) throw Error("TypeError: not all arguments converted during string formatting");
   return out;
 }
 
