@@ -52,7 +52,7 @@ class SafeTensors {
 };
 
 // Writer used by `lily synth` and tests: tensors are declared first (so the header can be
-// written), then their bytes are streamed in declaration order.
+// written), then their bytes are streamed in declaration order (safetensors_writer.cpp).
 class SafeTensorsWriter {
  public:
   struct Entry {
@@ -74,7 +74,12 @@ class SafeTensorsWriter {
 
  private:
   SafeTensorsWriter() = default;
+  Status append(const void* data, size_t n);  // through the staging buffer
   int fd_ = -1;
+  int direct_fd_ = -1;        // same file opened O_DIRECT, or -1 where unsupported
+  uint8_t* stage_ = nullptr;  // 4 KiB-aligned staging buffer
+  size_t stage_fill_ = 0;
+  uint64_t file_off_ = 0;     // file offset of stage_[0]
   std::vector<Entry> entries_;
   size_t next_ = 0;
   size_t written_in_current_ = 0;
