@@ -142,12 +142,15 @@ void Engine::run(GenRequest& req) {
 
   // Prefill the uncached suffix in chunks, so a cancel is seen between chunks.
   const std::span<const int32_t> todo(req.prompt.data() + n_cached, req.prompt.size() - size_t(n_cached));
-  for (size_t off = 0; off < todo.size(); off += size_t(opts_.prefill_chunk)) {
+  for (size_t off = 0, len = 0; off < todo.size(); off += len) {
     if (req.cancelled) {
       give_back(true);
       return finish(FinishReason::kCancelled, "");
     }
-    auto chunk = todo.subspan(off, std::min(todo.size() - off, size_t(opts_.prefill_chunk)));
+    len = std::min(todo.size() - off, size_t(opts_.prefill_chunk));
+    const size_t snap = req.snapshot_at > n_cached ? size_t(req.snapshot_at - n_cached) : 0;
+    if (snap > off && snap < off + len) len = snap - off;  // a chunk boundary at the snapshot
+    auto chunk = todo.subspan(off, len);
     bool last = off + chunk.size() == todo.size();
     Status st = model_.forward(*entry.state, chunk, last ? std::span<float>(logits_) : std::span<float>());
     if (!st) {
@@ -155,6 +158,13 @@ void Engine::run(GenRequest& req) {
       return finish(FinishReason::kError, "", st.message());
     }
     entry.tokens.insert(entry.tokens.end(), chunk.begin(), chunk.end());
+    if (snap > 0 && off + len == snap) {
+      CacheEntry s;
+      s.tokens = entry.tokens;
+      s.state = entry.state->clone();
+      s.key = req.cache_key;
+      cache_.put(std::move(s));
+    }
   }
 
   Sampler sampler(req.sampling, req.prompt);

@@ -58,6 +58,10 @@ struct GenRequest {
   std::vector<int32_t> forced_output;   // test hook: fed instead of sampling, then stop
   int step_delay_ms = 0;                // test hook: sleep per decode step
   std::string cache_key;                // prompt_cache_key
+  // Also cache a snapshot of the state after this many prompt tokens (-1: none). With thinking
+  // on, the next turn drops this turn's think block, so it extends the prompt only up to the
+  // start of the reply ("<|im_start|>assistant\n"); the snapshot is what it can reuse.
+  int snapshot_at = -1;
   std::function<void(GenEvent&&)> on_event;
   std::atomic<bool> cancelled{false};   // set by the client side; seen before every step
 };
@@ -65,7 +69,7 @@ struct GenRequest {
 struct EngineOptions {
   int max_seq = 4096;               // state capacity, tokens
   int max_queue = 64;               // waiting requests beyond the running one
-  int max_cached_states = 4;        // prefix cache entries (Lily keeps 2)
+  int max_cached_states = 8;        // prefix cache entries (Lily keeps 2)
   size_t cache_budget_bytes = size_t(8) << 30;
   int prefill_chunk = 512;          // tokens per forward during prefill (cancel checked between)
 };

@@ -59,6 +59,19 @@ Result<std::string> CompletionService::render(const ApiRequest& req) const {
   return render_chat_prompt(*tmpl_, body, o);
 }
 
+// Index just past the last "<|im_start|>…\n" of the prompt: where this turn's reply starts
+// when the next turn renders it (-1 when not found or at the very end).
+int CompletionService::reply_start(const std::vector<int32_t>& prompt) const {
+  auto im_start = tok_.token_to_id("<|im_start|>");
+  if (!im_start) return -1;
+  int i = int(prompt.size()) - 1;
+  while (i >= 0 && prompt[i] != *im_start) --i;
+  if (i < 0) return -1;
+  for (int j = i + 1; j < int(prompt.size()) - 1; ++j)
+    if (tok_.decode(std::span<const int32_t>(&prompt[j], 1), false).find('\n') != std::string::npos) return j + 1;
+  return -1;
+}
+
 static bool ends_inside_think(const std::string& prompt) {
   size_t end = prompt.size();
   while (end > 0 && (prompt[end - 1] == '\n' || prompt[end - 1] == ' ')) --end;
@@ -144,6 +157,7 @@ std::optional<ApiError> CompletionService::prepare(const ApiRequest& req, Prepar
       gen->forced_prefix = tok_.encode(opening);
     }
   }
+  if (po.in_reasoning) gen->snapshot_at = reply_start(gen->prompt);
   out.gen = std::move(gen);
   return std::nullopt;
 }

@@ -41,6 +41,7 @@ class CompletionService {
   // The prompt a chat request renders to (exposed for tests and `lily chat`).
   Result<std::string> render(const ApiRequest& req) const;
 
+  int reply_start(const std::vector<int32_t>& prompt) const;
   const ServiceOptions& options() const { return opts_; }
   Engine& engine() { return engine_; }
   const Tokenizer& tokenizer() const { return tok_; }

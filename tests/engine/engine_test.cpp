@@ -3,6 +3,8 @@
 // stops a request between steps; stop strings and forced output behave as documented.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <future>
 
@@ -100,11 +102,33 @@ TEST_F(EngineTest, CachedFollowUpEqualsFreshPrefill) {
   GenRun c = run(fresh, greedy(p2, 8));
   EXPECT_EQ(c.last.usage.cached_tokens, 0);
   ASSERT_EQ(b.tokens.size(), c.tokens.size());
+  double max_diff = 0;
+  for (size_t i = 0; i < b.tokens.size(); ++i) max_diff = std::max(max_diff, double(std::abs(*b.tokens[i].logprob - *c.tokens[i].logprob)));
+  std::printf("cached vs fresh: max logprob difference %.3g\n", max_diff);
   for (size_t i = 0; i < b.tokens.size(); ++i) {
     EXPECT_EQ(b.tokens[i].id, c.tokens[i].id) << "step " << i;
     EXPECT_NEAR(*b.tokens[i].logprob, *c.tokens[i].logprob, 2e-3) << "step " << i;
   }
   EXPECT_EQ(cached.stats().cache_hits.load(), 1u);
+}
+
+TEST_F(EngineTest, SnapshotInsidePromptIsReused) {
+  EngineOptions eo;
+  eo.max_seq = 256;
+  Engine e(*model_, *tok_, eo);
+  std::vector<int32_t> p1 = tok_->encode("One two three four five six seven eight");
+  auto r1 = greedy(p1, 2);
+  r1->snapshot_at = 5;
+  GenRun a = run(e, r1);
+  // A prompt that shares only the first 5 tokens continues from the snapshot.
+  std::vector<int32_t> p2(p1.begin(), p1.begin() + 5);
+  for (int32_t id : tok_->encode(" nine ten")) p2.push_back(id);
+  GenRun b = run(e, greedy(p2, 3));
+  EXPECT_EQ(b.last.usage.cached_tokens, 5);
+  Engine fresh(*model_, *tok_, eo);
+  GenRun c = run(fresh, greedy(p2, 3));
+  ASSERT_EQ(b.tokens.size(), c.tokens.size());
+  for (size_t i = 0; i < b.tokens.size(); ++i) EXPECT_EQ(b.tokens[i].id, c.tokens[i].id);
 }
 
 TEST_F(EngineTest, CancelStopsBetweenSteps) {

@@ -220,6 +220,20 @@ test('a follow-up turn reuses the cached state (thinking off)', { skip }, async 
   assert.equal(r2.usage.prompt_tokens, await oraclePromptTokens(kept, { enableThinking: false }));
 });
 
+test('with thinking on, the next turn reuses the state up to the start of the reply', { skip }, async () => {
+  const q1 = [{ role: 'user', content: 'Think, then answer.' }];
+  const r1 = await client.chat.completions.create({ model: MODEL, messages: q1,
+                                                    lily_forced_output: 'Hmm.\n</think>\n\nFine.' });
+  assert.equal(r1.choices[0].message.reasoning_content, 'Hmm.');
+  assert.equal(r1.choices[0].message.content, 'Fine.');
+  const q2 = [...q1, { role: 'assistant', content: 'Fine.' }, { role: 'user', content: 'More?' }];
+  const r2 = await client.chat.completions.create({ model: MODEL, messages: q2, max_tokens: 2, temperature: 0 });
+  // Turn 1's prompt ends "<|im_start|>assistant\n<think>\n"; turn 2 renders that turn without
+  // its think block, so it shares turn 1's prompt minus "<think>" and "\n".
+  assert.equal(r2.usage.prompt_tokens_details.cached_tokens, r1.usage.prompt_tokens - 2);
+  assert.equal(r2.usage.prompt_tokens, await oraclePromptTokens(q2));
+});
+
 test('aborting a stream stops generation within a step and frees the engine', { skip }, async () => {
   const before = await metric(main.base, 'lily_completion_tokens_total');
   const stream = await client.chat.completions.create({ model: MODEL, messages: hello, max_tokens: 500, stream: true,
