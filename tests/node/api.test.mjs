@@ -322,6 +322,27 @@ test('every error surfaces as the SDK error class of its status', { skip }, asyn
   assert.equal(fine.model, path.basename(dir));
 });
 
+test('mutated request bodies never crash the server: every answer is a 2xx or a 4xx error object', { skip }, async () => {
+  const valid = JSON.stringify({ model: MODEL, messages: [{ role: 'system', content: 'Be brief.' }, ...hello], max_tokens: 1,
+                                 temperature: 0.5, stop: ['x'], tools, stream: false });
+  let seed = 12345;
+  const rand = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
+  for (let i = 0; i < 150; i++) {
+    const bytes = Buffer.from(valid);
+    let body;
+    switch (i % 3) {
+      case 0: { for (let k = 0; k < 1 + rand(4); k++) bytes[rand(bytes.length)] = rand(256); body = bytes; break; }
+      case 1: body = bytes.subarray(0, rand(bytes.length)); break;
+      default: { const j = rand(bytes.length); body = Buffer.concat([bytes.subarray(0, j), Buffer.from(['null', '[]', '{}', '-1', '"', '1e999'][rand(6)]), bytes.subarray(j)]); }
+    }
+    const r = await fetch(`${main.base}/v1/chat/completions`, { method: 'POST', body, headers: { 'content-type': 'application/json' } });
+    const text = await r.text();
+    assert.ok(r.status === 200 || (r.status >= 400 && r.status < 500), `status ${r.status} for ${body}: ${text}`);
+    if (r.status !== 200) assert.equal(typeof JSON.parse(text).error.message, 'string');
+  }
+  assert.equal((await fetch(`${main.base}/health`)).status, 200);
+});
+
 test('a full queue answers 503 with Retry-After while /health and /metrics stay responsive', { skip }, async () => {
   const slow = () => client.chat.completions.create({ model: MODEL, messages: hello, max_tokens: 40, lily_step_delay_ms: 25,
                                                        lily_forced_output: 'a b c d e f g h i j k l m n o p q r s t' });
