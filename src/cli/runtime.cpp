@@ -70,7 +70,7 @@ std::unique_ptr<Runtime> load_runtime(const RuntimeArgs& a) {
   const int model_max = rt->model->config().max_position_embeddings;
   EngineOptions eo;
   eo.max_seq = a.max_seq > 0 ? std::min(a.max_seq, model_max) : std::min(8192, model_max);
-  eo.max_queue = std::max(0, a.max_queue);
+  eo.max_queue = std::max(1, a.max_queue);
   eo.max_cached_states = std::max(1, a.max_cached);
   eo.cache_budget_bytes = size_t(std::max(1, a.cache_mb)) << 20;
   rt->engine = std::make_unique<Engine>(*rt->model, *rt->tok, eo);
