@@ -111,10 +111,12 @@ Status parse_quantization(const Reader& root, ModelConfig& c) {
       QuantSpec s;
       LILY_TRY(parse_quant_spec(qr, key, v, s));
       if (ours) c.quant_overrides[key] = s;
-    } else if (ours) {
-      return qr.err(key, "expected an object {group_size, bits}, got " + show(v));
+    } else if (ours && !v.is_boolean()) {
+      return qr.err(key, "expected an object {group_size, bits} (or a boolean), got " + show(v));
     }
-    // Other keys (vision tower, unknown scalars) do not concern the text model.
+    // Booleans (mlx-lm's "quantize this module or not") are not read: the checkpoint check
+    // derives each module's bit width from its packed width. Keys outside the text model
+    // (vision tower) do not concern us.
   }
   return Status::ok();
 }

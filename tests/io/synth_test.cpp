@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/bf16.h"
+#include "core/thread_pool.h"
 #include "io/checkpoint.h"
 #include "io_test_util.h"
 
@@ -112,6 +113,16 @@ TEST(Synth, SameSeedSameBytesDifferentSeedDifferentBytes) {
     ASSERT_TRUE(u);
     EXPECT_NE(std::memcmp(t.data, u->data, t.nbytes), 0) << name << " is identical across seeds";
   }
+}
+
+TEST(Synth, BytesDoNotDependOnThreadCount) {
+  std::string a = fresh_dir("thr-a"), b = fresh_dir("thr-b");
+  ThreadPool::set_global_threads(1);
+  ASSERT_TRUE(write_synthetic_checkpoint({"tiny", 11, a}).is_ok());
+  ThreadPool::set_global_threads(3);
+  ASSERT_TRUE(write_synthetic_checkpoint({"tiny", 11, b}).is_ok());
+  ThreadPool::set_global_threads(0);  // back to the default
+  EXPECT_TRUE(read_all(a + "/model.safetensors") == read_all(b + "/model.safetensors"));
 }
 
 TEST(Synth, UnknownPresetIsAnError) {
