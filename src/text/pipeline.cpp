@@ -34,6 +34,10 @@ Result<Normalizer> Normalizer::from_json(const nlohmann::json& j) {
   return n;
 }
 
+bool Normalizer::apply_into(std::string_view s, std::string& out) const {
+  return nfc_ && unicode::nfc_into(s, out);
+}
+
 std::string Normalizer::apply(std::string_view s) const {
   if (!nfc_) return std::string(s);
   return unicode::nfc(s);

@@ -21,6 +21,8 @@ class Normalizer {
   static Result<Normalizer> from_json(const nlohmann::json& j);  // j may be null
   bool active() const { return nfc_; }
   std::string apply(std::string_view s) const;
+  // Like apply, but returns false (out untouched) when s is already normalized.
+  bool apply_into(std::string_view s, std::string& out) const;
 
  private:
   bool nfc_ = false;

@@ -174,6 +174,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   }
   out.reserve(text.size() / 3 + 4);
   std::vector<Split> splits, nsplits;
+  std::string normalized;
   if (raw_matcher_.empty()) {
     splits.push_back({0, text.size(), -1});
   } else {
@@ -185,11 +186,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
       continue;
     }
     std::string_view piece = text.substr(sp.start, sp.end - sp.start);
-    std::string normalized;
-    if (normalizer_.active()) {
-      normalized = normalizer_.apply(piece);
-      piece = normalized;
-    }
+    if (normalizer_.apply_into(piece, normalized)) piece = normalized;
     if (norm_matcher_.empty()) {
       encode_normalized_piece(piece, out);
       continue;

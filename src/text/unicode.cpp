@@ -110,22 +110,47 @@ bool nfc_quick_check(std::string_view s) {
   return true;
 }
 
-std::string nfc(std::string_view s) {
-  if (nfc_quick_check(s)) return std::string(s);
-  // An HF-unassigned code point is a plain starter to HF, so normalization never crosses it:
-  // normalize the segments between such code points separately.
-  std::string out;
-  size_t seg = 0, i = 0;
+bool nfc_into(std::string_view s, std::string& out) {
+  if (nfc_quick_check(s)) return false;
+  // Only the stretches around non-inert code points go through utf8proc. A stretch starts at
+  // the last inert code point before the trouble (a starter that nothing before it can
+  // combine with or reorder past, though marks after it may compose with it) and ends before
+  // the next inert one. An HF-unassigned code point is a plain starter to HF that composes
+  // with nothing, so it bounds a stretch on both sides and is copied as is.
+  const InertTable& t = inert_table();
+  auto inert = [&](uint32_t cp) { return cp < 0x300 || (cp < kTableEnd && t.inert[cp]); };
+  out.clear();
+  out.reserve(s.size() + 16);
+  size_t copied = 0, boundary = 0, i = 0;
   while (i < s.size()) {
     size_t at = i;
     uint32_t cp = utf8::next_cp(s, i);
-    if (!hf_unassigned(cp)) continue;
-    if (at > seg) out += utf8proc_nfc(s.substr(seg, at - seg));
-    out.append(s.data() + at, i - at);
-    seg = i;
+    if (inert(cp)) {
+      boundary = at;
+      continue;
+    }
+    if (hf_unassigned(cp)) {
+      boundary = i;
+      continue;
+    }
+    size_t end = i;
+    while (end < s.size()) {
+      size_t k = end;
+      uint32_t c2 = utf8::next_cp(s, k);
+      if (inert(c2) || hf_unassigned(c2)) break;
+      end = k;
+    }
+    out.append(s.data() + copied, boundary - copied);
+    out += utf8proc_nfc(s.substr(boundary, end - boundary));
+    copied = boundary = i = end;
   }
-  if (seg == 0) return utf8proc_nfc(s);
-  if (seg < s.size()) out += utf8proc_nfc(s.substr(seg));
+  out.append(s.data() + copied, s.size() - copied);
+  return true;
+}
+
+std::string nfc(std::string_view s) {
+  std::string out;
+  if (!nfc_into(s, out)) return std::string(s);
   return out;
 }
 

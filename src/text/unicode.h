@@ -12,7 +12,10 @@ namespace lily::unicode {
 // canonical composition). False means "maybe not": run the full normalizer.
 bool nfc_quick_check(std::string_view s);
 
-// NFC of valid UTF-8 s. Returns s unchanged when the quick check passes.
+// NFC of valid UTF-8 s, as HF tokenizers computes it (its Unicode data is older than
+// utf8proc's; see kHfUnassigned). nfc_into returns false, leaving out alone, when s is
+// already NFC by the quick check; otherwise writes the result to out.
+bool nfc_into(std::string_view s, std::string& out);
 std::string nfc(std::string_view s);
 
 // Unicode White_Space property (Rust's char::is_whitespace and regex \s).
