@@ -99,7 +99,15 @@ Result<CacheEntry> Engine::checkout(const GenRequest& req, int& n_cached) {
     e.state->reset();
     return e;
   }
-  LILY_ASSIGN_OR_RETURN(e.state, model_.new_state(opts_.max_seq));
+  auto fresh = model_.new_state(opts_.max_seq);
+  if (!fresh) {  // out of memory, say: recycle a cached state if there is one
+    auto old = cache_.take_lru();
+    if (!old) return fresh.status();
+    e.state = std::move(old->state);
+    e.state->reset();
+    return e;
+  }
+  e.state = std::move(fresh).value();
   state_bytes_ = e.state->bytes();
   return e;
 }
