@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
@@ -74,10 +75,13 @@ class SafeTensorsWriter {
 
  private:
   SafeTensorsWriter() = default;
-  Status append(const void* data, size_t n);  // through the staging buffer
+  Status append(const void* data, size_t n);  // through the staging buffers
+  Status wait_flush();
   int fd_ = -1;
   int direct_fd_ = -1;        // same file opened O_DIRECT, or -1 where unsupported
-  uint8_t* stage_ = nullptr;  // 4 KiB-aligned staging buffer
+  uint8_t* stage_ = nullptr;  // 4 KiB-aligned staging buffer being filled
+  uint8_t* stage_other_ = nullptr;  // the one being written (flush_)
+  std::future<Status> flush_;
   size_t stage_fill_ = 0;
   uint64_t file_off_ = 0;     // file offset of stage_[0]
   std::vector<Entry> entries_;
