@@ -447,6 +447,17 @@ def more_unit_cases():
     add("indent_non_string_error", "{{ 5|indent }}")
     add("percent_mapping_like", "{{ 'ab' % [1] }} {{ 'ab' % {'k': 1} }} {{ '%s' % [1, 2] }} {{ 'n' % missing }}")
     add("percent_extra_args_error", "{{ 'ab' % 5 }}")
+    add("generator_truthiness", "{{ 'T' if []|select else 'F' }}{{ 'T' if m|selectattr('role', 'eq', 'x') else 'F' }}"
+        "{{ 'T' if m|selectattr('role', 'eq', 'x')|list else 'F' }}{{ 'T' if {}|items else 'F' }}"
+        "{{ 'T' if []|reverse else 'F' }} {{ m|map(attribute='role')|join('+') }} {{ (m|map(attribute='role'))[0] }}|"
+        "{{ m|selectattr('role')|first }} {{ [3, 1]|unique|sort }} {{ d|dictsort|length }} {{ m|reverse|list|length }}",
+        m=[{"role": "user"}, {"role": "assistant"}], d={"b": 1, "a": 2})
+    add("generator_length_error", "{{ [1, 2]|select|length }}")
+    add("generator_tojson_error", "{{ [1, 2]|map('string')|tojson }}")
+    add("generator_last_error", "{{ [1, 2]|select|last }}")
+    add("generator_loop", "{% for x in [1, 2, 3]|select('odd') %}{{ x }}{{ loop.length }}{{ loop.last }},{% endfor %}"
+        "{% for k, v in {'a': 1}|items %}{{ k }}{{ v }}{% endfor %}{{ [1, 2]|select is sequence }}"
+        "{{ [1, 2]|select is iterable }} {{ 1 in [1, 2]|select }}")
     add("int_filter_edge", "{{ '0x1A'|int }} {{ '1e3'|int }} {{ '-12'|int }} {{ '+7'|int }} {{ ''|int }} {{ '3.'|int }}")
     return u
 

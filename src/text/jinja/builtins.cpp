@@ -40,12 +40,22 @@ struct Sig {
 
 std::string soft_str(const Value& v) { return py_str(v); }
 
+// Results of jinja2's generator filters (items, map, select, reject, selectattr, rejectattr,
+// unique, reverse of a sequence): truthy even when empty, no len(), not subscriptable.
+Value generator(List items) {
+  Value v = Value::from_list(std::move(items));
+  v.is_iter = true;
+  return v;
+}
+
 Value f_length(Interp&, const Value& v, CallArgs& a) {
   Sig(a, "length", {});
   switch (v.kind) {
     case Kind::Undefined: return Value::integer(0);
     case Kind::String: return Value::integer(static_cast<int64_t>(pystr::length(v.s)));
-    case Kind::List: return Value::integer(static_cast<int64_t>(v.list->size()));
+    case Kind::List:
+      if (v.is_iter) break;
+      return Value::integer(static_cast<int64_t>(v.list->size()));
     case Kind::Dict:
       if (!v.is_namespace) return Value::integer(static_cast<int64_t>(v.dict->items.size()));
       break;
@@ -206,11 +216,11 @@ Value f_list(Interp& in, const Value& v, CallArgs& a) {
 }
 Value f_items(Interp&, const Value& v, CallArgs& a) {
   Sig(a, "items", {});
-  if (v.is_undefined()) return Value::from_list({});
+  if (v.is_undefined()) return generator({});
   if (!v.is_dict() || v.is_namespace) throw Error("TypeError: Can only get item pairs from a mapping.");
   List out;
   for (auto& [k, x] : v.dict->items) out.push_back(Value::from_list({Value::string(k), x}, true));
-  return Value::from_list(std::move(out));
+  return generator(std::move(out));
 }
 
 // attribute="a.b" or integer index, as jinja2's make_attrgetter resolves it.
@@ -254,6 +264,7 @@ Value f_first(Interp& in, const Value& v, CallArgs& a) {
 }
 Value f_last(Interp& in, const Value& v, CallArgs& a) {
   Sig(a, "last", {});
+  if (v.is_list() && v.is_iter) throw Error("TypeError: 'generator' object is not reversible");
   auto items = in.iterate(v);
   return items.empty() ? Value::undefined("No last item, sequence was empty.") : items.back();
 }
@@ -266,7 +277,7 @@ Value f_reverse(Interp& in, const Value& v, CallArgs& a) {
   }
   auto items = in.iterate(v);
   std::reverse(items.begin(), items.end());
-  return Value::from_list(std::move(items));
+  return generator(std::move(items));
 }
 
 Value f_tojson(Interp&, const Value& v, CallArgs& a) {
@@ -319,7 +330,7 @@ Value f_unique(Interp& in, const Value& v, CallArgs& a) {
     for (auto& y : seen) dup |= py_equal(k, y);
     if (!dup) seen.push_back(k), out.push_back(x);
   }
-  return Value::from_list(std::move(out));
+  return generator(std::move(out));
 }
 Value minmax(Interp& in, const Value& v, CallArgs& a, bool want_max) {
   Sig s(a, want_max ? "max" : "min", {"case_sensitive", "attribute"});
@@ -407,6 +418,7 @@ Value f_dictsort(Interp& in, const Value& v, CallArgs& a) {
   bool rev = truthy(s.get(2, Value::boolean(false)));
   CallArgs none;
   Value items = f_items(in, v, none);
+  items.is_iter = false;  // sorted() gives a list
   auto& lst = *items.list;
   size_t pos = by == "value" ? 1 : 0;
   std::stable_sort(lst.begin(), lst.end(), [&](const Value& p, const Value& q) {
@@ -419,7 +431,7 @@ Value f_dictsort(Interp& in, const Value& v, CallArgs& a) {
 // select/reject/selectattr/rejectattr/map share jinja2's argument conventions.
 // jinja2 guards these with `if value:`, so a falsy non-iterable (none, 0, false) yields nothing.
 Value select_impl(Interp& in, const Value& v, CallArgs& a, bool attr_mode, bool want) {
-  if (!truthy(v)) return Value::from_list({});
+  if (!truthy(v)) return generator({});
   std::vector<Value> rest = a.pos;
   Value attr;
   if (attr_mode) {
@@ -447,7 +459,7 @@ Value select_impl(Interp& in, const Value& v, CallArgs& a, bool attr_mode, bool 
     }
     if (ok == want) out.push_back(x);
   }
-  return Value::from_list(std::move(out));
+  return generator(std::move(out));
 }
 Value f_select(Interp& in, const Value& v, CallArgs& a) { return select_impl(in, v, a, false, true); }
 Value f_reject(Interp& in, const Value& v, CallArgs& a) { return select_impl(in, v, a, false, false); }
@@ -455,7 +467,7 @@ Value f_selectattr(Interp& in, const Value& v, CallArgs& a) { return select_impl
 Value f_rejectattr(Interp& in, const Value& v, CallArgs& a) { return select_impl(in, v, a, true, false); }
 Value f_map(Interp& in, const Value& v, CallArgs& a) {
   List out;
-  if (!truthy(v)) return Value::from_list({});
+  if (!truthy(v)) return generator({});
   const Value* attr = nullptr;
   const Value* dflt = nullptr;
   for (auto& [k, x] : a.kw) {
@@ -467,7 +479,7 @@ Value f_map(Interp& in, const Value& v, CallArgs& a) {
       Value r = get_path(in, x, *attr);
       out.push_back(r.is_undefined() && dflt ? *dflt : r);
     }
-    return Value::from_list(std::move(out));
+    return generator(std::move(out));
   }
   if (a.pos.empty()) throw Error("TypeError: map requires a filter argument");
   std::string name = py_str(a.pos[0]);
@@ -476,7 +488,7 @@ Value f_map(Interp& in, const Value& v, CallArgs& a) {
   fa.pos.assign(a.pos.begin() + 1, a.pos.end());
   fa.kw = a.kw;
   for (auto& x : in.iterate(v)) out.push_back(in.apply_filter(name, x, fa));
-  return Value::from_list(std::move(out));
+  return generator(std::move(out));
 }
 
 const std::map<std::string, FilterFn>& filters() {
@@ -507,7 +519,7 @@ bool t_mapping(Interp&, const Value& v, CallArgs&) { return v.is_dict() && !v.is
 bool t_iterable(Interp&, const Value& v, CallArgs&) {
   return v.is_undefined() || v.is_string() || v.is_list() || (v.is_dict() && !v.is_namespace);
 }
-bool t_sequence(Interp& in, const Value& v, CallArgs& a) { return t_iterable(in, v, a); }
+bool t_sequence(Interp& in, const Value& v, CallArgs& a) { return !(v.is_list() && v.is_iter) && t_iterable(in, v, a); }
 bool t_number(Interp&, const Value& v, CallArgs&) { return v.is_number(); }
 bool t_integer(Interp&, const Value& v, CallArgs&) { return v.kind == Kind::Int; }
 bool t_float(Interp&, const Value& v, CallArgs&) { return v.kind == Kind::Float; }

@@ -217,7 +217,7 @@ Value Interp::get_item(const Value& obj, const Value& key) {
   if (obj.is_undefined()) fail_undefined(obj);
   if (obj.is_dict() && key.is_string()) {
     if (const Value* v = obj.dict->find(key.s)) return *v;
-  } else if ((obj.is_list() || obj.is_string()) && key.is_int_like()) {
+  } else if (((obj.is_list() && !obj.is_iter) || obj.is_string()) && key.is_int_like()) {
     int64_t n = static_cast<int64_t>(obj.is_list() ? obj.list->size() : pystr::length(obj.s));
     int64_t k = key.as_int();
     if (k < 0) k += n;
@@ -248,7 +248,9 @@ Value Interp::eval_slice(const Value& obj, const Value& start, const Value& stop
   if (s == 0) throw Error("ValueError: slice step cannot be zero");
   std::u32string u;
   int64_t n;
-  if (obj.is_list()) {
+  if (obj.is_list() && obj.is_iter) {
+    return Value::undefined("'generator' object is not subscriptable");
+  } else if (obj.is_list()) {
     n = static_cast<int64_t>(obj.list->size());
   } else if (obj.is_string()) {
     u = pystr::decode(obj.s);

@@ -79,7 +79,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
         return Value::string((a.safe ? a.s : pystr::html_escape(a.s)) + (b.safe ? b.s : pystr::html_escape(b.s)), true);
       return Value::string(a.s + b.s);
     }
-    if (a.is_list() && b.is_list() && a.is_tuple == b.is_tuple) {
+    if (a.is_list() && b.is_list() && a.is_tuple == b.is_tuple && !a.is_iter && !b.is_iter) {
       List out = *a.list;
       out.insert(out.end(), b.list->begin(), b.list->end());
       return Value::from_list(std::move(out), a.is_tuple);
@@ -94,8 +94,8 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   }
   if (op == "*") {
     if (both_num) return any_float ? Value::real(a.as_double() * b.as_double()) : int_mul(a.as_int(), b.as_int());
-    if ((a.is_string() || a.is_list()) && b.is_int_like()) return repeat(a, b.as_int());
-    if ((b.is_string() || b.is_list()) && a.is_int_like()) return repeat(b, a.as_int());
+    if ((a.is_string() || (a.is_list() && !a.is_iter)) && b.is_int_like()) return repeat(a, b.as_int());
+    if ((b.is_string() || (b.is_list() && !b.is_iter)) && a.is_int_like()) return repeat(b, a.as_int());
     type_error("*", a, b);
   }
   if (op == "/") {

@@ -52,7 +52,7 @@ bool truthy(const Value& v) {
     case Kind::Int: return v.i != 0;
     case Kind::Float: return v.f != 0.0;
     case Kind::String: return !v.s.empty();
-    case Kind::List: return !v.list->empty();
+    case Kind::List: return v.is_iter || !v.list->empty();
     case Kind::Dict: return v.is_namespace || !v.dict->items.empty();
     case Kind::Callable: return true;
   }
@@ -129,6 +129,7 @@ std::string py_repr(const Value& v) {
     case Kind::Undefined: return "Undefined";
     case Kind::String: return repr_string(v.s);
     case Kind::List: {
+      if (v.is_iter) return "<generator object>";
       std::string out = v.is_tuple ? "(" : "[";
       for (size_t k = 0; k < v.list->size(); ++k) {
         if (k) out += ", ";
@@ -172,7 +173,7 @@ std::string type_name(const Value& v) {
     case Kind::Int: return "int";
     case Kind::Float: return "float";
     case Kind::String: return "str";
-    case Kind::List: return v.is_tuple ? "tuple" : "list";
+    case Kind::List: return v.is_iter ? "generator" : v.is_tuple ? "tuple" : "list";
     case Kind::Dict: return v.is_namespace ? "Namespace" : "dict";
     case Kind::Callable: return "function";
   }
@@ -190,6 +191,7 @@ bool py_equal(const Value& a, const Value& b) {
     case Kind::None: return true;
     case Kind::String: return a.s == b.s;
     case Kind::List: {
+      if (a.is_iter || b.is_iter) return a.list == b.list;
       if (a.is_tuple != b.is_tuple || a.list->size() != b.list->size()) return false;
       for (size_t k = 0; k < a.list->size(); ++k)
         if (!py_equal((*a.list)[k], (*b.list)[k])) return false;
@@ -224,7 +226,7 @@ int py_compare(const Value& a, const Value& b) {
     int c = a.s.compare(b.s);  // UTF-8 byte order is code-point order
     return c < 0 ? -1 : (c > 0 ? 1 : 0);
   }
-  if (a.is_list() && b.is_list() && a.is_tuple == b.is_tuple) {
+  if (a.is_list() && b.is_list() && a.is_tuple == b.is_tuple && !a.is_iter && !b.is_iter) {
     size_t n = std::min(a.list->size(), b.list->size());
     for (size_t k = 0; k < n; ++k) {
       if (py_equal((*a.list)[k], (*b.list)[k])) continue;
@@ -283,6 +285,7 @@ static void dump(std::string& out, const Value& v, const JsonDumpOptions& o, int
       return;
     case Kind::String: dump_string(out, v.s, o.ensure_ascii); return;
     case Kind::List: {
+      if (v.is_iter) break;
       if (v.list->empty()) {
         out += "[]";
         return;

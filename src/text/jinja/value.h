@@ -41,6 +41,7 @@ struct Value {
   bool b = false;
   bool safe = false;      // String: a Markup (from |safe); '+' with a plain str escapes the str
   bool is_tuple = false;  // List: a tuple (prints as (a, b))
+  bool is_iter = false;   // List: a generator/iterator (select, map, items, ...): always truthy, no len()
   bool is_namespace = false;  // Dict: a namespace() object (attributes assignable)
   int64_t i = 0;
   double f = 0;
