@@ -189,9 +189,19 @@ Status SafeTensors::add_file(const std::string& path) {
     return errorf("{}: header length {} runs past the end of the file ({} bytes): truncated or not safetensors", path,
                   hlen, size);
   const char* hbegin = reinterpret_cast<const char*>(mf->data() + 8);
-  json h = json::parse(hbegin, hbegin + hlen, nullptr, /*allow_exceptions=*/false);
+  // A name given twice would silently keep only the last entry: catch it while parsing.
+  std::set<std::string> top_keys;
+  std::string duplicate;
+  json::parser_callback_t on_event = [&](int depth, json::parse_event_t ev, json& parsed) {
+    if (ev == json::parse_event_t::key && depth == 1 && !top_keys.insert(parsed.get<std::string>()).second &&
+        duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  json h = json::parse(hbegin, hbegin + hlen, on_event, /*allow_exceptions=*/false);
   if (h.is_discarded()) return errorf("{}: the header is not valid JSON", path);
   if (!h.is_object()) return errorf("{}: the header is not a JSON object", path);
+  if (!duplicate.empty()) return errorf("{}: tensor '{}': listed twice in the header", path, duplicate);
 
   const uint64_t data_size = size - 8 - hlen;
   const uint8_t* data = mf->data() + 8 + hlen;

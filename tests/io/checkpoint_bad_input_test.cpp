@@ -115,6 +115,26 @@ TEST(CheckpointBad, HeaderEntryMissingField) {
   expect_contains(open_error(d), {"tensor '" + name + "'", "data_offsets", "is after end"});
 }
 
+TEST(CheckpointBad, DuplicateNameInHeader) {
+  std::string d = fresh_dir("dup");
+  fs::copy_file(tiny_dir() + "/config.json", d + "/config.json");
+  std::string bytes = read_all(tiny_dir() + "/model.safetensors");
+  uint64_t hlen = 0;
+  std::memcpy(&hlen, bytes.data(), 8);
+  std::string hs = bytes.substr(8, hlen);
+  // Repeat the first entry (same name, same offsets) right after the opening brace.
+  const std::string name = kL0 + "linear_attn.dt_bias";
+  json h = json::parse(hs);
+  std::string entry = "\"" + name + "\":" + h[name].dump() + ",";
+  hs.insert(1, entry);
+  while (hs.size() % 8) hs.push_back(' ');
+  uint64_t nl = hs.size();
+  std::string out(reinterpret_cast<const char*>(&nl), 8);
+  out += hs + bytes.substr(8 + hlen);
+  write_all_text(d + "/model.safetensors", out);
+  expect_contains(open_error(d), {d + "/model.safetensors", "tensor '" + name + "'", "listed twice"});
+}
+
 TEST(CheckpointBad, OverlappingOffsets) {
   const std::string a = kL0 + "linear_attn.dt_bias", b = kL0 + "linear_attn.A_log";
   std::string d = tiny_with_header("overlap", [&](json& h) {
