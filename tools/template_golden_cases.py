@@ -458,6 +458,7 @@ def more_unit_cases():
     add("generator_loop", "{% for x in [1, 2, 3]|select('odd') %}{{ x }}{{ loop.length }}{{ loop.last }},{% endfor %}"
         "{% for k, v in {'a': 1}|items %}{{ k }}{{ v }}{% endfor %}{{ [1, 2]|select is sequence }}"
         "{{ [1, 2]|select is iterable }} {{ 1 in [1, 2]|select }}")
+    add("macro_infinite_recursion_error", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}")
     add("int_filter_edge", "{{ '0x1A'|int }} {{ '1e3'|int }} {{ '-12'|int }} {{ '+7'|int }} {{ ''|int }} {{ '3.'|int }}")
     return u
 

@@ -48,9 +48,18 @@ Result<ChatTemplate> ChatTemplate::load_dir(const std::string& dir) {
   if (cfg.is_discarded() || !cfg.is_object()) return errorf("{}: not a JSON object", cfg_path);
   auto it = cfg.find("chat_template");
   if (it == cfg.end()) return errorf("{}: no chat_template.jinja and no \"chat_template\" in {}", dir, cfg_path);
-  if (!it->is_string())
-    return errorf("{}: \"chat_template\" must be a string (named template lists are not supported)", cfg_path);
-  auto t = parse(it->get<std::string>());
+  std::string source;
+  if (it->is_string()) {
+    source = it->get<std::string>();
+  } else if (it->is_array()) {  // HF's named templates: [{"name": "default", "template": ...}, ...]
+    for (auto& e : *it)
+      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+        source = e["template"].get<std::string>();
+    if (source.empty()) return errorf("{}: \"chat_template\" list has no \"default\" template", cfg_path);
+  } else {
+    return errorf("{}: \"chat_template\" must be a string or a list of named templates", cfg_path);
+  }
+  auto t = parse(source);
   if (!t) return errorf("{}: {}", cfg_path, t.message());
   return t;
 }

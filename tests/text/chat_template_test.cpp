@@ -120,6 +120,15 @@ TEST(ChatTemplate, LoadDirPrefersJinjaFile) {
   ASSERT_TRUE(from_file.is_ok()) << from_file.message();
   EXPECT_EQ(from_file.value().render(ojson{{"x", 2}}).value(), "file 2");
   EXPECT_FALSE(ChatTemplate::load_dir(dir + "/nope").is_ok());
+  // HF's named-template list: the "default" entry.
+  std::string dir2 = dir + "_named";
+  std::filesystem::remove_all(dir2);
+  std::filesystem::create_directories(dir2);
+  std::ofstream(dir2 + "/tokenizer_config.json")
+      << R"({"chat_template": [{"name": "tool_use", "template": "t"}, {"name": "default", "template": "d{{ x }}"}]})";
+  auto named = ChatTemplate::load_dir(dir2);
+  ASSERT_TRUE(named.is_ok()) << named.message();
+  EXPECT_EQ(named.value().render(ojson{{"x", 3}}).value(), "d3");
 }
 
 TEST(ChatPrompt, UnsortedJsonOverloadAgreesOnOrderFreeRequests) {

@@ -174,8 +174,16 @@ Value Interp::make_macro(const Stmt& s, const FramePtr& defining) {
                                      ? eval(*params[k].default_value, mf)
                                      : Value::undefined(fmt::format("parameter '{}' was not provided", params[k].name));
     }
+    if (call_depth_ >= 256) throw Error("RecursionError: macro calls nested deeper than 256");
+    ++call_depth_;
     std::string out;
-    exec_body(stmt->body, mf, out);
+    try {
+      exec_body(stmt->body, mf, out);
+    } catch (...) {
+      --call_depth_;
+      throw;
+    }
+    --call_depth_;
     return Value::string(out);
   });
 }

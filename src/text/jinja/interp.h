@@ -47,6 +47,7 @@ class Interp {
 
  private:
   FramePtr root_;
+  int call_depth_ = 0;  // macro nesting; bounded so a runaway recursion is an error, not a crash
   Flow exec_body(const Body& body, const FramePtr& f, std::string& out);
   Flow exec(const Stmt& s, const FramePtr& f, std::string& out);
   void exec_for(const Stmt& s, const FramePtr& f, std::string& out);

@@ -267,6 +267,7 @@ static void dump_string(std::string& out, const std::string& s, bool ensure_asci
 }
 
 static void dump(std::string& out, const Value& v, const JsonDumpOptions& o, int depth) {
+  if (depth > 900) throw Error("RecursionError: maximum recursion depth exceeded while encoding a JSON object");
   std::string item_sep = !o.item_sep.empty() ? o.item_sep : (o.indent >= 0 ? "," : ", ");
   std::string key_sep = !o.key_sep.empty() ? o.key_sep : ": ";
   auto newline = [&](int d) {
