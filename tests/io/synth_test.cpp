@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <set>
 
@@ -262,6 +263,73 @@ TEST(Synth, RoutingIsSpreadOut) {
     EXPECT_GT(topk_count[size_t(e)], 0) << "expert " << e << " never chosen";
     EXPECT_LT(top1_count[size_t(e)], n_tok / 2) << "expert " << e << " takes most tokens";
   }
+}
+
+// One MoE block of layer 0 computed from the dequantized weights (model-spec §1.4.3): routed
+// experts (softmax, top-k, renormalised) plus the sigmoid-gated shared expert. Its output must be
+// a modest fraction of the residual it is added to: if every block (attention/DeltaNet and MoE,
+// 2 per layer) adds an independent ~r·|x|, 80 blocks grow the residual by sqrt(1 + 80 r²), which
+// stays under ~4x for r < 0.45.
+TEST(Synth, MoeBlockKeepsResidualBounded) {
+  auto ck = open_tiny();
+  ASSERT_TRUE(ck);
+  const ModelConfig& c = ck->config();
+  const int H = c.hidden_size, I = c.moe_intermediate_size, S = c.shared_expert_intermediate_size, E = c.num_experts;
+  const std::string L = "language_model.model.layers.0.mlp.";
+  auto matvec = [&](const std::string& module, int bits, int64_t row0, int n_out, int n_in, const std::vector<float>& x) {
+    std::vector<float> y(static_cast<size_t>(n_out));
+    for (int o = 0; o < n_out; ++o) {
+      std::vector<float> w = dequant_row(*ck, module, bits, row0 + o, n_in);
+      double acc = 0;
+      for (int i = 0; i < n_in; ++i) acc += double(w[size_t(i)]) * x[size_t(i)];
+      y[size_t(o)] = float(acc);
+    }
+    return y;
+  };
+  auto silu = [](float v) { return v / (1.0f + std::exp(-v)); };
+  auto rms = [](const std::vector<float>& v) {
+    double s = 0;
+    for (float a : v) s += double(a) * a;
+    return std::sqrt(s / v.size());
+  };
+  std::vector<float> gain = plain_values(ck->tensor("language_model.model.layers.0.post_attention_layernorm.weight"));
+  std::mt19937 rng(9);
+  double ratio_sum = 0;
+  const int n_tok = 12;
+  for (int t = 0; t < n_tok; ++t) {
+    std::vector<float> x = dequant_row(*ck, "language_model.model.embed_tokens", 4, int64_t(rng() % 151643u), H);
+    const double inv = 1.0 / std::sqrt(rms(x) * rms(x) + 1e-6);
+    std::vector<float> h(static_cast<size_t>(H));
+    for (int i = 0; i < H; ++i) h[size_t(i)] = float(x[size_t(i)] * inv * gain[size_t(i)]);
+    std::vector<float> logits = matvec(L + "gate", 8, 0, E, H, h);
+    std::vector<int> order(static_cast<size_t>(E));
+    for (int e = 0; e < E; ++e) order[size_t(e)] = e;
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[size_t(a)] > logits[size_t(b)]; });
+    double z = 0;
+    for (int k = 0; k < c.num_experts_per_tok; ++k) z += std::exp(double(logits[size_t(order[size_t(k)])] - logits[size_t(order[0])]));
+    std::vector<float> out(static_cast<size_t>(H), 0.0f);
+    for (int k = 0; k < c.num_experts_per_tok; ++k) {
+      const int e = order[size_t(k)];
+      const double p = std::exp(double(logits[size_t(e)] - logits[size_t(order[0])])) / z;
+      std::vector<float> g = matvec(L + "switch_mlp.gate_proj", 4, int64_t(e) * I, I, H, h);
+      std::vector<float> u = matvec(L + "switch_mlp.up_proj", 4, int64_t(e) * I, I, H, h);
+      for (int i = 0; i < I; ++i) g[size_t(i)] = silu(g[size_t(i)]) * u[size_t(i)];
+      std::vector<float> d = matvec(L + "switch_mlp.down_proj", 4, int64_t(e) * H, H, I, g);
+      for (int i = 0; i < H; ++i) out[size_t(i)] += float(p * d[size_t(i)]);
+    }
+    std::vector<float> g = matvec(L + "shared_expert.gate_proj", 4, 0, S, H, h);
+    std::vector<float> u = matvec(L + "shared_expert.up_proj", 4, 0, S, H, h);
+    for (int i = 0; i < S; ++i) g[size_t(i)] = silu(g[size_t(i)]) * u[size_t(i)];
+    std::vector<float> d = matvec(L + "shared_expert.down_proj", 4, 0, H, S, g);
+    const float gate = 1.0f / (1.0f + std::exp(-matvec(L + "shared_expert_gate", 8, 0, 1, H, h)[0]));
+    for (int i = 0; i < H; ++i) out[size_t(i)] += gate * d[size_t(i)];
+    for (float v : out) ASSERT_TRUE(std::isfinite(v));
+    ratio_sum += rms(out) / rms(x);
+  }
+  const double r = ratio_sum / n_tok;
+  std::printf("MoE block: rms(out)/rms(residual) = %.3f\n", r);
+  EXPECT_GT(r, 0.05) << "MoE block contributes almost nothing";
+  EXPECT_LT(r, 0.45) << "MoE block output too large relative to the residual";
 }
 
 }  // namespace
