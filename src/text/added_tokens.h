@@ -34,8 +34,9 @@ class AddedTokenMatcher {
   void build(const std::vector<const AddedToken*>& tokens, const std::vector<std::string>& patterns);
   bool empty() const { return entries_.empty(); }
 
-  // Splits s into plain pieces and token pieces covering it (pieces may be empty-free but, as in
-  // HF, an rstrip followed by a token starting with whitespace can overlap).
+  // Appends the pieces of s: plain text (id -1) and added tokens, in order, none empty. They
+  // cover s; as in HF, a token piece widened by rstrip may overlap a following token that
+  // starts with whitespace.
   void split(std::string_view s, std::vector<Split>& out) const;
 
  private:
