@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "model/model.h"
@@ -19,6 +21,18 @@ class Backend {
   virtual Result<std::unique_ptr<SeqState>> new_state(int max_seq) = 0;
   // Appends tokens to state; logits (if non-empty, [vocab] fp32) of the last token.
   virtual Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) = 0;
+  // Greedy decode loop: feeds `first`, then each step's argmax (lowest id on ties), for n_steps
+  // steps; out[i] = argmax after step i, so the state consumes first, out[0..n-2]. If `avail_s`
+  // is given it receives, per step, the seconds from the call until out[i] was on the host.
+  // Default: forward + argmax per step. CUDA overrides it with the depth-2 graph pipeline.
+  virtual Status decode_greedy(SeqState& state, int32_t first, int n_steps, std::vector<int32_t>& out,
+                               std::vector<double>* avail_s = nullptr);
+  // Device-to-device copy bandwidth measured now (GB/s, read + write), 0 where not meaningful.
+  virtual double copy_bandwidth_gbps() { return 0.0; }
+  // Vocabulary size of the model (the logits' length); 0 if the backend does not say.
+  virtual int vocab_size() const { return 0; }
+  // One line naming the hardware the backend runs on.
+  virtual std::string hardware() const { return "cpu"; }
 };
 
 // weights must outlive the backend.

@@ -7,7 +7,10 @@
 #include "backend/backend.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
+#include "model/logits.h"
 #include "model/weights.h"
+
+#include <chrono>
 
 namespace lily {
 
@@ -45,5 +48,29 @@ Result<std::unique_ptr<SeqState>> Model::new_state(int max_seq) { return impl_->
 Status Model::forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) {
   return impl_->backend->forward(state, tokens, logits);
 }
+
+}  // namespace lily
+
+namespace lily {
+
+Status Model::decode_greedy(SeqState& state, int32_t first, int n_steps, std::vector<int32_t>& out,
+                            std::vector<double>* avail_s) {
+  if (impl_->backend->vocab_size() > 0) return impl_->backend->decode_greedy(state, first, n_steps, out, avail_s);
+  // A backend without its own loop or vocab size: forward + argmax here.
+  const auto t0 = std::chrono::steady_clock::now();
+  out.clear();
+  if (avail_s) avail_s->clear();
+  std::vector<float> logits(size_t(config().vocab_size));
+  int32_t tok = first;
+  for (int i = 0; i < n_steps; ++i) {
+    LILY_TRY(forward(state, std::span<const int32_t>(&tok, 1), logits));
+    tok = argmax(logits);
+    out.push_back(tok);
+    if (avail_s) avail_s->push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return Status::ok();
+}
+double Model::copy_bandwidth_gbps() { return impl_->backend->copy_bandwidth_gbps(); }
+std::string Model::hardware() const { return impl_->backend->hardware(); }
 
 }  // namespace lily

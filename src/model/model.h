@@ -47,6 +47,14 @@ class Model {
   // Feeds `tokens` (ids < vocab) at positions state.n_tokens()... . If logits is non-empty it
   // must have vocab_size entries and receives the last token's logits (fp32).
   Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits);
+  // Greedy loop on the backend (CUDA: depth-2 pipelined graph replays): feeds `first`, then each
+  // step's argmax, n_steps times; out[i] = argmax after step i. avail_s (optional): per step, the
+  // seconds from the call until out[i] reached the host.
+  Status decode_greedy(SeqState& state, int32_t first, int n_steps, std::vector<int32_t>& out,
+                       std::vector<double>* avail_s = nullptr);
+  // Device copy bandwidth (GB/s) measured now by the backend; 0 for the CPU.
+  double copy_bandwidth_gbps();
+  std::string hardware() const;
 
  private:
   Model() = default;

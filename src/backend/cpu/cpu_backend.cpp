@@ -42,6 +42,7 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const ModelWeights& w) : w_(w), cfg_(w.cfg) {}
   const char* name() const override { return "cpu"; }
+  int vocab_size() const override { return cfg_.vocab_size; }
 
   Result<std::unique_ptr<SeqState>> new_state(int max_seq) override {
     if (max_seq <= 0) return errorf("max_seq must be positive, got {}", max_seq);

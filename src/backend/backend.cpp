@@ -1,0 +1,28 @@
+// Default implementations of the Backend interface's optional methods.
+#include "backend/backend.h"
+
+#include <chrono>
+
+#include "model/logits.h"
+
+namespace lily {
+
+Status Backend::decode_greedy(SeqState& state, int32_t first, int n_steps, std::vector<int32_t>& out,
+                              std::vector<double>* avail_s) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  out.clear();
+  if (avail_s) avail_s->clear();
+  if (vocab_size() <= 0) return errorf("decode_greedy: backend {} does not report its vocabulary size", name());
+  std::vector<float> logits(static_cast<size_t>(vocab_size()));
+  int32_t tok = first;
+  for (int i = 0; i < n_steps; ++i) {
+    LILY_TRY(forward(state, std::span<const int32_t>(&tok, 1), logits));
+    tok = argmax(logits);
+    out.push_back(tok);
+    if (avail_s) avail_s->push_back(std::chrono::duration<double>(clock::now() - t0).count());
+  }
+  return Status::ok();
+}
+
+}  // namespace lily

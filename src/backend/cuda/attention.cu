@@ -1,0 +1,226 @@
+// Attention decode: (1) q/k RMSNorm + partial NeoX RoPE + K/V cache write at pos; (2) split-K
+// flash decoding over positions 0..pos with the GQA group's query heads sharing each K/V row
+// read, the last block of each kv head merging the splits (log-sum-exp) and applying the
+// sigmoid output gate. Position and split count come from the device, so one graph serves
+// every context length.
+#include <cfloat>
+
+#include "backend/cuda/common.cuh"
+
+namespace lily::cuda {
+namespace {
+
+constexpr int kWarps = 8, kThreads = 256, kMinPerSplit = 64;
+
+__global__ void attn_prep_kernel(AttnArgs a) {
+  extern __shared__ float xsh[];
+  __shared__ float red[32];
+  const int b = blockIdx.x, d = threadIdx.x, hd = a.hd;
+  const int pos = a.ctl ? a.ctl->pos : a.pos;
+  const uint16_t* qkv = static_cast<const uint16_t*>(a.qkv);
+  const bool is_q = b < a.nh;
+  const int kvh = b - a.nh;
+  const float raw = bf(is_q ? qkv[b * a.qw + d] : qkv[a.nh * a.qw + kvh * hd + d]);
+  const uint16_t* gain = static_cast<const uint16_t*>(is_q ? a.q_norm : a.k_norm);
+  const float ss = block_sum(raw * raw, red);
+  const float x = rbf(raw * (1.0f / sqrtf(ss / float(hd) + a.eps)) * bf(gain[d]));
+  xsh[d] = x;
+  __syncthreads();
+  float y = x;
+  const int half = a.rot / 2;
+  if (d < a.rot) {
+    const int j = d % half;
+    const float inv_freq = 1.0f / powf(float(a.theta), float(2 * j) / float(a.rot));
+    const float ang = float(pos) * inv_freq;
+    float sn, cs;
+    sincosf(ang, &sn, &cs);
+    y = d < half ? x * cs - xsh[d + half] * sn : x * cs + xsh[d - half] * sn;
+  }
+  if (is_q) {
+    static_cast<uint16_t*>(a.q)[b * hd + d] = to_bf(y);
+  } else {
+    const size_t at = (size_t(kvh) * a.max_seq + pos) * hd + d;
+    static_cast<uint16_t*>(a.kc)[at] = to_bf(y);
+    static_cast<uint16_t*>(a.vc)[at] = qkv[a.nh * a.qw + a.nkv * hd + kvh * hd + d];
+  }
+}
+
+template <int DPL> __device__ __forceinline__ void load_row(const uint16_t* p, float* out) {
+  if constexpr (DPL == 8) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out[2 * i] = __uint_as_float(w[i] << 16), out[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  } else if constexpr (DPL == 4) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+    out[0] = __uint_as_float(v.x << 16), out[1] = __uint_as_float(v.x & 0xFFFF0000u);
+    out[2] = __uint_as_float(v.y << 16), out[3] = __uint_as_float(v.y & 0xFFFF0000u);
+  } else {
+    const uint32_t v = __ldg(reinterpret_cast<const uint32_t*>(p));
+    out[0] = __uint_as_float(v << 16), out[1] = __uint_as_float(v & 0xFFFF0000u);
+  }
+}
+
+__device__ __forceinline__ int n_splits_for(int n, int n_split) {
+  const int want = (n + kMinPerSplit - 1) / kMinPerSplit;
+  return want < n_split ? want : n_split;
+}
+
+template <int DPL, int G> __global__ void __launch_bounds__(kThreads) attn_decode_kernel(AttnArgs a) {
+  extern __shared__ float sm[];  // [kWarps][G][hd + 2]
+  __shared__ int flag;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = DPL * 32;
+  const int split = blockIdx.x, kvh = blockIdx.y;
+  const int n = a.ctl->pos + 1, nse = n_splits_for(n, a.n_split);
+  if (split >= nse) return;
+  const int len = (n + nse - 1) / nse, t0 = split * len, t1 = min(n, t0 + len);
+  const float scale = 1.0f / sqrtf(float(hd));
+
+  float q[G][DPL];
+#pragma unroll
+  for (int g = 0; g < G; ++g) load_row<DPL>(static_cast<const uint16_t*>(a.q) + (kvh * G + g) * hd + lane * DPL, q[g]);
+  float m[G], l[G], o[G][DPL];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    m[g] = -INFINITY, l[g] = 0.f;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) o[g][i] = 0.f;
+  }
+  const uint16_t* kbase = static_cast<const uint16_t*>(a.kc) + size_t(kvh) * a.max_seq * hd + lane * DPL;
+  const uint16_t* vbase = static_cast<const uint16_t*>(a.vc) + size_t(kvh) * a.max_seq * hd + lane * DPL;
+  auto process = [&](const float* k, const float* v) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float s = 0.f;
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) s += q[g][i] * k[i];
+      s = warp_sum(s) * scale;
+      const float mn = fmaxf(m[g], s), c = expf(m[g] - mn), p = expf(s - mn);
+      l[g] = l[g] * c + p;
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) o[g][i] = o[g][i] * c + p * v[i];
+      m[g] = mn;
+    }
+  };
+  for (int t = t0 + warp; t < t1; t += 2 * kWarps) {
+    const int t2 = t + kWarps;
+    float k0[DPL], v0[DPL], k1[DPL], v1[DPL];
+    load_row<DPL>(kbase + size_t(t) * hd, k0);
+    load_row<DPL>(vbase + size_t(t) * hd, v0);
+    if (t2 < t1) {
+      load_row<DPL>(kbase + size_t(t2) * hd, k1);
+      load_row<DPL>(vbase + size_t(t2) * hd, v1);
+    }
+    process(k0, v0);
+    if (t2 < t1) process(k1, v1);
+  }
+  const int ws = G * (hd + 2);
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    float* dst = sm + warp * ws + g * (hd + 2);
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) dst[lane * DPL + i] = o[g][i];
+    if (lane == 0) dst[hd] = m[g], dst[hd + 1] = l[g];
+  }
+  __syncthreads();
+  float* part = a.partial + (size_t(kvh) * a.n_split + split) * ws;
+  for (int idx = threadIdx.x; idx < G * (hd + 2); idx += kThreads) {
+    const int g = idx / (hd + 2), d = idx % (hd + 2);
+    float M = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm[w * ws + g * (hd + 2) + hd]);
+    float acc = 0.f;
+    if (d == hd) {
+      acc = M;
+    } else {
+      for (int w = 0; w < kWarps; ++w) {
+        const float mw = sm[w * ws + g * (hd + 2) + hd];
+        if (mw != -INFINITY) acc += sm[w * ws + g * (hd + 2) + d] * expf(mw - M);
+      }
+    }
+    part[idx] = acc;
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) flag = atomicAdd(&a.ctl->counter[2 + kvh], 1u) == unsigned(nse - 1);
+  __syncthreads();
+  if (!flag) return;
+  const uint16_t* qkv = static_cast<const uint16_t*>(a.qkv);
+  const float* pk = a.partial + size_t(kvh) * a.n_split * ws;
+  for (int idx = threadIdx.x; idx < G * hd; idx += kThreads) {
+    const int g = idx / hd, d = idx % hd, h = kvh * G + g;
+    float M = -INFINITY;
+    for (int sp = 0; sp < nse; ++sp) M = fmaxf(M, __ldcg(pk + sp * ws + g * (hd + 2) + hd));
+    float L = 0.f, O = 0.f;
+    for (int sp = 0; sp < nse; ++sp) {
+      const float* ps = pk + sp * ws + g * (hd + 2);
+      const float e = expf(__ldcg(ps + hd) - M);
+      L += __ldcg(ps + hd + 1) * e;
+      O += __ldcg(ps + d) * e;
+    }
+    float val = rbf(O / L);
+    if (a.qw == 2 * hd) val = rbf(val * sigmoid(bf(qkv[h * a.qw + hd + d])));
+    static_cast<uint16_t*>(a.out)[h * hd + d] = to_bf(val);
+  }
+  if (threadIdx.x == 0) a.ctl->counter[2 + kvh] = 0;
+}
+
+template <int DPL, int G> Status launch_decode(const AttnArgs& a, cudaStream_t s) {
+  const size_t smem = size_t(kWarps) * G * (DPL * 32 + 2) * sizeof(float);
+  attn_decode_kernel<DPL, G><<<dim3(a.n_split, a.nkv), kThreads, smem, s>>>(a);
+  return launch_status("attn_decode");
+}
+
+template <int DPL> Status dispatch_g(const AttnArgs& a, cudaStream_t s) {
+  switch (a.nh / a.nkv) {
+    case 1: return launch_decode<DPL, 1>(a, s);
+    case 2: return launch_decode<DPL, 2>(a, s);
+    case 4: return launch_decode<DPL, 4>(a, s);
+    case 8: return launch_decode<DPL, 8>(a, s);
+    default: return cu_err("attn_decode: GQA group {} unsupported (1, 2, 4, 8)", a.nh / a.nkv);
+  }
+}
+
+}  // namespace
+
+int attn_max_splits() { return 64; }
+
+template <int DPL> static Status init_g() {
+  auto set = [](auto kern, int G) -> Status {
+    const int smem = kWarps * G * (DPL * 32 + 2) * int(sizeof(float));
+    LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    return Status::ok();
+  };
+  LILY_TRY(set(attn_decode_kernel<DPL, 1>, 1));
+  LILY_TRY(set(attn_decode_kernel<DPL, 2>, 2));
+  LILY_TRY(set(attn_decode_kernel<DPL, 4>, 4));
+  LILY_TRY(set(attn_decode_kernel<DPL, 8>, 8));
+  return Status::ok();
+}
+
+Status attn_init() {
+  LILY_TRY(init_g<2>());
+  LILY_TRY(init_g<4>());
+  return init_g<8>();
+}
+
+Status attn_prep(const AttnArgs& a, Stream s) {
+  if (a.hd % 32 != 0 || a.hd > 1024 || a.rot > a.hd || a.rot % 2 != 0) return cu_err("attn_prep: head dim {} / rotary {} unsupported", a.hd, a.rot);
+  if (!a.ctl && (a.pos < 0 || a.pos >= a.max_seq)) return cu_err("attn_prep: position {} outside the cache", a.pos);
+  attn_prep_kernel<<<a.nh + a.nkv, a.hd, a.hd * sizeof(float), static_cast<cudaStream_t>(s)>>>(a);
+  return launch_status("attn_prep");
+}
+
+Status attn_decode(const AttnArgs& a, Stream stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (!a.ctl) return cu_err("attn_decode: needs the step control block");
+  if (a.nkv > 14 || a.nkv <= 0 || a.nh % a.nkv != 0) return cu_err("attn_decode: {} kv heads unsupported", a.nkv);
+  if (a.n_split < 1 || a.n_split > attn_max_splits()) return cu_err("attn_decode: n_split {} out of range", a.n_split);
+  switch (a.hd) {
+    case 64: return dispatch_g<2>(a, s);
+    case 128: return dispatch_g<4>(a, s);
+    case 256: return dispatch_g<8>(a, s);
+    default: return cu_err("attn_decode: head dim {} unsupported (64, 128, 256)", a.hd);
+  }
+}
+
+}  // namespace lily::cuda

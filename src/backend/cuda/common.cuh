@@ -1,0 +1,155 @@
+// Device helpers shared by the decode kernels: bf16 rounding as on the CPU, warp/block
+// reductions, the packed-code chunk dot (16-byte chunk = 32 4-bit or 16 8-bit codes) and the
+// padded shared-memory staging of x that keeps the chunk reads free of bank conflicts.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "backend/cuda/ops.h"
+
+namespace lily::cuda {
+
+// errorf for CUDA translation units: nvcc 13 + GCC 12 cannot compile fmt's formatting code, so
+// messages are built with iostreams; only plain "{}" placeholders.
+inline void cu_fmt(std::string& out, const char* f) { out += f; }
+template <typename T, typename... A> void cu_fmt(std::string& out, const char* f, const T& v, const A&... rest) {
+  const char* p = std::strstr(f, "{}");
+  if (!p) {
+    out += f;
+    return;
+  }
+  out.append(f, p);
+  std::ostringstream os;
+  os << v;
+  out += os.str();
+  cu_fmt(out, p + 2, rest...);
+}
+template <typename... A> Status cu_err(const char* f, const A&... a) {
+  std::string s;
+  cu_fmt(s, f, a...);
+  return Status::error(std::move(s));
+}
+
+#define LILY_CU_TRY(expr)                                                                    \
+  do {                                                                                       \
+    cudaError_t _e = (expr);                                                                 \
+    if (_e != cudaSuccess) return cu_err("{}:{}: {}: {}", __FILE__, __LINE__, #expr, cudaGetErrorString(_e)); \
+  } while (0)
+
+inline Status launch_status(const char* what) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return cu_err("CUDA launch of {} failed: {}", what, cudaGetErrorString(e));
+  return Status::ok();
+}
+
+__device__ __forceinline__ float bf(uint16_t v) { return __uint_as_float(uint32_t(v) << 16); }
+__device__ __forceinline__ float bf(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ uint16_t to_bf(float f) {
+  __nv_bfloat16 h = __float2bfloat16_rn(f);
+  return *reinterpret_cast<uint16_t*>(&h);
+}
+__device__ __forceinline__ float rbf(float f) { return bf(to_bf(f)); }
+__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
+__device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Sum over all threads of the block (blockDim.x multiple of 32, ≤ 1024); red: 32 floats smem.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float t = lane < nw ? red[lane] : 0.0f;
+  return warp_sum(t);
+}
+
+// Codes per 16-byte chunk and the padded stride of a chunk's x values in shared memory.
+template <int BITS> struct Chunk {
+  static constexpr int kCodes = 128 / BITS;       // 32 or 16
+  static constexpr int kStride = kCodes + 4;      // floats; conflict-free float4 reads
+};
+template <int BITS> __device__ __forceinline__ int xs_index(int e) {
+  return (e / Chunk<BITS>::kCodes) * Chunk<BITS>::kStride + e % Chunk<BITS>::kCodes;
+}
+
+// Exact small-integer → float: byte b of w placed in the mantissa of 2^23, minus 2^23.
+__device__ __forceinline__ float byte_f(uint32_t w, int b) {
+  return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7650 | b)) - 8388608.0f;
+}
+
+// Σ q·x over one chunk. xc: the chunk's 32 (4-bit) or 16 (8-bit) x values in shared memory.
+template <int BITS> __device__ __forceinline__ float chunk_dot(uint4 w, const float* xc) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+  float a0 = 0.f, a1 = 0.f;
+  if constexpr (BITS == 4) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t lo = ws[i] & 0x0F0F0F0Fu, hi = (ws[i] >> 4) & 0x0F0F0F0Fu;
+      const float4 xa = *reinterpret_cast<const float4*>(xc + 8 * i);
+      const float4 xb = *reinterpret_cast<const float4*>(xc + 8 * i + 4);
+      a0 = fmaf(byte_f(lo, 0), xa.x, a0);
+      a1 = fmaf(byte_f(hi, 0), xa.y, a1);
+      a0 = fmaf(byte_f(lo, 1), xa.z, a0);
+      a1 = fmaf(byte_f(hi, 1), xa.w, a1);
+      a0 = fmaf(byte_f(lo, 2), xb.x, a0);
+      a1 = fmaf(byte_f(hi, 2), xb.y, a1);
+      a0 = fmaf(byte_f(lo, 3), xb.z, a0);
+      a1 = fmaf(byte_f(hi, 3), xb.w, a1);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float4 xa = *reinterpret_cast<const float4*>(xc + 4 * i);
+      a0 = fmaf(byte_f(ws[i], 0), xa.x, a0);
+      a1 = fmaf(byte_f(ws[i], 1), xa.y, a1);
+      a0 = fmaf(byte_f(ws[i], 2), xa.z, a0);
+      a1 = fmaf(byte_f(ws[i], 3), xa.w, a1);
+    }
+  }
+  return a0 + a1;
+}
+
+// Scale·Σqx + bias·Σx of one chunk of row r (chunk c), with group size 64.
+template <int BITS> __device__ __forceinline__ float chunk_term(uint4 w, uint32_t sb, const float* xs,
+                                                                const float* xcs, int c) {
+  const float d = chunk_dot<BITS>(w, xs + c * Chunk<BITS>::kStride);
+  return fmaf(__uint_as_float(sb << 16), d, __uint_as_float(sb & 0xFFFF0000u) * xcs[c]);
+}
+template <int BITS> __device__ __forceinline__ uint32_t load_sb(const QW& w, int r, int c) {
+  const int groups = w.cols / 64, chunks_per_group = 64 / Chunk<BITS>::kCodes;
+  return __ldg(reinterpret_cast<const uint32_t*>(w.sb) + size_t(r) * groups + c / chunks_per_group);
+}
+__device__ __forceinline__ uint4 load_chunk(const QW& w, int r, int c, int nch) {
+  return __ldg(reinterpret_cast<const uint4*>(w.codes) + size_t(r) * nch + c);
+}
+
+// Stage bf16 x [K] into padded shared memory xs and per-chunk sums xcs (whole block).
+template <int BITS> __device__ void stage_plain(const uint16_t* x, int K, float* xs, float* xcs) {
+  constexpr int CC = Chunk<BITS>::kCodes;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  for (int base = warp * 32; base < K; base += nw * 32) {
+    const float v = bf(x[base + lane]);
+    xs[xs_index<BITS>(base + lane)] = v;
+    float s = v;
+#pragma unroll
+    for (int o = CC / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane % CC == 0) xcs[(base + lane) / CC] = s;
+  }
+}
+
+}  // namespace lily::cuda

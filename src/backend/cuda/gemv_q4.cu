@@ -1,0 +1,307 @@
+// Quantized GEMV over the packed MLX layout (4-bit and 8-bit, group 64): one warp per 2 rows,
+// 16-byte code loads issued before the input is staged, y = Σ scale·Σqx + bias·Σx in fp32.
+// The input staging (prologue) fuses the residual add + RMSNorm or the GDN gated norm; the
+// epilogue fuses the router top-k or the lm_head argmax (last block done), so a decode step
+// needs no separate norm, top-k or argmax kernels.
+#include <cfloat>
+#include <climits>
+
+#include "backend/cuda/common.cuh"
+
+namespace lily::cuda {
+namespace {
+
+constexpr int kThreads = 256, kWarps = kThreads / 32, kRows = 2;
+
+template <int BITS, Pro PRO> __device__ void stage_x(const GemvArgs& a, int K, float* xs, float* xcs, float* red,
+                                                    float* hs) {
+  constexpr int CC = Chunk<BITS>::kCodes;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint16_t* in = static_cast<const uint16_t*>(a.in);
+  if constexpr (PRO == Pro::kPlain) {
+    stage_plain<BITS>(in, K, xs, xcs);
+  } else if constexpr (PRO == Pro::kAddNorm) {
+    const uint16_t* mix = static_cast<const uint16_t*>(a.mix);
+    const uint16_t* gain = static_cast<const uint16_t*>(a.gain);
+    uint16_t* res_out = blockIdx.x == 0 ? static_cast<uint16_t*>(a.res_out) : nullptr;
+    uint16_t* n_out = blockIdx.x == 0 ? static_cast<uint16_t*>(a.n_out) : nullptr;
+    float ss = 0.f;
+    for (int e = warp * 32 + lane; e < K; e += kThreads) {
+      float v = bf(in[e]);
+      if (mix) v = rbf(v + bf(mix[e]));
+      xs[xs_index<BITS>(e)] = v;
+      ss += v * v;
+      if (res_out) res_out[e] = to_bf(v);
+    }
+    ss = block_sum(ss, red);
+    const float inv = 1.0f / sqrtf(ss / float(K) + a.eps);
+    for (int base = warp * 32; base < K; base += kThreads) {
+      const int e = base + lane;
+      const float x = rbf(xs[xs_index<BITS>(e)] * inv * bf(gain[e]));
+      xs[xs_index<BITS>(e)] = x;
+      if (n_out) n_out[e] = to_bf(x);
+      float s = x;
+#pragma unroll
+      for (int o = CC / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      if (lane % CC == 0) xcs[e / CC] = s;
+    }
+  } else {  // kGatedNorm
+    const uint16_t* z = static_cast<const uint16_t*>(a.z);
+    const uint16_t* gain = static_cast<const uint16_t*>(a.gain);
+    const int dv = a.gn_dv, nh = K / dv;
+    for (int h = threadIdx.x; h < nh; h += kThreads) hs[h] = 0.f;
+    __syncthreads();
+    for (int base = warp * 32; base < K; base += kThreads) {
+      const int e = base + lane;
+      const float v = bf(in[e]);
+      xs[xs_index<BITS>(e)] = v;
+      const float s = warp_sum(v * v);
+      if (lane == 0) atomicAdd(&hs[base / dv], s);
+    }
+    __syncthreads();
+    for (int base = warp * 32; base < K; base += kThreads) {
+      const int e = base + lane, h = e / dv, d = e % dv;
+      const float inv = 1.0f / sqrtf(hs[h] / float(dv) + a.eps);
+      const float x = rbf(bf(gain[d]) * xs[xs_index<BITS>(e)] * inv * silu(bf(z[e])));
+      xs[xs_index<BITS>(e)] = x;
+      float s = x;
+#pragma unroll
+      for (int o = CC / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      if (lane % CC == 0) xcs[e / CC] = s;
+    }
+  }
+}
+
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
+  return v > bv || (v == bv && i < bi);
+}
+
+// Last block of the grid? (after every block's writes are fenced)
+__device__ bool last_block(uint32_t* counter, int* flag) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) *flag = atomicAdd(counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  return *flag;
+}
+
+__device__ void router_topk(const GemvArgs& a, float* p) {
+  // One warp: softmax over E fp32 logits, top_k rounds of argmax (ties → lowest id), renormalize.
+  const int lane = threadIdx.x & 31, E = a.n_experts;
+  const float* l = static_cast<const float*>(a.y);
+  float mx = -FLT_MAX;
+  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, __ldcg(l + e));
+  mx = warp_max(mx);
+  float sum = 0.f;
+  for (int e = lane; e < E; e += 32) sum += (p[e] = expf(__ldcg(l + e) - mx));
+  sum = warp_sum(sum);
+  for (int e = lane; e < E; e += 32) p[e] = p[e] / sum;
+  __syncwarp();
+  float tsum = 0.f, chosen_p = 0.f;
+  int chosen = 0;
+  for (int k = 0; k < a.top_k; ++k) {
+    float bv = -1.f;
+    int bi = INT_MAX;
+    for (int e = lane; e < E; e += 32)
+      if (better(p[e], e, bv, bi)) bv = p[e], bi = e;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    tsum += bv;
+    if (lane == k) chosen = bi, chosen_p = bv;
+    __syncwarp();
+    if (lane == 0) p[bi] = -2.f;
+    __syncwarp();
+  }
+  if (lane < a.top_k) {
+    a.topk_ids[lane] = chosen;
+    a.topk_w[lane] = a.norm_topk ? chosen_p / tsum : chosen_p;
+  }
+  if (lane == 0 && a.w.rows > E) a.topk_w[a.top_k] = sigmoid(__ldcg(l + E));
+}
+
+template <int BITS, int CPL, Pro PRO, Epi EPI> __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
+  extern __shared__ float sm[];
+  constexpr int CS = Chunk<BITS>::kStride;
+  const int K = a.w.cols, nch = K * BITS / 128, rows = a.w.rows;
+  float* xs = sm;
+  float* xcs = xs + nch * CS;
+  float* red = xcs + nch;
+  float* hs = red + 32;  // [64] head sums (gated norm); argmax scratch
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int rstep = gridDim.x * kWarps * kRows;
+
+  uint4 wv[kRows][CPL];
+  uint32_t sbv[kRows][CPL];
+  auto load_tile = [&](int rb) {
+#pragma unroll
+    for (int j = 0; j < kRows; ++j)
+#pragma unroll
+      for (int i = 0; i < CPL; ++i) {
+        const int r = rb + j, c = lane + 32 * i;
+        if (r < rows && c < nch) {
+          wv[j][i] = load_chunk(a.w, r, c, nch);
+          sbv[j][i] = load_sb<BITS>(a.w, r, c);
+        } else {
+          wv[j][i] = make_uint4(0, 0, 0, 0);
+          sbv[j][i] = 0;
+        }
+      }
+  };
+  int rb = (blockIdx.x * kWarps + warp) * kRows;
+  load_tile(rb);
+  stage_x<BITS, PRO>(a, K, xs, xcs, red, hs);
+  __syncthreads();
+
+  float bv = -FLT_MAX;
+  int bi = INT_MAX;
+  for (; rb < rows; rb += rstep) {
+    float acc[kRows];
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) {
+      acc[j] = 0.f;
+#pragma unroll
+      for (int i = 0; i < CPL; ++i) {
+        const int c = lane + 32 * i;
+        if (c < nch) acc[j] += chunk_term<BITS>(wv[j][i], sbv[j][i], xs, xcs, c);
+      }
+    }
+    const int next = rb + rstep;
+    if (next < rows) load_tile(next);
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) {
+      const float v = warp_sum(acc[j]);
+      const int r = rb + j;
+      if (r < rows) {
+        if (lane == 0) {
+          if (a.y_f32)
+            static_cast<float*>(a.y)[r] = v;
+          else
+            static_cast<uint16_t*>(a.y)[r] = to_bf(v);
+        }
+        if constexpr (EPI == Epi::kArgmax)
+          if (v == v && better(v, r, bv, bi)) bv = v, bi = r;
+      }
+    }
+  }
+
+  if constexpr (EPI == Epi::kTopK) {
+    __shared__ int flag;
+    if (last_block(&a.ctl->counter[0], &flag)) {
+      if (warp == 0) router_topk(a, xs);
+      if (threadIdx.x == 0) a.ctl->counter[0] = 0;
+    }
+  } else if constexpr (EPI == Epi::kArgmax) {
+    __shared__ float wbv[kWarps];
+    __shared__ int wbi[kWarps];
+    __shared__ int flag;
+    if (lane == 0) wbv[warp] = bv, wbi[warp] = bi;
+    __syncthreads();
+    float2* part = static_cast<float2*>(a.partial);
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < kWarps; ++w)
+        if (better(wbv[w], wbi[w], bv, bi)) bv = wbv[w], bi = wbi[w];
+      part[blockIdx.x] = make_float2(bv, __int_as_float(bi));
+    }
+    if (last_block(&a.ctl->counter[1], &flag)) {
+      bv = -FLT_MAX, bi = INT_MAX;
+      for (int b = threadIdx.x; b < gridDim.x; b += kThreads) {
+        const float2 pv = __ldcg(part + b);
+        if (better(pv.x, __float_as_int(pv.y), bv, bi)) bv = pv.x, bi = __float_as_int(pv.y);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+      }
+      if (lane == 0) wbv[warp] = bv, wbi[warp] = bi;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        for (int w = 0; w < kWarps; ++w)
+          if (better(wbv[w], wbi[w], bv, bi)) bv = wbv[w], bi = wbi[w];
+        if (bi == INT_MAX) bi = 0;  // all NaN
+        StepCtl* c = a.ctl;
+        c->tok = bi;
+        c->last_argmax = bi;
+        if (a.tok_out) a.tok_out[c->pos] = bi;
+        c->pos += 1;
+        c->counter[1] = 0;
+      }
+    }
+  }
+}
+
+int g_num_sms = 0;
+int num_sms() {
+  if (g_num_sms == 0) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&g_num_sms, cudaDevAttrMultiProcessorCount, dev);
+    if (g_num_sms <= 0) g_num_sms = 132;
+  }
+  return g_num_sms;
+}
+
+template <int BITS, int CPL, Pro PRO, Epi EPI> Status launch(const GemvArgs& a, cudaStream_t s) {
+  const int nch = a.w.cols * BITS / 128;
+  const size_t smem = size_t(nch * Chunk<BITS>::kStride + nch + 32 + 64) * sizeof(float);
+  const int need = (a.w.rows + kWarps * kRows - 1) / (kWarps * kRows);
+  int cap = a.max_blocks > 0 ? a.max_blocks : num_sms() * 8;
+  const int grid = need < cap ? need : cap;
+  gemv_kernel<BITS, CPL, PRO, EPI><<<grid, kThreads, smem, s>>>(a);
+  return launch_status("gemv");
+}
+
+template <int BITS, int CPL> Status dispatch_pe(const GemvArgs& a, cudaStream_t s) {
+  if constexpr (BITS == 8) {
+    if (a.pro == Pro::kAddNorm && a.epi == Epi::kTopK) return launch<8, CPL, Pro::kAddNorm, Epi::kTopK>(a, s);
+    if (a.pro == Pro::kPlain && a.epi == Epi::kNone) return launch<8, CPL, Pro::kPlain, Epi::kNone>(a, s);
+    if (a.pro == Pro::kPlain && a.epi == Epi::kTopK) return launch<8, CPL, Pro::kPlain, Epi::kTopK>(a, s);
+  } else {
+    if (a.epi == Epi::kNone) {
+      if (a.pro == Pro::kPlain) return launch<4, CPL, Pro::kPlain, Epi::kNone>(a, s);
+      if (a.pro == Pro::kAddNorm) return launch<4, CPL, Pro::kAddNorm, Epi::kNone>(a, s);
+      if (a.pro == Pro::kGatedNorm) return launch<4, CPL, Pro::kGatedNorm, Epi::kNone>(a, s);
+    } else if (a.epi == Epi::kArgmax) {
+      if (a.pro == Pro::kPlain) return launch<4, CPL, Pro::kPlain, Epi::kArgmax>(a, s);
+      if (a.pro == Pro::kAddNorm) return launch<4, CPL, Pro::kAddNorm, Epi::kArgmax>(a, s);
+    }
+  }
+  return cu_err("gemv: unsupported combination bits={} prologue={} epilogue={}", BITS, int(a.pro), int(a.epi));
+}
+
+}  // namespace
+
+Status gemv(const GemvArgs& a, Stream stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  const QW& w = a.w;
+  if (w.bits != 4 && w.bits != 8) return cu_err("gemv: {} bits unsupported", w.bits);
+  if (w.cols % 256 != 0 || w.cols > 8192) return cu_err("gemv: K={} must be a multiple of 256 and ≤ 8192", w.cols);
+  if (w.rows <= 0) return cu_err("gemv: no rows");
+  if (a.pro == Pro::kGatedNorm && (a.gn_dv % 32 != 0 || w.cols / a.gn_dv > 64 || w.cols % a.gn_dv != 0))
+    return cu_err("gemv: gated norm head dim {} unsupported for K={}", a.gn_dv, w.cols);
+  if (a.epi != Epi::kNone && !a.ctl) return cu_err("gemv: epilogue needs the step control block");
+  if (a.epi == Epi::kTopK && (a.n_experts > w.cols || a.top_k > 32 || a.top_k > a.n_experts || !a.y_f32))
+    return cu_err("gemv: router top-k needs fp32 logits, E ≤ K and k ≤ 32");
+  if (a.epi == Epi::kArgmax && (!a.partial || !a.y_f32)) return cu_err("gemv: argmax needs fp32 logits and scratch");
+  const int nch = w.cols * w.bits / 128;
+  const int cpl = (nch + 31) / 32;
+  if (w.bits == 4) {
+    if (cpl == 1) return dispatch_pe<4, 1>(a, s);
+    if (cpl == 2) return dispatch_pe<4, 2>(a, s);
+    if (cpl <= 4) return dispatch_pe<4, 4>(a, s);
+  } else {
+    if (cpl == 1) return dispatch_pe<8, 1>(a, s);
+    if (cpl == 2) return dispatch_pe<8, 2>(a, s);
+    if (cpl <= 4) return dispatch_pe<8, 4>(a, s);
+  }
+  return cu_err("gemv: K={} too large for {}-bit", w.cols, w.bits);
+}
+
+int gemv_argmax_max_blocks() { return num_sms() * 8; }
+
+}  // namespace lily::cuda

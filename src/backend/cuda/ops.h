@@ -1,0 +1,143 @@
+// Host wrappers of the CUDA decode kernels: plain C++ (no CUDA types), so tests and the backend
+// share one way to launch each op. Pointers are device pointers; `stream` is a cudaStream_t.
+// Quantized weights use the device layout made at upload: codes as on disk, scale and bias
+// interleaved per group ([rows][groups] of {scale, bias} bf16 pairs), group size 64.
+#pragma once
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace lily::cuda {
+
+using Stream = void*;  // cudaStream_t
+
+struct QW {
+  const uint32_t* codes = nullptr;  // [rows, cols*bits/32] u32
+  const uint16_t* sb = nullptr;     // [rows, cols/64, 2] bf16 (scale, bias)
+  int rows = 0, cols = 0, bits = 4;
+};
+
+// Per-sequence control block in device memory: the step reads pos/tok here and the last
+// kernel of a step writes the next tok and advances pos, so the host never feeds the loop.
+struct StepCtl {
+  int32_t pos = 0;           // position of the token being fed
+  int32_t tok = 0;           // token being fed
+  uint32_t counter[16] = {};  // last-block-done counters (each reset by its last block)
+  int32_t last_argmax = 0;   // argmax of the last lm_head
+  float last_lse = 0;        // logsumexp of the last lm_head
+};
+
+// How a GEMV stages its input vector (x, K values) in shared memory.
+enum class Pro : int {
+  kPlain = 0,      // x = in (bf16 [K])
+  kAddNorm = 1,    // r = bf16(in + mix) (mix may be null); x = bf16(rms(r)·gain). Block 0 writes
+                   // r to res_out (bf16 [K]) and, if n_out, x to n_out.
+  kGatedNorm = 2,  // x[h,d] = bf16(gain[d]·o·rsqrt(mean_d o²+eps)·silu(z[h,d])); in = o, z = z (bf16)
+};
+enum class Epi : int {
+  kNone = 0,
+  kTopK = 1,    // router: y fp32 [E+1] logits (row E = shared-expert gate); last block writes topk
+  kArgmax = 2,  // lm_head: y fp32 logits; last block writes ctl->tok, ctl->last_argmax, tok_out[pos], ctl->pos++
+};
+
+struct GemvArgs {
+  QW w;
+  Pro pro = Pro::kPlain;
+  const void* in = nullptr;   // bf16 [K]
+  const void* mix = nullptr;  // bf16 [K] or null
+  const void* gain = nullptr; // bf16 [K] (add-norm) or [gn_dv] (gated norm)
+  void* res_out = nullptr;    // bf16 [K]
+  void* n_out = nullptr;      // bf16 [K] or null
+  const void* z = nullptr;    // bf16 [K] (gated norm)
+  int gn_dv = 128;
+  float eps = 1e-6f;
+  void* y = nullptr;          // [rows] bf16 (rounded) or fp32
+  bool y_f32 = false;
+  Epi epi = Epi::kNone;
+  StepCtl* ctl = nullptr;     // epilogues
+  // kTopK
+  int n_experts = 0, top_k = 0;
+  int32_t* topk_ids = nullptr;  // [top_k]
+  float* topk_w = nullptr;      // [top_k + 1]: renormalized weights, then sigmoid(shared gate)
+  bool norm_topk = true;
+  // kArgmax
+  int32_t* tok_out = nullptr;   // [max_seq] host-mapped: tok_out[pos] = argmax
+  void* partial = nullptr;      // scratch: [grid] (value, index) pairs
+  int max_blocks = 0;           // grid cap (0 = default)
+};
+Status gemv(const GemvArgs& a, Stream s);
+// Grid cap of gemv (the kArgmax scratch needs this many (value, index) pairs).
+int gemv_argmax_max_blocks();
+
+// x (bf16 [H]) = bf16(scale·q + bias) of row ctl->tok (or of `token` when ctl is null).
+Status embed_row(const QW& e, const StepCtl* ctl, int token, void* x, Stream s);
+
+// Standalone residual add + RMSNorm: r = bf16(x + mix); n = bf16(rms(r)·gain). (H ≤ 8192)
+Status add_rmsnorm(const void* x, const void* mix, const void* gain, int H, float eps, void* r_out, void* n_out,
+                   Stream s);
+
+// MoE decode. gate_up: act[k, I] = bf16(silu(bf16(g_k·x))·bf16(u_k·x)) for the top_k routed
+// experts (ids on the device) and, as slot top_k, the shared expert (its [gate|up] rows).
+struct MoeArgs {
+  QW gate, up, down;          // stacked experts: gate/up [E*I, H], down [E*H, I]
+  QW sh_gate_up, sh_down;     // shared: [2*Is, H], [H, Is]
+  const int32_t* topk_ids = nullptr;
+  const float* topk_w = nullptr;  // [top_k + 1]
+  int top_k = 8, H = 0, I = 0;
+  const void* x = nullptr;    // bf16 [H] normed input
+  void* act = nullptr;        // bf16 [top_k + 1, I]
+  void* out = nullptr;        // bf16 [H] = bf16(Σ w_k·bf16(down_k·act_k) + σ·bf16(sdown·act_s))
+};
+Status moe_gate_up(const MoeArgs& a, Stream s);
+Status moe_down_combine(const MoeArgs& a, Stream s);
+
+// Whole GDN decode step. u: bf16 [C + vd + 2·nv] = [qkv | z | a | b] projections of this token;
+// conv: bf16 [2, C, K-1] double-buffered window (read parity pos&1, write the other);
+// S: fp32 [nv, dk, dv]; o: bf16 [nv, dv] readout before the gated norm.
+struct GdnArgs {
+  const void* u = nullptr;
+  const void* conv_w = nullptr;  // bf16 [C, K]
+  void* conv = nullptr;
+  float* S = nullptr;
+  const float* A_log = nullptr;  // [nv]
+  const void* dt_bias = nullptr; // bf16 [nv]
+  void* o = nullptr;
+  const StepCtl* ctl = nullptr;
+  int pos = -1;                  // when ctl is null
+  int nk = 0, nv = 0, dk = 128, dv = 128, K = 4;
+};
+Status gdn_step(const GdnArgs& a, Stream s);
+
+// Attention decode. prep: q (bf16 [nh, hd]) = rope(bf16(rms(q_raw)·qn)); K/V of pos written to the
+// caches [nkv, max_seq, hd] bf16 after k norm + rope. qkv = bf16 [nh*qw + 2*nkv*hd] with per-head
+// [q | gate] (qw = 2hd) or plain q (qw = hd). decode: split-K flash decoding over 0..pos, then the
+// last block per kv head merges splits, applies sigmoid(gate), writes out bf16 [nh, hd].
+struct AttnArgs {
+  const void* qkv = nullptr;
+  const void* q_norm = nullptr;
+  const void* k_norm = nullptr;
+  void* q = nullptr;
+  void* kc = nullptr;
+  void* vc = nullptr;
+  void* out = nullptr;
+  float* partial = nullptr;  // [nkv, n_split, group, hd + 2]
+  StepCtl* ctl = nullptr;
+  int pos = -1;              // when ctl is null (prep only; decode needs ctl for counters)
+  int nh = 0, nkv = 0, hd = 0, qw = 0, rot = 0, max_seq = 0, n_split = 64;
+  double theta = 1e7;
+  float eps = 1e-6f;
+};
+Status attn_prep(const AttnArgs& a, Stream s);
+Status attn_decode(const AttnArgs& a, Stream s);
+int attn_max_splits();
+// Raises the dynamic shared-memory limits of the attention kernels (call once, outside capture).
+Status attn_init();
+
+// ctl->pos += 1 (the step without logits).
+Status bump_pos(StepCtl* ctl, Stream s);
+// Device top-k log-probabilities of fp32 logits [n]: ids/logprobs [k], most likely first, ties
+// by lowest id (k ≤ 32). Two-stage: per-block top-k and sum of exp, then one block merges.
+Status topk_logprobs(const float* logits, int n, int k, void* scratch, int32_t* ids, float* logprobs, Stream s);
+size_t topk_logprobs_scratch_bytes(int n);
+
+}  // namespace lily::cuda

@@ -1,0 +1,186 @@
+// `lily bench`: Lily's measurement contract for one backend. Prompt token i = ((i·2654435761)
+// mod 2^32) mod vocab; an exact-shape warm-up (prefill + 2 decode steps on a throwaway state);
+// one timed prefill (until the first token is on the host); exactly 64 timed decode steps on the
+// backend's greedy loop (CUDA: depth-2 graph pipeline). JSON: tok/s, per-step times, FNV-1a
+// digest of the generated ids, achieved GB/s (bytes a step must read) vs measured copy bandwidth.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "model/logits.h"
+#include "model/model.h"
+
+namespace lily::cli {
+namespace {
+
+constexpr int kDecodeSteps = 64;
+
+struct BenchArgs {
+  std::string model, backend = "cuda", contexts = "256,1024,4096,16384,32768,65536,131072", json_out, label;
+  int max_seq = 0, threads = 0;
+};
+
+// Bytes of a quantized [rows, cols] linear: codes + bf16 scale and bias per 64-group.
+double qbytes(double rows, double cols, int bits) { return rows * (cols * bits / 8.0 + cols / 64.0 * 4.0); }
+
+// Bytes one decode step reads (weights actually used + recurrent state r/w + KV up to ctx).
+double step_bytes(const ModelConfig& c, double ctx) {
+  const double H = c.hidden_size, I = c.moe_intermediate_size, Is = c.shared_expert_intermediate_size;
+  const double C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nv = c.linear_num_value_heads;
+  double b = qbytes(1, H, 4) + qbytes(c.vocab_size, H, 4) + 2 * H;
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    b += 4 * H;
+    if (c.is_full_attention[i]) {
+      const double nh = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
+      b += qbytes(nh * hd * (c.attn_output_gate ? 2 : 1) + 2 * nkv * hd, H, 4) + qbytes(H, nh * hd, 4);
+      b += 2 * nkv * hd * 2 * (ctx + 1);  // K and V read (and the new row written)
+    } else {
+      b += qbytes(C + vd + 2 * nv, H, 4) + qbytes(H, vd, 4) + C * c.linear_conv_kernel_dim * 2;
+      b += 2 * nv * c.linear_key_head_dim * c.linear_value_head_dim * 4;  // fp32 state read + write
+      b += 2 * C * (c.linear_conv_kernel_dim - 1) * 2;
+    }
+    b += qbytes(c.num_experts + 1, H, 8);
+    b += c.num_experts_per_tok * (2 * qbytes(I, H, 4) + qbytes(H, I, 4));
+    b += 2 * qbytes(Is, H, 4) + qbytes(H, Is, 4);
+  }
+  return b;
+}
+
+uint64_t fnv1a(const std::vector<int32_t>& ids) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int32_t id : ids)
+    for (int k = 0; k < 4; ++k) {
+      h ^= (uint32_t(id) >> (8 * k)) & 0xFF;
+      h *= 0x100000001b3ull;
+    }
+  return h;
+}
+
+std::vector<int32_t> bench_prompt(int n, int vocab) {
+  std::vector<int32_t> p(n);
+  for (int i = 0; i < n; ++i) p[i] = int32_t((uint64_t(uint32_t(uint64_t(i) * 2654435761ull))) % uint64_t(vocab));
+  return p;
+}
+
+int run_bench(const BenchArgs& a) {
+  ModelOptions mo;
+  mo.backend = a.backend;
+  mo.threads = a.threads;
+  auto model_r = Model::load(a.model, mo);
+  if (!model_r) {
+    std::fprintf(stderr, "error: %s\n", model_r.message().c_str());
+    return 1;
+  }
+  Model& model = **model_r;
+  const ModelConfig& cfg = model.config();
+  std::vector<int> ctxs;
+  {
+    std::stringstream ss(a.contexts);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      const int n = std::atoi(item.c_str());
+      if (n <= 0) {
+        std::fprintf(stderr, "error: --contexts: '%s' is not a positive length\n", item.c_str());
+        return 2;
+      }
+      if (a.max_seq > 0 && n + kDecodeSteps + 2 > a.max_seq) {
+        std::fprintf(stderr, "bench: skipping context %d (over --max-seq %d)\n", n, a.max_seq);
+        continue;
+      }
+      ctxs.push_back(n);
+    }
+  }
+  const double copy = model.copy_bandwidth_gbps();
+  nlohmann::json out;
+  out["backend"] = model.backend_name();
+  out["hardware"] = model.hardware();
+  out["model"] = model.dir();
+  out["label"] = a.label;
+  out["decode_steps"] = kDecodeSteps;
+  out["copy_gbps"] = copy;
+  out["results"] = nlohmann::json::array();
+  std::fprintf(stderr, "bench: %s on %s; copy bandwidth %.0f GB/s\n", model.backend_name(), model.hardware().c_str(), copy);
+  std::fprintf(stderr, "| context | prefill tok/s | decode tok/s | ms/step (median) | GB/s | vs copy | digest |\n|---:|---:|---:|---:|---:|---:|---|\n");
+  using clk = std::chrono::steady_clock;
+  std::vector<float> logits(cfg.vocab_size);
+  for (int P : ctxs) {
+    const auto prompt = bench_prompt(P, cfg.vocab_size);
+    const int cap = P + kDecodeSteps + 2;
+    auto st_r = model.new_state(cap);
+    if (!st_r) {
+      std::fprintf(stderr, "error: %s\n", st_r.message().c_str());
+      return 1;
+    }
+    SeqState& st = **st_r;
+    std::vector<int32_t> ids;
+    // Warm-up at the exact shape: prefill, then a decode step and its lookahead.
+    Status s = model.forward(st, prompt, logits);
+    if (s) s = model.decode_greedy(st, argmax(logits), 2, ids);
+    if (!s) {
+      std::fprintf(stderr, "error: %s\n", s.message().c_str());
+      return 1;
+    }
+    st.reset();
+    const auto t0 = clk::now();
+    s = model.forward(st, prompt, logits);
+    const int32_t first = argmax(logits);
+    const double prefill_s = std::chrono::duration<double>(clk::now() - t0).count();
+    std::vector<double> avail;
+    if (s) s = model.decode_greedy(st, first, kDecodeSteps, ids, &avail);
+    if (!s) {
+      std::fprintf(stderr, "error: %s\n", s.message().c_str());
+      return 1;
+    }
+    const double decode_s = avail.back();
+    std::vector<double> steps_ms;
+    for (size_t i = 0; i < avail.size(); ++i) steps_ms.push_back(1e3 * (avail[i] - (i ? avail[i - 1] : 0.0)));
+    std::vector<double> sorted = steps_ms;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int32_t> gen{first};
+    gen.insert(gen.end(), ids.begin(), ids.end());
+    double bytes = 0;
+    for (int i = 0; i < kDecodeSteps; ++i) bytes += step_bytes(cfg, P + i);
+    const double gbps = bytes / decode_s / 1e9;
+    char digest[32];
+    std::snprintf(digest, sizeof digest, "%016llx", (unsigned long long)fnv1a(gen));
+    nlohmann::json r;
+    r["context"] = P;
+    r["prefill_s"] = prefill_s;
+    r["prefill_tok_s"] = P / prefill_s;
+    r["decode_s"] = decode_s;
+    r["decode_tok_s"] = kDecodeSteps / decode_s;
+    r["step_ms"] = steps_ms;
+    r["generated_ids"] = gen;
+    r["fnv1a64"] = digest;
+    r["bytes_per_step"] = bytes / kDecodeSteps;
+    r["achieved_gbps"] = gbps;
+    r["ratio_to_copy"] = copy > 0 ? nlohmann::json(gbps / copy) : nlohmann::json(nullptr);
+    out["results"].push_back(r);
+    std::fprintf(stderr, "| %d | %.1f | %.1f | %.3f | %.0f | %s | %s |\n", P, P / prefill_s, kDecodeSteps / decode_s,
+                 sorted[sorted.size() / 2], gbps, copy > 0 ? std::to_string(gbps / copy).substr(0, 5).c_str() : "-", digest);
+  }
+  const std::string text = out.dump(1);
+  if (!a.json_out.empty()) std::ofstream(a.json_out) << text << "\n";
+  std::printf("%s\n", text.c_str());
+  return 0;
+}
+
+Registrar reg("bench", "Benchmark (Lily's contract): timed prefill + 64 greedy decode steps per context, JSON out",
+              [](CLI::App& app) -> RunFn {
+                auto a = std::make_shared<BenchArgs>();
+                app.add_option("--model", a->model, "Checkpoint directory")->required();
+                app.add_option("--backend", a->backend, "cuda, cpu or cpu-ref");
+                app.add_option("--contexts", a->contexts, "Comma-separated prompt lengths (the sweep)");
+                app.add_option("--max-seq", a->max_seq, "Skip contexts that do not fit (prompt + 64 + 2)");
+                app.add_option("--threads", a->threads, "CPU threads (0: all cores)");
+                app.add_option("--json", a->json_out, "Also write the JSON to this file");
+                app.add_option("--label", a->label, "Free text recorded in the JSON (commit, notes)");
+                return [a] { return run_bench(*a); };
+              });
+
+}  // namespace
+}  // namespace lily::cli

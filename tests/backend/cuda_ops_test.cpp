@@ -1,0 +1,618 @@
+// Every CUDA decode op against the CPU reference (ref_ops + small scalar references below for
+// the pieces that live inside the CPU forward), on seeded random inputs pre-rounded to bf16,
+// at the real Qwen3.6-35B-A3B shapes and at edge shapes. Each check prints one table row:
+// op, shape, max |err|, tolerance (atol + rtol·|ref|), first bad index. Skips loudly without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/ref_ops.h"
+#include "core/bf16.h"
+#include "model/logits.h"
+
+#ifdef LILY_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "backend/cuda/ops.h"
+
+namespace lily {
+namespace {
+
+using cuda::QW;
+
+bool have_gpu(std::string& why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    why = cudaGetErrorString(e);
+    return false;
+  }
+  if (n == 0) {
+    why = "0 devices";
+    return false;
+  }
+  return true;
+}
+// The reference rounds at the bf16 storage points of model-spec §1.5, as the kernels do.
+struct Bf16Storage {
+  bool prev = cpu::bf16_storage();
+  Bf16Storage() { cpu::set_bf16_storage(true); }
+  ~Bf16Storage() { cpu::set_bf16_storage(prev); }
+};
+#define REQUIRE_GPU()                                                         \
+  std::string why_;                                                           \
+  if (!have_gpu(why_)) GTEST_SKIP() << "no CUDA device: " << why_;            \
+  Bf16Storage bf16_storage_guard_
+
+template <typename T> struct DBuf {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit DBuf(size_t n_) : n(n_) {
+    EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess);
+    cudaMemset(p, 0xFF, std::max<size_t>(n, 1) * sizeof(T));  // poison
+  }
+  DBuf(const std::vector<T>& v) : DBuf(v.size()) { up(v); }
+  ~DBuf() { cudaFree(p); }
+  void up(const std::vector<T>& v) { cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice); }
+  std::vector<T> down() const {
+    std::vector<T> v(n);
+    cudaDeviceSynchronize();
+    cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return v;
+  }
+};
+
+std::mt19937_64& rng() {
+  static std::mt19937_64 r(1234);
+  return r;
+}
+float randn() { return std::normal_distribution<float>(0.f, 1.f)(rng()); }
+float randu() { return std::uniform_real_distribution<float>(0.f, 1.f)(rng()); }
+
+// Host quantized weight with storage.
+struct HostQ {
+  std::vector<uint32_t> codes;
+  std::vector<bf16> sc, bi;
+  QWeight w;
+  HostQ(int rows, int cols, int bits, float gain = 1.f) {
+    codes.resize(size_t(rows) * cols * bits / 32);
+    for (auto& c : codes) c = uint32_t(rng()());
+    const size_t ng = size_t(rows) * cols / 64;
+    sc.resize(ng), bi.resize(ng);
+    const float levels = float((1 << bits) - 1), s0 = gain / (levels / std::sqrt(12.f) * std::sqrt(float(cols)));
+    for (size_t i = 0; i < ng; ++i) {
+      const float s = s0 * (0.5f + randu());
+      sc[i] = f32_to_bf16(s);
+      bi[i] = f32_to_bf16(-s * (levels * 0.5f + randu() - 0.5f));
+    }
+    w.codes = codes.data(), w.scales = sc.data(), w.biases = bi.data();
+    w.rows = rows, w.cols = cols, w.bits = bits, w.group_size = 64;
+  }
+};
+
+// Device copy of a (row-concatenation of) quantized weight(s) in the backend's layout.
+struct DevQ {
+  DBuf<uint32_t> codes;
+  DBuf<uint16_t> sb;
+  QW q;
+  explicit DevQ(std::vector<const QWeight*> parts)
+      : codes(count_words(parts)), sb(count_groups(parts) * 2) {
+    std::vector<uint32_t> c;
+    std::vector<uint16_t> s;
+    for (auto* p : parts) {
+      c.insert(c.end(), p->codes, p->codes + size_t(p->rows) * p->words_per_row());
+      for (size_t i = 0; i < size_t(p->rows) * p->groups_per_row(); ++i) s.push_back(p->scales[i].bits), s.push_back(p->biases[i].bits);
+      q.rows += p->rows;
+    }
+    codes.up(c), sb.up(s);
+    q.codes = codes.p, q.sb = sb.p, q.cols = parts[0]->cols, q.bits = parts[0]->bits;
+  }
+  static size_t count_words(const std::vector<const QWeight*>& ps) {
+    size_t n = 0;
+    for (auto* p : ps) n += size_t(p->rows) * p->words_per_row();
+    return n;
+  }
+  static size_t count_groups(const std::vector<const QWeight*>& ps) {
+    size_t n = 0;
+    for (auto* p : ps) n += size_t(p->rows) * p->groups_per_row();
+    return n;
+  }
+};
+
+std::vector<float> rand_bf16(size_t n, float scale = 1.f, float mean = 0.f) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = round_bf16(mean + scale * randn());
+  return v;
+}
+std::vector<uint16_t> to_bits(const std::vector<float>& v) {
+  std::vector<uint16_t> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]).bits;
+  return b;
+}
+std::vector<float> from_bits(const std::vector<uint16_t>& b) {
+  std::vector<float> v(b.size());
+  for (size_t i = 0; i < b.size(); ++i) v[i] = bf16_to_f32(bf16{b[i]});
+  return v;
+}
+std::vector<bf16> as_bf16(const std::vector<float>& v) {
+  std::vector<bf16> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]);
+  return b;
+}
+
+// One row of the table; returns pass. Tolerance: |got − ref| ≤ atol + rtol·|ref|.
+bool check(const std::string& op, const std::string& shape, const std::vector<float>& got, const std::vector<float>& ref,
+           float atol, float rtol) {
+  EXPECT_EQ(got.size(), ref.size());
+  double max_err = 0;
+  long first_bad = -1;
+  size_t nbad = 0;
+  for (size_t i = 0; i < std::min(got.size(), ref.size()); ++i) {
+    const double err = std::fabs(double(got[i]) - double(ref[i]));
+    const bool bad = !(err <= atol + rtol * std::fabs(ref[i]));  // NaN fails
+    if (bad) {
+      if (first_bad < 0) first_bad = long(i);
+      ++nbad;
+    }
+    if (err > max_err || std::isnan(err)) max_err = std::isnan(err) ? INFINITY : err;
+  }
+  std::printf("| %-26s | %-30s | %10.3e | atol %.0e + rtol %.0e | %s", op.c_str(), shape.c_str(), max_err, atol, rtol,
+              nbad ? "FAIL" : "ok");
+  if (nbad)
+    std::printf(" (%zu bad; first [%ld] got %.6g ref %.6g)", nbad, first_bad, got[size_t(first_bad)], ref[size_t(first_bad)]);
+  std::printf(" |\n");
+  EXPECT_EQ(nbad, 0u) << op << " " << shape;
+  return nbad == 0;
+}
+std::string dims(std::initializer_list<long> d) {
+  std::string s;
+  for (long v : d) s += (s.empty() ? "" : "x") + std::to_string(v);
+  return s;
+}
+
+// ---------------------------------------------------------------- GEMV (plain, 4/8 bit)
+void gemv_plain_case(int rows, int cols, int bits) {
+  HostQ W(rows, cols, bits);
+  DevQ D({&W.w});
+  auto x = rand_bf16(cols);
+  std::vector<float> ref(rows);
+  cpu::qmatmul(W.w, x.data(), 1, cols, ref.data(), rows, /*round=*/true);
+  DBuf<uint16_t> dx(to_bits(x));
+  DBuf<uint16_t> dy(rows);
+  cuda::GemvArgs a{};
+  a.w = D.q, a.in = dx.p, a.y = dy.p;
+  ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
+  check(fmt::format("gemv q{} bf16", bits), dims({rows, cols}), from_bits(dy.down()), ref, 1e-2f, 1e-2f);
+}
+TEST(CudaOps, GemvPlain) {
+  REQUIRE_GPU();
+  gemv_plain_case(12352, 2048, 4);  // [qkv|z|a|b]
+  gemv_plain_case(2048, 4096, 4);   // out_proj / o_proj
+  gemv_plain_case(9216, 2048, 4);   // [q|k|v]
+  gemv_plain_case(1, 2048, 4);
+  gemv_plain_case(3, 256, 4);
+  gemv_plain_case(37, 512, 4);
+  gemv_plain_case(17, 1024, 4);
+  gemv_plain_case(257, 2048, 8);
+  gemv_plain_case(5, 256, 8);
+  gemv_plain_case(9, 1024, 8);
+}
+
+// ---------------------------------------------------------------- GEMV with add+norm prologue
+void gemv_addnorm_case(int rows, int cols, bool with_mix) {
+  HostQ W(rows, cols, 4);
+  DevQ D({&W.w});
+  auto x = rand_bf16(cols, 3.f), mix = rand_bf16(cols), gain = rand_bf16(cols, 0.2f, 1.f);
+  std::vector<float> r(cols), n(cols), ref(rows);
+  for (int i = 0; i < cols; ++i) r[i] = with_mix ? round_bf16(x[i] + mix[i]) : x[i];
+  auto gb = as_bf16(gain);
+  cpu::rmsnorm(r.data(), 1, cols, gb.data(), 1e-6f, n.data());
+  cpu::qmatmul(W.w, n.data(), 1, cols, ref.data(), rows, true);
+  DBuf<uint16_t> dx(to_bits(x)), dm(to_bits(mix)), dg(to_bits(gain)), dr(cols), dn(cols), dy(rows);
+  cuda::GemvArgs a{};
+  a.w = D.q, a.pro = cuda::Pro::kAddNorm, a.in = dx.p, a.mix = with_mix ? dm.p : nullptr, a.gain = dg.p;
+  a.res_out = dr.p, a.n_out = dn.p, a.y = dy.p;
+  ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
+  const std::string sh = dims({rows, cols}) + (with_mix ? " +mix" : "");
+  check("add+rmsnorm→gemv: residual", sh, from_bits(dr.down()), r, 0, 0);
+  check("add+rmsnorm→gemv: normed", sh, from_bits(dn.down()), n, 1e-2f, 1e-2f);
+  check("add+rmsnorm→gemv: y", sh, from_bits(dy.down()), ref, 2e-2f, 1e-2f);
+}
+TEST(CudaOps, GemvAddNorm) {
+  REQUIRE_GPU();
+  gemv_addnorm_case(12352, 2048, true);
+  gemv_addnorm_case(9216, 2048, false);
+  gemv_addnorm_case(7, 256, true);
+}
+
+// ---------------------------------------------------------------- standalone add + rmsnorm
+TEST(CudaOps, AddRmsNorm) {
+  REQUIRE_GPU();
+  for (int H : {2048, 256, 96}) {
+    auto x = rand_bf16(H, 3.f), mix = rand_bf16(H), gain = rand_bf16(H, 0.2f, 1.f);
+    std::vector<float> r(H), n(H);
+    for (int i = 0; i < H; ++i) r[i] = round_bf16(x[i] + mix[i]);
+    auto gb = as_bf16(gain);
+    cpu::rmsnorm(r.data(), 1, H, gb.data(), 1e-6f, n.data());
+    DBuf<uint16_t> dx(to_bits(x)), dm(to_bits(mix)), dg(to_bits(gain)), dr(H), dn(H);
+    ASSERT_TRUE(cuda::add_rmsnorm(dx.p, dm.p, dg.p, H, 1e-6f, dr.p, dn.p, nullptr).is_ok());
+    check("add_rmsnorm residual", dims({H}), from_bits(dr.down()), r, 0, 0);
+    check("add_rmsnorm normed", dims({H}), from_bits(dn.down()), n, 1e-2f, 1e-2f);
+  }
+}
+
+// ---------------------------------------------------------------- GEMV with gated-norm prologue
+void gated_case(int rows, int nv, int dv) {
+  const int K = nv * dv;
+  HostQ W(rows, K, 4);
+  DevQ D({&W.w});
+  auto o = rand_bf16(K, 0.5f), z = rand_bf16(K), gain = rand_bf16(dv, 0.2f, 1.f);
+  std::vector<float> xin(K), ref(rows);
+  for (int h = 0; h < nv; ++h) {
+    float ss = 0;
+    for (int d = 0; d < dv; ++d) ss += o[h * dv + d] * o[h * dv + d];
+    const float inv = 1.0f / std::sqrt(ss / dv + 1e-6f);
+    for (int d = 0; d < dv; ++d) {
+      const float zz = z[h * dv + d];
+      xin[h * dv + d] = round_bf16(gain[d] * o[h * dv + d] * inv * (zz / (1.0f + std::exp(-zz))));
+    }
+  }
+  cpu::qmatmul(W.w, xin.data(), 1, K, ref.data(), rows, true);
+  DBuf<uint16_t> dox(to_bits(o)), dz(to_bits(z)), dg(to_bits(gain)), dy(rows);
+  cuda::GemvArgs a{};
+  a.w = D.q, a.pro = cuda::Pro::kGatedNorm, a.in = dox.p, a.z = dz.p, a.gain = dg.p, a.gn_dv = dv, a.y = dy.p;
+  ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
+  check("gated rmsnorm→out_proj", dims({rows, nv, dv}), from_bits(dy.down()), ref, 2e-2f, 1e-2f);
+}
+TEST(CudaOps, GemvGatedNorm) {
+  REQUIRE_GPU();
+  gated_case(2048, 32, 128);
+  gated_case(256, 4, 128);
+  gated_case(64, 2, 128);
+}
+
+// ---------------------------------------------------------------- router: Q8 GEMV + top-k
+void router_case(int E, int H, int k) {
+  HostQ R(E, H, 8, 3.f), SG(1, H, 8, 1.f);
+  DevQ D({&R.w, &SG.w});
+  auto x = rand_bf16(H);
+  std::vector<float> l(E + 1);
+  cpu::qmatmul(D.q.rows == E + 1 ? R.w : R.w, x.data(), 1, H, l.data(), E, false);
+  cpu::qmatmul(SG.w, x.data(), 1, H, l.data() + E, 1, false);
+  // reference routing (as the CPU forward): softmax fp32, top-k by p (ties → lowest id), renormalize
+  const float mx = *std::max_element(l.begin(), l.begin() + E);
+  std::vector<float> p(E);
+  float sum = 0;
+  for (int e = 0; e < E; ++e) sum += (p[e] = std::exp(l[e] - mx));
+  for (int e = 0; e < E; ++e) p[e] /= sum;
+  std::vector<int> idx(E);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+  float tsum = 0;
+  for (int j = 0; j < k; ++j) tsum += p[idx[j]];
+  std::vector<float> ref_w(k + 1), ref_ids(k);
+  for (int j = 0; j < k; ++j) ref_ids[j] = float(idx[j]), ref_w[j] = p[idx[j]] / tsum;
+  ref_w[k] = 1.0f / (1.0f + std::exp(-l[E]));
+  DBuf<uint16_t> dx(to_bits(x)), dg(to_bits(std::vector<float>(H, 1.f)));
+  DBuf<float> dl(E + 1), dw(k + 1);
+  DBuf<int32_t> di(k);
+  DBuf<cuda::StepCtl> ctl(1);
+  cudaMemset(ctl.p, 0, sizeof(cuda::StepCtl));
+  cuda::GemvArgs a{};
+  a.w = D.q, a.pro = cuda::Pro::kPlain, a.in = dx.p, a.y = dl.p, a.y_f32 = true, a.epi = cuda::Epi::kTopK;
+  a.ctl = ctl.p, a.n_experts = E, a.top_k = k, a.topk_ids = di.p, a.topk_w = dw.p;
+  for (int rep = 0; rep < 2; ++rep) {  // twice: the last-block counter must reset itself
+    ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
+    const std::string sh = dims({E + 1, H}) + " k" + std::to_string(k) + (rep ? " (replay)" : "");
+    check("router q8 logits fp32", sh, dl.down(), l, 1e-3f, 1e-3f);
+    auto ids = di.down();
+    check("router top-k ids", sh, std::vector<float>(ids.begin(), ids.end()), ref_ids, 0, 0);
+    check("router weights+σ(shared)", sh, dw.down(), ref_w, 1e-5f, 1e-4f);
+  }
+}
+TEST(CudaOps, RouterTopK) {
+  REQUIRE_GPU();
+  router_case(256, 2048, 8);
+  router_case(16, 256, 4);
+  router_case(64, 512, 1);
+}
+
+// ---------------------------------------------------------------- embedding
+TEST(CudaOps, Embed) {
+  REQUIRE_GPU();
+  for (auto [V, H] : {std::pair{248320, 2048}, std::pair{100, 256}}) {
+    HostQ E(V, H, 4, std::sqrt(float(H)));
+    DevQ D({&E.w});
+    for (int tok : {0, V - 1, V / 3}) {
+      std::vector<float> ref(H);
+      int32_t t = tok;
+      cpu::embed_rows(E.w, std::span<const int32_t>(&t, 1), ref.data());
+      DBuf<uint16_t> dx(H);
+      ASSERT_TRUE(cuda::embed_row(D.q, nullptr, tok, dx.p, nullptr).is_ok());
+      check("embed row", dims({V, H}) + " tok " + std::to_string(tok), from_bits(dx.down()), ref, 0, 0);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- lm_head + argmax epilogue
+void lm_head_case(int V, int H, bool tie) {
+  HostQ W(V, H, 4, 4.f);
+  auto x = rand_bf16(H);
+  std::vector<float> ref(V);
+  cpu::qmatmul(W.w, x.data(), 1, H, ref.data(), V, false);
+  int want = argmax(ref);
+  if (tie) {  // duplicate the winner's row at a lower id: the lower id must win
+    const int lo = want / 2;
+    std::copy_n(W.codes.begin() + size_t(want) * W.w.words_per_row(), W.w.words_per_row(), W.codes.begin() + size_t(lo) * W.w.words_per_row());
+    std::copy_n(W.sc.begin() + size_t(want) * W.w.groups_per_row(), W.w.groups_per_row(), W.sc.begin() + size_t(lo) * W.w.groups_per_row());
+    std::copy_n(W.bi.begin() + size_t(want) * W.w.groups_per_row(), W.w.groups_per_row(), W.bi.begin() + size_t(lo) * W.w.groups_per_row());
+    cpu::qmatmul(W.w, x.data(), 1, H, ref.data(), V, false);
+    want = lo;
+  }
+  DevQ D({&W.w});
+  DBuf<uint16_t> dx(to_bits(x));
+  DBuf<float> dl(V), part(2 * size_t(cuda::gemv_argmax_max_blocks()));
+  DBuf<cuda::StepCtl> ctl(1);
+  cuda::StepCtl c0{};
+  c0.pos = 5;
+  cudaMemcpy(ctl.p, &c0, sizeof(c0), cudaMemcpyHostToDevice);
+  int32_t* th = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&th, 16 * 4, cudaHostAllocMapped), cudaSuccess);
+  int32_t* td = nullptr;
+  cudaHostGetDevicePointer(reinterpret_cast<void**>(&td), th, 0);
+  cuda::GemvArgs a{};
+  a.w = D.q, a.in = dx.p, a.y = dl.p, a.y_f32 = true, a.epi = cuda::Epi::kArgmax, a.ctl = ctl.p, a.tok_out = td, a.partial = part.p;
+  for (int rep = 0; rep < 2; ++rep) {
+    ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
+    cudaDeviceSynchronize();
+    const std::string sh = dims({V, H}) + (tie ? " tie" : "") + (rep ? " (replay)" : "");
+    check("lm_head logits fp32", sh, dl.down(), ref, 1e-3f, 1e-3f);
+    auto c = ctl.down()[0];
+    check("argmax → ctl.tok, tok_out[pos]", sh, {float(c.tok), float(th[5 + rep]), float(c.pos)},
+          {float(want), float(want), float(6 + rep)}, 0, 0);
+  }
+  cudaFreeHost(th);
+}
+TEST(CudaOps, LmHeadArgmax) {
+  REQUIRE_GPU();
+  lm_head_case(248320, 2048, false);
+  lm_head_case(248320, 2048, true);
+  lm_head_case(4096, 256, true);
+  lm_head_case(3, 256, false);
+}
+
+// ---------------------------------------------------------------- top-k logprobs
+TEST(CudaOps, TopKLogprobs) {
+  REQUIRE_GPU();
+  for (auto [n, k] : {std::pair{248320, 20}, std::pair{1000, 5}, std::pair{4096, 32}}) {
+    auto l = rand_bf16(n, 3.f);
+    l[n / 2] = l[n / 3] = 40.f;  // a tie at the top: lower id first
+    auto ref = top_logprobs(l, k);
+    DBuf<float> dl(l);
+    std::vector<uint8_t> dummy;
+    DBuf<uint8_t> scratch(cuda::topk_logprobs_scratch_bytes(n));
+    DBuf<int32_t> di(k);
+    DBuf<float> dp(k);
+    ASSERT_TRUE(cuda::topk_logprobs(dl.p, n, k, scratch.p, di.p, dp.p, nullptr).is_ok());
+    auto ids = di.down();
+    auto lps = dp.down();
+    std::vector<float> gi(ids.begin(), ids.end()), ri, rl;
+    for (auto& [id, lp] : ref) ri.push_back(float(id)), rl.push_back(float(lp));
+    check("top-k logprobs ids", dims({n}) + " k" + std::to_string(k), gi, ri, 0, 0);
+    check("top-k logprobs values", dims({n}) + " k" + std::to_string(k), lps, rl, 1e-4f, 1e-5f);
+  }
+}
+
+// ---------------------------------------------------------------- MoE gate_up + down_combine
+void moe_case(int E, int H, int I, int k) {
+  HostQ G(E * I, H, 4), U(E * I, H, 4), Dn(E * H, I, 4, 0.5f), SG(I, H, 4), SU(I, H, 4), SD(H, I, 4, 0.5f);
+  DevQ dG({&G.w}), dU({&U.w}), dD({&Dn.w}), dSGU({&SG.w, &SU.w}), dSD({&SD.w});
+  auto x = rand_bf16(H);
+  std::vector<int32_t> ids(k);
+  std::vector<float> wts(k + 1);
+  {
+    std::vector<int> perm(E);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng());
+    float s = 0;
+    for (int j = 0; j < k; ++j) ids[j] = perm[j], s += (wts[j] = 0.1f + randu());
+    for (int j = 0; j < k; ++j) wts[j] /= s;
+    wts[k] = 0.3f + 0.4f * randu();
+  }
+  // reference (as the CPU forward): act = bf16(silu(bf16(g))·bf16(u)); y_k = bf16(down·act)
+  auto swiglu = [&](const QWeight& g, const QWeight& u, std::vector<float>& act) {
+    std::vector<float> a(g.rows), b(g.rows);
+    cpu::qmatmul(g, x.data(), 1, H, a.data(), g.rows, true);
+    cpu::qmatmul(u, x.data(), 1, H, b.data(), u.rows, true);
+    act.resize(g.rows);
+    for (int i = 0; i < g.rows; ++i) act[i] = round_bf16(a[i] / (1.0f + std::exp(-a[i])) * b[i]);
+  };
+  std::vector<float> ref_act, acc(H, 0.f), out(H);
+  for (int j = 0; j < k; ++j) {
+    std::vector<float> act, y(H);
+    swiglu(G.w.rows_slice(ids[j] * I, I), U.w.rows_slice(ids[j] * I, I), act);
+    ref_act.insert(ref_act.end(), act.begin(), act.end());
+    cpu::qmatmul(Dn.w.rows_slice(ids[j] * H, H), act.data(), 1, I, y.data(), H, true);
+    for (int c = 0; c < H; ++c) acc[c] += wts[j] * y[c];
+  }
+  std::vector<float> sact, sy(H);
+  swiglu(SG.w, SU.w, sact);
+  ref_act.insert(ref_act.end(), sact.begin(), sact.end());
+  cpu::qmatmul(SD.w, sact.data(), 1, I, sy.data(), H, true);
+  for (int c = 0; c < H; ++c) out[c] = round_bf16(acc[c] + wts[k] * sy[c]);
+
+  DBuf<uint16_t> dx(to_bits(x)), dact(size_t(k + 1) * I), dout(H);
+  DBuf<int32_t> di(ids);
+  DBuf<float> dw(wts);
+  cuda::MoeArgs a{};
+  a.gate = dG.q, a.up = dU.q, a.down = dD.q, a.sh_gate_up = dSGU.q, a.sh_down = dSD.q;
+  a.topk_ids = di.p, a.topk_w = dw.p, a.top_k = k, a.H = H, a.I = I, a.x = dx.p, a.act = dact.p, a.out = dout.p;
+  ASSERT_TRUE(cuda::moe_gate_up(a, nullptr).is_ok());
+  ASSERT_TRUE(cuda::moe_down_combine(a, nullptr).is_ok());
+  const std::string sh = "E" + std::to_string(E) + " H" + std::to_string(H) + " I" + std::to_string(I) + " k" + std::to_string(k);
+  check("moe gate+up+swiglu (k+shared)", sh, from_bits(dact.down()), ref_act, 1e-2f, 2e-2f);
+  check("moe down+combine+σ·shared", sh, from_bits(dout.down()), out, 1e-2f, 2e-2f);
+}
+TEST(CudaOps, Moe) {
+  REQUIRE_GPU();
+  moe_case(256, 2048, 512, 8);
+  moe_case(16, 256, 256, 4);
+  moe_case(8, 512, 1024, 1);
+}
+
+// ---------------------------------------------------------------- GDN step (several tokens)
+void gdn_case(int nk, int nv, int steps) {
+  const int dk = 128, dv = 128, K = 4, kd = nk * dk, vd = nv * dv, C = 2 * kd + vd;
+  auto conv_w = rand_bf16(size_t(C) * K, 0.5f);
+  auto conv_wb = as_bf16(conv_w);
+  std::vector<float> A_log(nv);
+  for (int h = 0; h < nv; ++h) A_log[h] = std::log(1.0f + 15.0f * randu());
+  auto dt = rand_bf16(nv);
+  std::vector<float> win(size_t(C) * (K - 1), 0.f), S(size_t(nv) * dk * dv, 0.f);
+  DBuf<uint16_t> dconv_w(to_bits(conv_w)), ddt(to_bits(dt)), dwin(size_t(2) * C * (K - 1)), dout(vd);
+  DBuf<float> dA(A_log), dS(S.size());
+  cudaMemset(dwin.p, 0, dwin.n * 2);
+  cudaMemset(dS.p, 0, dS.n * 4);
+  for (int t = 0; t < steps; ++t) {
+    auto u = rand_bf16(size_t(C) + vd + 2 * nv);
+    // reference
+    std::vector<float> c(C);
+    cpu::conv_silu(u.data(), 1, C, C, K, conv_wb.data(), win.data(), c.data());
+    std::vector<float> q(kd), k(kd), g(nv), beta(nv), o(vd);
+    for (int h = 0; h < nk; ++h) {
+      float sq = 0, sk = 0;
+      for (int d = 0; d < dk; ++d) sq += c[h * dk + d] * c[h * dk + d], sk += c[kd + h * dk + d] * c[kd + h * dk + d];
+      for (int d = 0; d < dk; ++d) {
+        q[h * dk + d] = c[h * dk + d] * (1.0f / std::sqrt(sq + 1e-6f)) * (1.0f / std::sqrt(float(dk)));
+        k[h * dk + d] = c[kd + h * dk + d] * (1.0f / std::sqrt(sk + 1e-6f));
+      }
+    }
+    for (int h = 0; h < nv; ++h) {
+      const float a = u[C + vd + h], b = u[C + vd + nv + h], sp = a + dt[h];
+      beta[h] = 1.0f / (1.0f + std::exp(-b));
+      g[h] = -std::exp(A_log[h]) * (sp > 20.f ? sp : std::log1p(std::exp(sp)));
+    }
+    cpu::gdn_recurrent({nk, nv, dk, dv}, 1, q.data(), k.data(), c.data() + 2 * kd, g.data(), beta.data(), S.data(), o.data());
+    for (auto& f : o) f = round_bf16(f);
+    // device
+    DBuf<uint16_t> du(to_bits(u));
+    cuda::GdnArgs a{};
+    a.u = du.p, a.conv_w = dconv_w.p, a.conv = dwin.p, a.S = dS.p, a.A_log = dA.p, a.dt_bias = ddt.p, a.o = dout.p;
+    a.pos = t, a.nk = nk, a.nv = nv, a.dk = dk, a.dv = dv, a.K = K;
+    ASSERT_TRUE(cuda::gdn_step(a, nullptr).is_ok());
+    const std::string sh = "nk" + std::to_string(nk) + " nv" + std::to_string(nv) + " step " + std::to_string(t);
+    if (t == 0 || t == steps - 1) {
+      check("gdn step: readout o (bf16)", sh, from_bits(dout.down()), o, 1e-2f, 2e-2f);
+      check("gdn step: state S (fp32)", sh, dS.down(), S, 5e-3f, 5e-3f);
+    } else {
+      cudaDeviceSynchronize();
+    }
+  }
+}
+TEST(CudaOps, GdnStep) {
+  REQUIRE_GPU();
+  gdn_case(16, 32, 6);
+  gdn_case(2, 4, 5);
+  gdn_case(4, 4, 3);
+}
+
+// ---------------------------------------------------------------- attention prep + decode
+void attn_case(int nh, int nkv, int hd, int pos, int max_seq) {
+  const int qw = 2 * hd, rot = hd / 4, G = nh / nkv;
+  auto qkv = rand_bf16(size_t(nh) * qw + 2 * size_t(nkv) * hd, 2.f);
+  auto qn = rand_bf16(hd, 0.2f, 1.f), kn = rand_bf16(hd, 0.2f, 1.f);
+  auto qnb = as_bf16(qn), knb = as_bf16(kn);
+  // cache rows before pos: random bf16 (as earlier steps would have written)
+  std::vector<float> kc(size_t(nkv) * max_seq * hd, 0.f), vc(kc.size(), 0.f);
+  for (int h = 0; h < nkv; ++h)
+    for (int t = 0; t < pos; ++t)
+      for (int d = 0; d < hd; ++d) {
+        kc[(size_t(h) * max_seq + t) * hd + d] = round_bf16(randn() * 2.f);
+        vc[(size_t(h) * max_seq + t) * hd + d] = round_bf16(randn());
+      }
+  // reference: q/k norm + rope, cache write, softmax attention, gate
+  std::vector<float> q(size_t(nh) * hd), kk(size_t(nkv) * hd);
+  for (int h = 0; h < nh; ++h) cpu::rmsnorm(&qkv[size_t(h) * qw], 1, hd, qnb.data(), 1e-6f, &q[size_t(h) * hd]);
+  cpu::rmsnorm(&qkv[size_t(nh) * qw], nkv, hd, knb.data(), 1e-6f, kk.data());
+  cpu::rope_neox(q.data(), nh, hd, rot, pos, 1e7);
+  cpu::rope_neox(kk.data(), nkv, hd, rot, pos, 1e7);
+  for (auto& f : q) f = round_bf16(f);
+  for (int h = 0; h < nkv; ++h)
+    for (int d = 0; d < hd; ++d) {
+      kc[(size_t(h) * max_seq + pos) * hd + d] = round_bf16(kk[h * hd + d]);
+      vc[(size_t(h) * max_seq + pos) * hd + d] = qkv[size_t(nh) * qw + size_t(nkv) * hd + h * hd + d];
+    }
+  std::vector<float> ref(size_t(nh) * hd);
+  const float scale = 1.0f / std::sqrt(float(hd));
+  for (int h = 0; h < nh; ++h) {
+    const int kvh = h / G;
+    std::vector<float> p(pos + 1);
+    float mx = -INFINITY;
+    for (int t = 0; t <= pos; ++t) {
+      float s = 0;
+      for (int d = 0; d < hd; ++d) s += q[h * hd + d] * kc[(size_t(kvh) * max_seq + t) * hd + d];
+      mx = std::max(mx, p[t] = s * scale);
+    }
+    float sum = 0;
+    for (int t = 0; t <= pos; ++t) sum += (p[t] = std::exp(p[t] - mx));
+    for (int d = 0; d < hd; ++d) {
+      float o = 0;
+      for (int t = 0; t <= pos; ++t) o += p[t] / sum * vc[(size_t(kvh) * max_seq + t) * hd + d];
+      const float gt = qkv[size_t(h) * qw + hd + d];
+      ref[h * hd + d] = round_bf16(round_bf16(o) * (1.0f / (1.0f + std::exp(-gt))));
+    }
+  }
+  // device: cache rows < pos preloaded; rows ≥ pos poisoned
+  std::vector<float> kc0 = kc, vc0 = vc;
+  for (int h = 0; h < nkv; ++h)
+    for (int d = 0; d < hd; ++d) kc0[(size_t(h) * max_seq + pos) * hd + d] = vc0[(size_t(h) * max_seq + pos) * hd + d] = NAN;
+  DBuf<uint16_t> dqkv(to_bits(qkv)), dqn(to_bits(qn)), dkn(to_bits(kn)), dq(size_t(nh) * hd), dk(to_bits(kc0)), dv(to_bits(vc0)),
+      dout(size_t(nh) * hd);
+  DBuf<float> part(size_t(nkv) * cuda::attn_max_splits() * G * (hd + 2));
+  DBuf<cuda::StepCtl> ctl(1);
+  cuda::StepCtl c0{};
+  c0.pos = pos;
+  cudaMemcpy(ctl.p, &c0, sizeof(c0), cudaMemcpyHostToDevice);
+  ASSERT_TRUE(cuda::attn_init().is_ok());
+  cuda::AttnArgs a{};
+  a.qkv = dqkv.p, a.q_norm = dqn.p, a.k_norm = dkn.p, a.q = dq.p, a.kc = dk.p, a.vc = dv.p, a.out = dout.p;
+  a.partial = part.p, a.ctl = ctl.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot, a.max_seq = max_seq;
+  a.n_split = cuda::attn_max_splits();
+  ASSERT_TRUE(cuda::attn_prep(a, nullptr).is_ok());
+  for (int rep = 0; rep < 2; ++rep) ASSERT_TRUE(cuda::attn_decode(a, nullptr).is_ok());
+  const std::string sh = "h" + std::to_string(nh) + "/" + std::to_string(nkv) + " d" + std::to_string(hd) + " ctx " + std::to_string(pos + 1);
+  check("attn prep: q norm+rope", sh, from_bits(dq.down()), q, 1e-2f, 1e-2f);
+  std::vector<float> kpos, kref, vpos, vref;
+  auto kd = from_bits(dk.down()), vdv = from_bits(dv.down());
+  for (int h = 0; h < nkv; ++h)
+    for (int d = 0; d < hd; ++d) {
+      const size_t i = (size_t(h) * max_seq + pos) * hd + d;
+      kpos.push_back(kd[i]), kref.push_back(kc[i]), vpos.push_back(vdv[i]), vref.push_back(vc[i]);
+    }
+  check("attn prep: k cache write", sh, kpos, kref, 1e-2f, 1e-2f);
+  check("attn prep: v cache write", sh, vpos, vref, 0, 0);
+  check("attn split-K decode + gate", sh, from_bits(dout.down()), ref, 1e-2f, 2e-2f);
+}
+TEST(CudaOps, Attention) {
+  REQUIRE_GPU();
+  attn_case(16, 2, 256, 0, 8);
+  attn_case(16, 2, 256, 63, 128);
+  attn_case(16, 2, 256, 64, 128);
+  attn_case(16, 2, 256, 4200, 4300);
+  attn_case(16, 2, 256, 40000, 40001);
+  attn_case(4, 2, 64, 5, 16);
+  attn_case(8, 8, 128, 300, 512);
+}
+
+}  // namespace
+}  // namespace lily
+
+#else
+TEST(CudaOps, Skipped) { GTEST_SKIP() << "no CUDA device: lily was built without the CUDA backend (no nvcc)"; }
+#endif
