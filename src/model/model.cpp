@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/fast_backend.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
 #include "model/logits.h"
@@ -27,12 +28,14 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
   LILY_ASSIGN_OR_RETURN(impl->ckpt, Checkpoint::open(dir));
   LILY_ASSIGN_OR_RETURN(impl->weights, ModelWeights::from_checkpoint(*impl->ckpt));
   if (opts.threads > 0) ThreadPool::set_global_threads(opts.threads);
-  if (opts.backend == "cpu") {
+  if (opts.backend == "cpu") {  // the fast kernels (src/backend/cpu/fast_*)
+    LILY_ASSIGN_OR_RETURN(impl->backend, make_fast_cpu_backend(impl->weights));
+  } else if (opts.backend == "cpu-ref") {  // the scalar reference the tests trust
     LILY_ASSIGN_OR_RETURN(impl->backend, make_cpu_backend(impl->weights));
   } else if (opts.backend == "cuda") {
     LILY_ASSIGN_OR_RETURN(impl->backend, make_cuda_backend(impl->weights, opts.verbose));
   } else {
-    return errorf("unknown backend '{}' (expected cpu or cuda)", opts.backend);
+    return errorf("unknown backend '{}' (expected cpu, cpu-ref or cuda)", opts.backend);
   }
   std::unique_ptr<Model> m(new Model());
   m->impl_ = std::move(impl);

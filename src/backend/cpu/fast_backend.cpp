@@ -1,0 +1,464 @@
+// The fast CPU forward pass of qwen3_5_moe (model-spec §1.4): the reference's structure and storage
+// points (store()), with every projection on the quantized kernels through run_qjobs, the MoE reading
+// only the routed experts (expert-major slots, one job list per stage), DeltaNet in the fused
+// two-pass recurrent step per head and token, and attention on the vector helpers. Activations,
+// the K/V cache and the DeltaNet state stay fp32 (the numerics finding in docs/helpers-common.md).
+#include "backend/cpu/fast_backend.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_state.h"
+#include "backend/cpu/fast_ops.h"
+#include "backend/cpu/fast_profile.h"
+#include "backend/cpu/ref_ops.h"
+#include "core/thread_pool.h"
+
+namespace lily {
+namespace cpu {
+namespace {
+
+using fast::PreparedX;
+using fast::QJob;
+
+float silu(float v) { return v / (1.0f + std::exp(-v)); }
+float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+float softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
+void store_all(float* p, size_t n) {
+  if (bf16_storage())
+    for (size_t i = 0; i < n; ++i) p[i] = store(p[i]);
+}
+
+// A job over all rows of w for activation rows ids[0..n).
+QJob job(const QWeight& w, const PreparedX& x, const float* xf, int ldxf, const int32_t* ids, int n, float* y, int ldy) {
+  QJob j;
+  j.w = &w, j.x = &x, j.xf = xf, j.ldxf = ldxf, j.ids = ids, j.n = n, j.y = y, j.ldy = ldy;
+  return j;
+}
+
+double job_bytes(std::span<const QJob> jobs) {
+  double b = 0;
+  for (const auto& j : jobs) b += j.n ? double(j.w->nbytes()) : 0.0;
+  return b;
+}
+
+void run(Op op, std::span<const QJob> jobs) {
+  ProfileScope p(op, job_bytes(jobs));
+  fast::run_qjobs(jobs);
+}
+
+class FastCpuBackend final : public Backend {
+ public:
+  explicit FastCpuBackend(const ModelWeights& w) : w_(w), cfg_(w.cfg) {}
+  const char* name() const override { return "cpu"; }
+  int vocab_size() const override { return cfg_.vocab_size; }
+  std::string hardware() const override {
+    return fmt::format("cpu ({} threads, kernels {})", ThreadPool::global().size(), fast::kernels().name);
+  }
+
+  Result<std::unique_ptr<SeqState>> new_state(int max_seq) override {
+    if (max_seq <= 0) return errorf("max_seq must be positive, got {}", max_seq);
+    auto st = std::make_unique<CpuSeqState>();
+    st->cap = max_seq;
+    st->layers.resize(cfg_.num_hidden_layers);
+    for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
+      if (cfg_.is_full_attention[i]) continue;
+      auto& l = st->layers[i];
+      l.conv.assign(size_t(cfg_.gdn_conv_dim()) * (cfg_.linear_conv_kernel_dim - 1), 0.0f);
+      l.S.assign(size_t(cfg_.linear_num_value_heads) * cfg_.linear_key_head_dim * cfg_.linear_value_head_dim, 0.0f);
+    }
+    return std::unique_ptr<SeqState>(std::move(st));
+  }
+
+  Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) override {
+    auto* st = dynamic_cast<CpuSeqState*>(&state);
+    if (!st) return errorf("cpu backend: state belongs to another backend");
+    const int M = int(tokens.size());
+    if (M == 0) return errorf("forward: no tokens");
+    if (st->n + M > st->cap) return errorf("forward: {} + {} tokens exceed the state's max_seq {}", st->n, M, st->cap);
+    for (int32_t t : tokens)
+      if (t < 0 || t >= cfg_.vocab_size) return errorf("forward: token id {} outside the vocabulary [0, {})", t, cfg_.vocab_size);
+    if (!logits.empty() && int(logits.size()) != cfg_.vocab_size)
+      return errorf("forward: logits span has {} entries, vocab is {}", logits.size(), cfg_.vocab_size);
+
+    const int H = cfg_.hidden_size;
+    ensure_iota(std::max(M * cfg_.num_experts_per_tok, M));
+    std::vector<float> x(size_t(M) * H), h(size_t(M) * H), mix(size_t(M) * H);
+    {
+      ProfileScope p(Op::kEmbed, double(M) * w_.embed.nbytes() / w_.embed.rows);
+      embed_rows(w_.embed, tokens, x.data());
+    }
+    for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
+      const LayerWeights& L = w_.layers[i];
+      norm_and_prepare(x.data(), M, L.input_norm, h.data());
+      if (L.full_attention)
+        attention(L.attn, st->layers[i], st->n, M, h.data(), mix.data());
+      else
+        gdn(L.gdn, st->layers[i], M, h.data(), mix.data());
+      for (size_t j = 0; j < x.size(); ++j) x[j] = store(x[j] + mix[j]);
+      norm_and_prepare(x.data(), M, L.post_norm, h.data());
+      moe(L.moe, M, h.data(), mix.data());
+      for (size_t j = 0; j < x.size(); ++j) x[j] = store(x[j] + mix[j]);
+    }
+    st->n += M;
+    if (!logits.empty()) {
+      std::vector<float> last(H);
+      rmsnorm(x.data() + size_t(M - 1) * H, 1, H, w_.final_norm, cfg_.rms_norm_eps, last.data());
+      fast::prepare_x(last.data(), 1, H, H, px_);
+      const QJob j = job(w_.lm_head, px_, last.data(), H, iota_.data(), 1, logits.data(), cfg_.vocab_size);
+      run(Op::kLmHead, {&j, 1});
+    }
+    return Status::ok();
+  }
+
+ private:
+  void ensure_iota(int n) {
+    if (int(iota_.size()) < n) {
+      iota_.resize(size_t(n));
+      std::iota(iota_.begin(), iota_.end(), 0);
+    }
+  }
+
+  // h = RMS(x)·gain, then px_ = int16 form of h for the 4-bit projections.
+  void norm_and_prepare(const float* x, int M, const bf16* gain, float* h) {
+    ProfileScope p(Op::kNorm, 0);
+    rmsnorm(x, M, cfg_.hidden_size, gain, cfg_.rms_norm_eps, h);
+    fast::prepare_x(h, M, cfg_.hidden_size, cfg_.hidden_size, px_);
+  }
+
+  // Gated full attention (model-spec §1.4.1) for M tokens at positions pos0..pos0+M-1.
+  void attention(const AttnWeights& A, CpuSeqState::Layer& S, int pos0, int M, const float* h, float* out) {
+    const int H = cfg_.hidden_size, nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads;
+    const int hd = cfg_.head_dim, qw = A.q_proj.rows / nh;
+    std::vector<float> qg(size_t(M) * A.q_proj.rows), k(size_t(M) * nkv * hd), v(size_t(M) * nkv * hd);
+    {
+      const QJob jobs[] = {job(A.q_proj, px_, h, H, iota_.data(), M, qg.data(), A.q_proj.rows),
+                           job(A.k_proj, px_, h, H, iota_.data(), M, k.data(), nkv * hd),
+                           job(A.v_proj, px_, h, H, iota_.data(), M, v.data(), nkv * hd)};
+      run(Op::kMixerProj, jobs);
+    }
+    store_all(qg.data(), qg.size()), store_all(k.data(), k.size()), store_all(v.data(), v.size());
+    ProfileScope prof(Op::kAttention, 0);
+    std::vector<float> q(size_t(M) * nh * hd);
+    for (int m = 0; m < M; ++m) {
+      for (int hh = 0; hh < nh; ++hh)
+        rmsnorm(&qg[(size_t(m) * nh + hh) * qw], 1, hd, A.q_norm, cfg_.rms_norm_eps, &q[(size_t(m) * nh + hh) * hd]);
+      rmsnorm(&k[size_t(m) * nkv * hd], nkv, hd, A.k_norm, cfg_.rms_norm_eps, &k[size_t(m) * nkv * hd]);
+      rope_neox(&q[size_t(m) * nh * hd], nh, hd, cfg_.rotary_dim(), pos0 + m, cfg_.rope_theta);
+      rope_neox(&k[size_t(m) * nkv * hd], nkv, hd, cfg_.rotary_dim(), pos0 + m, cfg_.rope_theta);
+    }
+    store_all(q.data(), q.size());
+    S.k.resize(size_t(pos0 + M) * nkv * hd);
+    S.v.resize(size_t(pos0 + M) * nkv * hd);
+    for (size_t j = 0; j < size_t(M) * nkv * hd; ++j) {
+      S.k[size_t(pos0) * nkv * hd + j] = store(k[j]);
+      S.v[size_t(pos0) * nkv * hd + j] = store(v[j]);
+    }
+    std::vector<float> o(size_t(M) * nh * hd);
+    const float scale = 1.0f / std::sqrt(float(hd));
+    const int group = nh / nkv;
+    const fast::KernelTable& kt = fast::kernels();
+    fast::parallel_dynamic(M * nh, [&](int a) {
+      const int m = a / nh, hh = a % nh, kvh = hh / group, n_ctx = pos0 + m + 1;
+      std::vector<float> p(static_cast<size_t>(n_ctx));
+      const float* qv = &q[(size_t(m) * nh + hh) * hd];
+      float mx = -INFINITY;
+      for (int t = 0; t < n_ctx; ++t) {
+        p[t] = kt.dot(qv, &S.k[(size_t(t) * nkv + kvh) * hd], hd) * scale;
+        mx = std::max(mx, p[t]);
+      }
+      float sum = 0;
+      for (int t = 0; t < n_ctx; ++t) sum += (p[t] = std::exp(p[t] - mx));
+      float* ov = &o[(size_t(m) * nh + hh) * hd];
+      std::fill(ov, ov + hd, 0.0f);
+      const float inv = 1.0f / sum;
+      for (int t = 0; t < n_ctx; ++t) kt.axpy(ov, p[t] * inv, &S.v[(size_t(t) * nkv + kvh) * hd], hd);
+      const float* gate = qw == 2 * hd ? &qg[(size_t(m) * nh + hh) * qw + hd] : nullptr;
+      for (int d = 0; d < hd; ++d) {
+        const float val = store(ov[d]);
+        ov[d] = gate ? store(val * sigmoid(gate[d])) : val;
+      }
+    });
+    prof.stop();
+    fast::prepare_x(o.data(), M, nh * hd, nh * hd, pmix_);
+    const QJob j = job(A.o_proj, pmix_, o.data(), nh * hd, iota_.data(), M, out, H);
+    run(Op::kOutProj, {&j, 1});
+    store_all(out, size_t(M) * H);
+  }
+
+  // Gated DeltaNet (model-spec §1.4.2) for M tokens: the recurrent form for decode and prefill.
+  void gdn(const GdnWeights& G, CpuSeqState::Layer& S, int M, const float* h, float* out) {
+    const int H = cfg_.hidden_size, C = cfg_.gdn_conv_dim(), kd = cfg_.gdn_key_dim(), vd = cfg_.gdn_value_dim();
+    const int nk = cfg_.linear_num_key_heads, nv = cfg_.linear_num_value_heads;
+    const int dk = cfg_.linear_key_head_dim, dv = cfg_.linear_value_head_dim;
+    std::vector<float> u(size_t(M) * C), z(size_t(M) * vd), b(size_t(M) * nv), a(size_t(M) * nv);
+    {
+      const QJob jobs[] = {job(G.in_proj_qkv, px_, h, H, iota_.data(), M, u.data(), C),
+                           job(G.in_proj_z, px_, h, H, iota_.data(), M, z.data(), vd),
+                           job(G.in_proj_b, px_, h, H, iota_.data(), M, b.data(), nv),
+                           job(G.in_proj_a, px_, h, H, iota_.data(), M, a.data(), nv)};
+      run(Op::kMixerProj, jobs);
+    }
+    store_all(u.data(), u.size()), store_all(z.data(), z.size());
+    store_all(b.data(), b.size()), store_all(a.data(), a.size());
+    ProfileScope prof(Op::kGdn, 0);
+    std::vector<float> c(size_t(M) * C);
+    conv_silu(u.data(), M, C, C, cfg_.linear_conv_kernel_dim, G.conv1d, S.conv.data(), c.data());
+    std::vector<float> q(size_t(M) * kd), k(size_t(M) * kd), v(size_t(M) * vd);
+    const float qscale = 1.0f / std::sqrt(float(dk));
+    for (int m = 0; m < M; ++m) {
+      const float* cm = &c[size_t(m) * C];
+      for (int hh = 0; hh < nk; ++hh) {
+        float sq = 0, sk = 0;
+        for (int d = 0; d < dk; ++d) {
+          sq += cm[hh * dk + d] * cm[hh * dk + d];
+          sk += cm[kd + hh * dk + d] * cm[kd + hh * dk + d];
+        }
+        const float iq = 1.0f / std::sqrt(sq + 1e-6f), ik = 1.0f / std::sqrt(sk + 1e-6f);
+        for (int d = 0; d < dk; ++d) {
+          q[size_t(m) * kd + hh * dk + d] = cm[hh * dk + d] * iq * qscale;
+          k[size_t(m) * kd + hh * dk + d] = cm[kd + hh * dk + d] * ik;
+        }
+      }
+      std::copy(cm + 2 * kd, cm + C, &v[size_t(m) * vd]);
+    }
+    std::vector<float> alpha(size_t(M) * nv), beta(size_t(M) * nv);
+    for (int m = 0; m < M; ++m)
+      for (int hh = 0; hh < nv; ++hh) {
+        const size_t j = size_t(m) * nv + hh;
+        beta[j] = sigmoid(b[j]);
+        alpha[j] = std::exp(-std::exp(G.A_log[hh]) * softplus(a[j] + bf16_to_f32(G.dt_bias[hh])));
+      }
+    std::vector<float> o(size_t(M) * vd);
+    const int ratio = nv / nk;
+    const fast::KernelTable& kt = fast::kernels();
+    fast::parallel_dynamic(nv, [&](int hh) {
+      float* Sh = S.S.data() + size_t(hh) * dk * dv;
+      const int kh = hh / ratio;
+      for (int t = 0; t < M; ++t)
+        kt.gdn_step(Sh, &q[(size_t(t) * nk + kh) * dk], &k[(size_t(t) * nk + kh) * dk], &v[(size_t(t) * nv + hh) * dv],
+                    alpha[size_t(t) * nv + hh], beta[size_t(t) * nv + hh], &o[(size_t(t) * nv + hh) * dv], dk, dv);
+    });
+    for (int m = 0; m < M; ++m)
+      for (int hh = 0; hh < nv; ++hh) {
+        float* oh = &o[(size_t(m) * nv + hh) * dv];
+        const float* zh = &z[(size_t(m) * nv + hh) * dv];
+        float ss = 0;
+        for (int d = 0; d < dv; ++d) {
+          oh[d] = store(oh[d]);
+          ss += oh[d] * oh[d];
+        }
+        const float inv = 1.0f / std::sqrt(ss / dv + cfg_.rms_norm_eps);
+        for (int d = 0; d < dv; ++d) oh[d] = store(bf16_to_f32(G.norm[d]) * oh[d] * inv * silu(zh[d]));
+      }
+    prof.stop();
+    fast::prepare_x(o.data(), M, vd, vd, pmix_);
+    const QJob j = job(G.out_proj, pmix_, o.data(), vd, iota_.data(), M, out, H);
+    run(Op::kOutProj, {&j, 1});
+    store_all(out, size_t(M) * H);
+  }
+
+  // Sparse MoE + sigmoid-gated shared expert (model-spec §1.4.3); px_ holds h in int16 form.
+  void moe(const MoeWeights& W, int M, const float* h, float* out) {
+    const int H = cfg_.hidden_size, E = cfg_.num_experts, topk = cfg_.num_experts_per_tok;
+    const int I = cfg_.moe_intermediate_size, Is = cfg_.shared_expert_intermediate_size;
+    std::vector<float> rl(size_t(M) * E), sgl(size_t(M) * Is), sul(size_t(M) * Is), sg(M);
+    {
+      const QJob jobs[] = {job(W.router, px_, h, H, iota_.data(), M, rl.data(), E),
+                           job(W.shared_expert_gate, px_, h, H, iota_.data(), M, sg.data(), 1),
+                           job(W.shared_gate, px_, h, H, iota_.data(), M, sgl.data(), Is),
+                           job(W.shared_up, px_, h, H, iota_.data(), M, sul.data(), Is)};
+      run(Op::kMoeRouterShared, jobs);
+    }
+    // Route (as the reference): softmax in fp32, top-k with ties to the lowest id, renormalized.
+    std::vector<int> count(E, 0);
+    std::vector<int> sel(size_t(M) * topk);
+    std::vector<float> selw(size_t(M) * topk);
+    std::vector<int> idx(E);
+    std::vector<float> p(E);
+    for (int m = 0; m < M; ++m) {
+      const float* l = &rl[size_t(m) * E];
+      const float mx = *std::max_element(l, l + E);
+      float sum = 0;
+      for (int e = 0; e < E; ++e) sum += (p[e] = std::exp(l[e] - mx));
+      for (int e = 0; e < E; ++e) p[e] /= sum;
+      std::iota(idx.begin(), idx.end(), 0);
+      std::partial_sort(idx.begin(), idx.begin() + topk, idx.end(),
+                        [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+      float tsum = 0;
+      for (int j = 0; j < topk; ++j) tsum += p[idx[j]];
+      for (int j = 0; j < topk; ++j) {
+        sel[size_t(m) * topk + j] = idx[j];
+        selw[size_t(m) * topk + j] = cfg_.norm_topk_prob ? p[idx[j]] / tsum : p[idx[j]];
+        ++count[idx[j]];
+      }
+    }
+    // Expert-major slots: slot s of expert e holds (token, weight); tokens ascending per expert.
+    const int n_slots = M * topk;
+    std::vector<int> off(E + 1, 0);
+    for (int e = 0; e < E; ++e) off[e + 1] = off[e] + count[e];
+    std::vector<int32_t> slot_tok(n_slots);
+    std::vector<float> slot_w(n_slots);
+    {
+      std::vector<int> fill(off.begin(), off.end() - 1);
+      for (int m = 0; m < M; ++m)
+        for (int j = 0; j < topk; ++j) {
+          const int e = sel[size_t(m) * topk + j], s = fill[e]++;
+          slot_tok[s] = m, slot_w[s] = selw[size_t(m) * topk + j];
+        }
+    }
+    std::vector<QWeight> eg, eu, ed;
+    std::vector<int> experts;
+    for (int e = 0; e < E; ++e)
+      if (count[e]) {
+        experts.push_back(e);
+        eg.push_back(W.experts_gate.rows_slice(e * I, I));
+        eu.push_back(W.experts_up.rows_slice(e * I, I));
+        ed.push_back(W.experts_down.rows_slice(e * H, H));
+      }
+    std::vector<float> gl(size_t(n_slots) * I), ul(size_t(n_slots) * I);
+    {
+      std::vector<QJob> jobs;
+      for (size_t k = 0; k < experts.size(); ++k) {
+        const int e = experts[k];
+        jobs.push_back(job(eg[k], px_, h, H, &slot_tok[off[e]], count[e], &gl[size_t(off[e]) * I], I));
+        jobs.push_back(job(eu[k], px_, h, H, &slot_tok[off[e]], count[e], &ul[size_t(off[e]) * I], I));
+      }
+      run(Op::kMoeGateUp, jobs);
+    }
+    {
+      ProfileScope p(Op::kMoeAct, 0);
+      for (size_t j = 0; j < gl.size(); ++j) gl[j] = store(silu(store(gl[j])) * store(ul[j]));
+      for (size_t j = 0; j < sgl.size(); ++j) sgl[j] = store(silu(store(sgl[j])) * store(sul[j]));
+      fast::prepare_x(gl.data(), n_slots, I, I, pact_);
+      fast::prepare_x(sgl.data(), M, Is, Is, pmix_);
+    }
+    std::vector<float> y(size_t(n_slots) * H), sy(size_t(M) * H);
+    {
+      std::vector<QJob> jobs;
+      for (size_t k = 0; k < experts.size(); ++k) {
+        const int e = experts[k];
+        jobs.push_back(job(ed[k], pact_, &gl[0], I, &iota_[off[e]], count[e], &y[size_t(off[e]) * H], H));
+      }
+      jobs.push_back(job(W.shared_down, pmix_, sgl.data(), Is, iota_.data(), M, sy.data(), H));
+      run(Op::kMoeDown, jobs);
+    }
+    ProfileScope pc(Op::kMoeAct, 0);
+    store_all(y.data(), y.size()), store_all(sy.data(), sy.size());
+    std::vector<float> acc(size_t(M) * H, 0.0f);
+    for (int s = 0; s < n_slots; ++s) {
+      float* am = &acc[size_t(slot_tok[s]) * H];
+      const float* ys = &y[size_t(s) * H];
+      for (int c = 0; c < H; ++c) am[c] += slot_w[s] * ys[c];
+    }
+    for (int m = 0; m < M; ++m) {
+      const float sigma = sigmoid(sg[m]);
+      for (int c = 0; c < H; ++c) out[size_t(m) * H + c] = store(acc[size_t(m) * H + c] + sigma * sy[size_t(m) * H + c]);
+    }
+  }
+
+  const ModelWeights& w_;
+  const ModelConfig& cfg_;
+  std::vector<int32_t> iota_;
+  PreparedX px_, pmix_, pact_;  // int16 forms of h, of a mixer/shared-expert input, of expert inputs
+};
+
+Status check_weight(const QWeight& w, const char* what, int layer) {
+  if (w.bits != 4 && w.bits != 8)
+    return errorf("fast cpu backend: {} of layer {} is {}-bit; the fast kernels take 4 and 8 bits (use --backend cpu-ref)",
+                  what, layer, w.bits);
+  if (w.group_size != fast::kGroup || w.cols % fast::kGroup != 0 || w.cols / fast::kGroup > 256)
+    return errorf("fast cpu backend: {} of layer {} has group size {} and {} columns; the fast kernels take group size 64 "
+                  "and up to 16384 columns (use --backend cpu-ref)", what, layer, w.group_size, w.cols);
+  return Status::ok();
+}
+
+// MemTotal and MemAvailable from /proc/meminfo in bytes (0 if unreadable).
+std::pair<size_t, size_t> meminfo() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  size_t v = 0, total = 0, avail = 0;
+  std::string unit;
+  while (f >> key >> v >> unit) {
+    if (key == "MemTotal:") total = v * 1024;
+    if (key == "MemAvailable:") avail = v * 1024;
+  }
+  return {total, avail};
+}
+
+}  // namespace
+}  // namespace cpu
+
+size_t model_weight_bytes(const ModelWeights& w) {
+  size_t b = w.embed.nbytes() + w.lm_head.nbytes();
+  for (const auto& L : w.layers) {
+    if (L.full_attention)
+      b += L.attn.q_proj.nbytes() + L.attn.k_proj.nbytes() + L.attn.v_proj.nbytes() + L.attn.o_proj.nbytes();
+    else
+      b += L.gdn.in_proj_qkv.nbytes() + L.gdn.in_proj_z.nbytes() + L.gdn.in_proj_a.nbytes() + L.gdn.in_proj_b.nbytes() +
+           L.gdn.out_proj.nbytes();
+    const MoeWeights& m = L.moe;
+    b += m.router.nbytes() + m.experts_gate.nbytes() + m.experts_up.nbytes() + m.experts_down.nbytes() +
+         m.shared_gate.nbytes() + m.shared_up.nbytes() + m.shared_down.nbytes() + m.shared_expert_gate.nbytes();
+  }
+  return b;
+}
+
+size_t decode_bytes_per_token(const ModelWeights& w) {
+  const ModelConfig& c = w.cfg;
+  size_t b = w.lm_head.nbytes() + w.embed.nbytes() / size_t(std::max(1, w.embed.rows));
+  for (const auto& L : w.layers) {
+    if (L.full_attention)
+      b += L.attn.q_proj.nbytes() + L.attn.k_proj.nbytes() + L.attn.v_proj.nbytes() + L.attn.o_proj.nbytes();
+    else
+      b += L.gdn.in_proj_qkv.nbytes() + L.gdn.in_proj_z.nbytes() + L.gdn.in_proj_a.nbytes() + L.gdn.in_proj_b.nbytes() +
+           L.gdn.out_proj.nbytes();
+    const MoeWeights& m = L.moe;
+    const size_t per_expert = (m.experts_gate.nbytes() + m.experts_up.nbytes() + m.experts_down.nbytes()) /
+                              size_t(std::max(1, c.num_experts));
+    b += m.router.nbytes() + m.shared_gate.nbytes() + m.shared_up.nbytes() + m.shared_down.nbytes() +
+         m.shared_expert_gate.nbytes() + per_expert * size_t(c.num_experts_per_tok);
+  }
+  return b;
+}
+
+Result<std::unique_ptr<Backend>> make_fast_cpu_backend(const ModelWeights& w) {
+  using cpu::check_weight;
+  LILY_TRY(check_weight(w.lm_head, "lm_head", -1));
+  for (int i = 0; i < int(w.layers.size()); ++i) {
+    const LayerWeights& L = w.layers[i];
+    const std::pair<const QWeight*, const char*> ws[] = {
+        {&L.moe.router, "mlp.gate"}, {&L.moe.experts_gate, "switch_mlp.gate_proj"},
+        {&L.moe.experts_up, "switch_mlp.up_proj"}, {&L.moe.experts_down, "switch_mlp.down_proj"},
+        {&L.moe.shared_gate, "shared_expert.gate_proj"}, {&L.moe.shared_up, "shared_expert.up_proj"},
+        {&L.moe.shared_down, "shared_expert.down_proj"}, {&L.moe.shared_expert_gate, "shared_expert_gate"},
+        {L.full_attention ? &L.attn.q_proj : &L.gdn.in_proj_qkv, L.full_attention ? "q_proj" : "in_proj_qkv"},
+        {L.full_attention ? &L.attn.k_proj : &L.gdn.in_proj_z, L.full_attention ? "k_proj" : "in_proj_z"},
+        {L.full_attention ? &L.attn.v_proj : &L.gdn.in_proj_a, L.full_attention ? "v_proj" : "in_proj_a"},
+        {L.full_attention ? &L.attn.o_proj : &L.gdn.in_proj_b, L.full_attention ? "o_proj" : "in_proj_b"},
+        {L.full_attention ? &L.attn.o_proj : &L.gdn.out_proj, L.full_attention ? "o_proj" : "out_proj"}};
+    for (const auto& [q, name] : ws) LILY_TRY(check_weight(*q, name, i));
+  }
+  // Weights are used in place from the mmap; a decode token touches ~1/10 of them, a long prefill all.
+  const auto [total, avail] = cpu::meminfo();
+  const size_t need = model_weight_bytes(w);
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  if (total && need > total)
+    spdlog::warn("cpu backend: the weights are {:.1f} GiB but this machine has {:.1f} GiB of RAM: they cannot all stay "
+                 "in the page cache, so tokens will wait on the disk (expect well under 1 tok/s)",
+                 need / gib, total / gib);
+  else if (avail && need > avail)
+    spdlog::warn("cpu backend: the weights are {:.1f} GiB and {:.1f} GiB of RAM is available now: until other processes "
+                 "release memory, parts of the checkpoint will be re-read from disk", need / gib, avail / gib);
+  return std::unique_ptr<Backend>(std::make_unique<cpu::FastCpuBackend>(w));
+}
+
+}  // namespace lily

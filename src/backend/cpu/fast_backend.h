@@ -1,0 +1,21 @@
+// The fast CPU backend (`--backend cpu`): the reference forward pass of cpu_backend.cpp with its
+// matmuls, DeltaNet steps and attention on the SIMD kernels of fast_kernels.h. The reference
+// stays reachable as `--backend cpu-ref` (make_cpu_backend in backend.h).
+#pragma once
+#include <cstddef>
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace lily {
+
+// weights must outlive the backend. Refuses quantization the fast kernels do not take (group
+// size other than 64, bit widths other than 4 and 8) by name.
+Result<std::unique_ptr<Backend>> make_fast_cpu_backend(const ModelWeights& weights);
+
+// Bytes of every weight tensor of the model (what one pass over all experts reads).
+size_t model_weight_bytes(const ModelWeights& w);
+// Bytes one decode token reads: dense weights, the top-k routed experts and the lm_head row set.
+size_t decode_bytes_per_token(const ModelWeights& w);
+
+}  // namespace lily

@@ -1,0 +1,78 @@
+// Fast CPU kernels: quantized matvec/matmul straight from the packed MLX layout, and the vector
+// helpers of DeltaNet and attention. One table per instruction set (scalar, AVX2, AVX-512+VNNI),
+// chosen at run time (fast_isa.cpp); every entry is tested against ref_ops (cpu_fast_test.cpp).
+//
+// Key decision: activations enter the 4-bit kernels as two int16 terms per group of 64,
+// x ≈ dx·(hi + lo/65534) with dx = max|x_g|/32767, so the inner product is exact integer arithmetic
+// (vpdpwssd / vpmaddwd) and the representation error is ≤ max|x_g|/(2·32767·65534) ≈ 2.3e-10·max|x_g|,
+// below fp32 rounding: fp32-activation accuracy (a single int16 term was measured to move golden
+// logits by up to 0.47 through MoE routing near-ties). The bias term uses the exact fp32 Σx.
+// The 8-bit weights (router, shared-expert gate) use fp32 activations.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/weights.h"
+
+namespace lily::cpu::fast {
+
+constexpr int kGroup = 64;          // the only group size the fast kernels take
+constexpr int kPairsPerGroup = 32;  // int32 pairs of int16 per group (64 values)
+constexpr float kLoScale = 1.0f / 65534.0f;  // weight of the lo term
+
+// Activation rows quantized for the 4-bit kernels. For row m, group g, j ∈ [0,4), w ∈ [0,8):
+//   pairs[(m·G + g)·32 + j·8 + w] = hi(x[64g+8w+j]) | hi(x[64g+8w+4+j]) << 16   (int16 halves)
+// (the order in which a packed u32 word's nibbles come out of one shift-and-mask), lo likewise, and
+//   x ≈ dx[m·G + g]·(hi + lo/65534);  xsum[m·G + g] = Σ x over the group (fp32, exact input).
+struct PreparedX {
+  int M = 0, K = 0, G = 0;
+  std::vector<int32_t> pairs;  // [M, G, 32] hi terms
+  std::vector<int32_t> lo;     // [M, G, 32] lo terms (residual·65534)
+  std::vector<float> dx;       // [M, G]
+  std::vector<float> xsum;     // [M, G]
+  const int32_t* row_pairs(int m) const { return pairs.data() + size_t(m) * G * kPairsPerGroup; }
+  const int32_t* row_lo(int m) const { return lo.data() + size_t(m) * G * kPairsPerGroup; }
+  const float* row_dx(int m) const { return dx.data() + size_t(m) * G; }
+  const float* row_xsum(int m) const { return xsum.data() + size_t(m) * G; }
+};
+
+// Quantizes x [M, K] (row stride ldx, K a multiple of 64) into out (resized as needed).
+void prepare_x(const float* x, int M, int ldx, int K, PreparedX& out);
+
+// Arguments of one quantized-matmul piece: rows [r0, r1) of w times n activation rows.
+// Activation row i is row ids[i] of x (PreparedX for 4-bit, fp32 xf with stride ldxf for 8-bit);
+// the result goes to y[i·ldy + r].
+struct QArgs {
+  const QWeight* w = nullptr;
+  const PreparedX* x = nullptr;
+  const float* xf = nullptr;
+  int ldxf = 0;
+  const int32_t* ids = nullptr;
+  int n = 0;
+  float* y = nullptr;
+  int ldy = 0;
+  int r0 = 0, r1 = 0;
+};
+
+struct KernelTable {
+  const char* name;
+  // 4-bit weights, int16 activations (PreparedX).
+  void (*q4_rows)(const QArgs& a);
+  // 8-bit weights, fp32 activations.
+  void (*q8_rows)(const QArgs& a);
+  // Σ a[i]·b[i] (fp32).
+  float (*dot)(const float* a, const float* b, int n);
+  // y[i] += s·x[i]
+  void (*axpy)(float* y, float s, const float* x, int n);
+  // One delta-rule step of one value head (model-spec §1.4.2), fused to two passes over S:
+  // S [dk, dv] fp32 in place; q, k [dk] (normalized); v, out [dv]; alpha = e^g; beta.
+  void (*gdn_step)(float* S, const float* q, const float* k, const float* v, float alpha, float beta,
+                   float* out, int dk, int dv);
+};
+
+const KernelTable& scalar_table();
+const KernelTable& scalar_f32_table();  // fp32 activations in the 4-bit kernel (slow; accuracy reference)
+const KernelTable* avx2_table();    // nullptr when not compiled in
+const KernelTable* avx512_table();  // nullptr when not compiled in
+
+}  // namespace lily::cpu::fast

@@ -1,0 +1,107 @@
+// Instruction-set choice and the job scheduler of the fast CPU kernels (see fast_ops.h).
+#include "backend/cpu/fast_ops.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+
+#include "core/thread_pool.h"
+
+namespace lily::cpu::fast {
+namespace {
+
+bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni");
+}
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2");
+}
+
+const KernelTable* table_by_name(const std::string& n) {
+  if (n == "avx512" && cpu_has_avx512()) return avx512_table();
+  if (n == "avx2" && cpu_has_avx2()) return avx2_table();
+  if (n == "scalar") return &scalar_table();
+  if (n == "scalar-f32") return &scalar_f32_table();
+  return nullptr;
+}
+
+const KernelTable*& current() {
+  static const KernelTable* t = [] {
+    const auto avail = available_isas();
+    if (const char* e = std::getenv("LILY_CPU_ISA"); e && *e) {
+      if (const KernelTable* k = table_by_name(e)) return k;
+      spdlog::warn("LILY_CPU_ISA={} is not available on this CPU; using {}", e, avail.front());
+    }
+    return table_by_name(avail.front());
+  }();
+  return t;
+}
+
+}  // namespace
+
+std::vector<std::string> available_isas() {
+  std::vector<std::string> v;
+  if (cpu_has_avx512()) v.push_back("avx512");
+  if (cpu_has_avx2()) v.push_back("avx2");
+  v.push_back("scalar");
+  return v;
+}
+
+bool select_isa(const std::string& name) {
+  const KernelTable* k = table_by_name(name);
+  if (!k) return false;
+  current() = k;
+  return true;
+}
+
+const KernelTable& kernels() { return *current(); }
+
+void parallel_dynamic(int n, const std::function<void(int)>& fn) {
+  if (n <= 0) return;
+  ThreadPool& pool = ThreadPool::global();
+  const int nt = std::min(pool.size(), n);
+  if (nt <= 1) {
+    for (int i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::atomic<int> next{0};
+  pool.parallel_for(size_t(nt), 1, [&](size_t, size_t) {
+    for (int i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) fn(i);
+  });
+}
+
+void run_qjobs(std::span<const QJob> jobs) {
+  // Row blocks: big enough that a task streams ≥ 32 KiB of codes at M = 1, small enough that
+  // every thread gets several tasks per job list.
+  struct Task {
+    int job, r0, r1;
+  };
+  std::vector<Task> tasks;
+  for (int j = 0; j < int(jobs.size()); ++j) {
+    const QJob& jb = jobs[j];
+    if (jb.n == 0) continue;
+    const int rows = jb.w->rows;
+    const int block = jb.n >= 16 ? 16 : 64;
+    for (int r = 0; r < rows; r += block) tasks.push_back({j, r, std::min(rows, r + block)});
+  }
+  const KernelTable& k = kernels();
+  parallel_dynamic(int(tasks.size()), [&](int t) {
+    const Task& tk = tasks[size_t(t)];
+    const QJob& jb = jobs[size_t(tk.job)];
+    QArgs a;
+    a.w = jb.w, a.x = jb.x, a.xf = jb.xf, a.ldxf = jb.ldxf, a.ids = jb.ids, a.n = jb.n, a.y = jb.y, a.ldy = jb.ldy;
+    a.r0 = tk.r0, a.r1 = tk.r1;
+    if (jb.w->bits == 8)
+      k.q8_rows(a);
+    else
+      k.q4_rows(a);
+  });
+}
+
+}  // namespace lily::cpu::fast
