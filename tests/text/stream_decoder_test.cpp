@@ -44,7 +44,9 @@ TEST(StreamDecoder, SameTextAsWholeDecodeForRealText) {
       std::vector<std::string> pieces;
       EXPECT_EQ(stream_all(*tok, ids, skip, &pieces), tok->decode(ids, skip)) << text;
       for (const auto& p : pieces) EXPECT_TRUE(utf8::is_valid(p));
-      if (!skip) EXPECT_EQ(tok->decode(ids, false), unicode::nfc(text));  // round trip up to NFC
+      if (!skip) {
+        EXPECT_EQ(tok->decode(ids, false), unicode::nfc(text));  // round trip up to NFC
+      }
     }
   }
 }
