@@ -5,6 +5,7 @@
 // needs no separate norm, top-k or argmax kernels.
 #include <cfloat>
 #include <climits>
+#include <cstdlib>
 
 #include "backend/cuda/common.cuh"
 
@@ -48,15 +49,21 @@ template <int BITS, Pro PRO> __device__ void stage_x(const GemvArgs& a, int K, f
   } else {  // kGatedNorm
     const uint16_t* z = static_cast<const uint16_t*>(a.z);
     const uint16_t* gain = static_cast<const uint16_t*>(a.gain);
+    // Per-32 partial sums of squares, then per-head sums in a fixed order (deterministic).
     const int dv = a.gn_dv, nh = K / dv;
-    for (int h = threadIdx.x; h < nh; h += kThreads) hs[h] = 0.f;
-    __syncthreads();
+    float* part = hs + 64;  // [K/32]
     for (int base = warp * 32; base < K; base += kThreads) {
       const int e = base + lane;
       const float v = bf(in[e]);
       xs[xs_index<BITS>(e)] = v;
       const float s = warp_sum(v * v);
-      if (lane == 0) atomicAdd(&hs[base / dv], s);
+      if (lane == 0) part[base / 32] = s;
+    }
+    __syncthreads();
+    for (int h = threadIdx.x; h < nh; h += kThreads) {
+      float t = 0.f;
+      for (int j = 0; j < dv / 32; ++j) t += part[h * (dv / 32) + j];
+      hs[h] = t;
     }
     __syncthreads();
     for (int base = warp * 32; base < K; base += kThreads) {
@@ -130,7 +137,7 @@ template <int BITS, int CPL, Pro PRO, Epi EPI> __global__ void __launch_bounds__
   float* xs = sm;
   float* xcs = xs + nch * CS;
   float* red = xcs + nch;
-  float* hs = red + 32;  // [64] head sums (gated norm); argmax scratch
+  float* hs = red + 32;  // [64] head sums (gated norm), then [K/32] partials
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int rstep = gridDim.x * kWarps * kRows;
 
@@ -246,11 +253,21 @@ int num_sms() {
   return g_num_sms;
 }
 
+// Grid cap per SM (LILY_GEMV_BLOCKS_PER_SM overrides, for tuning; ≤ 8 keeps the argmax scratch valid).
+int blocks_per_sm() {
+  static int v = [] {
+    const char* e = std::getenv("LILY_GEMV_BLOCKS_PER_SM");
+    const int n = e ? std::atoi(e) : 0;
+    return n >= 1 && n <= 8 ? n : 8;
+  }();
+  return v;
+}
+
 template <int BITS, int CPL, Pro PRO, Epi EPI> Status launch(const GemvArgs& a, cudaStream_t s) {
   const int nch = a.w.cols * BITS / 128;
-  const size_t smem = size_t(nch * Chunk<BITS>::kStride + nch + 32 + 64) * sizeof(float);
+  const size_t smem = size_t(nch * Chunk<BITS>::kStride + nch + 32 + 64 + 256) * sizeof(float);
   const int need = (a.w.rows + kWarps * kRows - 1) / (kWarps * kRows);
-  int cap = a.max_blocks > 0 ? a.max_blocks : num_sms() * 8;
+  int cap = a.max_blocks > 0 ? a.max_blocks : num_sms() * blocks_per_sm();
   const int grid = need < cap ? need : cap;
   gemv_kernel<BITS, CPL, PRO, EPI><<<grid, kThreads, smem, s>>>(a);
   return launch_status("gemv");
