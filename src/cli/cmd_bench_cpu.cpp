@@ -103,11 +103,14 @@ int run(const Args& a) {
     if (!s.is_ok()) return std::fprintf(stderr, "lily bench-cpu: %s\n", s.message().c_str()), 1;
   }
   auto st = m.new_state(cap);
+  cpu::profile_reset();
+  cpu::profile_enable(true);
   const auto t0 = clock_type::now();
   Status s = m.forward(**st, prompt, logits);
   int32_t tok = argmax(logits);
   const double prefill_s = secs(t0, clock_type::now());
   if (!s.is_ok()) return std::fprintf(stderr, "lily bench-cpu: %s\n", s.message().c_str()), 1;
+  const auto prof_prefill = cpu::profile_snapshot();
 
   cpu::profile_reset();
   cpu::profile_enable(true);
@@ -162,6 +165,12 @@ int run(const Args& a) {
                    {"gb_s", o.seconds > 0 ? o.bytes / o.seconds / 1e9 : 0.0}});
   }
   j["decode_ops"] = ops;
+  nlohmann::json pops = nlohmann::json::array();
+  for (const auto& o : prof_prefill)
+    if (o.calls)
+      pops.push_back({{"op", o.name}, {"s", o.seconds}, {"share", o.seconds / prefill_s}, {"gb", o.bytes / 1e9},
+                      {"gb_s", o.seconds > 0 ? o.bytes / o.seconds / 1e9 : 0.0}});
+  j["prefill_ops"] = pops;
 
   fmt::print("prefill {} tokens: {:.3f} s = {:.2f} tok/s\n", a.prompt_len, prefill_s, pre_tps);
   fmt::print("decode {} steps: {:.3f} s = {:.2f} tok/s (median step {:.1f} ms); {:.2f} GB/token -> {:.1f} GB/s = {:.0f}% "
@@ -172,6 +181,10 @@ int run(const Args& a) {
   for (const auto& o : ops)
     fmt::print("  {:<28} {:8.2f} {:5.1f}% {:9.1f} {:7.1f}\n", o["op"].get<std::string>(), o["ms_per_token"].get<double>(),
                100 * o["share"].get<double>(), o["mb_per_token"].get<double>(), o["gb_s"].get<double>());
+  fmt::print("prefill per op (s, share, GB read, GB/s):\n");
+  for (const auto& o : pops)
+    fmt::print("  {:<28} {:8.3f} {:5.1f}% {:9.2f} {:7.1f}\n", o["op"].get<std::string>(), o["s"].get<double>(),
+               100 * o["share"].get<double>(), o["gb"].get<double>(), o["gb_s"].get<double>());
   fmt::print("digest {}\n", j["digest_fnv1a64"].get<std::string>());
   if (!a.json_out.empty()) {
     std::ofstream f(a.json_out);

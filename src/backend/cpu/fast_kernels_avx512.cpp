@@ -132,7 +132,7 @@ LILY_AVX512 void q4_rows(const QArgs& a) {
   const QWeight& w = *a.w;
   const int G = w.groups_per_row();
   alignas(64) float sb[4 * kMaxGroups], bb[4 * kMaxGroups];
-  constexpr int kTokBlock = 64;  // x of 64 tokens stays in L2 while the row block's codes sit in L1
+  constexpr int kTokBlock = 16;  // x of 16 tokens (hi + lo, 8 KiB each at K = 2048) stays in L2; the task's codes in L1/L2
   for (int i0 = 0; i0 < a.n; i0 += kTokBlock) {
     const int i1 = a.n < i0 + kTokBlock ? a.n : i0 + kTokBlock;
     int r = a.r0;

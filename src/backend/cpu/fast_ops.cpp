@@ -87,7 +87,10 @@ void run_qjobs(std::span<const QJob> jobs) {
     const QJob& jb = jobs[j];
     if (jb.n == 0) continue;
     const int rows = jb.w->rows;
-    const int block = jb.n >= 16 ? 16 : 64;
+    // ~128 KiB of codes per task at M = 1 (long sequential streams for the prefetchers; short
+    // rows such as the experts' down_proj, K = 512, otherwise pay per-task ramp-up); 64 rows at M ≥ 16, whose codes stay cached across token blocks.
+    const int row_bytes = std::max(1, jb.w->words_per_row() * 4);
+    const int block = jb.n >= 16 ? 64 : std::clamp((128 << 10) / row_bytes / std::max(1, jb.n), 16, 1024) & ~3;
     for (int r = 0; r < rows; r += block) tasks.push_back({j, r, std::min(rows, r + block)});
   }
   const KernelTable& k = kernels();
