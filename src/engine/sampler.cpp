@@ -11,14 +11,6 @@
 
 namespace lily {
 
-int32_t argmax(std::span<const float> logits) {
-  LILY_CHECK(!logits.empty());
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[best]) best = int32_t(i);  // strict: ties keep the lower id
-  return best;
-}
-
 void compute_logprobs(std::span<const float> logits, int32_t id, int k, SampleResult& out) {
   float mx = -std::numeric_limits<float>::infinity();
   for (float v : logits) mx = std::max(mx, v);

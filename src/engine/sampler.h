@@ -2,6 +2,7 @@
 // seeded draw. Temperature 0 is greedy (ties to the lowest id, like the model's argmax), so a
 // request with a seed, or at temperature 0, is reproducible run to run.
 #pragma once
+#include "model/logits.h"  // argmax: ties go to the lowest id
 #include <cstdint>
 #include <optional>
 #include <random>
@@ -62,7 +63,5 @@ class Sampler {
 // log_softmax of `logits` at `id`, and the top `k` entries (k <= 20), from raw logits.
 void compute_logprobs(std::span<const float> logits, int32_t id, int k, SampleResult& out);
 
-// Index of the largest logit; ties go to the lowest id.
-int32_t argmax(std::span<const float> logits);
 
 }  // namespace lily
