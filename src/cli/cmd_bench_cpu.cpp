@@ -135,7 +135,7 @@ int run(const Args& a) {
   std::vector<double> sorted = step_s;
   std::sort(sorted.begin(), sorted.end());
   nlohmann::json j;
-  j["backend"] = std::string(m.backend_name()) + (a.backend == "cpu-ref" ? "-ref" : "");
+  j["backend"] = m.backend_name();
   j["kernels"] = a.backend == "cpu" ? cpu::fast::kernels().name : "reference";
   j["threads"] = ThreadPool::global().size();
   j["model"] = a.model;

@@ -41,7 +41,7 @@ float softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const ModelWeights& w) : w_(w), cfg_(w.cfg) {}
-  const char* name() const override { return "cpu"; }
+  const char* name() const override { return "cpu-ref"; }
   int vocab_size() const override { return cfg_.vocab_size; }
 
   Result<std::unique_ptr<SeqState>> new_state(int max_seq) override {
