@@ -2,7 +2,10 @@
 // grows with the sequence instead of preallocating max_seq), conv windows and fp32 DeltaNet state.
 // The reference keeps K/V at activation precision (fp32 unless bf16 storage mode is on).
 #pragma once
+#include <span>
 #include <vector>
+
+#include "core/status.h"
 
 #include "core/bf16.h"
 #include "model/model.h"
@@ -26,5 +29,11 @@ struct CpuSeqState final : SeqState {
   std::unique_ptr<SeqState> clone() const override { return std::make_unique<CpuSeqState>(*this); }
   void reset() override;
 };
+
+// A fresh state for cfg with capacity max_seq (shared by the reference and the fast backend).
+Result<std::unique_ptr<SeqState>> new_cpu_state(const ModelConfig& cfg, int max_seq);
+// Checks a forward call's arguments and returns the CPU state, or an error naming the problem.
+Result<CpuSeqState*> check_forward_args(const ModelConfig& cfg, SeqState& state, std::span<const int32_t> tokens,
+                                        std::span<float> logits);
 
 }  // namespace lily::cpu

@@ -64,30 +64,11 @@ class FastCpuBackend final : public Backend {
     return fmt::format("cpu ({} threads, kernels {})", ThreadPool::global().size(), fast::kernels().name);
   }
 
-  Result<std::unique_ptr<SeqState>> new_state(int max_seq) override {
-    if (max_seq <= 0) return errorf("max_seq must be positive, got {}", max_seq);
-    auto st = std::make_unique<CpuSeqState>();
-    st->cap = max_seq;
-    st->layers.resize(cfg_.num_hidden_layers);
-    for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
-      if (cfg_.is_full_attention[i]) continue;
-      auto& l = st->layers[i];
-      l.conv.assign(size_t(cfg_.gdn_conv_dim()) * (cfg_.linear_conv_kernel_dim - 1), 0.0f);
-      l.S.assign(size_t(cfg_.linear_num_value_heads) * cfg_.linear_key_head_dim * cfg_.linear_value_head_dim, 0.0f);
-    }
-    return std::unique_ptr<SeqState>(std::move(st));
-  }
+  Result<std::unique_ptr<SeqState>> new_state(int max_seq) override { return new_cpu_state(cfg_, max_seq); }
 
   Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) override {
-    auto* st = dynamic_cast<CpuSeqState*>(&state);
-    if (!st) return errorf("cpu backend: state belongs to another backend");
+    LILY_ASSIGN_OR_RETURN(CpuSeqState* st, check_forward_args(cfg_, state, tokens, logits));
     const int M = int(tokens.size());
-    if (M == 0) return errorf("forward: no tokens");
-    if (st->n + M > st->cap) return errorf("forward: {} + {} tokens exceed the state's max_seq {}", st->n, M, st->cap);
-    for (int32_t t : tokens)
-      if (t < 0 || t >= cfg_.vocab_size) return errorf("forward: token id {} outside the vocabulary [0, {})", t, cfg_.vocab_size);
-    if (!logits.empty() && int(logits.size()) != cfg_.vocab_size)
-      return errorf("forward: logits span has {} entries, vocab is {}", logits.size(), cfg_.vocab_size);
 
     const int H = cfg_.hidden_size;
     ensure_iota(std::max(M * cfg_.num_experts_per_tok, M));
