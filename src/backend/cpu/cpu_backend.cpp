@@ -64,7 +64,6 @@ namespace {
 
 float silu(float v) { return v / (1.0f + std::exp(-v)); }
 float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
-float softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
 
 class CpuBackend final : public Backend {
  public:
@@ -174,34 +173,12 @@ class CpuBackend final : public Backend {
     qmatmul(G.in_proj_a, h, M, H, a.data(), nv, true);
     std::vector<float> c(size_t(M) * C);
     conv_silu(u.data(), M, C, C, cfg_.linear_conv_kernel_dim, G.conv1d, S.conv.data(), c.data());
-    // Split and normalize: q̂ = q/√(Σq²+ε)·dk^-½, k̂ = k/√(Σk²+ε) (fp32, as HF's l2norm).
     std::vector<float> q(size_t(M) * kd), k(size_t(M) * kd), v(size_t(M) * vd);
-    const float qscale = 1.0f / std::sqrt(float(dk));
-    for (int m = 0; m < M; ++m) {
-      const float* cm = &c[size_t(m) * C];
-      for (int hh = 0; hh < nk; ++hh) {
-        float sq = 0, sk = 0;
-        for (int d = 0; d < dk; ++d) {
-          sq += cm[hh * dk + d] * cm[hh * dk + d];
-          sk += cm[kd + hh * dk + d] * cm[kd + hh * dk + d];
-        }
-        const float iq = 1.0f / std::sqrt(sq + 1e-6f), ik = 1.0f / std::sqrt(sk + 1e-6f);
-        for (int d = 0; d < dk; ++d) {
-          q[size_t(m) * kd + hh * dk + d] = cm[hh * dk + d] * iq * qscale;
-          k[size_t(m) * kd + hh * dk + d] = cm[kd + hh * dk + d] * ik;
-        }
-      }
-      std::copy(cm + 2 * kd, cm + C, &v[size_t(m) * vd]);
-    }
-    std::vector<float> g(size_t(M) * nv), beta(size_t(M) * nv);
-    for (int m = 0; m < M; ++m)
-      for (int hh = 0; hh < nv; ++hh) {
-        const size_t j = size_t(m) * nv + hh;
-        beta[j] = sigmoid(b[j]);
-        g[j] = -std::exp(G.A_log[hh]) * softplus(a[j] + bf16_to_f32(G.dt_bias[hh]));
-      }
-    std::vector<float> o(size_t(M) * vd);
     const GdnDims dims{nk, nv, dk, dv};
+    gdn_split_qkv(dims, M, c.data(), q.data(), k.data(), v.data());
+    std::vector<float> g(size_t(M) * nv), beta(size_t(M) * nv);
+    gdn_gates(M, nv, a.data(), b.data(), G.A_log.data(), G.dt_bias, g.data(), beta.data());
+    std::vector<float> o(size_t(M) * vd);
     if (M == 1)
       gdn_recurrent(dims, M, q.data(), k.data(), v.data(), g.data(), beta.data(), S.S.data(), o.data());
     else

@@ -31,7 +31,6 @@ using fast::QJob;
 
 float silu(float v) { return v / (1.0f + std::exp(-v)); }
 float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
-float softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
 void store_all(float* p, size_t n) {
   if (bf16_storage())
     for (size_t i = 0; i < n; ++i) p[i] = store(p[i]);
@@ -194,30 +193,10 @@ class FastCpuBackend final : public Backend {
     std::vector<float> c(size_t(M) * C);
     conv_silu(u.data(), M, C, C, cfg_.linear_conv_kernel_dim, G.conv1d, S.conv.data(), c.data());
     std::vector<float> q(size_t(M) * kd), k(size_t(M) * kd), v(size_t(M) * vd);
-    const float qscale = 1.0f / std::sqrt(float(dk));
-    for (int m = 0; m < M; ++m) {
-      const float* cm = &c[size_t(m) * C];
-      for (int hh = 0; hh < nk; ++hh) {
-        float sq = 0, sk = 0;
-        for (int d = 0; d < dk; ++d) {
-          sq += cm[hh * dk + d] * cm[hh * dk + d];
-          sk += cm[kd + hh * dk + d] * cm[kd + hh * dk + d];
-        }
-        const float iq = 1.0f / std::sqrt(sq + 1e-6f), ik = 1.0f / std::sqrt(sk + 1e-6f);
-        for (int d = 0; d < dk; ++d) {
-          q[size_t(m) * kd + hh * dk + d] = cm[hh * dk + d] * iq * qscale;
-          k[size_t(m) * kd + hh * dk + d] = cm[kd + hh * dk + d] * ik;
-        }
-      }
-      std::copy(cm + 2 * kd, cm + C, &v[size_t(m) * vd]);
-    }
+    gdn_split_qkv(GdnDims{nk, nv, dk, dv}, M, c.data(), q.data(), k.data(), v.data());
     std::vector<float> alpha(size_t(M) * nv), beta(size_t(M) * nv);
-    for (int m = 0; m < M; ++m)
-      for (int hh = 0; hh < nv; ++hh) {
-        const size_t j = size_t(m) * nv + hh;
-        beta[j] = sigmoid(b[j]);
-        alpha[j] = std::exp(-std::exp(G.A_log[hh]) * softplus(a[j] + bf16_to_f32(G.dt_bias[hh])));
-      }
+    gdn_gates(M, nv, a.data(), b.data(), G.A_log.data(), G.dt_bias, alpha.data(), beta.data());
+    for (float& x : alpha) x = std::exp(x);  // decay α = exp(g)
     std::vector<float> o(size_t(M) * vd);
     const int ratio = nv / nk;
     const fast::KernelTable& kt = fast::kernels();
@@ -378,14 +357,18 @@ std::pair<size_t, size_t> meminfo() {
 }  // namespace
 }  // namespace cpu
 
+// Bytes of a layer's mixer projections (attention or DeltaNet), all read every token.
+static size_t mixer_bytes(const LayerWeights& L) {
+  if (L.full_attention)
+    return L.attn.q_proj.nbytes() + L.attn.k_proj.nbytes() + L.attn.v_proj.nbytes() + L.attn.o_proj.nbytes();
+  return L.gdn.in_proj_qkv.nbytes() + L.gdn.in_proj_z.nbytes() + L.gdn.in_proj_a.nbytes() + L.gdn.in_proj_b.nbytes() +
+         L.gdn.out_proj.nbytes();
+}
+
 size_t model_weight_bytes(const ModelWeights& w) {
   size_t b = w.embed.nbytes() + w.lm_head.nbytes();
   for (const auto& L : w.layers) {
-    if (L.full_attention)
-      b += L.attn.q_proj.nbytes() + L.attn.k_proj.nbytes() + L.attn.v_proj.nbytes() + L.attn.o_proj.nbytes();
-    else
-      b += L.gdn.in_proj_qkv.nbytes() + L.gdn.in_proj_z.nbytes() + L.gdn.in_proj_a.nbytes() + L.gdn.in_proj_b.nbytes() +
-           L.gdn.out_proj.nbytes();
+    b += mixer_bytes(L);
     const MoeWeights& m = L.moe;
     b += m.router.nbytes() + m.experts_gate.nbytes() + m.experts_up.nbytes() + m.experts_down.nbytes() +
          m.shared_gate.nbytes() + m.shared_up.nbytes() + m.shared_down.nbytes() + m.shared_expert_gate.nbytes();
@@ -397,11 +380,7 @@ size_t decode_bytes_per_token(const ModelWeights& w) {
   const ModelConfig& c = w.cfg;
   size_t b = w.lm_head.nbytes() + w.embed.nbytes() / size_t(std::max(1, w.embed.rows));
   for (const auto& L : w.layers) {
-    if (L.full_attention)
-      b += L.attn.q_proj.nbytes() + L.attn.k_proj.nbytes() + L.attn.v_proj.nbytes() + L.attn.o_proj.nbytes();
-    else
-      b += L.gdn.in_proj_qkv.nbytes() + L.gdn.in_proj_z.nbytes() + L.gdn.in_proj_a.nbytes() + L.gdn.in_proj_b.nbytes() +
-           L.gdn.out_proj.nbytes();
+    b += mixer_bytes(L);
     const MoeWeights& m = L.moe;
     const size_t per_expert = (m.experts_gate.nbytes() + m.experts_up.nbytes() + m.experts_down.nbytes()) /
                               size_t(std::max(1, c.num_experts));

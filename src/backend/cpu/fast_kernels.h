@@ -39,10 +39,9 @@ struct PreparedX {
 // Quantizes x [M, K] (row stride ldx, K a multiple of 64) into out (resized as needed).
 void prepare_x(const float* x, int M, int ldx, int K, PreparedX& out);
 
-// Arguments of one quantized-matmul piece: rows [r0, r1) of w times n activation rows.
-// Activation row i is row ids[i] of x (PreparedX for 4-bit, fp32 xf with stride ldxf for 8-bit);
-// the result goes to y[i·ldy + r].
-struct QArgs {
+// One quantized matmul: y[i·ldy + r] = Σ_c w[r,c]·x[ids[i], c] for all rows r and i < n.
+// 4-bit weights take x (PreparedX), 8-bit weights take xf (fp32 rows, stride ldxf).
+struct QJob {
   const QWeight* w = nullptr;
   const PreparedX* x = nullptr;
   const float* xf = nullptr;
@@ -51,6 +50,9 @@ struct QArgs {
   int n = 0;
   float* y = nullptr;
   int ldy = 0;
+};
+// One piece of a QJob handed to a kernel: its rows [r0, r1).
+struct QArgs : QJob {
   int r0 = 0, r1 = 0;
 };
 

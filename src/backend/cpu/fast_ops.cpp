@@ -98,7 +98,7 @@ void run_qjobs(std::span<const QJob> jobs) {
     const Task& tk = tasks[size_t(t)];
     const QJob& jb = jobs[size_t(tk.job)];
     QArgs a;
-    a.w = jb.w, a.x = jb.x, a.xf = jb.xf, a.ldxf = jb.ldxf, a.ids = jb.ids, a.n = jb.n, a.y = jb.y, a.ldy = jb.ldy;
+    static_cast<QJob&>(a) = jb;
     a.r0 = tk.r0, a.r1 = tk.r1;
     if (jb.w->bits == 8)
       k.q8_rows(a);

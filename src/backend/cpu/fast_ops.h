@@ -21,18 +21,6 @@ std::vector<std::string> available_isas();
 // Selects a table by name for the whole process; false if unavailable.
 bool select_isa(const std::string& name);
 
-// One quantized matmul: y[i·ldy + r] = Σ_c w[r,c]·x[ids[i], c] for all rows r and i < n.
-// 4-bit weights take x (PreparedX), 8-bit weights take xf (fp32 rows, stride ldxf).
-struct QJob {
-  const QWeight* w = nullptr;
-  const PreparedX* x = nullptr;
-  const float* xf = nullptr;
-  int ldxf = 0;
-  const int32_t* ids = nullptr;
-  int n = 0;
-  float* y = nullptr;
-  int ldy = 0;
-};
 void run_qjobs(std::span<const QJob> jobs);
 
 // Runs fn(i) for i in [0, n) over the pool, items taken dynamically.

@@ -2,6 +2,7 @@
 // every inner loop is the scalar textbook form.
 #include "backend/cpu/ref_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -92,6 +93,39 @@ void conv_silu(const float* u, int M, int ldu, int C, int K, const bf16* w, floa
       for (int t = 0; t < W; ++t) window[ch * W + t] = hist[M + t];
     }
   });
+}
+
+void gdn_split_qkv(const GdnDims& d, int M, const float* c, float* q, float* k, float* v) {
+  const int kd = d.n_k_heads * d.dk, vd = d.n_v_heads * d.dv, C = 2 * kd + vd, dk = d.dk;
+  const float qscale = 1.0f / std::sqrt(float(dk));
+  for (int m = 0; m < M; ++m) {
+    const float* cm = c + size_t(m) * C;
+    for (int hh = 0; hh < d.n_k_heads; ++hh) {
+      float sq = 0, sk = 0;
+      for (int i = 0; i < dk; ++i) {
+        sq += cm[hh * dk + i] * cm[hh * dk + i];
+        sk += cm[kd + hh * dk + i] * cm[kd + hh * dk + i];
+      }
+      const float iq = 1.0f / std::sqrt(sq + 1e-6f), ik = 1.0f / std::sqrt(sk + 1e-6f);
+      for (int i = 0; i < dk; ++i) {
+        q[size_t(m) * kd + hh * dk + i] = cm[hh * dk + i] * iq * qscale;
+        k[size_t(m) * kd + hh * dk + i] = cm[kd + hh * dk + i] * ik;
+      }
+    }
+    std::copy(cm + 2 * kd, cm + C, v + size_t(m) * vd);
+  }
+}
+
+void gdn_gates(int M, int n_v_heads, const float* a, const float* b, const float* A_log, const bf16* dt_bias,
+               float* g, float* beta) {
+  for (int m = 0; m < M; ++m)
+    for (int hh = 0; hh < n_v_heads; ++hh) {
+      const size_t j = size_t(m) * n_v_heads + hh;
+      beta[j] = 1.0f / (1.0f + std::exp(-b[j]));
+      const float x = a[j] + bf16_to_f32(dt_bias[hh]);
+      const float softplus = x > 20.0f ? x : std::log1p(std::exp(x));
+      g[j] = -std::exp(A_log[hh]) * softplus;
+    }
 }
 
 void gdn_recurrent(const GdnDims& d, int M, const float* q, const float* k, const float* v, const float* g,

@@ -38,6 +38,14 @@ void conv_silu(const float* u, int M, int ldu, int C, int K, const bf16* w, floa
 struct GdnDims {
   int n_k_heads, n_v_heads, dk, dv;
 };
+// Splits the conv output c [M, 2·n_k_heads·dk + n_v_heads·dv] into q̂ = q/√(Σq²+ε)·dk^-½ and
+// k̂ = k/√(Σk²+ε) [M, n_k_heads, dk] (fp32, ε = 1e-6 as HF's l2norm) and v [M, n_v_heads, dv].
+void gdn_split_qkv(const GdnDims& d, int M, const float* c, float* q, float* k, float* v);
+// Gates per token and v-head: beta = sigmoid(b), g = −exp(A_log)·softplus(a + dt_bias) (log decay).
+// a, b, g, beta: [M, n_v_heads]; A_log: [n_v_heads] fp32; dt_bias: [n_v_heads] bf16.
+void gdn_gates(int M, int n_v_heads, const float* a, const float* b, const float* A_log, const bf16* dt_bias,
+               float* g, float* beta);
+
 // Per-token GDN inputs after the conv: q, k [M, n_k_heads, dk] (already L2-normalized, q
 // scaled by dk^-1/2, fp32), v [M, n_v_heads, dv], gate g (log decay) and beta [M, n_v_heads].
 // State S: [n_v_heads, dk, dv] fp32. out: [M, n_v_heads, dv] fp32 (caller rounds).
