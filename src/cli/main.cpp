@@ -3,6 +3,9 @@
 #include <cstdio>
 #include <map>
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include "cli/command.h"
 
 namespace lily::cli {
@@ -14,6 +17,8 @@ std::vector<Command>& commands() {
 
 int main(int argc, char** argv) {
   using namespace lily::cli;
+  // Logs go to stderr so stdout carries only a command's output (e.g. `generate --json`).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("lily"));
   CLI::App app{"lily: an inference server for Qwen3.6-35B-A3B (MLX 4-bit)"};
   app.require_subcommand(1);
   auto& cmds = commands();
