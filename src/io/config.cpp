@@ -180,6 +180,14 @@ Status check_divisible(const Reader& t, const std::string& key, int64_t a, int64
   return Status::ok();
 }
 
+constexpr int kMaxLayers = 1024;
+constexpr int64_t kMaxWidth = int64_t(1) << 28;  // so that 2 x key width + value width fits an int
+
+Status check_width(const Reader& t, const std::string& key, int64_t a, int64_t b) {
+  if (a * b > kMaxWidth) return t.err(key, fmt::format("{} x {} = {} is wider than lily supports ({})", a, b, a * b, kMaxWidth));
+  return Status::ok();
+}
+
 Status parse_text_config(const Reader& t, ModelConfig& c) {
   LILY_TRY(t.positive_int("hidden_size", c.hidden_size));
   LILY_TRY(t.positive_int("num_hidden_layers", c.num_hidden_layers));
@@ -216,6 +224,14 @@ Status parse_text_config(const Reader& t, ModelConfig& c) {
   if (t.has("attention_bias") && t.obj.at("attention_bias") != false)
     return t.err("attention_bias", "expected false, got " + show(t.obj.at("attention_bias")));
 
+  // Bounds that keep derived sizes in int and the tensor inventory small (the real model has 40
+  // layers and widths of a few thousand); past them a hostile config overflowed or exhausted memory.
+  if (c.num_hidden_layers > kMaxLayers)
+    return t.err("num_hidden_layers", fmt::format("{} is more than lily supports ({})", c.num_hidden_layers, kMaxLayers));
+  LILY_TRY(check_width(t, "num_attention_heads x head_dim", c.num_attention_heads, c.head_dim));
+  LILY_TRY(check_width(t, "linear_num_key_heads x linear_key_head_dim", c.linear_num_key_heads, c.linear_key_head_dim));
+  LILY_TRY(check_width(t, "linear_num_value_heads x linear_value_head_dim", c.linear_num_value_heads,
+                       c.linear_value_head_dim));
   LILY_TRY(check_divisible(t, "num_attention_heads", c.num_attention_heads, c.num_key_value_heads,
                            "num_attention_heads (by num_key_value_heads)"));
   LILY_TRY(check_divisible(t, "linear_num_value_heads", c.linear_num_value_heads, c.linear_num_key_heads,
@@ -246,13 +262,17 @@ Status check_group_divisibility(const std::string& file, const ModelConfig& c) {
                     c.quant.group_size);
   }
   for (const auto& [path, q] : c.quant_overrides) {
-    // Overrides apply to specific modules; their input is hidden_size except for down-type
-    // projections. The checkpoint check verifies the exact shapes; here only the common case.
-    bool in_is_hidden = path.find("down_proj") == std::string::npos && path.find("o_proj") == std::string::npos &&
-                        path.find("out_proj") == std::string::npos;
-    if (in_is_hidden && c.hidden_size % q.group_size != 0)
-      return errorf("{}: quantization.{}.group_size: hidden_size = {} is not divisible by {}", file, path,
-                    c.hidden_size, q.group_size);
+    // An override's module reads hidden_size except the down-type projections. (A group wider
+    // than a down projection's input once gave scales of width 0 and a division by zero in the
+    // checkpoint check.)
+    In in = ins[0];
+    if (path.ends_with("shared_expert.down_proj")) in = ins[4];
+    else if (path.ends_with("down_proj")) in = ins[3];
+    else if (path.ends_with("o_proj")) in = ins[1];
+    else if (path.ends_with("out_proj")) in = ins[2];
+    if (in.dim % q.group_size != 0)
+      return errorf("{}: quantization.{}.group_size: {} = {} is not divisible by {}", file, path, in.field, in.dim,
+                    q.group_size);
   }
   return Status::ok();
 }
