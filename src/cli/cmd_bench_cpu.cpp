@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/fast_backend.h"
+#include "backend/cpu/fast_membw.h"
+#include "backend/cpu/fast_mmap.h"
 #include "backend/cpu/fast_ops.h"
 #include "backend/cpu/fast_profile.h"
 #include "cli/command.h"
@@ -37,30 +39,6 @@ struct Args {
   int prompt_len = 256, decode = 64, threads = 0;
   double bw_gib = 2.0;
 };
-
-// Read bandwidth of this machine now: every pool thread streams its slice of a buffer much larger
-// than the caches (best of 3 passes), the access pattern of a decode step's weight reads.
-double measure_read_gbps(double gib) {
-  const size_t n = size_t(gib * (1u << 30)) / sizeof(float);
-  std::vector<float> buf(n);
-  lily::ThreadPool::global().parallel_for(n, 1 << 16, [&](size_t a, size_t b) {
-    for (size_t i = a; i < b; ++i) buf[i] = float(i & 7) * 0.125f;
-  });
-  const auto& k = cpu::fast::kernels();
-  double best = 0;
-  for (int pass = 0; pass < 3; ++pass) {
-    std::atomic<double> sink{0};  // keeps the reads observable
-    const auto t0 = clock_type::now();
-    lily::ThreadPool::global().parallel_for(n, 1 << 16, [&](size_t a, size_t b) {
-      double s = 0;
-      for (size_t i = a; i < b; i += 1 << 16) s += k.dot(&buf[i], &buf[i], int(std::min<size_t>(1 << 16, b - i)));
-      sink.fetch_add(s);
-    });
-    const double dt = secs(t0, clock_type::now());
-    best = std::max(best, double(n) * sizeof(float) / dt / 1e9);
-  }
-  return best;
-}
 
 uint64_t fnv1a(const std::vector<int32_t>& ids) {
   uint64_t h = 1469598103934665603ull;
@@ -91,7 +69,7 @@ int run(const Args& a) {
 
   fmt::print(stderr, "bench-cpu: {} threads, kernels {}, measuring memory bandwidth...\n", ThreadPool::global().size(),
              cpu::fast::kernels().name);
-  const double bw = measure_read_gbps(a.bw_gib);
+  const double bw = cpu::fast::measure_read_gbps(a.bw_gib);
 
   // Warm-up: same prompt shape, prefill + one decode step (touches the dense weights and sizes scratch).
   {
@@ -154,6 +132,7 @@ int run(const Args& a) {
   j["decode_bytes_per_token"] = bytes_tok;
   j["decode_gb_s"] = bytes_tok * dec_tps / 1e9;
   j["mem_read_gb_s"] = bw;
+  j["file_pmd_mapped_bytes"] = cpu::fast::file_pmd_mapped_bytes();
   j["decode_bw_fraction"] = bw > 0 ? bytes_tok * dec_tps / 1e9 / bw : 0.0;
   nlohmann::json ops = nlohmann::json::array();
   for (const auto& o : prof) {
@@ -185,6 +164,7 @@ int run(const Args& a) {
   for (const auto& o : pops)
     fmt::print("  {:<28} {:8.3f} {:5.1f}% {:9.2f} {:7.1f}\n", o["op"].get<std::string>(), o["s"].get<double>(),
                100 * o["share"].get<double>(), o["gb"].get<double>(), o["gb_s"].get<double>());
+  fmt::print("weights mapped with 2 MiB pages: {:.2f} GB\n", cpu::fast::file_pmd_mapped_bytes() / 1e9);
   fmt::print("digest {}\n", j["digest_fnv1a64"].get<std::string>());
   if (!a.json_out.empty()) {
     std::ofstream f(a.json_out);

@@ -85,8 +85,9 @@ class FastKernels : public ::testing::TestWithParam<std::string> {
 };
 
 // y = W x through run_qjobs with a gather of activation rows, vs ref qmatmul on the gathered rows.
-void check_matmul(int rows, int K, int bits, int M, bool gather, bool edges, uint32_t seed) {
-  SCOPED_TRACE(fmt::format("rows {} K {} bits {} M {} gather {} edges {}", rows, K, bits, M, gather, edges));
+// gemm: the job carries no PreparedX, so 4-bit weights take the fp32 GEMM (fast_gemm.h).
+void check_matmul(int rows, int K, int bits, int M, bool gather, bool edges, uint32_t seed, bool gemm = false) {
+  SCOPED_TRACE(fmt::format("rows {} K {} bits {} M {} gather {} edges {} gemm {}", rows, K, bits, M, gather, edges, gemm));
   RandQ q(rows, K, bits, seed);
   const int Mx = gather ? M + 3 : M;  // the source holds more rows than are read
   std::vector<float> xsrc = rand_x(Mx, K, seed + 1, edges);
@@ -101,12 +102,12 @@ void check_matmul(int rows, int K, int bits, int M, bool gather, bool edges, uin
   PreparedX px;
   prepare_x(xsrc.data(), Mx, K, K, px);
   QJob j;
-  j.w = &q.w, j.x = &px, j.xf = xsrc.data(), j.ldxf = K, j.ids = ids.data(), j.n = M, j.y = got.data(), j.ldy = rows;
+  j.w = &q.w, j.x = gemm ? nullptr : &px, j.xf = xsrc.data(), j.ldxf = K, j.ids = ids.data(), j.n = M, j.y = got.data(), j.ldy = rows;
   run_qjobs({&j, 1});
   std::vector<float> mag, qb;
   bounds(q.w, xg.data(), M, mag, qb);
   for (size_t i = 0; i < ref.size(); ++i) {
-    const float tol = (bits == 4 ? 1.01f * qb[i] : 0.0f) + 1e-5f * mag[i] + 1e-6f;
+    const float tol = (bits == 4 && !gemm ? 1.01f * qb[i] : 0.0f) + 1e-5f * mag[i] + 1e-6f;
     ASSERT_NEAR(got[i], ref[i], tol) << "first bad index " << i << " (token " << i / rows << ", row " << i % rows << ")";
   }
 }
@@ -124,6 +125,22 @@ TEST_P(FastKernels, Q4MatmulEdgeShapes) {
     for (int K : {64, 128, 320})
       for (int M : {1, 2, 3, 4, 5, 8})
         check_matmul(rows, K, 4, M, M > 2, K >= 128, uint32_t(rows * 100 + K + M));
+}
+
+// The prefill GEMM: fp32 activations, so only the fp32 summation order is allowed to differ.
+TEST_P(FastKernels, Q4GemmRealShapes) {
+  check_matmul(8192, 2048, 4, 37, false, true, 21, true);  // in_proj_qkv, prefill (3 token blocks + a remainder)
+  check_matmul(2048, 4096, 4, 13, false, false, 22, true); // out_proj
+  check_matmul(512, 2048, 4, 9, true, false, 23, true);    // expert gate/up, gathered tokens
+  check_matmul(2048, 512, 4, 25, true, true, 24, true);    // expert down
+  check_matmul(32, 2048, 4, 256, false, false, 25, true);  // in_proj_a/b at a 256-token prefill
+}
+
+TEST_P(FastKernels, Q4GemmEdgeShapes) {
+  for (int rows : {1, 2, 3, 5, 15, 16, 17, 31, 33, 47, 64})
+    for (int K : {64, 128, 320})
+      for (int M : {1, 2, 3, 5, 6, 7, 11, 12, 13, 25})
+        check_matmul(rows, K, 4, M, M > 2, K >= 128, uint32_t(rows * 100 + K + M), true);
 }
 
 TEST_P(FastKernels, Q8Matmul) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_state.h"
+#include "backend/cpu/fast_mmap.h"
 #include "backend/cpu/fast_ops.h"
 #include "backend/cpu/fast_profile.h"
 #include "backend/cpu/ref_ops.h"
@@ -68,6 +69,7 @@ class FastCpuBackend final : public Backend {
   Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) override {
     LILY_ASSIGN_OR_RETURN(CpuSeqState* st, check_forward_args(cfg_, state, tokens, logits));
     const int M = int(tokens.size());
+    gemm_ = M > 1;  // prefill: fp32 GEMM, no int16 activations
 
     const int H = cfg_.hidden_size;
     ensure_iota(std::max(M * cfg_.num_experts_per_tok, M));
@@ -100,6 +102,13 @@ class FastCpuBackend final : public Backend {
   }
 
  private:
+  // A job of this forward: the int16 matvec at decode, the fp32 GEMM (no PreparedX) at prefill.
+  QJob qj(const QWeight& w, const PreparedX& x, const float* xf, int ldxf, const int32_t* ids, int n, float* y, int ldy) {
+    QJob j = job(w, x, xf, ldxf, ids, n, y, ldy);
+    if (gemm_) j.x = nullptr;
+    return j;
+  }
+
   void ensure_iota(int n) {
     if (int(iota_.size()) < n) {
       iota_.resize(size_t(n));
@@ -111,7 +120,7 @@ class FastCpuBackend final : public Backend {
   void norm_and_prepare(const float* x, int M, const bf16* gain, float* h) {
     ProfileScope p(Op::kNorm, 0);
     rmsnorm(x, M, cfg_.hidden_size, gain, cfg_.rms_norm_eps, h);
-    fast::prepare_x(h, M, cfg_.hidden_size, cfg_.hidden_size, px_);
+    if (!gemm_) fast::prepare_x(h, M, cfg_.hidden_size, cfg_.hidden_size, px_);
   }
 
   // Gated full attention (model-spec §1.4.1) for M tokens at positions pos0..pos0+M-1.
@@ -120,9 +129,9 @@ class FastCpuBackend final : public Backend {
     const int hd = cfg_.head_dim, qw = A.q_proj.rows / nh;
     std::vector<float> qg(size_t(M) * A.q_proj.rows), k(size_t(M) * nkv * hd), v(size_t(M) * nkv * hd);
     {
-      const QJob jobs[] = {job(A.q_proj, px_, h, H, iota_.data(), M, qg.data(), A.q_proj.rows),
-                           job(A.k_proj, px_, h, H, iota_.data(), M, k.data(), nkv * hd),
-                           job(A.v_proj, px_, h, H, iota_.data(), M, v.data(), nkv * hd)};
+      const QJob jobs[] = {qj(A.q_proj, px_, h, H, iota_.data(), M, qg.data(), A.q_proj.rows),
+                           qj(A.k_proj, px_, h, H, iota_.data(), M, k.data(), nkv * hd),
+                           qj(A.v_proj, px_, h, H, iota_.data(), M, v.data(), nkv * hd)};
       run(Op::kMixerProj, jobs);
     }
     store_all(qg.data(), qg.size()), store_all(k.data(), k.size()), store_all(v.data(), v.size());
@@ -168,8 +177,8 @@ class FastCpuBackend final : public Backend {
       }
     });
     prof.stop();
-    fast::prepare_x(o.data(), M, nh * hd, nh * hd, pmix_);
-    const QJob j = job(A.o_proj, pmix_, o.data(), nh * hd, iota_.data(), M, out, H);
+    if (!gemm_) fast::prepare_x(o.data(), M, nh * hd, nh * hd, pmix_);
+    const QJob j = qj(A.o_proj, pmix_, o.data(), nh * hd, iota_.data(), M, out, H);
     run(Op::kOutProj, {&j, 1});
     store_all(out, size_t(M) * H);
   }
@@ -181,10 +190,10 @@ class FastCpuBackend final : public Backend {
     const int dk = cfg_.linear_key_head_dim, dv = cfg_.linear_value_head_dim;
     std::vector<float> u(size_t(M) * C), z(size_t(M) * vd), b(size_t(M) * nv), a(size_t(M) * nv);
     {
-      const QJob jobs[] = {job(G.in_proj_qkv, px_, h, H, iota_.data(), M, u.data(), C),
-                           job(G.in_proj_z, px_, h, H, iota_.data(), M, z.data(), vd),
-                           job(G.in_proj_b, px_, h, H, iota_.data(), M, b.data(), nv),
-                           job(G.in_proj_a, px_, h, H, iota_.data(), M, a.data(), nv)};
+      const QJob jobs[] = {qj(G.in_proj_qkv, px_, h, H, iota_.data(), M, u.data(), C),
+                           qj(G.in_proj_z, px_, h, H, iota_.data(), M, z.data(), vd),
+                           qj(G.in_proj_b, px_, h, H, iota_.data(), M, b.data(), nv),
+                           qj(G.in_proj_a, px_, h, H, iota_.data(), M, a.data(), nv)};
       run(Op::kMixerProj, jobs);
     }
     store_all(u.data(), u.size()), store_all(z.data(), z.size());
@@ -220,8 +229,8 @@ class FastCpuBackend final : public Backend {
         for (int d = 0; d < dv; ++d) oh[d] = store(bf16_to_f32(G.norm[d]) * oh[d] * inv * silu(zh[d]));
       }
     prof.stop();
-    fast::prepare_x(o.data(), M, vd, vd, pmix_);
-    const QJob j = job(G.out_proj, pmix_, o.data(), vd, iota_.data(), M, out, H);
+    if (!gemm_) fast::prepare_x(o.data(), M, vd, vd, pmix_);
+    const QJob j = qj(G.out_proj, pmix_, o.data(), vd, iota_.data(), M, out, H);
     run(Op::kOutProj, {&j, 1});
     store_all(out, size_t(M) * H);
   }
@@ -232,10 +241,10 @@ class FastCpuBackend final : public Backend {
     const int I = cfg_.moe_intermediate_size, Is = cfg_.shared_expert_intermediate_size;
     std::vector<float> rl(size_t(M) * E), sgl(size_t(M) * Is), sul(size_t(M) * Is), sg(M);
     {
-      const QJob jobs[] = {job(W.router, px_, h, H, iota_.data(), M, rl.data(), E),
-                           job(W.shared_expert_gate, px_, h, H, iota_.data(), M, sg.data(), 1),
-                           job(W.shared_gate, px_, h, H, iota_.data(), M, sgl.data(), Is),
-                           job(W.shared_up, px_, h, H, iota_.data(), M, sul.data(), Is)};
+      const QJob jobs[] = {qj(W.router, px_, h, H, iota_.data(), M, rl.data(), E),
+                           qj(W.shared_expert_gate, px_, h, H, iota_.data(), M, sg.data(), 1),
+                           qj(W.shared_gate, px_, h, H, iota_.data(), M, sgl.data(), Is),
+                           qj(W.shared_up, px_, h, H, iota_.data(), M, sul.data(), Is)};
       run(Op::kMoeRouterShared, jobs);
     }
     // Route (as the reference): softmax in fp32, top-k with ties to the lowest id, renormalized.
@@ -289,8 +298,8 @@ class FastCpuBackend final : public Backend {
       std::vector<QJob> jobs;
       for (size_t k = 0; k < experts.size(); ++k) {
         const int e = experts[k];
-        jobs.push_back(job(eg[k], px_, h, H, &slot_tok[off[e]], count[e], &gl[size_t(off[e]) * I], I));
-        jobs.push_back(job(eu[k], px_, h, H, &slot_tok[off[e]], count[e], &ul[size_t(off[e]) * I], I));
+        jobs.push_back(qj(eg[k], px_, h, H, &slot_tok[off[e]], count[e], &gl[size_t(off[e]) * I], I));
+        jobs.push_back(qj(eu[k], px_, h, H, &slot_tok[off[e]], count[e], &ul[size_t(off[e]) * I], I));
       }
       run(Op::kMoeGateUp, jobs);
     }
@@ -298,17 +307,19 @@ class FastCpuBackend final : public Backend {
       ProfileScope p(Op::kMoeAct, 0);
       for (size_t j = 0; j < gl.size(); ++j) gl[j] = store(silu(store(gl[j])) * store(ul[j]));
       for (size_t j = 0; j < sgl.size(); ++j) sgl[j] = store(silu(store(sgl[j])) * store(sul[j]));
-      fast::prepare_x(gl.data(), n_slots, I, I, pact_);
-      fast::prepare_x(sgl.data(), M, Is, Is, pmix_);
+      if (!gemm_) {
+        fast::prepare_x(gl.data(), n_slots, I, I, pact_);
+        fast::prepare_x(sgl.data(), M, Is, Is, pmix_);
+      }
     }
     std::vector<float> y(size_t(n_slots) * H), sy(size_t(M) * H);
     {
       std::vector<QJob> jobs;
       for (size_t k = 0; k < experts.size(); ++k) {
         const int e = experts[k];
-        jobs.push_back(job(ed[k], pact_, &gl[0], I, &iota_[off[e]], count[e], &y[size_t(off[e]) * H], H));
+        jobs.push_back(qj(ed[k], pact_, &gl[0], I, &iota_[off[e]], count[e], &y[size_t(off[e]) * H], H));
       }
-      jobs.push_back(job(W.shared_down, pmix_, sgl.data(), Is, iota_.data(), M, sy.data(), H));
+      jobs.push_back(qj(W.shared_down, pmix_, sgl.data(), Is, iota_.data(), M, sy.data(), H));
       run(Op::kMoeDown, jobs);
     }
     ProfileScope pc(Op::kMoeAct, 0);
@@ -328,7 +339,8 @@ class FastCpuBackend final : public Backend {
   const ModelWeights& w_;
   const ModelConfig& cfg_;
   std::vector<int32_t> iota_;
-  PreparedX px_, pmix_, pact_;  // int16 forms of h, of a mixer/shared-expert input, of expert inputs
+  PreparedX px_, pmix_, pact_;  // int16 forms of h, of a mixer/shared-expert input, of expert inputs (decode)
+  bool gemm_ = false;           // this forward is a prefill (M > 1): 4-bit jobs run the fp32 GEMM
 };
 
 Status check_weight(const QWeight& w, const char* what, int layer) {
@@ -407,6 +419,8 @@ Result<std::unique_ptr<Backend>> make_fast_cpu_backend(const ModelWeights& w) {
         {L.full_attention ? &L.attn.o_proj : &L.gdn.out_proj, L.full_attention ? "o_proj" : "out_proj"}};
     for (const auto& [q, name] : ws) LILY_TRY(check_weight(*q, name, i));
   }
+  // 2 MiB folios and PMD mappings for the weights as they enter the page cache (fast_mmap.h).
+  cpu::fast::advise_huge_pages(w);
   // Weights are used in place from the mmap; a decode token touches ~1/10 of them, a long prefill all.
   const auto [total, avail] = cpu::meminfo();
   const size_t need = model_weight_bytes(w);

@@ -41,6 +41,7 @@ void prepare_x(const float* x, int M, int ldx, int K, PreparedX& out);
 
 // One quantized matmul: y[i·ldy + r] = Σ_c w[r,c]·x[ids[i], c] for all rows r and i < n.
 // 4-bit weights take x (PreparedX), 8-bit weights take xf (fp32 rows, stride ldxf).
+// A 4-bit job without x (nullptr) runs the fp32 GEMM on xf (prefill); with x, the int16 matvec (decode).
 struct QJob {
   const QWeight* w = nullptr;
   const PreparedX* x = nullptr;
@@ -60,6 +61,8 @@ struct KernelTable {
   const char* name;
   // 4-bit weights, int16 activations (PreparedX).
   void (*q4_rows)(const QArgs& a);
+  // 4-bit weights, fp32 activations (xf): the prefill GEMM (fast_gemm.h).
+  void (*q4_gemm)(const QArgs& a);
   // 8-bit weights, fp32 activations.
   void (*q8_rows)(const QArgs& a);
   // Σ a[i]·b[i] (fp32).

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "backend/cpu/fast_kernels.h"
+#include "backend/cpu/fast_gemm.h"
 
 #define LILY_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,avx2,bmi2")))
 
@@ -239,7 +239,7 @@ LILY_AVX512 void gdn_step(float* S, const float* q, const float* k, const float*
 }  // namespace
 
 const KernelTable* avx512_table() {
-  static const KernelTable t{"avx512-vnni", q4_rows, q8_rows, dot, axpy, gdn_step};
+  static const KernelTable t{"avx512-vnni", q4_rows, q4_gemm_avx512, q8_rows, dot, axpy, gdn_step};
   return &t;
 }
 

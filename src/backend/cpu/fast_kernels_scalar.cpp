@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cpu/fast_kernels.h"
+#include "backend/cpu/fast_gemm.h"
 #include "core/bf16.h"
 #include "core/thread_pool.h"
 
@@ -101,6 +101,29 @@ void q4_rows_f32(const QArgs& a) {
     }
 }
 
+}  // namespace
+
+// One row at a time: dequantize it to fp32 (w = scale·q + bias), then a dot product per token.
+void q4_gemm_scalar(const QArgs& a) {
+  const QWeight& w = *a.w;
+  const int G = w.groups_per_row(), K = w.cols;
+  std::vector<float> wr(static_cast<size_t>(K));
+  for (int r = a.r0; r < a.r1; ++r) {
+    for (int g = 0; g < G; ++g) {
+      const float s = bf16_to_f32(w.scales[size_t(r) * G + g]), b = bf16_to_f32(w.biases[size_t(r) * G + g]);
+      for (int c = g * kGroup; c < (g + 1) * kGroup; ++c) wr[c] = std::fma(s, float(w.code(r, c)), b);
+    }
+    for (int i = 0; i < a.n; ++i) {
+      const float* x = a.xf + size_t(a.ids[i]) * a.ldxf;
+      float acc = 0;
+      for (int c = 0; c < K; ++c) acc += wr[c] * x[c];
+      a.y[size_t(i) * a.ldy + r] = acc;
+    }
+  }
+}
+
+namespace {
+
 void q8_rows(const QArgs& a) {
   const QWeight& w = *a.w;
   const int G = w.groups_per_row(), K = w.cols;
@@ -152,12 +175,12 @@ void gdn_step(float* S, const float* q, const float* k, const float* v, float al
 }  // namespace
 
 const KernelTable& scalar_table() {
-  static const KernelTable t{"scalar", q4_rows, q8_rows, dot, axpy, gdn_step};
+  static const KernelTable t{"scalar", q4_rows, q4_gemm_scalar, q8_rows, dot, axpy, gdn_step};
   return t;
 }
 
 const KernelTable& scalar_f32_table() {
-  static const KernelTable t{"scalar-f32", q4_rows_f32, q8_rows, dot, axpy, gdn_step};
+  static const KernelTable t{"scalar-f32", q4_rows_f32, q4_gemm_scalar, q8_rows, dot, axpy, gdn_step};
   return t;
 }
 

@@ -90,7 +90,11 @@ void run_qjobs(std::span<const QJob> jobs) {
     // ~128 KiB of codes per task at M = 1 (long sequential streams for the prefetchers; short
     // rows such as the experts' down_proj, K = 512, otherwise pay per-task ramp-up); 64 rows at M ≥ 16, whose codes stay cached across token blocks.
     const int row_bytes = std::max(1, jb.w->words_per_row() * 4);
-    const int block = jb.n >= 16 ? 64 : std::clamp((128 << 10) / row_bytes / std::max(1, jb.n), 16, 1024) & ~3;
+    // The fp32 GEMM (no PreparedX) dequantizes 32-row panels once per task: tasks of 32 rows.
+    const bool gemm = jb.w->bits == 4 && jb.x == nullptr;
+    const int block = gemm ? 32
+                      : jb.n >= 16 ? 64
+                                   : std::clamp((128 << 10) / row_bytes / std::max(1, jb.n), 16, 1024) & ~3;
     for (int r = 0; r < rows; r += block) tasks.push_back({j, r, std::min(rows, r + block)});
   }
   const KernelTable& k = kernels();
@@ -102,6 +106,8 @@ void run_qjobs(std::span<const QJob> jobs) {
     a.r0 = tk.r0, a.r1 = tk.r1;
     if (jb.w->bits == 8)
       k.q8_rows(a);
+    else if (jb.x == nullptr)
+      k.q4_gemm(a);
     else
       k.q4_rows(a);
   });
