@@ -33,15 +33,19 @@ template <typename T> T* dalloc(size_t n, std::vector<void*>& owned) {
 class CudaBackend;
 
 struct CudaSeqState final : SeqState {
+  // K/V cache and conv window: fp32 when `f32` (default; LILY_CUDA_KV=bf16 at new_state gives
+  // bf16). The pointers keep their bf16 type for code written against bf16; with f32 they point at
+  // floats (use kv_f32()/conv_f32()).
   struct Layer {
-    uint16_t* kc = nullptr;  // [nkv, max_seq, hd] bf16
+    uint16_t* kc = nullptr;  // [nkv, max_seq, hd] bf16, or fp32 when f32
     uint16_t* vc = nullptr;
-    uint16_t* conv = nullptr;  // [2, C, K-1] bf16
+    uint16_t* conv = nullptr;  // [2, C, K-1] bf16, or fp32 when f32
     float* S = nullptr;        // [nv, dk, dv] fp32
     size_t kv_bytes = 0, conv_bytes = 0, S_bytes = 0;
   };
   CudaBackend* be = nullptr;
   int n = 0, cap = 0;
+  bool f32 = true;  // K/V cache and conv window stored in fp32
   std::vector<Layer> layers;
   StepCtl* ctl = nullptr;
   int32_t* tok_host = nullptr;  // [cap + 2] host-mapped, written by the step's argmax
@@ -113,18 +117,23 @@ class CudaBackend final : public Backend {
     auto st = std::make_unique<CudaSeqState>();
     st->be = this;
     st->cap = max_seq;
+    {
+      const char* kv = std::getenv("LILY_CUDA_KV");
+      st->f32 = !(kv && std::strcmp(kv, "bf16") == 0);
+    }
+    const size_t es = st->f32 ? 4 : 2;
     st->layers.resize(cfg_.num_hidden_layers);
     const int nkv = cfg_.num_key_value_heads, hd = cfg_.head_dim, C = cfg_.gdn_conv_dim();
     const int K = cfg_.linear_conv_kernel_dim, nv = cfg_.linear_num_value_heads;
     for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
       auto& l = st->layers[i];
       if (cfg_.is_full_attention[i]) {
-        l.kv_bytes = size_t(nkv) * max_seq * hd * 2;
+        l.kv_bytes = size_t(nkv) * max_seq * hd * es;
         l.kc = dalloc<uint16_t>(l.kv_bytes / 2, st->owned);
         l.vc = dalloc<uint16_t>(l.kv_bytes / 2, st->owned);
         if (!l.kc || !l.vc) return cu_err("cuda: out of device memory for a KV cache of {} positions", max_seq);
       } else {
-        l.conv_bytes = size_t(2) * C * (K - 1) * 2;
+        l.conv_bytes = size_t(2) * C * (K - 1) * es;
         l.S_bytes = size_t(nv) * cfg_.linear_key_head_dim * cfg_.linear_value_head_dim * 4;
         l.conv = dalloc<uint16_t>(l.conv_bytes / 2, st->owned);
         l.S = dalloc<float>(l.S_bytes / 4, st->owned);
@@ -149,6 +158,16 @@ class CudaBackend final : public Backend {
       if (t < 0 || t >= cfg_.vocab_size) return cu_err("forward: token id {} outside the vocabulary [0, {})", t, cfg_.vocab_size);
     if (!logits.empty() && int(logits.size()) != cfg_.vocab_size)
       return cu_err("forward: logits span has {} entries, vocab is {}", logits.size(), cfg_.vocab_size);
+    // The prefill kernels write bf16 K/V and conv windows; fp32 states take the decode graph.
+    if (M >= 2 && st->f32 && !pf_f32_ok_) {
+      static bool warned = false;
+      if (!warned && verbose_)
+        std::fprintf(stderr, "cuda: fp32 K/V state: prompt fed through the decode graph (the prefill kernels write bf16; "
+                             "LILY_CUDA_KV=bf16 selects them)
+");
+      warned = true;
+      return replay_tokens(*st, tokens, logits);
+    }
     return prefill(*st, tokens, logits);
   }
 
@@ -182,7 +201,10 @@ class CudaBackend final : public Backend {
     LILY_TRY(collect(n_steps - 1));
     st->n += n_steps;
     const char* prof = std::getenv("LILY_CUDA_PROFILE");
-    if (prof && *prof == '1' && n_steps >= 16 && st->n < st->cap) LILY_TRY(profile_step(*st));
+    if (prof && *prof == '1' && n_steps >= 16 && st->n < st->cap) {
+      LILY_TRY(profile_step(*st));
+      if (st->n < st->cap) LILY_TRY(profile_graphs(*st));
+    }
     return Status::ok();
   }
 
@@ -213,20 +235,36 @@ class CudaBackend final : public Backend {
   // Appends M >= 1 validated tokens to st (advancing st.n) and, if logits is non-empty, writes
   // the last token's logits. Defined in prefill.cu.
   Status prefill(CudaSeqState& st, std::span<const int32_t> tokens, std::span<float> logits);
+  // Feeds tokens one decode-graph replay each (no host sync in between); logits of the last.
+  Status replay_tokens(CudaSeqState& st, std::span<const int32_t> tokens, std::span<float> logits);
   // Enqueue one decode step on `s` (used by the graph capture; also callable directly).
   Status enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_logits);
   // One un-captured step with an event after every op; prints the time per op kind (stderr).
   Status profile_step(CudaSeqState& st);
 
  private:
+  // What the decode kernels support (the ops re-check at launch); anything else is refused here
+  // with the field named.
   Status check_shapes() const {
     const ModelConfig& c = cfg_;
-    if (c.linear_key_head_dim != 128 || c.linear_value_head_dim != 128) return cu_err("cuda: GDN head dims must be 128");
-    if (c.moe_intermediate_size != c.shared_expert_intermediate_size)
-      return cu_err("cuda: shared expert width {} must equal the expert width {}", c.shared_expert_intermediate_size, c.moe_intermediate_size);
-    if (c.num_experts_per_tok > 8) return cu_err("cuda: top-k {} > 8 unsupported", c.num_experts_per_tok);
-    if (c.hidden_size % 256 != 0) return cu_err("cuda: hidden size {} must be a multiple of 256", c.hidden_size);
     if (c.quant.group_size != 64) return cu_err("cuda: group size {} unsupported (64 only)", c.quant.group_size);
+    if (c.hidden_size % 64 != 0 || c.hidden_size > 2048)
+      return cu_err("cuda: hidden_size {} unsupported (a multiple of 64, ≤ 2048: the 8-bit router GEMV)", c.hidden_size);
+    const int dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
+    if (dk % 32 != 0 || dk > 256 || dv % 32 != 0)
+      return cu_err("cuda: GDN head dims {}x{} unsupported (multiples of 32, key dim ≤ 256)", dk, dv);
+    if (c.gdn_value_dim() > 4096 || c.gdn_value_dim() / dv > 64)
+      return cu_err("cuda: GDN value dim {} unsupported (≤ 4096, ≤ 64 heads)", c.gdn_value_dim());
+    if (c.moe_intermediate_size % 64 != 0 || c.shared_expert_intermediate_size % 64 != 0)
+      return cu_err("cuda: expert widths {} / {} must be multiples of 64 (the down projection's group)", c.moe_intermediate_size, c.shared_expert_intermediate_size);
+    if (c.num_experts_per_tok < 1 || c.num_experts_per_tok > 16)
+      return cu_err("cuda: num_experts_per_tok {} unsupported (1..16)", c.num_experts_per_tok);
+    if (c.num_experts > c.hidden_size) return cu_err("cuda: {} experts > hidden_size {} (router top-k scratch)", c.num_experts, c.hidden_size);
+    const int hd = c.head_dim, G = c.num_attention_heads / std::max(1, c.num_key_value_heads);
+    if (hd != 64 && hd != 128 && hd != 256) return cu_err("cuda: head_dim {} unsupported (64, 128, 256)", hd);
+    if (c.num_attention_heads % std::max(1, c.num_key_value_heads) != 0 || G > 8 || G == 5 || G == 7 || c.num_key_value_heads > 14)
+      return cu_err("cuda: {} heads / {} kv heads unsupported (group 1, 2, 3, 4, 6 or 8; ≤ 14 kv heads)", c.num_attention_heads, c.num_key_value_heads);
+    if (size_t(c.num_attention_heads) * hd > 4096) return cu_err("cuda: attention output width {} > 4096", c.num_attention_heads * hd);
     return Status::ok();
   }
 
@@ -235,16 +273,16 @@ class CudaBackend final : public Backend {
     const int H = c.hidden_size, C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nv = c.linear_num_value_heads;
     const int qrows = c.num_attention_heads * (c.attn_output_gate ? 2 : 1) * c.head_dim + 2 * c.num_key_value_heads * c.head_dim;
     const size_t urows = std::max<size_t>(size_t(C) + vd + 2 * nv, qrows);
-    for (int i = 0; i < 2; ++i) xres_[i] = dalloc<uint16_t>(H, owned_);
-    mix_ = dalloc<uint16_t>(H, owned_);
-    hn_ = dalloc<uint16_t>(H, owned_);
-    u_ = dalloc<uint16_t>(urows, owned_);
-    o_ = dalloc<uint16_t>(std::max(vd, c.num_attention_heads * c.head_dim), owned_);
-    q_ = dalloc<uint16_t>(size_t(c.num_attention_heads) * c.head_dim, owned_);
+    for (int i = 0; i < 2; ++i) xres_[i] = dalloc<float>(H, owned_);
+    mix_ = dalloc<float>(H, owned_);
+    hn_ = dalloc<float>(H, owned_);
+    u_ = dalloc<float>(urows, owned_);
+    o_ = dalloc<float>(std::max(vd, c.num_attention_heads * c.head_dim), owned_);
+    q_ = dalloc<float>(size_t(c.num_attention_heads) * c.head_dim, owned_);
     rl_ = dalloc<float>(c.num_experts + 1, owned_);
-    topk_ids_ = dalloc<int32_t>(8, owned_);
-    topk_w_ = dalloc<float>(9, owned_);
-    act_ = dalloc<uint16_t>(size_t(c.num_experts_per_tok + 1) * c.moe_intermediate_size, owned_);
+    topk_ids_ = dalloc<int32_t>(c.num_experts_per_tok, owned_);
+    topk_w_ = dalloc<float>(c.num_experts_per_tok + 1, owned_);
+    act_ = dalloc<float>(size_t(c.num_experts_per_tok) * c.moe_intermediate_size + c.shared_expert_intermediate_size, owned_);
     logits_ = dalloc<float>(c.vocab_size, owned_);
     am_partial_ = dalloc<float>(2 * size_t(gemv_argmax_max_blocks()), owned_);
     const int G = c.num_attention_heads / std::max(1, c.num_key_value_heads);
@@ -284,13 +322,35 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t ev_[2] = {};
   std::vector<void*> owned_;
-  uint16_t *xres_[2] = {}, *mix_ = nullptr, *hn_ = nullptr, *u_ = nullptr, *o_ = nullptr, *q_ = nullptr, *act_ = nullptr;
+  // Decode activations, fp32: residual (ping-pong), FFN/mixer output, normed input, projections
+  // [qkv|z|a|b] or [q|k|v], mixer readout, attention q, MoE intermediate [k·I + Is].
+  float *xres_[2] = {}, *mix_ = nullptr, *hn_ = nullptr, *u_ = nullptr, *o_ = nullptr, *q_ = nullptr, *act_ = nullptr;
+  // Set by prefill.cu once its kernels read and write fp32 K/V caches and conv windows; until
+  // then fp32 states (the default) are prefilled by replaying the decode graph.
+  bool pf_f32_ok_ = false;
   float *rl_ = nullptr, *topk_w_ = nullptr, *logits_ = nullptr, *am_partial_ = nullptr, *attn_partial_ = nullptr;
   int32_t* topk_ids_ = nullptr;
   int32_t* feed_ = nullptr;
   int feed_cap_ = 0;
   int32_t* pinned_tok_ = nullptr;
+  // Prefill scratch (prefill.cu), allocated on first use for chunks of up to pf_cap_ tokens.
+  struct PfScratch {
+    int32_t *tok = nullptr, *topk_ids = nullptr, *slot_tok = nullptr, *slot_of = nullptr, *tiles = nullptr, *rscratch = nullptr;
+    float *x = nullptr, *hn = nullptr, *mix = nullptr, *u = nullptr, *qn = nullptr, *kn = nullptr, *v = nullptr;
+    float *g = nullptr, *beta = nullptr, *o_raw = nullptr, *o = nullptr, *rl = nullptr, *topk_w = nullptr;
+    float *act = nullptr, *yd = nullptr, *sact = nullptr, *sy = nullptr;
+    uint16_t* qb = nullptr;
+    int32_t* pos_host = nullptr;
+    int tok_cap = 0, max_tiles = 0;
+  } pf_;
+  int pf_cap_ = 0;
+  Status pf_alloc(int chunk);
+  Status pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool want_logits);
   std::vector<std::pair<const char*, cudaEvent_t>>* prof_ = nullptr;
+  // Profiling: enqueue only the ops named only_ (per-op graphs); bytes each op reads, by name.
+  const char* only_ = nullptr;
+  std::vector<std::pair<std::string, double>>* prof_bytes_ = nullptr;
+  Status profile_graphs(CudaSeqState& st);
   void mark(const char* what, cudaStream_t s) {
     if (!prof_) return;
     cudaEvent_t e;

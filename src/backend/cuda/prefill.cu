@@ -1,12 +1,175 @@
-// Prefill on the CUDA backend: M tokens appended to a sequence. For now the captured decode step
-// is replayed once per token (the graph without the lm_head, then the full one for the last token).
+// Prefill on the CUDA backend: M tokens appended to a sequence, processed in chunks (default
+// 4096 tokens, LILY_PREFILL_CHUNK) with scratch bounded by the chunk: per layer tensor-core GEMMs
+// over the packed weights (gemm_q4.cu), the DeltaNet recurrence in one launch (gdn_prefill.cu) or
+// causal flash attention over the cache (attn_prefill.cu), and MoE routed on the device
+// (moe_prefill.cu). Activations stay fp32; the state written (K/V cache, conv window, S, the step
+// control block's pos) is the decode graph's, so decode continues seamlessly. A single token
+// (M < LILY_PREFILL_MIN, default 2) replays the decode graph instead.
+#include <cstdlib>
+
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/prefill_ops.h"
 
 namespace lily {
 namespace cuda {
 
+namespace {
+int env_int(const char* name, int def, int lo, int hi) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return def;
+  const int v = std::atoi(e);
+  return v >= lo && v <= hi ? v : def;
+}
+}  // namespace
+
+Status CudaBackend::pf_alloc(int chunk) {
+  if (chunk <= pf_cap_) return Status::ok();
+  if (pf_cap_ > 0) return cu_err("cuda prefill: scratch already sized for {} tokens", pf_cap_);
+  const ModelConfig& c = cfg_;
+  const int H = c.hidden_size, C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nv = c.linear_num_value_heads;
+  const int kd = c.gdn_key_dim(), E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
+  const int qrows = c.num_attention_heads * (c.attn_output_gate ? 2 : 1) * c.head_dim + 2 * c.num_key_value_heads * c.head_dim;
+  const size_t M = size_t(chunk), urows = std::max<size_t>(size_t(C) + vd + 2 * nv, qrows);
+  const size_t wide = std::max<size_t>(vd, size_t(c.num_attention_heads) * c.head_dim);
+  auto& p = pf_;
+  p.tok = dalloc<int32_t>(M, owned_);
+  p.x = dalloc<float>(M * H, owned_);
+  p.hn = dalloc<float>(M * H, owned_);
+  p.mix = dalloc<float>(M * H, owned_);
+  p.u = dalloc<float>(M * urows, owned_);
+  p.qn = dalloc<float>(M * kd, owned_);
+  p.kn = dalloc<float>(M * kd, owned_);
+  p.v = dalloc<float>(M * vd, owned_);
+  p.g = dalloc<float>(M * nv, owned_);
+  p.beta = dalloc<float>(M * nv, owned_);
+  p.o_raw = dalloc<float>(M * wide, owned_);
+  p.o = dalloc<float>(M * wide, owned_);
+  p.qb = dalloc<uint16_t>(M * size_t(c.num_attention_heads) * c.head_dim, owned_);
+  p.rl = dalloc<float>(M * (E + 1), owned_);
+  p.topk_ids = dalloc<int32_t>(M * k, owned_);
+  p.topk_w = dalloc<float>(M * (k + 1), owned_);
+  p.slot_tok = dalloc<int32_t>(M * k, owned_);
+  p.slot_of = dalloc<int32_t>(M * k, owned_);
+  p.max_tiles = pf::moe_max_tiles(chunk, E, k);
+  p.tiles = dalloc<int32_t>(size_t(p.max_tiles) * 4, owned_);
+  p.rscratch = dalloc<int32_t>(pf::moe_route_scratch_ints(E), owned_);
+  p.act = dalloc<float>(M * k * I, owned_);
+  p.yd = dalloc<float>(M * k * H, owned_);
+  p.sact = dalloc<float>(M * c.shared_expert_intermediate_size, owned_);
+  p.sy = dalloc<float>(M * H, owned_);
+  if (!p.sy || !p.yd || !p.act || !p.u) return cu_err("cuda prefill: out of device memory for a {}-token chunk", chunk);
+  LILY_CU_TRY(cudaHostAlloc(&p.pos_host, 16, cudaHostAllocDefault));
+  pf_cap_ = chunk;
+  return Status::ok();
+}
+
+// One chunk: tokens t0..t0+M of the prompt (already in pf_.tok), state position st.n + t0.
+Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool want_logits) {
+  const ModelConfig& c = cfg_;
+  auto& p = pf_;
+  cudaStream_t s = stream_;
+  const int H = c.hidden_size, C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nv = c.linear_num_value_heads;
+  const int E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
+  const int pos0 = st.n + t0;
+  const float eps = c.rms_norm_eps;
+  const int terms = env_int("LILY_PREFILL_TERMS", 2, 1, 2);
+  auto gemm = [&](const QW& w, const float* a, int lda, int m, float* y, int ldy, int tm) {
+    pf::GemmArgs g{};
+    g.w = w, g.n_out = w.rows, g.a = a, g.lda = lda, g.M = m, g.y = y, g.ldy = ldy, g.terms = tm;
+    return pf::gemm(g, s);
+  };
+  LILY_TRY(pf::embed_rows(d_.embed, p.tok + t0, M, p.x, s));
+  const float* mix = nullptr;
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const DevLayer& L = d_.layers[i];
+    auto& SL = st.layers[i];
+    LILY_TRY(pf::add_rmsnorm_rows(p.x, mix, L.in_norm, M, H, eps, p.hn, s));
+    if (!L.attn) {
+      const int ldu = L.in_proj.rows;
+      LILY_TRY(gemm(L.in_proj, p.hn, H, M, p.u, ldu, terms));
+      pf::GdnPrefillArgs g{};
+      g.u = p.u, g.ldu = ldu, g.M = M;
+      const size_t wn = size_t(C) * (c.linear_conv_kernel_dim - 1);
+      g.win_in = SL.conv + size_t(pos0 & 1) * wn, g.win_out = SL.conv + size_t((pos0 + M) & 1) * wn;
+      g.conv_w = L.conv_w, g.A_log = L.A_log, g.dt_bias = L.dt_bias, g.gnorm = L.gnorm, g.S = SL.S;
+      g.nk = c.linear_num_key_heads, g.nv = nv, g.K = c.linear_conv_kernel_dim, g.eps = eps;
+      g.qn = p.qn, g.kn = p.kn, g.v = p.v, g.g = p.g, g.beta = p.beta, g.o_raw = p.o_raw, g.o = p.o;
+      LILY_TRY(pf::gdn_prefill(g, s));
+      LILY_TRY(gemm(L.out_proj, p.o, vd, M, p.mix, H, terms));
+    } else {
+      const int ldu = L.qkv.rows;
+      LILY_TRY(gemm(L.qkv, p.hn, H, M, p.u, ldu, terms));
+      pf::AttnPrefillArgs a{};
+      a.u = p.u, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = L.q_norm, a.k_norm = L.k_norm;
+      a.kc = SL.kc, a.vc = SL.vc, a.qb = p.qb, a.out = p.o, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
+      a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim(), a.max_seq = st.cap;
+      a.theta = c.rope_theta, a.eps = eps;
+      LILY_TRY(pf::attn_prefill(a, s));
+      const int od = c.num_attention_heads * c.head_dim;
+      LILY_TRY(gemm(L.o_proj, p.o, od, M, p.mix, H, terms));
+    }
+    LILY_TRY(pf::add_rmsnorm_rows(p.x, p.mix, L.post_norm, M, H, eps, p.hn, s));
+    // MoE: router (8-bit, + shared gate row) → device routing → grouped gate/up+SwiGLU → down.
+    LILY_TRY(gemm(L.router, p.hn, H, M, p.rl, E + 1, 2));
+    pf::RouteArgs r{};
+    r.logits = p.rl, r.M = M, r.E = E, r.top_k = k, r.norm_topk = c.norm_topk_prob, r.topk_ids = p.topk_ids;
+    r.topk_w = p.topk_w, r.slot_tok = p.slot_tok, r.slot_of = p.slot_of, r.tiles = p.tiles;
+    r.max_tiles = pf::moe_max_tiles(M, E, k), r.scratch = p.rscratch;
+    LILY_TRY(pf::moe_route(r, s));
+    pf::GemmArgs gu{};
+    gu.w = L.gate, gu.w2 = L.up, gu.n_out = I, gu.a = p.hn, gu.lda = H, gu.a_rows = p.slot_tok, gu.y = p.act, gu.ldy = I;
+    gu.swiglu = true, gu.tiles = p.tiles, gu.max_tiles = r.max_tiles, gu.terms = terms;
+    LILY_TRY(pf::gemm(gu, s));
+    pf::GemmArgs dn{};
+    dn.w = L.down, dn.n_out = H, dn.a = p.act, dn.lda = I, dn.y = p.yd, dn.ldy = H, dn.tiles = p.tiles;
+    dn.max_tiles = r.max_tiles, dn.terms = terms;
+    LILY_TRY(pf::gemm(dn, s));
+    const int Is = c.shared_expert_intermediate_size;
+    pf::GemmArgs sg{};
+    sg.w = L.sh_gate_up, sg.w2 = L.sh_gate_up, sg.row0 = 0, sg.row0_2 = Is, sg.n_out = Is, sg.a = p.hn, sg.lda = H;
+    sg.M = M, sg.y = p.sact, sg.ldy = Is, sg.swiglu = true, sg.terms = terms;
+    LILY_TRY(pf::gemm(sg, s));
+    LILY_TRY(gemm(L.sh_down, p.sact, Is, M, p.sy, H, terms));
+    LILY_TRY(pf::moe_combine(p.yd, p.sy, p.slot_of, p.topk_w, M, H, k, p.mix, s));
+    mix = p.mix;
+  }
+  if (last && want_logits) {
+    // Final add + norm of the last row only, then the lm_head (fp32 logits).
+    const size_t off = size_t(M - 1) * H;
+    LILY_TRY(pf::add_rmsnorm_rows(p.x + off, p.mix + off, d_.final_norm, 1, H, eps, p.hn, s));
+    LILY_TRY(gemm(d_.lm_head, p.hn, H, 1, logits_, c.vocab_size, 2));
+  }
+  return Status::ok();
+}
+
 Status CudaBackend::prefill(CudaSeqState& st, std::span<const int32_t> tokens, std::span<float> logits) {
   const int M = int(tokens.size());
+  const int min_m = env_int("LILY_PREFILL_MIN", 2, 1, 1 << 20);
+  if (M >= min_m) {
+    const int chunk_env = env_int("LILY_PREFILL_CHUNK", 4096, 64, 1 << 16);
+    if (pf_cap_ == 0) LILY_TRY(pf_alloc(chunk_env));  // bounded by the chunk, not the prompt
+    const int cs = std::min(chunk_env, pf_cap_);
+    LILY_CU_TRY(cudaMemcpyAsync(pf_.tok, tokens.data(), size_t(std::min(M, pf_cap_)) * 4, cudaMemcpyHostToDevice, stream_));
+    for (int t0 = 0; t0 < M; t0 += cs) {
+      const int n = std::min(cs, M - t0);
+      if (t0 > 0) {
+        LILY_CU_TRY(cudaStreamSynchronize(stream_));  // pf_.tok is reused per chunk
+        LILY_CU_TRY(cudaMemcpyAsync(pf_.tok, tokens.data() + t0, size_t(n) * 4, cudaMemcpyHostToDevice, stream_));
+      }
+      LILY_TRY(pf_chunk(st, 0, n, t0 + n == M, !logits.empty()));
+      st.n += n;  // pf_chunk positions are relative to st.n
+    }
+    st.n -= M;
+    // The decode graph reads the position from the control block.
+    LILY_CU_TRY(cudaStreamSynchronize(stream_));
+    *pf_.pos_host = st.n + M;
+    LILY_CU_TRY(cudaMemcpyAsync(&st.ctl->pos, pf_.pos_host, 4, cudaMemcpyHostToDevice, stream_));
+    if (!logits.empty())
+      LILY_CU_TRY(cudaMemcpyAsync(logits.data(), logits_, size_t(cfg_.vocab_size) * 4, cudaMemcpyDeviceToHost, stream_));
+    LILY_CU_TRY(cudaStreamSynchronize(stream_));
+    st.n += M;
+    return Status::ok();
+  }
   LILY_TRY(ensure_graphs(st));
   if (M > feed_cap_) {
     if (feed_) cudaFree(feed_);

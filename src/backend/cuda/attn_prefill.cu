@@ -1,0 +1,234 @@
+// Attention prefill: (1) per token and head, q/k RMSNorm + partial NeoX RoPE; K/V written into the
+// bf16 cache at their positions, q to a bf16 scratch; (2) causal GQA flash attention on tensor
+// cores (mma.sync m16n8k16 bf16 → f32): a block = 64 query tokens of one head, 4 warps × 16 rows,
+// key tiles of 64 from the cache (positions 0..pos0+m), online softmax in fp32 (exp2), P as bf16
+// A fragments straight from the S accumulators, V via ldmatrix.trans; the sigmoid output gate is
+// applied in the epilogue (fp32 out [M, nh·hd]).
+#include <cuda_bf16.h>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/prefill_ops.h"
+
+namespace lily::cuda::pf {
+namespace {
+
+constexpr int BQ = 64, BKV = 64, kThreads = 128;
+
+__global__ void prep_kernel(AttnPrefillArgs a) {
+  extern __shared__ float xsh[];
+  __shared__ float red[32];
+  const int m = blockIdx.x, b = blockIdx.y, d = threadIdx.x, hd = a.hd, pos = a.pos0 + m;
+  const float* u = a.u + size_t(m) * a.ldu;
+  const bool is_q = b < a.nh;
+  const int kvh = b - a.nh;
+  const float raw = is_q ? u[b * a.qw + d] : u[a.nh * a.qw + kvh * hd + d];
+  const uint16_t* gain = static_cast<const uint16_t*>(is_q ? a.q_norm : a.k_norm);
+  const float ss = block_sum(raw * raw, red);
+  const float x = raw * (1.0f / sqrtf(ss / float(hd) + a.eps)) * bf(gain[d]);
+  xsh[d] = x;
+  __syncthreads();
+  float y = x;
+  const int half = a.rot / 2;
+  if (d < a.rot) {
+    const int j = d % half;
+    const float inv_freq = 1.0f / powf(float(a.theta), float(2 * j) / float(a.rot));
+    const float ang = float(pos) * inv_freq;
+    float sn, cs;
+    sincosf(ang, &sn, &cs);
+    y = d < half ? x * cs - xsh[d + half] * sn : x * cs + xsh[d - half] * sn;
+  }
+  if (is_q) {
+    static_cast<uint16_t*>(a.qb)[(size_t(m) * a.nh + b) * hd + d] = to_bf(y);
+  } else {
+    const size_t at = (size_t(kvh) * a.max_seq + pos) * hd + d;
+    static_cast<uint16_t*>(a.kc)[at] = to_bf(y);
+    static_cast<uint16_t*>(a.vc)[at] = to_bf(u[a.nh * a.qw + a.nkv * hd + kvh * hd + d]);
+  }
+}
+
+__device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t* r, const void* p) {
+  const uint32_t addr = uint32_t(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+template <int HD> __global__ void __launch_bounds__(kThreads) flash_kernel(AttnPrefillArgs a) {
+  constexpr int LD = HD + 8, NT = HD / 8;
+  extern __shared__ __align__(16) uint16_t sm[];
+  uint16_t* Qs = sm;
+  uint16_t* Ks = Qs + BQ * LD;
+  uint16_t* Vs = Ks + BKV * LD;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int m0 = blockIdx.x * BQ, h = blockIdx.y, kvh = h / (a.nh / a.nkv);
+  const int kend = a.pos0 + min(m0 + BQ, a.M);
+  constexpr int CPR = HD / 8;  // uint4 per row
+  for (int idx = tid; idx < BQ * CPR; idx += kThreads) {
+    const int r = idx / CPR, cc = idx % CPR;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (m0 + r < a.M) v = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.qb) + (size_t(m0 + r) * a.nh + h) * HD + cc * 8);
+    *reinterpret_cast<uint4*>(Qs + r * LD + cc * 8) = v;
+  }
+  const uint16_t* kb = static_cast<const uint16_t*>(a.kc) + size_t(kvh) * a.max_seq * HD;
+  const uint16_t* vb = static_cast<const uint16_t*>(a.vc) + size_t(kvh) * a.max_seq * HD;
+  float o[NT][4];
+#pragma unroll
+  for (int i = 0; i < NT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+  const int ra = warp * 16 + g;
+  const int qpos[2] = {a.pos0 + m0 + ra, a.pos0 + m0 + ra + 8};
+  const float sl2 = (1.0f / sqrtf(float(HD))) * 1.4426950408889634f;
+
+  for (int j0 = 0; j0 < kend; j0 += BKV) {
+    __syncthreads();
+    for (int idx = tid; idx < BKV * CPR; idx += kThreads) {
+      const int r = idx / CPR, cc = idx % CPR, j = j0 + r;
+      uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+      if (j < kend) {
+        kv = *reinterpret_cast<const uint4*>(kb + size_t(j) * HD + cc * 8);
+        vv = *reinterpret_cast<const uint4*>(vb + size_t(j) * HD + cc * 8);
+      }
+      *reinterpret_cast<uint4*>(Ks + r * LD + cc * 8) = kv;
+      *reinterpret_cast<uint4*>(Vs + r * LD + cc * 8) = vv;
+    }
+    __syncthreads();
+    float s[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      const int c0 = kk * 16 + 2 * t;
+      uint32_t fa[4];
+      fa[0] = *reinterpret_cast<const uint32_t*>(Qs + ra * LD + c0);
+      fa[1] = *reinterpret_cast<const uint32_t*>(Qs + (ra + 8) * LD + c0);
+      fa[2] = *reinterpret_cast<const uint32_t*>(Qs + ra * LD + c0 + 8);
+      fa[3] = *reinterpret_cast<const uint32_t*>(Qs + (ra + 8) * LD + c0 + 8);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const uint16_t* kr = Ks + (nt * 8 + g) * LD + c0;
+        mma_bf16(s[nt], fa, *reinterpret_cast<const uint32_t*>(kr), *reinterpret_cast<const uint32_t*>(kr + 8));
+      }
+    }
+    // Mask, scale (log2 domain), online softmax.
+    float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = j0 + nt * 8 + 2 * t + (i & 1), hr = i >> 1;
+        const float v = key <= qpos[hr] ? s[nt][i] * sl2 : -INFINITY;
+        s[nt][i] = v;
+        tmax[hr] = fmaxf(tmax[hr], v);
+      }
+    float corr[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      tmax[hr] = fmaxf(tmax[hr], __shfl_xor_sync(0xffffffffu, tmax[hr], 1));
+      tmax[hr] = fmaxf(tmax[hr], __shfl_xor_sync(0xffffffffu, tmax[hr], 2));
+      const float mn = fmaxf(mrow[hr], tmax[hr]);
+      corr[hr] = mn == -INFINITY ? 1.f : exp2f(mrow[hr] - mn);
+      mrow[hr] = mn;
+    }
+    float ls[2] = {0.f, 0.f};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int hr = i >> 1;
+        const float p = mrow[hr] == -INFINITY ? 0.f : exp2f(s[nt][i] - mrow[hr]);
+        s[nt][i] = p;
+        ls[hr] += p;
+      }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) lrow[hr] = lrow[hr] * corr[hr] + ls[hr];
+#pragma unroll
+    for (int i = 0; i < NT; ++i) o[i][0] *= corr[0], o[i][1] *= corr[0], o[i][2] *= corr[1], o[i][3] *= corr[1];
+    // O += P V
+#pragma unroll
+    for (int k2 = 0; k2 < BKV / 16; ++k2) {
+      uint32_t pa[4];
+      pa[0] = pack_bf2(s[2 * k2][0], s[2 * k2][1]);
+      pa[1] = pack_bf2(s[2 * k2][2], s[2 * k2][3]);
+      pa[2] = pack_bf2(s[2 * k2 + 1][0], s[2 * k2 + 1][1]);
+      pa[3] = pack_bf2(s[2 * k2 + 1][2], s[2 * k2 + 1][3]);
+      const int vrow = k2 * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+      for (int dt = 0; dt < HD / 16; ++dt) {
+        uint32_t vr[4];
+        ldsm_x4_t(vr, Vs + vrow * LD + dt * 16 + (lane >> 4) * 8);
+        mma_bf16(o[2 * dt], pa, vr[0], vr[1]);
+        mma_bf16(o[2 * dt + 1], pa, vr[2], vr[3]);
+      }
+    }
+  }
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    lrow[hr] += __shfl_xor_sync(0xffffffffu, lrow[hr], 1);
+    lrow[hr] += __shfl_xor_sync(0xffffffffu, lrow[hr], 2);
+  }
+  const int ow = a.nh * HD;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int m = m0 + ra + 8 * hr;
+    if (m >= a.M) continue;
+    const float inv = 1.0f / lrow[hr];
+    const float* gate = a.qw == 2 * HD ? a.u + size_t(m) * a.ldu + h * a.qw + HD : nullptr;
+    float* out = a.out + size_t(m) * ow + h * HD;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int d = nt * 8 + 2 * t + i;
+        float v = o[nt][2 * hr + i] * inv;
+        if (gate) v = v * sigmoid(gate[d]);
+        out[d] = v;
+      }
+  }
+}
+
+template <int HD> constexpr size_t flash_smem() { return size_t(BQ + 2 * BKV) * (HD + 8) * 2; }
+
+template <int HD> Status launch_flash(const AttnPrefillArgs& a, cudaStream_t s) {
+  dim3 grid((a.M + BQ - 1) / BQ, a.nh);
+  flash_kernel<HD><<<grid, kThreads, flash_smem<HD>(), s>>>(a);
+  return launch_status("pf::flash");
+}
+
+}  // namespace
+
+Status attn_prefill_init() {
+  LILY_CU_TRY(cudaFuncSetAttribute(flash_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(flash_smem<64>())));
+  LILY_CU_TRY(cudaFuncSetAttribute(flash_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(flash_smem<128>())));
+  LILY_CU_TRY(cudaFuncSetAttribute(flash_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(flash_smem<256>())));
+  return Status::ok();
+}
+
+Status attn_prefill(const AttnPrefillArgs& a, Stream stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (a.hd != 64 && a.hd != 128 && a.hd != 256) return cu_err("pf::attn_prefill: head dim {} unsupported", a.hd);
+  if (a.rot > a.hd || a.rot % 2 != 0 || a.rot <= 0) return cu_err("pf::attn_prefill: rotary dim {} unsupported", a.rot);
+  if (a.nkv <= 0 || a.nh % a.nkv != 0) return cu_err("pf::attn_prefill: {} heads / {} kv heads", a.nh, a.nkv);
+  if (a.pos0 < 0 || a.pos0 + a.M > a.max_seq) return cu_err("pf::attn_prefill: positions {}+{} exceed the cache", a.pos0, a.M);
+  if (a.M <= 0) return Status::ok();
+  prep_kernel<<<dim3(a.M, a.nh + a.nkv), a.hd, a.hd * sizeof(float), s>>>(a);
+  LILY_TRY(launch_status("pf::attn_prep"));
+  LILY_TRY(attn_prefill_init());
+  switch (a.hd) {
+    case 64: return launch_flash<64>(a, s);
+    case 128: return launch_flash<128>(a, s);
+    default: return launch_flash<256>(a, s);
+  }
+}
+
+}  // namespace lily::cuda::pf

@@ -1,0 +1,160 @@
+// Gated DeltaNet prefill over M tokens: (1) conv + SiLU over the chunk with the carried window,
+// q/k L2 norms and q scale, gates (one block per token and 128-channel head); (2) the new conv
+// window (bf16, decode layout); (3) the delta-rule recurrence over all M tokens in one launch:
+// one warp per (value head, 8 value columns), each lane holding 32 state rows of one column in
+// registers (fp32), token inputs staged through shared memory 32 at a time; (4) the gated
+// RMSNorm with SiLU(z), giving the out_proj input.
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/prefill_ops.h"
+
+namespace lily::cuda::pf {
+namespace {
+
+constexpr int kD = 128, kT = 32;
+
+__device__ __forceinline__ float softplus(float v) { return v > 20.f ? v : log1pf(expf(v)); }
+
+__global__ void __launch_bounds__(kD) prep_kernel(GdnPrefillArgs a) {
+  __shared__ float red[32];
+  const int m = blockIdx.x, hb = blockIdx.y, d = threadIdx.x, K = a.K, W = K - 1;
+  const int kd = a.nk * kD, vd = a.nv * kD, C = 2 * kd + vd;
+  const int ch = hb * kD + d;
+  const uint16_t* w = static_cast<const uint16_t*>(a.conv_w);
+  const uint16_t* win = static_cast<const uint16_t*>(a.win_in);
+  float acc = 0.f;
+  for (int tau = 0; tau < K; ++tau) {
+    const int tm = m - W + tau;
+    const float val = tm >= 0 ? a.u[size_t(tm) * a.ldu + ch] : bf(win[size_t(ch) * W + W + tm]);
+    acc += bf(w[ch * K + tau]) * val;
+  }
+  const float c = silu(acc);
+  if (hb < 2 * a.nk) {
+    const float ss = block_sum(c * c, red);
+    const float inv = 1.0f / sqrtf(ss + 1e-6f);
+    if (hb < a.nk)
+      a.qn[size_t(m) * kd + hb * kD + d] = c * inv * (1.0f / sqrtf(float(kD)));
+    else
+      a.kn[size_t(m) * kd + (hb - a.nk) * kD + d] = c * inv;
+  } else {
+    a.v[size_t(m) * vd + (hb - 2 * a.nk) * kD + d] = c;
+  }
+  if (hb == 0 && d < a.nv) {
+    const float av = a.u[size_t(m) * a.ldu + C + vd + d], bv = a.u[size_t(m) * a.ldu + C + vd + a.nv + d];
+    a.beta[size_t(m) * a.nv + d] = 1.0f / (1.0f + expf(-bv));
+    const float x = av + bf(static_cast<const uint16_t*>(a.dt_bias)[d]);
+    a.g[size_t(m) * a.nv + d] = -expf(a.A_log[d]) * softplus(x);
+  }
+}
+
+__global__ void window_kernel(GdnPrefillArgs a, int C) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= C) return;
+  const int W = a.K - 1;
+  const uint16_t* win = static_cast<const uint16_t*>(a.win_in);
+  uint16_t vals[8];
+  for (int tau = 0; tau < W; ++tau) {
+    const int tm = a.M - W + tau;
+    vals[tau] = tm >= 0 ? to_bf(a.u[size_t(tm) * a.ldu + ch]) : win[size_t(ch) * W + W + tm];
+  }
+  uint16_t* out = static_cast<uint16_t*>(a.win_out);
+  for (int tau = 0; tau < W; ++tau) out[size_t(ch) * W + tau] = vals[tau];
+}
+
+// Block: value head h, 32 columns (4 warps × 8). Lane = rg·8 + c: rows rg·32.., column c.
+__global__ void __launch_bounds__(128) scan_kernel(GdnPrefillArgs a) {
+  __shared__ float ks[kT][4][33], qs[kT][4][33], vsm[kT][32], as_[kT], bs[kT];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int h = blockIdx.x >> 2, cs = blockIdx.x & 3, kh = h / (a.nv / a.nk);
+  const int rg = lane >> 3, c = lane & 7, col = cs * 32 + warp * 8 + c;
+  const int kd = a.nk * kD, vd = a.nv * kD;
+  float* Sh = a.S + size_t(h) * kD * kD;
+  float s[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) s[i] = Sh[(rg * 32 + i) * kD + col];
+  for (int t0 = 0; t0 < a.M; t0 += kT) {
+    const int n = min(kT, a.M - t0);
+    __syncthreads();
+    for (int idx = tid; idx < n * kD; idx += 128) {
+      const int tt = idx / kD, i = idx % kD;
+      ks[tt][i / 32][i % 32] = a.kn[size_t(t0 + tt) * kd + kh * kD + i];
+      qs[tt][i / 32][i % 32] = a.qn[size_t(t0 + tt) * kd + kh * kD + i];
+    }
+    for (int idx = tid; idx < n * 32; idx += 128) {
+      const int tt = idx / 32, j = idx % 32;
+      vsm[tt][j] = a.v[size_t(t0 + tt) * vd + h * kD + cs * 32 + j];
+    }
+    if (tid < n) {
+      as_[tid] = expf(a.g[size_t(t0 + tid) * a.nv + h]);
+      bs[tid] = a.beta[size_t(t0 + tid) * a.nv + h];
+    }
+    __syncthreads();
+    for (int tt = 0; tt < n; ++tt) {
+      const float al = as_[tt], be = bs[tt];
+      float r0 = 0.f, r1 = 0.f;
+#pragma unroll
+      for (int i = 0; i < 32; i += 2) {
+        r0 = fmaf(s[i], ks[tt][rg][i], r0);
+        r1 = fmaf(s[i + 1], ks[tt][rg][i + 1], r1);
+      }
+      float r = r0 + r1;
+      r += __shfl_xor_sync(0xffffffffu, r, 8);
+      r += __shfl_xor_sync(0xffffffffu, r, 16);
+      const float delta = be * (vsm[tt][warp * 8 + c] - al * r);
+      float o0 = 0.f, o1 = 0.f;
+#pragma unroll
+      for (int i = 0; i < 32; i += 2) {
+        s[i] = fmaf(ks[tt][rg][i], delta, al * s[i]);
+        s[i + 1] = fmaf(ks[tt][rg][i + 1], delta, al * s[i + 1]);
+        o0 = fmaf(s[i], qs[tt][rg][i], o0);
+        o1 = fmaf(s[i + 1], qs[tt][rg][i + 1], o1);
+      }
+      float o = o0 + o1;
+      o += __shfl_xor_sync(0xffffffffu, o, 8);
+      o += __shfl_xor_sync(0xffffffffu, o, 16);
+      if (rg == 0) a.o_raw[size_t(t0 + tt) * vd + h * kD + col] = o;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 32; ++i) Sh[(rg * 32 + i) * kD + col] = s[i];
+}
+
+// One block per token, one warp per head (looping): o = gain ⊙ o_raw·rsqrt(mean o²+eps) ⊙ silu(z).
+__global__ void gated_norm_kernel(GdnPrefillArgs a, int C) {
+  const int m = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int vd = a.nv * kD;
+  const uint16_t* gain = static_cast<const uint16_t*>(a.gnorm);
+  for (int h = warp; h < a.nv; h += nw) {
+    const float* o = a.o_raw + size_t(m) * vd + h * kD;
+    float v[4], ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = o[lane + 32 * j], ss += v[j] * v[j];
+    ss = warp_sum(ss);
+    const float inv = 1.0f / sqrtf(ss / float(kD) + a.eps);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int d = lane + 32 * j;
+      const float z = a.u[size_t(m) * a.ldu + C + h * kD + d];
+      a.o[size_t(m) * vd + h * kD + d] = bf(gain[d]) * v[j] * inv * silu(z);
+    }
+  }
+}
+
+}  // namespace
+
+Status gdn_prefill(const GdnPrefillArgs& a, Stream stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (a.nk <= 0 || a.nv % a.nk != 0 || a.nv > kD) return cu_err("pf::gdn_prefill: {} value / {} key heads unsupported", a.nv, a.nk);
+  if (a.K < 2 || a.K > 9) return cu_err("pf::gdn_prefill: conv kernel {} unsupported", a.K);
+  if (a.M <= 0) return Status::ok();
+  const int C = 2 * a.nk * kD + a.nv * kD;
+  prep_kernel<<<dim3(a.M, 2 * a.nk + a.nv), kD, 0, s>>>(a);
+  LILY_TRY(launch_status("pf::gdn_prep"));
+  window_kernel<<<(C + 255) / 256, 256, 0, s>>>(a, C);
+  LILY_TRY(launch_status("pf::gdn_window"));
+  scan_kernel<<<a.nv * 4, 128, 0, s>>>(a);
+  LILY_TRY(launch_status("pf::gdn_scan"));
+  gated_norm_kernel<<<a.M, 256, 0, s>>>(a, C);
+  return launch_status("pf::gdn_gated_norm");
+}
+
+}  // namespace lily::cuda::pf

@@ -1,0 +1,114 @@
+// Host wrappers of the CUDA prefill kernels (M tokens at once): plain C++ like ops.h, device
+// pointers, `stream` a cudaStream_t. Activations are fp32 row-major [M, width] throughout;
+// the K/V cache and conv window use the decode layout of CudaSeqState (bf16).
+#pragma once
+#include <cstdint>
+
+#include "backend/cuda/ops.h"
+#include "core/status.h"
+
+namespace lily::cuda::pf {
+
+// ---- tensor-core GEMM over the packed MLX layout (gemm_q4.cu) --------------------------------
+// y[m, n] = Σ_g s[n,g]·Σ_{k∈g} q[n,k]·x[m,k] + b[n,g]·Σ_{k∈g} x[m,k]   (fp32 accumulation)
+// q enters the MMA as exact fp16 integers; x as fp16 (terms = 1) or fp16 hi + lo (terms = 2,
+// ~22-bit x); Σx is taken from the fp32 x. W rows used: row0 + [0, n_out) (+ expert·n_out).
+// swiglu: y[m, j] = silu(W·x)[j]·(W2·x)[j] with W2 rows row0_2 + j (gate/up of one expert).
+// Grouped (tiles != null): tile i = {expert, m0, m1, 0}; rows m0..m1 of A (slot order) against
+// expert's rows; m0 == m1 marks an unused tile. a_rows (optional) gathers A rows: A row of
+// local row i is a_rows[i]. Output row = local row (slot).
+struct GemmArgs {
+  QW w, w2;
+  int row0 = 0, row0_2 = 0, n_out = 0;
+  const float* a = nullptr;
+  int lda = 0;
+  const int32_t* a_rows = nullptr;
+  int M = 0;
+  float* y = nullptr;
+  int ldy = 0;
+  bool swiglu = false;
+  const int32_t* tiles = nullptr;  // [max_tiles, 4]
+  int max_tiles = 0;
+  int terms = 2;
+};
+Status gemm(const GemmArgs& a, Stream s);
+constexpr int kGemmBM = 64;  // rows per tile (grouped tiles must use this)
+
+// ---- row-wise helpers (prefill_elem.cu) ------------------------------------------------------
+// x[m] (fp32 [M, H]) = dequantized embedding rows of tok[m].
+Status embed_rows(const QW& e, const int32_t* tok, int M, float* x, Stream s);
+// x += mix (when mix); n = x·rsqrt(mean x²+eps)·gain. x, mix, n: fp32 [M, H]; gain bf16 [H].
+Status add_rmsnorm_rows(float* x, const float* mix, const void* gain, int M, int H, float eps, float* n, Stream s);
+
+// ---- MoE routing and combine (moe_prefill.cu) ------------------------------------------------
+// logits fp32 [M, E + 1] (router rows, then shared gate) → per token top_k ids [M, k] and weights
+// [M, k + 1] (renormalized when norm_topk; slot k = sigmoid(shared gate)); softmax in fp32,
+// ties by lowest id. Then a counting sort of the M·k (token, j) pairs by expert: slot_tok [S]
+// (token of each expert-major slot), slot_of [M, k] (slot of each pair), tiles [max_tiles, 4]
+// for gemm with kGemmBM-row tiles. scratch: moe_route_scratch_ints(E) ints.
+struct RouteArgs {
+  const float* logits = nullptr;
+  int M = 0, E = 0, top_k = 0;
+  bool norm_topk = true;
+  int32_t* topk_ids = nullptr;
+  float* topk_w = nullptr;
+  int32_t* slot_tok = nullptr;
+  int32_t* slot_of = nullptr;
+  int32_t* tiles = nullptr;
+  int max_tiles = 0;
+  int32_t* scratch = nullptr;
+};
+Status moe_route(const RouteArgs& a, Stream s);
+int moe_route_scratch_ints(int E);
+inline int moe_max_tiles(int M, int E, int top_k) {
+  const int S = M * top_k;
+  return (S + kGemmBM - 1) / kGemmBM + (E < S ? E : S);
+}
+// out[m, c] = Σ_j w[m,j]·yd[slot_of[m,j], c] + w[m,k]·ys[m, c]   (fp32 [M, H])
+Status moe_combine(const float* yd, const float* ys, const int32_t* slot_of, const float* topk_w, int M, int H,
+                   int top_k, float* out, Stream s);
+
+// ---- Gated DeltaNet prefill (gdn_prefill.cu) -------------------------------------------------
+// u: fp32 [M, ldu] = [qkv (C) | z (vd) | a (nv) | b (nv)] projections. win_in/win_out: bf16
+// [C, K-1] conv windows (oldest first) before / after these M tokens (may alias). S: fp32
+// [nv, 128, 128]. Outputs: o fp32 [M, nv·128] = w ⊙ rms(o_raw) ⊙ silu(z) (gated norm applied).
+struct GdnPrefillArgs {
+  const float* u = nullptr;
+  int ldu = 0, M = 0;
+  const void* win_in = nullptr;
+  void* win_out = nullptr;
+  const void* conv_w = nullptr;  // bf16 [C, K]
+  const float* A_log = nullptr;
+  const void* dt_bias = nullptr;
+  const void* gnorm = nullptr;   // bf16 [128]
+  float* S = nullptr;
+  int nk = 0, nv = 0, K = 4;
+  float eps = 1e-6f;
+  // scratch: qn, kn fp32 [M, nk·128]; v fp32 [M, nv·128]; g, beta fp32 [M, nv]; o_raw [M, nv·128]
+  float *qn = nullptr, *kn = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr, *o_raw = nullptr;
+  float* o = nullptr;
+};
+Status gdn_prefill(const GdnPrefillArgs& a, Stream s);
+
+// ---- attention prefill (attn_prefill.cu) -----------------------------------------------------
+// u: fp32 [M, ldu] = [q (nh·qw, per head [q | gate] when qw = 2hd) | k (nkv·hd) | v (nkv·hd)].
+// Writes K/V of positions pos0..pos0+M-1 into kc/vc (bf16 [nkv, max_seq, hd]) after k RMSNorm +
+// RoPE, then causal GQA flash attention of the M queries over positions 0..pos0+m, output gate
+// applied: out fp32 [M, nh·hd]. qb: scratch bf16 [M, nh, hd].
+struct AttnPrefillArgs {
+  const float* u = nullptr;
+  int ldu = 0, M = 0, pos0 = 0;
+  const void* q_norm = nullptr;
+  const void* k_norm = nullptr;
+  void* kc = nullptr;
+  void* vc = nullptr;
+  void* qb = nullptr;
+  float* out = nullptr;
+  int nh = 0, nkv = 0, hd = 0, qw = 0, rot = 0, max_seq = 0;
+  double theta = 1e7;
+  float eps = 1e-6f;
+};
+Status attn_prefill(const AttnPrefillArgs& a, Stream s);
+Status attn_prefill_init();
+
+}  // namespace lily::cuda::pf
