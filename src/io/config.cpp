@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_depth.h"
+
 namespace lily {
 
 using json = nlohmann::json;
@@ -305,6 +307,9 @@ QuantSpec ModelConfig::quant_for(const std::string& module) const {
 }
 
 Result<ModelConfig> parse_config_json(const std::string& text, const std::string& file) {
+  // config.json nests 3 levels; deep nesting would overflow the stack when a field is shown.
+  constexpr size_t kMaxDepth = 32;
+  if (json_nesting_depth(text) > kMaxDepth) return errorf("{}: nests deeper than {} levels", file, kMaxDepth);
   json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return errorf("{}: not valid JSON", file);
   if (!root.is_object()) return errorf("{}: expected a JSON object at the top level", file);

@@ -17,12 +17,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_depth.h"
+
 namespace lily {
 
 using json = nlohmann::json;
 
 namespace {
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the format's own limit is 100 MB
+// A header is {name: {dtype, shape: [...], data_offsets: [...]}, __metadata__: {k: v}}: depth 3.
+constexpr size_t kMaxJsonDepth = 16;
 
 struct DTypeInfo {
   DType d;
@@ -189,6 +193,8 @@ Status SafeTensors::add_file(const std::string& path) {
     return errorf("{}: header length {} runs past the end of the file ({} bytes): truncated or not safetensors", path,
                   hlen, size);
   const char* hbegin = reinterpret_cast<const char*>(mf->data() + 8);
+  if (json_nesting_depth(std::string_view(hbegin, hlen)) > kMaxJsonDepth)
+    return errorf("{}: the header nests deeper than {} levels: not safetensors", path, kMaxJsonDepth);
   // A name given twice would silently keep only the last entry: catch it while parsing.
   std::set<std::string> top_keys;
   std::string duplicate;
@@ -263,6 +269,8 @@ Result<std::unique_ptr<SafeTensors>> SafeTensors::open_dir(const std::string& di
   }
   std::stringstream ss;
   ss << in.rdbuf();
+  if (json_nesting_depth(ss.str()) > kMaxJsonDepth)
+    return errorf("{}: nests deeper than {} levels: not a safetensors index", index_path, kMaxJsonDepth);
   json idx = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
   if (idx.is_discarded() || !idx.is_object()) return errorf("{}: not a valid JSON object", index_path);
   if (!idx.contains("weight_map") || !idx["weight_map"].is_object())

@@ -126,7 +126,8 @@ void HttpServer::routes() {
   });
 
   h.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    send_json(res, {{"status", "ok"}, {"queue_depth", svc_.engine().queue_depth()}, {"busy", svc_.engine().busy()}});
+    send_json(res, {{"status", "ok"}, {"queue_depth", svc_.engine().queue_depth()}, {"busy", svc_.engine().busy()},
+                         {"running", svc_.engine().running()}});
   });
   h.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.render(svc_.engine()), "text/plain; version=0.0.4");
@@ -151,13 +152,9 @@ void HttpServer::routes() {
   });
 
   auto generate = [this](bool chat, const httplib::Request& req, httplib::Response& res) {
-    if (!valid_utf8(req.body))
-      return send_error(res, ApiError::bad_request("The request body is not valid UTF-8", "", "invalid_utf8"));
     // ordered: the template prints tool schemas in the client's key order, as HF does.
-    auto body = nlohmann::ordered_json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-    if (body.is_discarded())
-      return send_error(res, ApiError::bad_request("We could not parse the JSON body of your request: it is not valid JSON",
-                                                   "", "invalid_json"));
+    nlohmann::ordered_json body;
+    if (auto e = parse_request_body(req.body, body)) return send_error(res, *e);
     ApiRequest api;
     const bool hooks = svc_.options().test_hooks;
     if (auto e = chat ? parse_chat_request(body, hooks, api) : parse_completion_request(body, hooks, api))

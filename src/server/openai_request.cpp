@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "core/json_depth.h"
+
 namespace lily {
 
 using json = nlohmann::ordered_json;
@@ -238,6 +240,18 @@ Err parse_tools(const json& b, ApiRequest& r) {
 }
 
 }  // namespace
+
+std::optional<ApiError> parse_request_body(std::string_view body, json& out) {
+  if (!valid_utf8(body)) return ApiError::bad_request("The request body is not valid UTF-8", "", "invalid_utf8");
+  if (json_nesting_depth(body) > kMaxRequestDepth)
+    return ApiError::bad_request(fmt::format("The request body nests deeper than {} levels", kMaxRequestDepth), "",
+                                 "invalid_json");
+  out = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (out.is_discarded())
+    return ApiError::bad_request("We could not parse the JSON body of your request: it is not valid JSON", "",
+                                 "invalid_json");
+  return std::nullopt;
+}
 
 std::optional<ApiError> parse_chat_request(const json& b, bool test_hooks, ApiRequest& r) {
   r = ApiRequest{};

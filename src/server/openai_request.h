@@ -5,6 +5,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -39,6 +40,11 @@ struct ApiRequest {
   std::optional<std::string> forced_output;  // lily_forced_output
   int step_delay_ms = 0;                     // lily_step_delay_ms
 };
+
+// The raw HTTP body -> JSON: valid UTF-8, valid JSON, nested at most kMaxRequestDepth deep
+// (deeper documents overflow the stack when copied or rendered). On error returns the ApiError.
+inline constexpr size_t kMaxRequestDepth = 64;
+std::optional<ApiError> parse_request_body(std::string_view body, nlohmann::ordered_json& out);
 
 // body: the parsed JSON. On error returns the ApiError; else fills `out`.
 std::optional<ApiError> parse_chat_request(const nlohmann::ordered_json& body, bool test_hooks, ApiRequest& out);

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "core/json_depth.h"
 #include "server/reasoning_parser.h"  // partial_suffix
 
 namespace lily {
@@ -65,6 +66,7 @@ static std::optional<ordered_json> as_type(const std::string& raw, const std::st
     return std::nullopt;
   }
   if (type == "object" || type == "array") {
+    if (json_nesting_depth(s) > 64) return std::nullopt;  // kept as text: deeper would overflow dump()
     auto v = ordered_json::parse(s, nullptr, false);
     if (v.is_discarded()) return std::nullopt;
     if (type == "object" ? v.is_object() : v.is_array()) return v;

@@ -4,10 +4,14 @@
 
 #include <fmt/format.h>
 
+#include "core/json_depth.h"
+
 namespace lily {
 namespace {
 
 using ojson = nlohmann::ordered_json;
+// Arguments arrive as JSON inside a string, past the request body's own depth limit.
+constexpr size_t kMaxArgumentsDepth = 64;
 
 Result<std::string> content_text(const ojson* content, const std::string& where) {
   if (!content || content->is_null()) return std::string();
@@ -42,6 +46,8 @@ Result<ojson> convert_tool_call(const ojson& tc, const std::string& where) {
   const ojson* args = field(*fn, "arguments");
   ojson parsed = ojson::object();
   if (args && args->is_string()) {
+    if (json_nesting_depth(args->get<std::string>()) > kMaxArgumentsDepth)
+      return errorf("{}.function.arguments nests deeper than {} levels", where, kMaxArgumentsDepth);
     parsed = ojson::parse(args->get<std::string>(), nullptr, false);
     if (parsed.is_discarded()) return errorf("{}.function.arguments is not valid JSON", where);
     if (!parsed.is_object()) return errorf("{}.function.arguments must be a JSON object", where);

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/json_depth.h"
 #include "text/jinja/interp.h"
 #include "text/jinja/lexer.h"
 #include "text/jinja/parser.h"
@@ -44,6 +45,7 @@ Result<ChatTemplate> ChatTemplate::load_dir(const std::string& dir) {
   }
   std::string cfg_path = dir + "/tokenizer_config.json";
   LILY_ASSIGN_OR_RETURN(std::string cfg_text, read_file(cfg_path));
+  if (json_nesting_depth(cfg_text) > 64) return errorf("{}: nests deeper than 64 levels", cfg_path);
   nlohmann::json cfg = nlohmann::json::parse(cfg_text, nullptr, false);
   if (cfg.is_discarded() || !cfg.is_object()) return errorf("{}: not a JSON object", cfg_path);
   auto it = cfg.find("chat_template");

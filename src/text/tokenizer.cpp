@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_depth.h"
 #include "text/byte_level.h"
 #include "text/utf8.h"
 
@@ -18,6 +19,8 @@ namespace lily {
 namespace {
 
 constexpr uint8_t kKnown = 1, kSpecial = 2;
+// tokenizer.json nests a few levels (Sequence of pre-tokenizers); the stages are read recursively.
+constexpr size_t kMaxJsonDepth = 64;
 
 Result<std::string> read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -87,6 +90,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json_text(const std::string& 
 }
 
 Status Tokenizer::init_from_json(const std::string& text) {
+  if (json_nesting_depth(text) > kMaxJsonDepth) return errorf("tokenizer.json nests deeper than {} levels", kMaxJsonDepth);
   nlohmann::json j = nlohmann::json::parse(text);
   if (!j.is_object()) return errorf("tokenizer.json is not an object");
   if (j.contains("truncation") && !j["truncation"].is_null())
@@ -152,6 +156,8 @@ Status Tokenizer::init_from_json(const std::string& text) {
 }
 
 Status Tokenizer::init_config(const std::string& text) {
+  if (json_nesting_depth(text) > kMaxJsonDepth)
+    return errorf("tokenizer_config.json nests deeper than {} levels", kMaxJsonDepth);
   nlohmann::json c = nlohmann::json::parse(text);
   if (!c.is_object()) return errorf("tokenizer_config.json is not an object");
   bos_token_ = config_token(c, "bos_token");

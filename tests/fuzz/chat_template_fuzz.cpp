@@ -13,9 +13,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace lily;
   const ChatTemplate& tmpl = fuzz::qwen_template();
-  auto body = nlohmann::ordered_json::parse(reinterpret_cast<const char*>(data), reinterpret_cast<const char*>(data) + size,
-                                            nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return 0;
+  nlohmann::ordered_json body;  // the server's body parser (UTF-8, depth, JSON)
+  if (parse_request_body(std::string_view(reinterpret_cast<const char*>(data), size), body)) return 0;
   ChatPromptOptions opts;
   opts.eos_token = "<|im_end|>";
   auto raw = render_chat_prompt(tmpl, body, opts);  // `lily render`

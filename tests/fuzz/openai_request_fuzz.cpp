@@ -1,4 +1,4 @@
-// Fuzz target: an HTTP request body as the server sees it: JSON parse, then chat and completion
+// Fuzz target: an HTTP request body as the server sees it: parse_request_body, then chat and completion
 // validation (with and without test hooks). An accepted chat request's tools then type a fixed
 // tool call through the reply parser, as the server does with the model's output. Also checks
 // the server's valid_utf8 against the text layer's validator on the raw bytes.
@@ -11,8 +11,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace lily;
   std::string_view raw(reinterpret_cast<const char*>(data), size);
   LILY_FUZZ_ASSERT(valid_utf8(raw) == utf8::is_valid(raw), "valid_utf8 and utf8::is_valid disagree");
-  auto body = nlohmann::ordered_json::parse(raw, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return 0;
+  nlohmann::ordered_json body;
+  if (auto e = parse_request_body(raw, body)) {  // what the server does with the HTTP body
+    LILY_FUZZ_ASSERT(e->status == 400, e->message);
+    return 0;
+  }
   for (bool hooks : {false, true}) {
     ApiRequest req;
     if (auto e = parse_completion_request(body, hooks, req)) {
