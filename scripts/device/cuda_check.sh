@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One device call: CUDA op table, whole-model CUDA vs CPU (tiny), golden with --backend cuda,
-# then (phase 2) the full-size synthetic checkpoint: CUDA vs CPU reference for a few steps and
-# the bench sweep. Built here (build-cuda, packed by scripts/device/pack.sh into <build>/dev).
-# Usage: scripts/device/cuda_check.sh [phase1|phase2|all]   (logs under $OUT)
+# One device call for the CUDA decode work: op table, whole-model CUDA vs CPU (tiny, fp32 and bf16
+# K/V states), golden with --backend cuda (fp32 states; then bf16 states, which take the prefill
+# kernels), then the full-size synthetic checkpoint: CUDA vs CPU reference (and, if that fails, a
+# per-depth bisect) and the bench sweep. Built here, packed by scripts/device/pack.sh into <build>/dev.
+# Usage: B=build-x/dev scripts/device/cuda_check.sh [phase1|phase2|all]   (logs under $OUT)
+# Env: CTXS (fp32-state bench contexts), CTXS_BF16 (bf16-state contexts), FULL_STEPS, AB=1 (PDL/small-GEMV A/B).
 set -uo pipefail
 B=${B:-build-main/dev}   # lily, lily_tests, rt/*.so (made by scripts/device/pack.sh)
 OUT=${OUT:-/tmp/out}
@@ -12,26 +14,57 @@ phase=${1:-all}
 # Tests and synth find data under the source dir compiled in (LILY_SOURCE_DIR=/work/main).
 [[ -e /work/main ]] || { mkdir -p /work && ln -s "$PWD" /work/main; }
 log() { echo "== $* ($(date -u +%T))" | tee -a "$OUT/summary.txt"; }
+run_t() {  # name timeout filter [env...]
+  local name=$1 to=$2 filt=$3
+  shift 3
+  env "$@" timeout "$to" "$B/lily_tests" --gtest_filter="$filt" > "$OUT/$name.txt" 2>&1
+  echo "rc $?" >> "$OUT/$name.txt"
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
+if [[ $phase == phase2 || $phase == all ]]; then
+  ( timeout 120 "$B/lily" synth --preset qwen3.6-35b-a3b --out /tmp/full > "$OUT/synth.txt" 2>&1; echo "synth rc $?" >> "$OUT/synth.txt" ) &
+  SYN=$!
+fi
 if [[ $phase == phase1 || $phase == all ]]; then
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
   log "op table"
-  timeout 150 "$B/lily_tests" --gtest_filter='CudaOps.*' 2>&1 | tee "$OUT/ops.txt" | grep -E '^\| |FAILED|PASSED|SKIPPED' | tail -120
-  log "tiny model"
-  timeout 90 "$B/lily_tests" --gtest_filter='CudaModel.*' 2>&1 | tee "$OUT/model.txt" | tail -30
-  log "golden (LILY_BACKEND=cuda)"
-  LILY_BACKEND=cuda timeout 60 "$B/lily_tests" --gtest_filter='*Golden*' 2>&1 | tee "$OUT/golden.txt" | tail -25
-  log "small bench"
-  timeout 40 "$B/lily" synth --preset small --out /tmp/small >/dev/null 2>&1
-  timeout 60 "$B/lily" bench --model /tmp/small --backend cuda --contexts 256,4096 --json "$OUT/bench_small.json" 2>&1 >/dev/null | tail -8
+  run_t ops 150 'CudaOps.*'
+  grep -cE '^\| .*\| ok \|' "$OUT/ops.txt" | sed 's/^/ok rows: /'
+  grep -E 'FAIL|PASSED|SKIPPED|rc ' "$OUT/ops.txt" | tail -12
+  log "tiny model (fp32 and bf16 K/V states)"
+  run_t model_tiny 120 'CudaModel.Tiny*'
+  grep -E 'step|greedy|pipeline|FAIL|PASSED|rc ' "$OUT/model_tiny.txt" | tail -40
+  if ! grep -q '^\[  PASSED  \] 2 tests' "$OUT/model_tiny.txt"; then
+    log "tiny model again with LILY_CUDA_PDL=0 (fallback check)"
+    run_t model_tiny_nopdl 120 'CudaModel.Tiny*' LILY_CUDA_PDL=0
+    grep -E 'greedy|pipeline|FAIL|PASSED|rc ' "$OUT/model_tiny_nopdl.txt" | tail -12
+  fi
+  log "golden (LILY_BACKEND=cuda, fp32 states)"
+  run_t golden 120 '*Golden*' LILY_BACKEND=cuda
+  grep -E '\[golden\]|FAIL|PASSED|rc |Failure|error' "$OUT/golden.txt" | tail -20
+  log "golden (LILY_BACKEND=cuda, LILY_CUDA_KV=bf16: prefill kernels + bf16 K/V)"
+  run_t golden_bf16kv 120 '*Golden*' LILY_BACKEND=cuda LILY_CUDA_KV=bf16
+  grep -E '\[golden\]|FAIL|PASSED|rc ' "$OUT/golden_bf16kv.txt" | tail -12
 fi
 if [[ $phase == phase2 || $phase == all ]]; then
-  log "synth full"
-  timeout 150 "$B/lily" synth --preset qwen3.6-35b-a3b --out /tmp/full 2>&1 | tail -3
-  log "bench full"
-  timeout 170 "$B/lily" bench --model /tmp/full --backend cuda --contexts ${CTXS:-256,1024,4096,16384,32768} \
-    --label "${LABEL:-}" --json "$OUT/bench_full.json" 2>&1 >/dev/null | tee "$OUT/bench_full.txt" | tail -12
-  log "full CUDA vs CPU reference"
-  LILY_FULL_CKPT=/tmp/full LILY_FULL_STEPS=${FULL_STEPS:-3} timeout ${FULL_TIMEOUT:-150} "$B/lily_tests" \
-    --gtest_filter='CudaModel.FullSize*' 2>&1 | tee "$OUT/full_model.txt" | tail -14
+  wait $SYN; tail -2 "$OUT/synth.txt"
+  log "full CUDA vs CPU reference (fp32)"
+  run_t full_model ${FULL_TIMEOUT:-170} 'CudaModel.FullSize*Matches*' LILY_FULL_CKPT=/tmp/full LILY_FULL_STEPS=${FULL_STEPS:-3}
+  tail -14 "$OUT/full_model.txt"
+  if ! grep -q '^\[  PASSED  \] 1 test' "$OUT/full_model.txt"; then
+    log "full-size bisect by depth"
+    run_t full_bisect 200 'CudaModel.FullSizeLayerBisect' LILY_FULL_CKPT=/tmp/full LILY_FULL_BISECT=1
+    grep -E '^\| layers|FAIL|rc ' "$OUT/full_bisect.txt"
+  fi
+  log "bench full (fp32 states, profile)"
+  LILY_CUDA_PROFILE=1 timeout 170 "$B/lily" bench --model /tmp/full --backend cuda --contexts ${CTXS:-256,4096} \
+    --label "${LABEL:-}" --json "$OUT/bench_full.json" 2>&1 >/dev/null | tee "$OUT/bench_full.txt" | grep -vE '^\r' | tail -40
+  log "bench full (bf16 K/V states: prefill kernels; long contexts)"
+  LILY_CUDA_KV=bf16 LILY_CUDA_PROFILE=1 timeout ${BF16_TIMEOUT:-100} "$B/lily" bench --model /tmp/full --backend cuda \
+    --contexts ${CTXS_BF16:-32768} --json "$OUT/bench_bf16kv.json" 2>&1 >/dev/null | tee "$OUT/bench_bf16kv.txt" | tail -40
+  if [[ ${AB:-0} == 1 ]]; then
+    log "A/B at 256: PDL off; small-GEMV blocks off"
+    LILY_CUDA_PDL=0 timeout 60 "$B/lily" bench --model /tmp/full --backend cuda --contexts 256 --json "$OUT/bench_nopdl.json" 2>&1 >/dev/null | tail -4
+    LILY_GEMV_SMALL=0 timeout 60 "$B/lily" bench --model /tmp/full --backend cuda --contexts 256 --json "$OUT/bench_nosmall.json" 2>&1 >/dev/null | tail -4
+  fi
 fi
 log "done"

@@ -5,8 +5,10 @@
 // digest of the generated ids, achieved GB/s (bytes a step must read) vs measured copy bandwidth.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -28,7 +30,8 @@ struct BenchArgs {
 double qbytes(double rows, double cols, int bits) { return rows * (cols * bits / 8.0 + cols / 64.0 * 4.0); }
 
 // Bytes one decode step reads (weights actually used + recurrent state r/w + KV up to ctx).
-double step_bytes(const ModelConfig& c, double ctx) {
+// kv_es: bytes per K/V cache and conv-window element (CUDA: 4 unless LILY_CUDA_KV=bf16).
+double step_bytes(const ModelConfig& c, double ctx, double kv_es) {
   const double H = c.hidden_size, I = c.moe_intermediate_size, Is = c.shared_expert_intermediate_size;
   const double C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nv = c.linear_num_value_heads;
   double b = qbytes(1, H, 4) + qbytes(c.vocab_size, H, 4) + 2 * H;
@@ -37,11 +40,11 @@ double step_bytes(const ModelConfig& c, double ctx) {
     if (c.is_full_attention[i]) {
       const double nh = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
       b += qbytes(nh * hd * (c.attn_output_gate ? 2 : 1) + 2 * nkv * hd, H, 4) + qbytes(H, nh * hd, 4);
-      b += 2 * nkv * hd * 2 * (ctx + 1);  // K and V read (and the new row written)
+      b += 2 * nkv * hd * kv_es * (ctx + 1);  // K and V read (and the new row written)
     } else {
       b += qbytes(C + vd + 2 * nv, H, 4) + qbytes(H, vd, 4) + C * c.linear_conv_kernel_dim * 2;
       b += 2 * nv * c.linear_key_head_dim * c.linear_value_head_dim * 4;  // fp32 state read + write
-      b += 2 * C * (c.linear_conv_kernel_dim - 1) * 2;
+      b += 2 * C * (c.linear_conv_kernel_dim - 1) * kv_es;
     }
     b += qbytes(c.num_experts + 1, H, 8);
     b += c.num_experts_per_tok * (2 * qbytes(I, H, 4) + qbytes(H, I, 4));
@@ -95,6 +98,11 @@ int run_bench(const BenchArgs& a) {
     }
   }
   const double copy = model.copy_bandwidth_gbps();
+  double kv_es = 4;  // fp32 K/V and conv windows (CPU states; CUDA states unless LILY_CUDA_KV=bf16)
+  if (std::string(model.backend_name()) == "cuda") {
+    const char* kv = std::getenv("LILY_CUDA_KV");
+    if (kv && std::string(kv) == "bf16") kv_es = 2;
+  }
   nlohmann::json out;
   out["backend"] = model.backend_name();
   out["hardware"] = model.hardware();
@@ -102,6 +110,7 @@ int run_bench(const BenchArgs& a) {
   out["label"] = a.label;
   out["decode_steps"] = kDecodeSteps;
   out["copy_gbps"] = copy;
+  out["kv_bytes_per_element"] = kv_es;
   out["results"] = nlohmann::json::array();
   std::fprintf(stderr, "bench: %s on %s; copy bandwidth %.0f GB/s\n", model.backend_name(), model.hardware().c_str(), copy);
   std::fprintf(stderr, "| context | prefill tok/s | decode tok/s | ms/step (median) | GB/s | vs copy | digest |\n|---:|---:|---:|---:|---:|---:|---|\n");
@@ -143,7 +152,7 @@ int run_bench(const BenchArgs& a) {
     std::vector<int32_t> gen{first};
     gen.insert(gen.end(), ids.begin(), ids.end());
     double bytes = 0;
-    for (int i = 0; i < kDecodeSteps; ++i) bytes += step_bytes(cfg, P + i);
+    for (int i = 0; i < kDecodeSteps; ++i) bytes += step_bytes(cfg, P + i, kv_es);
     const double gbps = bytes / decode_s / 1e9;
     char digest[32];
     std::snprintf(digest, sizeof digest, "%016llx", (unsigned long long)fnv1a(gen));

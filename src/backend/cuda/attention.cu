@@ -2,7 +2,7 @@
 // flash decoding over positions 0..pos with the GQA group's query heads sharing each K/V row
 // read, the last block of each kv head merging the splits (log-sum-exp) and applying the
 // sigmoid output gate. Position and split count come from the device, so one graph serves
-// every context length.
+// every context length. Activations fp32; the cache fp32 or bf16 (template KT).
 #include <cfloat>
 
 #include "backend/cuda/common.cuh"
@@ -10,20 +10,25 @@
 namespace lily::cuda {
 namespace {
 
-constexpr int kWarps = 8, kThreads = 256, kMinPerSplit = 64;
+constexpr int kWarps = 8, kThreads = 256, kMinPerSplit = 64, kMaxSplits = 128;
 
-__global__ void attn_prep_kernel(AttnArgs a) {
+__device__ __forceinline__ void st_kv(float* p, float v) { *p = v; }
+__device__ __forceinline__ void st_kv(uint16_t* p, float v) { *p = to_bf(v); }
+
+template <typename KT> __global__ void attn_prep_kernel(AttnArgs a) {
   extern __shared__ float xsh[];
   __shared__ float red[32];
   const int b = blockIdx.x, d = threadIdx.x, hd = a.hd;
+  pdl_wait();
+  pdl_trigger();
   const int pos = a.ctl ? a.ctl->pos : a.pos;
-  const uint16_t* qkv = static_cast<const uint16_t*>(a.qkv);
+  const float* qkv = a.qkv;
   const bool is_q = b < a.nh;
   const int kvh = b - a.nh;
-  const float raw = bf(is_q ? qkv[b * a.qw + d] : qkv[a.nh * a.qw + kvh * hd + d]);
+  const float raw = is_q ? qkv[b * a.qw + d] : qkv[a.nh * a.qw + kvh * hd + d];
   const uint16_t* gain = static_cast<const uint16_t*>(is_q ? a.q_norm : a.k_norm);
   const float ss = block_sum(raw * raw, red);
-  const float x = rbf(raw * (1.0f / sqrtf(ss / float(hd) + a.eps)) * bf(gain[d]));
+  const float x = raw * (1.0f / sqrtf(ss / float(hd) + a.eps)) * bf(gain[d]);
   xsh[d] = x;
   __syncthreads();
   float y = x;
@@ -37,14 +42,26 @@ __global__ void attn_prep_kernel(AttnArgs a) {
     y = d < half ? x * cs - xsh[d + half] * sn : x * cs + xsh[d - half] * sn;
   }
   if (is_q) {
-    static_cast<uint16_t*>(a.q)[b * hd + d] = to_bf(y);
+    a.q[b * hd + d] = y;
   } else {
     const size_t at = (size_t(kvh) * a.max_seq + pos) * hd + d;
-    static_cast<uint16_t*>(a.kc)[at] = to_bf(y);
-    static_cast<uint16_t*>(a.vc)[at] = qkv[a.nh * a.qw + a.nkv * hd + kvh * hd + d];
+    st_kv(static_cast<KT*>(a.kc) + at, y);
+    st_kv(static_cast<KT*>(a.vc) + at, qkv[a.nh * a.qw + a.nkv * hd + kvh * hd + d]);
   }
 }
 
+template <int DPL> __device__ __forceinline__ void load_row(const float* p, float* out) {
+  if constexpr (DPL == 8) {
+    const float4 v0 = __ldg(reinterpret_cast<const float4*>(p)), v1 = __ldg(reinterpret_cast<const float4*>(p) + 1);
+    out[0] = v0.x, out[1] = v0.y, out[2] = v0.z, out[3] = v0.w, out[4] = v1.x, out[5] = v1.y, out[6] = v1.z, out[7] = v1.w;
+  } else if constexpr (DPL == 4) {
+    const float4 v = __ldg(reinterpret_cast<const float4*>(p));
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+  } else {
+    const float2 v = __ldg(reinterpret_cast<const float2*>(p));
+    out[0] = v.x, out[1] = v.y;
+  }
+}
 template <int DPL> __device__ __forceinline__ void load_row(const uint16_t* p, float* out) {
   if constexpr (DPL == 8) {
     const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
@@ -66,11 +83,13 @@ __device__ __forceinline__ int n_splits_for(int n, int n_split) {
   return want < n_split ? want : n_split;
 }
 
-template <int DPL, int G> __global__ void __launch_bounds__(kThreads) attn_decode_kernel(AttnArgs a) {
+template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThreads) attn_decode_kernel(AttnArgs a) {
   extern __shared__ float sm[];  // [kWarps][G][hd + 2]
   __shared__ int flag;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = DPL * 32;
   const int split = blockIdx.x, kvh = blockIdx.y;
+  pdl_wait();
+  pdl_trigger();
   const int n = a.ctl->pos + 1, nse = n_splits_for(n, a.n_split);
   if (split >= nse) return;
   const int len = (n + nse - 1) / nse, t0 = split * len, t1 = min(n, t0 + len);
@@ -78,7 +97,7 @@ template <int DPL, int G> __global__ void __launch_bounds__(kThreads) attn_decod
 
   float q[G][DPL];
 #pragma unroll
-  for (int g = 0; g < G; ++g) load_row<DPL>(static_cast<const uint16_t*>(a.q) + (kvh * G + g) * hd + lane * DPL, q[g]);
+  for (int g = 0; g < G; ++g) load_row<DPL>(a.q + (kvh * G + g) * hd + lane * DPL, q[g]);
   float m[G], l[G], o[G][DPL];
 #pragma unroll
   for (int g = 0; g < G; ++g) {
@@ -86,8 +105,8 @@ template <int DPL, int G> __global__ void __launch_bounds__(kThreads) attn_decod
 #pragma unroll
     for (int i = 0; i < DPL; ++i) o[g][i] = 0.f;
   }
-  const uint16_t* kbase = static_cast<const uint16_t*>(a.kc) + size_t(kvh) * a.max_seq * hd + lane * DPL;
-  const uint16_t* vbase = static_cast<const uint16_t*>(a.vc) + size_t(kvh) * a.max_seq * hd + lane * DPL;
+  const KT* kbase = static_cast<const KT*>(a.kc) + size_t(kvh) * a.max_seq * hd + lane * DPL;
+  const KT* vbase = static_cast<const KT*>(a.vc) + size_t(kvh) * a.max_seq * hd + lane * DPL;
   auto process = [&](const float* k, const float* v) {
 #pragma unroll
     for (int g = 0; g < G; ++g) {
@@ -144,7 +163,7 @@ template <int DPL, int G> __global__ void __launch_bounds__(kThreads) attn_decod
   if (threadIdx.x == 0) flag = atomicAdd(&a.ctl->counter[2 + kvh], 1u) == unsigned(nse - 1);
   __syncthreads();
   if (!flag) return;
-  const uint16_t* qkv = static_cast<const uint16_t*>(a.qkv);
+  const float* qkv = a.qkv;
   const float* pk = a.partial + size_t(kvh) * a.n_split * ws;
   for (int idx = threadIdx.x; idx < G * hd; idx += kThreads) {
     const int g = idx / hd, d = idx % hd, h = kvh * G + g;
@@ -157,57 +176,65 @@ template <int DPL, int G> __global__ void __launch_bounds__(kThreads) attn_decod
       L += __ldcg(ps + hd + 1) * e;
       O += __ldcg(ps + d) * e;
     }
-    float val = rbf(O / L);
-    if (a.qw == 2 * hd) val = rbf(val * sigmoid(bf(qkv[h * a.qw + hd + d])));
-    static_cast<uint16_t*>(a.out)[h * hd + d] = to_bf(val);
+    float val = O / L;
+    if (a.qw == 2 * hd) val = val * sigmoid(qkv[h * a.qw + hd + d]);
+    a.out[h * hd + d] = val;
   }
   if (threadIdx.x == 0) a.ctl->counter[2 + kvh] = 0;
 }
 
-template <int DPL, int G> Status launch_decode(const AttnArgs& a, cudaStream_t s) {
+template <int DPL, int G, typename KT> Status launch_decode(const AttnArgs& a, cudaStream_t s) {
   const size_t smem = size_t(kWarps) * G * (DPL * 32 + 2) * sizeof(float);
-  attn_decode_kernel<DPL, G><<<dim3(a.n_split, a.nkv), kThreads, smem, s>>>(a);
-  return launch_status("attn_decode");
+  return launch_k("attn_decode", attn_decode_kernel<DPL, G, KT>, dim3(a.n_split, a.nkv), dim3(kThreads), smem, s, a);
 }
 
-template <int DPL> Status dispatch_g(const AttnArgs& a, cudaStream_t s) {
+template <int DPL, typename KT> Status dispatch_g(const AttnArgs& a, cudaStream_t s) {
   switch (a.nh / a.nkv) {
-    case 1: return launch_decode<DPL, 1>(a, s);
-    case 2: return launch_decode<DPL, 2>(a, s);
-    case 4: return launch_decode<DPL, 4>(a, s);
-    case 8: return launch_decode<DPL, 8>(a, s);
-    default: return cu_err("attn_decode: GQA group {} unsupported (1, 2, 4, 8)", a.nh / a.nkv);
+    case 1: return launch_decode<DPL, 1, KT>(a, s);
+    case 2: return launch_decode<DPL, 2, KT>(a, s);
+    case 3: return launch_decode<DPL, 3, KT>(a, s);
+    case 4: return launch_decode<DPL, 4, KT>(a, s);
+    case 6: return launch_decode<DPL, 6, KT>(a, s);
+    case 8: return launch_decode<DPL, 8, KT>(a, s);
+    default: return cu_err("attn_decode: GQA group {} unsupported (1, 2, 3, 4, 6, 8)", a.nh / a.nkv);
   }
 }
 
 }  // namespace
 
-int attn_max_splits() { return 64; }
+int attn_max_splits() { return kMaxSplits; }
 
-template <int DPL> static Status init_g() {
+template <int DPL, typename KT> static Status init_g() {
   auto set = [](auto kern, int G) -> Status {
     const int smem = kWarps * G * (DPL * 32 + 2) * int(sizeof(float));
     LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     return Status::ok();
   };
-  LILY_TRY(set(attn_decode_kernel<DPL, 1>, 1));
-  LILY_TRY(set(attn_decode_kernel<DPL, 2>, 2));
-  LILY_TRY(set(attn_decode_kernel<DPL, 4>, 4));
-  LILY_TRY(set(attn_decode_kernel<DPL, 8>, 8));
+  LILY_TRY(set(attn_decode_kernel<DPL, 1, KT>, 1));
+  LILY_TRY(set(attn_decode_kernel<DPL, 2, KT>, 2));
+  LILY_TRY(set(attn_decode_kernel<DPL, 3, KT>, 3));
+  LILY_TRY(set(attn_decode_kernel<DPL, 4, KT>, 4));
+  LILY_TRY(set(attn_decode_kernel<DPL, 6, KT>, 6));
+  LILY_TRY(set(attn_decode_kernel<DPL, 8, KT>, 8));
   return Status::ok();
 }
 
 Status attn_init() {
-  LILY_TRY(init_g<2>());
-  LILY_TRY(init_g<4>());
-  return init_g<8>();
+  LILY_TRY((init_g<2, float>()));
+  LILY_TRY((init_g<4, float>()));
+  LILY_TRY((init_g<8, float>()));
+  LILY_TRY((init_g<2, uint16_t>()));
+  LILY_TRY((init_g<4, uint16_t>()));
+  return init_g<8, uint16_t>();
 }
 
 Status attn_prep(const AttnArgs& a, Stream s) {
   if (a.hd % 32 != 0 || a.hd > 1024 || a.rot > a.hd || a.rot % 2 != 0) return cu_err("attn_prep: head dim {} / rotary {} unsupported", a.hd, a.rot);
   if (!a.ctl && (a.pos < 0 || a.pos >= a.max_seq)) return cu_err("attn_prep: position {} outside the cache", a.pos);
-  attn_prep_kernel<<<a.nh + a.nkv, a.hd, a.hd * sizeof(float), static_cast<cudaStream_t>(s)>>>(a);
-  return launch_status("attn_prep");
+  auto st = static_cast<cudaStream_t>(s);
+  const dim3 grid(a.nh + a.nkv), block(a.hd);
+  if (a.kv_f32) return launch_k("attn_prep", attn_prep_kernel<float>, grid, block, a.hd * sizeof(float), st, a);
+  return launch_k("attn_prep", attn_prep_kernel<uint16_t>, grid, block, a.hd * sizeof(float), st, a);
 }
 
 Status attn_decode(const AttnArgs& a, Stream stream) {
@@ -215,10 +242,13 @@ Status attn_decode(const AttnArgs& a, Stream stream) {
   if (!a.ctl) return cu_err("attn_decode: needs the step control block");
   if (a.nkv > 14 || a.nkv <= 0 || a.nh % a.nkv != 0) return cu_err("attn_decode: {} kv heads unsupported", a.nkv);
   if (a.n_split < 1 || a.n_split > attn_max_splits()) return cu_err("attn_decode: n_split {} out of range", a.n_split);
-  switch (a.hd) {
-    case 64: return dispatch_g<2>(a, s);
-    case 128: return dispatch_g<4>(a, s);
-    case 256: return dispatch_g<8>(a, s);
+  switch (a.hd * (a.kv_f32 ? 1 : -1)) {
+    case 64: return dispatch_g<2, float>(a, s);
+    case 128: return dispatch_g<4, float>(a, s);
+    case 256: return dispatch_g<8, float>(a, s);
+    case -64: return dispatch_g<2, uint16_t>(a, s);
+    case -128: return dispatch_g<4, uint16_t>(a, s);
+    case -256: return dispatch_g<8, uint16_t>(a, s);
     default: return cu_err("attn_decode: head dim {} unsupported (64, 128, 256)", a.hd);
   }
 }

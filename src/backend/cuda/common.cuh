@@ -1,14 +1,18 @@
 // Device helpers shared by the decode kernels: bf16 rounding as on the CPU, warp/block
-// reductions, the packed-code chunk dot (16-byte chunk = 32 4-bit or 16 8-bit codes) and the
-// padded shared-memory staging of x that keeps the chunk reads free of bank conflicts.
+// reductions, the packed-code chunk dot (16-byte chunk = 32 4-bit or 16 8-bit codes), the
+// padded shared-memory staging of x that keeps the chunk reads free of bank conflicts, and
+// programmatic dependent launch (PDL): kernels issue their weight loads, then wait for the
+// previous kernel (griddepcontrol.wait) before touching activations or state.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "backend/cuda/ops.h"
 
@@ -138,18 +142,69 @@ __device__ __forceinline__ uint4 load_chunk(const QW& w, int r, int c, int nch) 
   return __ldg(reinterpret_cast<const uint4*>(w.codes) + size_t(r) * nch + c);
 }
 
-// Stage bf16 x [K] into padded shared memory xs and per-chunk sums xcs (whole block).
-template <int BITS> __device__ void stage_plain(const uint16_t* x, int K, float* xs, float* xcs) {
+// Stage fp32 x [K] (K a multiple of 32) into padded shared memory xs and per-chunk sums xcs
+// (whole block).
+template <int BITS> __device__ void stage_plain(const float* x, int K, float* xs, float* xcs) {
   constexpr int CC = Chunk<BITS>::kCodes;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   for (int base = warp * 32; base < K; base += nw * 32) {
-    const float v = bf(x[base + lane]);
+    const float v = x[base + lane];
     xs[xs_index<BITS>(base + lane)] = v;
     float s = v;
 #pragma unroll
     for (int o = CC / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane % CC == 0) xcs[(base + lane) / CC] = s;
   }
+}
+
+// ---- programmatic dependent launch ------------------------------------------------------------
+// Wait until the previous kernel in the stream has completed and its writes are visible (a no-op
+// when launched without the PDL attribute). Everything before it may read weights only.
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+// Let the next kernel's blocks be scheduled (they run up to their own pdl_wait). Called right
+// after pdl_wait, so at most one kernel prefetches ahead of the running one.
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+// PDL on (default) unless LILY_CUDA_PDL=0.
+inline bool pdl_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("LILY_CUDA_PDL");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+// Every decode kernel asks for the same L1/shared split (max shared), so a kernel's blocks can be
+// co-resident with its predecessor's (PDL) without the SM draining to reconfigure. Off with
+// LILY_CUDA_CARVEOUT=0.
+inline bool carveout_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("LILY_CUDA_CARVEOUT");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
+// Launches kernel k with the programmatic-stream-serialization attribute (when enabled and on a
+// created stream), so it may start while the previous kernel finishes.
+template <typename... KArgs, typename... Args>
+Status launch_k(const char* what, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() && s != nullptr ? 1 : 0;  // not on the legacy default stream (tests)
+  if (carveout_enabled())
+    cudaFuncSetAttribute(reinterpret_cast<const void*>(k), cudaFuncAttributePreferredSharedMemoryCarveout,
+                         int(cudaSharedmemCarveoutMaxShared));
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
+  if (e != cudaSuccess) return cu_err("CUDA launch of {} failed: {}", what, cudaGetErrorString(e));
+  return launch_status(what);
 }
 
 }  // namespace lily::cuda

@@ -163,8 +163,7 @@ class CudaBackend final : public Backend {
       static bool warned = false;
       if (!warned && verbose_)
         std::fprintf(stderr, "cuda: fp32 K/V state: prompt fed through the decode graph (the prefill kernels write bf16; "
-                             "LILY_CUDA_KV=bf16 selects them)
-");
+                             "LILY_CUDA_KV=bf16 selects them)\n");
       warned = true;
       return replay_tokens(*st, tokens, logits);
     }

@@ -1,56 +1,75 @@
 // The whole Gated DeltaNet decode step in one kernel: conv + SiLU (double-buffered window), L2
 // norms, gates, decay + delta update + readout over the fp32 state. One block per (value head,
-// 32-column slice): 4 slices per head so 128 blocks share the 2 MiB/layer state traffic. The
-// gated RMSNorm runs in the out_proj GEMV's input staging (needs the whole head).
+// 32-column slice) with dk threads (one warp per 32 state rows), so the real shapes (dk = dv =
+// 128, 32 heads) give 128 blocks sharing the 2 MiB/layer state traffic. Activations fp32; the
+// conv window fp32 or bf16 (template WT). The gated RMSNorm runs in the out_proj GEMV's input
+// staging (needs the whole head).
 #include "backend/cuda/common.cuh"
 
 namespace lily::cuda {
 namespace {
 
-constexpr int kD = 128, kSlice = 32, kThreads = 128;
+constexpr int kMaxDk = 256, kSlice = 32, kMaxWarps = kMaxDk / 32;
 
 __device__ __forceinline__ float softplus(float v) { return v > 20.f ? v : log1pf(expf(v)); }
+__device__ __forceinline__ float ld_win(const float* p) { return *p; }
+__device__ __forceinline__ float ld_win(const uint16_t* p) { return bf(*p); }
+__device__ __forceinline__ void st_win(float* p, float v) { *p = v; }
+__device__ __forceinline__ void st_win(uint16_t* p, float v) { *p = to_bf(v); }
 
-__global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnArgs a) {
-  __shared__ float qs[kD], ks[kD], vs[kSlice], red[32], rs[4][kSlice], os[4][kSlice];
-  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-  const int h = blockIdx.x / (kD / kSlice), slice = blockIdx.x % (kD / kSlice);
+template <typename WT> __global__ void __launch_bounds__(kMaxDk) gdn_step_kernel(GdnArgs a) {
+  __shared__ float qs[kMaxDk], ks[kMaxDk], vs[kSlice], red[32], rs[kMaxWarps][kSlice], os[kMaxWarps][kSlice];
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5, nw = blockDim.x >> 5;
+  const int dk = a.dk, dv = a.dv, n_slices = dv / kSlice;
+  const int h = blockIdx.x / n_slices, slice = blockIdx.x % n_slices;
+  // Before the PDL wait: only what kernels two or more back wrote (the state S and conv window of
+  // the previous step, the position) and weights. u (this token's projections) comes after it.
   const int pos = a.ctl ? a.ctl->pos : a.pos, par = pos & 1;
-  const int ratio = a.nv / a.nk, kh = h / ratio, kd = a.nk * kD, vd = a.nv * kD, C = 2 * kd + vd, K = a.K;
+  const int ratio = a.nv / a.nk, kh = h / ratio, kd = a.nk * dk, vd = a.nv * dv, C = 2 * kd + vd, K = a.K;
   const int col = slice * kSlice + lane, i0 = warp * 32;
 
-  // Prefetch this thread's 32 state values: rows i0.., column col (coalesced across the warp).
-  float* Sh = a.S + size_t(h) * kD * kD;
+  // This thread's 32 state values: rows i0.., column col (coalesced across the warp).
+  float* Sh = a.S + size_t(h) * dk * dv;
   float sv[32];
 #pragma unroll
-  for (int ii = 0; ii < 32; ++ii) sv[ii] = Sh[(i0 + ii) * kD + col];
+  for (int ii = 0; ii < 32; ++ii) sv[ii] = Sh[size_t(i0 + ii) * dv + col];
 
-  const uint16_t* u = static_cast<const uint16_t*>(a.u);
+  const float* u = a.u;
   const uint16_t* w = static_cast<const uint16_t*>(a.conv_w);
-  uint16_t* win = static_cast<uint16_t*>(a.conv);
-  auto conv = [&](int ch, bool write) {
-    const uint16_t* src = win + (size_t(par) * C + ch) * (K - 1);
+  WT* win = static_cast<WT*>(a.conv);
+  // Σ over the window (oldest first) of this channel: everything but the newest tap.
+  auto conv_old = [&](int ch) {
+    const WT* src = win + (size_t(par) * C + ch) * (K - 1);
     float acc = 0.f;
-    for (int tt = 0; tt < K - 1; ++tt) acc += bf(w[ch * K + tt]) * bf(src[tt]);
-    acc += bf(w[ch * K + K - 1]) * bf(u[ch]);
+    for (int tt = 0; tt < K - 1; ++tt) acc += bf(w[ch * K + tt]) * ld_win(src + tt);
+    return acc;
+  };
+  const int ch_q = kh * dk + t, ch_k = kd + kh * dk + t, ch_v = 2 * kd + h * dv + slice * kSlice + t;
+  const float old_q = conv_old(ch_q), old_k = conv_old(ch_k), old_v = t < kSlice ? conv_old(ch_v) : 0.f;
+  const float A = a.A_log[h], dtb = bf(static_cast<const uint16_t*>(a.dt_bias)[h]);
+  pdl_wait();
+  pdl_trigger();
+  auto conv = [&](int ch, float acc, bool write) {
+    acc += bf(w[ch * K + K - 1]) * u[ch];
     if (write) {
-      uint16_t* dst = win + (size_t(par ^ 1) * C + ch) * (K - 1);
+      const WT* src = win + (size_t(par) * C + ch) * (K - 1);
+      WT* dst = win + (size_t(par ^ 1) * C + ch) * (K - 1);
       for (int tt = 0; tt < K - 2; ++tt) dst[tt] = src[tt + 1];
-      dst[K - 2] = u[ch];
+      st_win(dst + K - 2, u[ch]);
     }
-    return rbf(silu(acc));
+    return silu(acc);
   };
   const bool writer_qk = (h % ratio == 0) && slice == 0;
-  const float qv = conv(kh * kD + t, writer_qk);
-  const float kv = conv(kd + kh * kD + t, writer_qk);
-  if (t < kSlice) vs[t] = conv(2 * kd + h * kD + slice * kSlice + t, true);
+  const float qv = conv(ch_q, old_q, writer_qk);
+  const float kv = conv(ch_k, old_k, writer_qk);
+  if (t < kSlice) vs[t] = conv(ch_v, old_v, true);
   const float sq = block_sum(qv * qv, red);
   const float sk = block_sum(kv * kv, red);
-  qs[t] = qv * (1.0f / sqrtf(sq + 1e-6f)) * (1.0f / sqrtf(float(kD)));
+  qs[t] = qv * (1.0f / sqrtf(sq + 1e-6f)) * (1.0f / sqrtf(float(dk)));
   ks[t] = kv * (1.0f / sqrtf(sk + 1e-6f));
-  const float a_h = bf(u[C + vd + h]), b_h = bf(u[C + vd + a.nv + h]);
+  const float a_h = u[C + vd + h], b_h = u[C + vd + a.nv + h];
   const float beta = sigmoid(b_h);
-  const float g = -expf(a.A_log[h]) * softplus(a_h + bf(static_cast<const uint16_t*>(a.dt_bias)[h]));
+  const float g = -expf(A) * softplus(a_h + dtb);
   const float alpha = expf(g);
   __syncthreads();
 
@@ -62,29 +81,37 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(GdnArgs a) {
   }
   rs[warp][lane] = r;
   __syncthreads();
-  const float delta = beta * (vs[lane] - (rs[0][lane] + rs[1][lane] + rs[2][lane] + rs[3][lane]));
+  float rsum = 0.f;
+  for (int ww = 0; ww < nw; ++ww) rsum += rs[ww][lane];
+  const float delta = beta * (vs[lane] - rsum);
   float o = 0.f;
 #pragma unroll
   for (int ii = 0; ii < 32; ++ii) {
     sv[ii] += ks[i0 + ii] * delta;
     o += sv[ii] * qs[i0 + ii];
-    Sh[(i0 + ii) * kD + col] = sv[ii];
+    Sh[size_t(i0 + ii) * dv + col] = sv[ii];
   }
   os[warp][lane] = o;
   __syncthreads();
-  if (warp == 0)
-    static_cast<uint16_t*>(a.o)[h * kD + col] = to_bf(os[0][lane] + os[1][lane] + os[2][lane] + os[3][lane]);
+  if (warp == 0) {
+    float osum = 0.f;
+    for (int ww = 0; ww < nw; ++ww) osum += os[ww][lane];
+    a.o[h * dv + col] = osum;
+  }
 }
 
 }  // namespace
 
 Status gdn_step(const GdnArgs& a, Stream s) {
-  if (a.dk != kD || a.dv != kD) return cu_err("gdn_step: head dims {}x{} unsupported (128x128 only)", a.dk, a.dv);
+  if (a.dk % 32 != 0 || a.dk <= 0 || a.dk > kMaxDk || a.dv % kSlice != 0 || a.dv <= 0)
+    return cu_err("gdn_step: head dims {}x{} unsupported (dk a multiple of 32 up to {}, dv a multiple of 32)", a.dk, a.dv, kMaxDk);
   if (a.nk <= 0 || a.nv % a.nk != 0) return cu_err("gdn_step: {} value heads not a multiple of {} key heads", a.nv, a.nk);
   if (a.K < 2 || a.K > 8) return cu_err("gdn_step: conv kernel {} unsupported", a.K);
   if (!a.ctl && a.pos < 0) return cu_err("gdn_step: no position");
-  gdn_step_kernel<<<a.nv * (kD / kSlice), kThreads, 0, static_cast<cudaStream_t>(s)>>>(a);
-  return launch_status("gdn_step");
+  const dim3 grid(a.nv * (a.dv / kSlice)), block(a.dk);
+  auto st = static_cast<cudaStream_t>(s);
+  if (a.win_f32) return launch_k("gdn_step", gdn_step_kernel<float>, grid, block, 0, st, a);
+  return launch_k("gdn_step", gdn_step_kernel<uint16_t>, grid, block, 0, st, a);
 }
 
 }  // namespace lily::cuda

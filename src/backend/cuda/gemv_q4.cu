@@ -1,5 +1,7 @@
-// Quantized GEMV over the packed MLX layout (4-bit and 8-bit, group 64): one warp per 2 rows,
-// 16-byte code loads issued before the input is staged, y = Σ scale·Σqx + bias·Σx in fp32.
+// Quantized GEMV over the packed MLX layout (4-bit and 8-bit, group 64): R rows per warp (2 with
+// 8-warp blocks, 1 with 2-warp blocks when the matrix has too few rows to give every SM a block),
+// 16-byte code loads issued before the input is staged (and before the PDL wait, so they overlap
+// the previous kernel), y = Σ scale·Σqx + bias·Σx in fp32 from an fp32 input.
 // The input staging (prologue) fuses the residual add + RMSNorm or the GDN gated norm; the
 // epilogue fuses the router top-k or the lm_head argmax (last block done), so a decode step
 // needs no separate norm, top-k or argmax kernels.
@@ -12,64 +14,64 @@
 namespace lily::cuda {
 namespace {
 
-constexpr int kThreads = 256, kWarps = kThreads / 32, kRows = 2;
+constexpr int kMaxWarps = 8;
 
 template <int BITS, Pro PRO> __device__ void stage_x(const GemvArgs& a, int K, float* xs, float* xcs, float* red,
                                                     float* hs) {
   constexpr int CC = Chunk<BITS>::kCodes;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const uint16_t* in = static_cast<const uint16_t*>(a.in);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nt = blockDim.x;
+  const float* in = a.in;
   if constexpr (PRO == Pro::kPlain) {
     stage_plain<BITS>(in, K, xs, xcs);
   } else if constexpr (PRO == Pro::kAddNorm) {
-    const uint16_t* mix = static_cast<const uint16_t*>(a.mix);
+    const float* mix = a.mix;
     const uint16_t* gain = static_cast<const uint16_t*>(a.gain);
-    uint16_t* res_out = blockIdx.x == 0 ? static_cast<uint16_t*>(a.res_out) : nullptr;
-    uint16_t* n_out = blockIdx.x == 0 ? static_cast<uint16_t*>(a.n_out) : nullptr;
+    float* res_out = blockIdx.x == 0 ? a.res_out : nullptr;
+    float* n_out = blockIdx.x == 0 ? a.n_out : nullptr;
     float ss = 0.f;
-    for (int e = warp * 32 + lane; e < K; e += kThreads) {
-      float v = bf(in[e]);
-      if (mix) v = rbf(v + bf(mix[e]));
+    for (int e = warp * 32 + lane; e < K; e += nt) {
+      float v = in[e];
+      if (mix) v += mix[e];
       xs[xs_index<BITS>(e)] = v;
       ss += v * v;
-      if (res_out) res_out[e] = to_bf(v);
+      if (res_out) res_out[e] = v;
     }
     ss = block_sum(ss, red);
     const float inv = 1.0f / sqrtf(ss / float(K) + a.eps);
-    for (int base = warp * 32; base < K; base += kThreads) {
+    for (int base = warp * 32; base < K; base += nt) {
       const int e = base + lane;
-      const float x = rbf(xs[xs_index<BITS>(e)] * inv * bf(gain[e]));
+      const float x = xs[xs_index<BITS>(e)] * inv * bf(gain[e]);
       xs[xs_index<BITS>(e)] = x;
-      if (n_out) n_out[e] = to_bf(x);
+      if (n_out) n_out[e] = x;
       float s = x;
 #pragma unroll
       for (int o = CC / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
       if (lane % CC == 0) xcs[e / CC] = s;
     }
   } else {  // kGatedNorm
-    const uint16_t* z = static_cast<const uint16_t*>(a.z);
+    const float* z = a.z;
     const uint16_t* gain = static_cast<const uint16_t*>(a.gain);
     // Per-32 partial sums of squares, then per-head sums in a fixed order (deterministic).
     const int dv = a.gn_dv, nh = K / dv;
     float* part = hs + 64;  // [K/32]
-    for (int base = warp * 32; base < K; base += kThreads) {
+    for (int base = warp * 32; base < K; base += nt) {
       const int e = base + lane;
-      const float v = bf(in[e]);
+      const float v = in[e];
       xs[xs_index<BITS>(e)] = v;
       const float s = warp_sum(v * v);
       if (lane == 0) part[base / 32] = s;
     }
     __syncthreads();
-    for (int h = threadIdx.x; h < nh; h += kThreads) {
+    for (int h = threadIdx.x; h < nh; h += nt) {
       float t = 0.f;
       for (int j = 0; j < dv / 32; ++j) t += part[h * (dv / 32) + j];
       hs[h] = t;
     }
     __syncthreads();
-    for (int base = warp * 32; base < K; base += kThreads) {
+    for (int base = warp * 32; base < K; base += nt) {
       const int e = base + lane, h = e / dv, d = e % dv;
       const float inv = 1.0f / sqrtf(hs[h] / float(dv) + a.eps);
-      const float x = rbf(bf(gain[d]) * xs[xs_index<BITS>(e)] * inv * silu(bf(z[e])));
+      const float x = bf(gain[d]) * xs[xs_index<BITS>(e)] * inv * silu(z[e]);
       xs[xs_index<BITS>(e)] = x;
       float s = x;
 #pragma unroll
@@ -130,7 +132,7 @@ __device__ void router_topk(const GemvArgs& a, float* p) {
   if (lane == 0 && a.w.rows > E) a.topk_w[a.top_k] = sigmoid(__ldcg(l + E));
 }
 
-template <int BITS, int CPL, Pro PRO, Epi EPI> __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
+template <int BITS, int CPL, int R, Pro PRO, Epi EPI> __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
   extern __shared__ float sm[];
   constexpr int CS = Chunk<BITS>::kStride;
   const int K = a.w.cols, nch = K * BITS / 128, rows = a.w.rows;
@@ -138,14 +140,14 @@ template <int BITS, int CPL, Pro PRO, Epi EPI> __global__ void __launch_bounds__
   float* xcs = xs + nch * CS;
   float* red = xcs + nch;
   float* hs = red + 32;  // [64] head sums (gated norm), then [K/32] partials
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int rstep = gridDim.x * kWarps * kRows;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int rstep = gridDim.x * nw * R;
 
-  uint4 wv[kRows][CPL];
-  uint32_t sbv[kRows][CPL];
+  uint4 wv[R][CPL];
+  uint32_t sbv[R][CPL];
   auto load_tile = [&](int rb) {
 #pragma unroll
-    for (int j = 0; j < kRows; ++j)
+    for (int j = 0; j < R; ++j)
 #pragma unroll
       for (int i = 0; i < CPL; ++i) {
         const int r = rb + j, c = lane + 32 * i;
@@ -158,17 +160,19 @@ template <int BITS, int CPL, Pro PRO, Epi EPI> __global__ void __launch_bounds__
         }
       }
   };
-  int rb = (blockIdx.x * kWarps + warp) * kRows;
-  load_tile(rb);
+  int rb = (blockIdx.x * nw + warp) * R;
+  load_tile(rb);  // weights only: may overlap the previous kernel
+  pdl_wait();
+  pdl_trigger();
   stage_x<BITS, PRO>(a, K, xs, xcs, red, hs);
   __syncthreads();
 
   float bv = -FLT_MAX;
   int bi = INT_MAX;
   for (; rb < rows; rb += rstep) {
-    float acc[kRows];
+    float acc[R];
 #pragma unroll
-    for (int j = 0; j < kRows; ++j) {
+    for (int j = 0; j < R; ++j) {
       acc[j] = 0.f;
 #pragma unroll
       for (int i = 0; i < CPL; ++i) {
@@ -179,16 +183,11 @@ template <int BITS, int CPL, Pro PRO, Epi EPI> __global__ void __launch_bounds__
     const int next = rb + rstep;
     if (next < rows) load_tile(next);
 #pragma unroll
-    for (int j = 0; j < kRows; ++j) {
+    for (int j = 0; j < R; ++j) {
       const float v = warp_sum(acc[j]);
       const int r = rb + j;
       if (r < rows) {
-        if (lane == 0) {
-          if (a.y_f32)
-            static_cast<float*>(a.y)[r] = v;
-          else
-            static_cast<uint16_t*>(a.y)[r] = to_bf(v);
-        }
+        if (lane == 0) a.y[r] = v;
         if constexpr (EPI == Epi::kArgmax)
           if (v == v && better(v, r, bv, bi)) bv = v, bi = r;
       }
@@ -202,20 +201,20 @@ template <int BITS, int CPL, Pro PRO, Epi EPI> __global__ void __launch_bounds__
       if (threadIdx.x == 0) a.ctl->counter[0] = 0;
     }
   } else if constexpr (EPI == Epi::kArgmax) {
-    __shared__ float wbv[kWarps];
-    __shared__ int wbi[kWarps];
+    __shared__ float wbv[kMaxWarps];
+    __shared__ int wbi[kMaxWarps];
     __shared__ int flag;
     if (lane == 0) wbv[warp] = bv, wbi[warp] = bi;
     __syncthreads();
     float2* part = static_cast<float2*>(a.partial);
     if (threadIdx.x == 0) {
-      for (int w = 1; w < kWarps; ++w)
+      for (int w = 1; w < nw; ++w)
         if (better(wbv[w], wbi[w], bv, bi)) bv = wbv[w], bi = wbi[w];
       part[blockIdx.x] = make_float2(bv, __int_as_float(bi));
     }
     if (last_block(&a.ctl->counter[1], &flag)) {
       bv = -FLT_MAX, bi = INT_MAX;
-      for (int b = threadIdx.x; b < gridDim.x; b += kThreads) {
+      for (int b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
         const float2 pv = __ldcg(part + b);
         if (better(pv.x, __float_as_int(pv.y), bv, bi)) bv = pv.x, bi = __float_as_int(pv.y);
       }
@@ -225,10 +224,11 @@ template <int BITS, int CPL, Pro PRO, Epi EPI> __global__ void __launch_bounds__
         const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
         if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
       }
+      __syncthreads();
       if (lane == 0) wbv[warp] = bv, wbi[warp] = bi;
       __syncthreads();
       if (threadIdx.x == 0) {
-        for (int w = 0; w < kWarps; ++w)
+        for (int w = 0; w < nw; ++w)
           if (better(wbv[w], wbi[w], bv, bi)) bv = wbv[w], bi = wbi[w];
         if (bi == INT_MAX) bi = 0;  // all NaN
         StepCtl* c = a.ctl;
@@ -263,14 +263,35 @@ int blocks_per_sm() {
   return v;
 }
 
+// Small matrices (fewer 16-row tiles than 2 per SM: out_proj/o_proj at 2048 rows, the 257-row
+// router) use blocks of NW warps with 1 row per warp, NW = rows / (2·SMs) rounded down to a power
+// of two in [1, 8], so every SM streams weights from ≥ 2 blocks. LILY_GEMV_SMALL=0 turns it off;
+// LILY_GEMV_SMALL=n (1, 2, 4, 8) forces n warps.
+int small_warps_setting() {
+  static const int v = [] {
+    const char* e = std::getenv("LILY_GEMV_SMALL");
+    if (!e || !*e) return -1;  // auto
+    const int n = std::atoi(e);
+    return n == 0 || n == 1 || n == 2 || n == 4 || n == 8 ? n : -1;
+  }();
+  return v;
+}
+
 template <int BITS, int CPL, Pro PRO, Epi EPI> Status launch(const GemvArgs& a, cudaStream_t s) {
   const int nch = a.w.cols * BITS / 128;
   const size_t smem = size_t(nch * Chunk<BITS>::kStride + nch + 32 + 64 + 256) * sizeof(float);
-  const int need = (a.w.rows + kWarps * kRows - 1) / (kWarps * kRows);
   int cap = a.max_blocks > 0 ? a.max_blocks : num_sms() * blocks_per_sm();
-  const int grid = need < cap ? need : cap;
-  gemv_kernel<BITS, CPL, PRO, EPI><<<grid, kThreads, smem, s>>>(a);
-  return launch_status("gemv");
+  const int need2 = (a.w.rows + 15) / 16, setting = small_warps_setting();
+  if (EPI != Epi::kArgmax && setting != 0 && need2 < 2 * num_sms()) {
+    int nw = setting;
+    if (nw < 0) {
+      nw = 1;
+      while (nw < 8 && 2 * nw * 2 * num_sms() <= a.w.rows) nw *= 2;
+    }
+    const int need1 = (a.w.rows + nw - 1) / nw;
+    return launch_k("gemv", gemv_kernel<BITS, CPL, 1, PRO, EPI>, dim3(need1 < cap ? need1 : cap), dim3(32 * nw), smem, s, a);
+  }
+  return launch_k("gemv", gemv_kernel<BITS, CPL, 2, PRO, EPI>, dim3(need2 < cap ? need2 : cap), dim3(256), smem, s, a);
 }
 
 template <int BITS, int CPL> Status dispatch_pe(const GemvArgs& a, cudaStream_t s) {
@@ -297,14 +318,15 @@ Status gemv(const GemvArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   const QW& w = a.w;
   if (w.bits != 4 && w.bits != 8) return cu_err("gemv: {} bits unsupported", w.bits);
-  if (w.cols % 256 != 0 || w.cols > 8192) return cu_err("gemv: K={} must be a multiple of 256 and ≤ 8192", w.cols);
+  if (w.cols % 64 != 0 || w.cols <= 0) return cu_err("gemv: K={} must be a positive multiple of 64", w.cols);
+  if (!a.in || !a.y) return cu_err("gemv: null input or output");
   if (w.rows <= 0) return cu_err("gemv: no rows");
   if (a.pro == Pro::kGatedNorm && (a.gn_dv % 32 != 0 || w.cols / a.gn_dv > 64 || w.cols % a.gn_dv != 0))
     return cu_err("gemv: gated norm head dim {} unsupported for K={}", a.gn_dv, w.cols);
   if (a.epi != Epi::kNone && !a.ctl) return cu_err("gemv: epilogue needs the step control block");
-  if (a.epi == Epi::kTopK && (a.n_experts > w.cols || a.top_k > 32 || a.top_k > a.n_experts || !a.y_f32))
-    return cu_err("gemv: router top-k needs fp32 logits, E ≤ K and k ≤ 32");
-  if (a.epi == Epi::kArgmax && (!a.partial || !a.y_f32)) return cu_err("gemv: argmax needs fp32 logits and scratch");
+  if (a.epi == Epi::kTopK && (a.n_experts > w.cols || a.top_k > 32 || a.top_k > a.n_experts || a.top_k < 1))
+    return cu_err("gemv: router top-k needs E ≤ K and 1 ≤ k ≤ 32 (E={}, k={})", a.n_experts, a.top_k);
+  if (a.epi == Epi::kArgmax && !a.partial) return cu_err("gemv: argmax needs scratch");
   const int nch = w.cols * w.bits / 128;
   const int cpl = (nch + 31) / 32;
   if (w.bits == 4) {

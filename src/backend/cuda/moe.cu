@@ -1,6 +1,10 @@
 // MoE decode in two kernels, expert ids read on the device: (1) gate+up+SwiGLU for the top-k
-// routed experts and the shared expert as one extra slot; (2) down for all slots + the
-// score-weighted sum + the sigmoid-gated shared expert, writing the FFN branch output.
+// routed experts (width I) and the shared expert (width Is) as one extra slot; (2) down for all
+// slots + the score-weighted sum + the sigmoid-gated shared expert, writing the FFN branch output.
+// Activations fp32. PDL: every kernel triggers its dependents only after its own wait, so a kernel's
+// pre-wait code may read anything written two or more kernels back. gate_up loads the shared
+// expert before its wait (the routed rows need the router, the previous kernel); down loads all its
+// rows before its wait (the router is two kernels back).
 #include "backend/cuda/common.cuh"
 
 namespace lily::cuda {
@@ -10,33 +14,37 @@ constexpr int kThreads = 256, kWarps = 8;
 
 template <int CPL> __global__ void __launch_bounds__(kThreads) gate_up_kernel(MoeArgs a) {
   extern __shared__ float sm[];
-  const int H = a.H, I = a.I, nch = H / 32;
+  const int H = a.H, I = a.I, Is = a.Is, nch = H / 32;
   float* xs = sm;
   float* xcs = xs + nch * Chunk<4>::kStride;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int slot = blockIdx.y, r = blockIdx.x * kWarps + warp;
-  const QW* wg;
-  const QW* wu;
-  int rg, ru;
-  if (slot < a.top_k) {
-    const int e = a.topk_ids[slot];
-    wg = &a.gate, wu = &a.up, rg = e * I + r, ru = e * I + r;
-  } else {
-    wg = &a.sh_gate_up, wu = &a.sh_gate_up, rg = r, ru = I + r;
-  }
+  const bool shared = slot == a.top_k;
+  const int width = shared ? Is : I;
   uint4 g[CPL], u[CPL];
   uint32_t sg[CPL], su[CPL];
+  auto load = [&](const QW& wg, const QW& wu, int rg, int ru) {
 #pragma unroll
-  for (int i = 0; i < CPL; ++i) {
-    const int c = lane + 32 * i;
-    if (r < I && c < nch) {
-      g[i] = load_chunk(*wg, rg, c, nch), sg[i] = load_sb<4>(*wg, rg, c);
-      u[i] = load_chunk(*wu, ru, c, nch), su[i] = load_sb<4>(*wu, ru, c);
+    for (int i = 0; i < CPL; ++i) {
+      const int c = lane + 32 * i;
+      if (r < width && c < nch) {
+        g[i] = load_chunk(wg, rg, c, nch), sg[i] = load_sb<4>(wg, rg, c);
+        u[i] = load_chunk(wu, ru, c, nch), su[i] = load_sb<4>(wu, ru, c);
+      } else {
+        g[i] = u[i] = make_uint4(0, 0, 0, 0), sg[i] = su[i] = 0;
+      }
     }
+  };
+  if (shared) load(a.sh_gate_up, a.sh_gate_up, r, Is + r);
+  pdl_wait();
+  pdl_trigger();
+  if (!shared) {
+    const int e = a.topk_ids[slot];
+    load(a.gate, a.up, e * I + r, e * I + r);
   }
-  stage_plain<4>(static_cast<const uint16_t*>(a.x), H, xs, xcs);
+  stage_plain<4>(a.x, H, xs, xcs);
   __syncthreads();
-  if (r >= I) return;
+  if (r >= width) return;
   float ag = 0.f, au = 0.f;
 #pragma unroll
   for (int i = 0; i < CPL; ++i) {
@@ -48,89 +56,102 @@ template <int CPL> __global__ void __launch_bounds__(kThreads) gate_up_kernel(Mo
   }
   ag = warp_sum(ag);
   au = warp_sum(au);
-  if (lane == 0) static_cast<uint16_t*>(a.act)[slot * I + r] = to_bf(silu(rbf(ag)) * rbf(au));
+  if (lane == 0) a.act[slot * I + r] = silu(ag) * au;
 }
 
-// CH = chunks per down row (I/32); a warp covers 32/CH slots per pass.
-template <int CH> __global__ void __launch_bounds__(kThreads) down_kernel(MoeArgs a) {
+// One warp per output row. The row's work items are the 16-byte chunks of every slot's down row:
+// routed slot j, chunk c → item j·CHr + c; shared chunk c → item k·CHr + c (the same order as
+// act, so item i reads staged chunk i). Lane l takes items l, l+32, ... (P per lane); each item's
+// term is weighted by its slot's combine weight, then one warp sum.
+template <int P> __global__ void __launch_bounds__(kThreads) down_kernel(MoeArgs a) {
   extern __shared__ float sm[];
-  constexpr int SPP = 32 / CH, kMaxSlots = 9, P = (kMaxSlots + SPP - 1) / SPP;
-  const int H = a.H, I = a.I, NS = a.top_k + 1;
+  const int H = a.H, I = a.I, Is = a.Is, k = a.top_k;
+  const int CHr = I / 32, CHs = Is / 32, n_items = k * CHr + CHs;
   float* xs = sm;
-  float* xcs = xs + NS * CH * Chunk<4>::kStride;
+  float* xcs = xs + n_items * Chunk<4>::kStride;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int row = blockIdx.x * kWarps + warp, sub = lane / CH, j = lane % CH;
+  const int row = blockIdx.x * kWarps + warp;
+  // The expert ids and weights come from the router, two kernels back (complete once the previous
+  // kernel passed its own wait), so the down rows are loaded before this kernel's wait; only act
+  // (from gate_up, the previous kernel) is read after it.
   uint4 w[P];
   uint32_t sb[P];
+  float wt[P];
 #pragma unroll
   for (int p = 0; p < P; ++p) {
-    const int slot = p * SPP + sub;
-    w[p] = make_uint4(0, 0, 0, 0), sb[p] = 0;
-    if (slot < NS && row < H) {
-      if (slot < a.top_k) {
-        const int e = a.topk_ids[slot];
-        w[p] = load_chunk(a.down, e * H + row, j, CH), sb[p] = load_sb<4>(a.down, e * H + row, j);
+    const int it = lane + 32 * p;
+    w[p] = make_uint4(0, 0, 0, 0), sb[p] = 0, wt[p] = 0.f;
+    if (it < n_items && row < H) {
+      if (it < k * CHr) {
+        const int j = it / CHr, c = it % CHr, e = a.topk_ids[j];
+        w[p] = load_chunk(a.down, e * H + row, c, CHr), sb[p] = load_sb<4>(a.down, e * H + row, c);
+        wt[p] = a.topk_w[j];
       } else {
-        w[p] = load_chunk(a.sh_down, row, j, CH), sb[p] = load_sb<4>(a.sh_down, row, j);
+        const int c = it - k * CHr;
+        w[p] = load_chunk(a.sh_down, row, c, CHs), sb[p] = load_sb<4>(a.sh_down, row, c);
+        wt[p] = a.topk_w[k];
       }
     }
   }
-  stage_plain<4>(static_cast<const uint16_t*>(a.act), NS * I, xs, xcs);
+  pdl_wait();
+  pdl_trigger();
+  stage_plain<4>(a.act, k * I + Is, xs, xcs);
   __syncthreads();
   if (row >= H) return;
-  float routed = 0.f, shared = 0.f;
+  float y = 0.f;
 #pragma unroll
   for (int p = 0; p < P; ++p) {
-    const int slot = p * SPP + sub;
-    float y = slot < NS ? chunk_term<4>(w[p], sb[p], xs, xcs, slot * CH + j) : 0.f;
-#pragma unroll
-    for (int o = CH / 2; o > 0; o >>= 1) y += __shfl_xor_sync(0xffffffffu, y, o);
-    float rc = 0.f, sc = 0.f;
-    if (j == 0 && slot < NS) {
-      if (slot < a.top_k)
-        rc = a.topk_w[slot] * rbf(y);
-      else
-        sc = a.topk_w[a.top_k] * rbf(y);
-    }
-    routed += warp_sum(rc);
-    shared += warp_sum(sc);
+    const int it = lane + 32 * p;
+    if (it < n_items) y = fmaf(wt[p], chunk_term<4>(w[p], sb[p], xs, xcs, it), y);
   }
-  if (lane == 0) static_cast<uint16_t*>(a.out)[row] = to_bf(routed + shared);
+  y = warp_sum(y);
+  if (lane == 0) a.out[row] = y;
 }
+
+int shared_width(const MoeArgs& a) { return a.Is > 0 ? a.Is : a.I; }
 
 }  // namespace
 
-Status moe_gate_up(const MoeArgs& a, Stream stream) {
+Status moe_gate_up(const MoeArgs& a0, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (a.H % 256 != 0 || a.H > 4096) return cu_err("moe_gate_up: H={} unsupported", a.H);
-  if (a.sh_gate_up.rows != 2 * a.I) return cu_err("moe_gate_up: shared expert width must equal I={}", a.I);
-  if (a.top_k < 1 || a.top_k > 8) return cu_err("moe_gate_up: top_k={} unsupported (1..8)", a.top_k);
+  MoeArgs a = a0;
+  a.Is = shared_width(a0);
+  if (a.H % 64 != 0 || a.H <= 0 || a.H > 4096) return cu_err("moe_gate_up: H={} unsupported (multiple of 64, ≤ 4096)", a.H);
+  if (a.I % 32 != 0 || a.Is % 32 != 0 || a.I <= 0) return cu_err("moe_gate_up: widths I={} Is={} must be multiples of 32", a.I, a.Is);
+  if (a.sh_gate_up.rows != 2 * a.Is) return cu_err("moe_gate_up: shared [gate|up] has {} rows, want 2·{}", a.sh_gate_up.rows, a.Is);
+  if (a.top_k < 1 || a.top_k > 16) return cu_err("moe_gate_up: top_k={} unsupported (1..16)", a.top_k);
   const int nch = a.H / 32, cpl = (nch + 31) / 32;
   const size_t smem = size_t(nch * Chunk<4>::kStride + nch) * sizeof(float);
-  dim3 grid((a.I + kWarps - 1) / kWarps, a.top_k + 1);
-  if (cpl == 1)
-    gate_up_kernel<1><<<grid, kThreads, smem, s>>>(a);
-  else if (cpl == 2)
-    gate_up_kernel<2><<<grid, kThreads, smem, s>>>(a);
-  else
-    gate_up_kernel<4><<<grid, kThreads, smem, s>>>(a);
-  return launch_status("moe_gate_up");
+  const int wmax = a.I > a.Is ? a.I : a.Is;
+  dim3 grid((wmax + kWarps - 1) / kWarps, a.top_k + 1);
+  if (cpl == 1) return launch_k("moe_gate_up", gate_up_kernel<1>, grid, dim3(kThreads), smem, s, a);
+  if (cpl == 2) return launch_k("moe_gate_up", gate_up_kernel<2>, grid, dim3(kThreads), smem, s, a);
+  return launch_k("moe_gate_up", gate_up_kernel<4>, grid, dim3(kThreads), smem, s, a);
 }
 
-Status moe_down_combine(const MoeArgs& a, Stream stream) {
+Status moe_down_combine(const MoeArgs& a0, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (a.top_k < 1 || a.top_k > 8) return cu_err("moe_down_combine: top_k={} unsupported (1..8)", a.top_k);
-  if (a.sh_down.cols != a.I) return cu_err("moe_down_combine: shared expert width must equal I={}", a.I);
-  const int CH = a.I / 32, NS = a.top_k + 1;
-  const size_t smem = size_t(NS * CH * Chunk<4>::kStride + NS * CH) * sizeof(float);
-  const int grid = (a.H + kWarps - 1) / kWarps;
-  switch (CH) {
-    case 8: down_kernel<8><<<grid, kThreads, smem, s>>>(a); break;
-    case 16: down_kernel<16><<<grid, kThreads, smem, s>>>(a); break;
-    case 32: down_kernel<32><<<grid, kThreads, smem, s>>>(a); break;
-    default: return cu_err("moe_down_combine: I={} unsupported (256, 512 or 1024)", a.I);
-  }
-  return launch_status("moe_down_combine");
+  MoeArgs a = a0;
+  a.Is = shared_width(a0);
+  if (a.top_k < 1 || a.top_k > 16) return cu_err("moe_down_combine: top_k={} unsupported (1..16)", a.top_k);
+  if (a.I % 32 != 0 || a.Is % 32 != 0 || a.I <= 0) return cu_err("moe_down_combine: widths I={} Is={} must be multiples of 32", a.I, a.Is);
+  if (a.sh_down.cols != a.Is || a.down.cols != a.I) return cu_err("moe_down_combine: down widths {} / {} differ from I={} / Is={}", a.down.cols, a.sh_down.cols, a.I, a.Is);
+  const int n_items = a.top_k * (a.I / 32) + a.Is / 32, P = (n_items + 31) / 32;
+  const size_t smem = size_t(n_items * Chunk<4>::kStride + n_items) * sizeof(float);
+  if (smem > 200 * 1024) return cu_err("moe_down_combine: {} chunks per row exceed shared memory", n_items);
+  const dim3 grid((a.H + kWarps - 1) / kWarps), block(kThreads);
+  auto go = [&](auto kern) -> Status {
+    if (smem > 48 * 1024) LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    return launch_k("moe_down_combine", kern, grid, block, smem, s, a);
+  };
+  if (P <= 1) return go(down_kernel<1>);
+  if (P <= 2) return go(down_kernel<2>);
+  if (P <= 3) return go(down_kernel<3>);
+  if (P <= 5) return go(down_kernel<5>);
+  if (P <= 8) return go(down_kernel<8>);
+  if (P <= 12) return go(down_kernel<12>);
+  if (P <= 17) return go(down_kernel<17>);
+  return cu_err("moe_down_combine: {} chunks per row unsupported (≤ 544)", n_items);
 }
 
 }  // namespace lily::cuda

@@ -5,41 +5,44 @@
 namespace lily::cuda {
 namespace {
 
-__global__ void add_rmsnorm_kernel(const uint16_t* x, const uint16_t* mix, const uint16_t* gain, int H, float eps,
-                                   uint16_t* r_out, uint16_t* n_out) {
+__global__ void add_rmsnorm_kernel(const float* x, const float* mix, const uint16_t* gain, int H, float eps,
+                                   float* r_out, float* n_out) {
   __shared__ float red[32];
   __shared__ float v[8192];
+  pdl_wait();
+  pdl_trigger();
   float ss = 0.f;
   for (int i = threadIdx.x; i < H; i += blockDim.x) {
-    float t = bf(x[i]);
-    if (mix) t = rbf(t + bf(mix[i]));
+    float t = x[i];
+    if (mix) t += mix[i];
     v[i] = t;
     ss += t * t;
   }
   ss = block_sum(ss, red);
   const float inv = 1.0f / sqrtf(ss / float(H) + eps);
   for (int i = threadIdx.x; i < H; i += blockDim.x) {
-    if (r_out) r_out[i] = to_bf(v[i]);
-    n_out[i] = to_bf(v[i] * inv * bf(gain[i]));
+    if (r_out) r_out[i] = v[i];
+    n_out[i] = v[i] * inv * bf(gain[i]);
   }
 }
 
-__global__ void bump_pos_kernel(StepCtl* ctl) { ctl->pos += 1; }
+__global__ void bump_pos_kernel(StepCtl* ctl) {
+  pdl_wait();
+  pdl_trigger();
+  ctl->pos += 1;
+}
 
 }  // namespace
 
-Status add_rmsnorm(const void* x, const void* mix, const void* gain, int H, float eps, void* r_out, void* n_out,
+Status add_rmsnorm(const float* x, const float* mix, const void* gain, int H, float eps, float* r_out, float* n_out,
                    Stream s) {
   if (H <= 0 || H > 8192) return cu_err("add_rmsnorm: H={} unsupported", H);
-  add_rmsnorm_kernel<<<1, 1024, 0, static_cast<cudaStream_t>(s)>>>(
-      static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(mix), static_cast<const uint16_t*>(gain), H, eps,
-      static_cast<uint16_t*>(r_out), static_cast<uint16_t*>(n_out));
-  return launch_status("add_rmsnorm");
+  return launch_k("add_rmsnorm", add_rmsnorm_kernel, dim3(1), dim3(1024), 0, static_cast<cudaStream_t>(s), x, mix,
+                  static_cast<const uint16_t*>(gain), H, eps, r_out, n_out);
 }
 
 Status bump_pos(StepCtl* ctl, Stream s) {
-  bump_pos_kernel<<<1, 1, 0, static_cast<cudaStream_t>(s)>>>(ctl);
-  return launch_status("bump_pos");
+  return launch_k("bump_pos", bump_pos_kernel, dim3(1), dim3(1), 0, static_cast<cudaStream_t>(s), ctl);
 }
 
 }  // namespace lily::cuda

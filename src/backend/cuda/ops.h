@@ -1,5 +1,7 @@
 // Host wrappers of the CUDA decode kernels: plain C++ (no CUDA types), so tests and the backend
 // share one way to launch each op. Pointers are device pointers; `stream` is a cudaStream_t.
+// Activations are fp32 (as the CPU reference keeps them); weights stay packed. The K/V cache and
+// the conv window are fp32 or bf16 per sequence state (`kv_f32`).
 // Quantized weights use the device layout made at upload: codes as on disk, scale and bias
 // interleaved per group ([rows][groups] of {scale, bias} bf16 pairs), group size 64.
 #pragma once
@@ -27,12 +29,12 @@ struct StepCtl {
   float last_lse = 0;        // logsumexp of the last lm_head
 };
 
-// How a GEMV stages its input vector (x, K values) in shared memory.
+// How a GEMV stages its input vector (x, K values, fp32) in shared memory.
 enum class Pro : int {
-  kPlain = 0,      // x = in (bf16 [K])
-  kAddNorm = 1,    // r = bf16(in + mix) (mix may be null); x = bf16(rms(r)·gain). Block 0 writes
-                   // r to res_out (bf16 [K]) and, if n_out, x to n_out.
-  kGatedNorm = 2,  // x[h,d] = bf16(gain[d]·o·rsqrt(mean_d o²+eps)·silu(z[h,d])); in = o, z = z (bf16)
+  kPlain = 0,      // x = in (fp32 [K])
+  kAddNorm = 1,    // r = in + mix (mix may be null); x = rms(r)·gain. Block 0 writes r to res_out
+                   // (fp32 [K]) and, if n_out, x to n_out.
+  kGatedNorm = 2,  // x[h,d] = gain[d]·o·rsqrt(mean_d o²+eps)·silu(z[h,d]); in = o, z = z (fp32)
 };
 enum class Epi : int {
   kNone = 0,
@@ -40,19 +42,19 @@ enum class Epi : int {
   kArgmax = 2,  // lm_head: y fp32 logits; last block writes ctl->tok, ctl->last_argmax, tok_out[pos], ctl->pos++
 };
 
+// K (= w.cols) must be a multiple of 64 (the group size): ≤ 4096 at 4 bits, ≤ 2048 at 8 bits.
 struct GemvArgs {
   QW w;
   Pro pro = Pro::kPlain;
-  const void* in = nullptr;   // bf16 [K]
-  const void* mix = nullptr;  // bf16 [K] or null
-  const void* gain = nullptr; // bf16 [K] (add-norm) or [gn_dv] (gated norm)
-  void* res_out = nullptr;    // bf16 [K]
-  void* n_out = nullptr;      // bf16 [K] or null
-  const void* z = nullptr;    // bf16 [K] (gated norm)
-  int gn_dv = 128;
+  const float* in = nullptr;   // fp32 [K]
+  const float* mix = nullptr;  // fp32 [K] or null
+  const void* gain = nullptr;  // bf16 [K] (add-norm) or [gn_dv] (gated norm)
+  float* res_out = nullptr;    // fp32 [K]
+  float* n_out = nullptr;      // fp32 [K] or null
+  const float* z = nullptr;    // fp32 [K] (gated norm)
+  int gn_dv = 128;             // gated-norm head width (multiple of 32, K/gn_dv ≤ 64 heads)
   float eps = 1e-6f;
-  void* y = nullptr;          // [rows] bf16 (rounded) or fp32
-  bool y_f32 = false;
+  float* y = nullptr;          // fp32 [rows]
   Epi epi = Epi::kNone;
   StepCtl* ctl = nullptr;     // epilogues
   // kTopK
@@ -69,57 +71,62 @@ Status gemv(const GemvArgs& a, Stream s);
 // Grid cap of gemv (the kArgmax scratch needs this many (value, index) pairs).
 int gemv_argmax_max_blocks();
 
-// x (bf16 [H]) = bf16(scale·q + bias) of row ctl->tok (or of `token` when ctl is null).
-Status embed_row(const QW& e, const StepCtl* ctl, int token, void* x, Stream s);
+// x (fp32 [H]) = scale·q + bias of row ctl->tok (or of `token` when ctl is null).
+Status embed_row(const QW& e, const StepCtl* ctl, int token, float* x, Stream s);
 
-// Standalone residual add + RMSNorm: r = bf16(x + mix); n = bf16(rms(r)·gain). (H ≤ 8192)
-Status add_rmsnorm(const void* x, const void* mix, const void* gain, int H, float eps, void* r_out, void* n_out,
+// Standalone residual add + RMSNorm: r = x + mix; n = rms(r)·gain (fp32; gain bf16). (H ≤ 8192)
+Status add_rmsnorm(const float* x, const float* mix, const void* gain, int H, float eps, float* r_out, float* n_out,
                    Stream s);
 
-// MoE decode. gate_up: act[k, I] = bf16(silu(bf16(g_k·x))·bf16(u_k·x)) for the top_k routed
-// experts (ids on the device) and, as slot top_k, the shared expert (its [gate|up] rows).
+// MoE decode. gate_up: act = silu(g_k·x)·(u_k·x) for the top_k routed experts (ids on the
+// device; act[j·I, (j+1)·I)) and the shared expert (its [gate|up] rows; act[top_k·I, +Is)).
+// I and Is multiples of 32, H a multiple of 64 (≤ 4096), top_k ≤ 16.
 struct MoeArgs {
   QW gate, up, down;          // stacked experts: gate/up [E*I, H], down [E*H, I]
   QW sh_gate_up, sh_down;     // shared: [2*Is, H], [H, Is]
   const int32_t* topk_ids = nullptr;
   const float* topk_w = nullptr;  // [top_k + 1]
-  int top_k = 8, H = 0, I = 0;
-  const void* x = nullptr;    // bf16 [H] normed input
-  void* act = nullptr;        // bf16 [top_k + 1, I]
-  void* out = nullptr;        // bf16 [H] = bf16(Σ w_k·bf16(down_k·act_k) + σ·bf16(sdown·act_s))
+  int top_k = 8, H = 0, I = 0, Is = 0;  // Is = 0: same as I
+  const float* x = nullptr;   // fp32 [H] normed input
+  float* act = nullptr;       // fp32 [top_k·I + Is]
+  float* out = nullptr;       // fp32 [H] = Σ w_k·(down_k·act_k) + σ·(sdown·act_s)
 };
 Status moe_gate_up(const MoeArgs& a, Stream s);
 Status moe_down_combine(const MoeArgs& a, Stream s);
 
-// Whole GDN decode step. u: bf16 [C + vd + 2·nv] = [qkv | z | a | b] projections of this token;
-// conv: bf16 [2, C, K-1] double-buffered window (read parity pos&1, write the other);
-// S: fp32 [nv, dk, dv]; o: bf16 [nv, dv] readout before the gated norm.
+// Whole GDN decode step. u: fp32 [C + vd + 2·nv] = [qkv | z | a | b] projections of this token;
+// conv: [2, C, K-1] double-buffered window (read parity pos&1, write the other), fp32 when
+// win_f32 else bf16; S: fp32 [nv, dk, dv]; o: fp32 [nv, dv] readout before the gated norm.
+// dk, dv multiples of 32 (dk ≤ 256).
 struct GdnArgs {
-  const void* u = nullptr;
+  const float* u = nullptr;
   const void* conv_w = nullptr;  // bf16 [C, K]
   void* conv = nullptr;
+  bool win_f32 = true;
   float* S = nullptr;
   const float* A_log = nullptr;  // [nv]
   const void* dt_bias = nullptr; // bf16 [nv]
-  void* o = nullptr;
+  float* o = nullptr;
   const StepCtl* ctl = nullptr;
   int pos = -1;                  // when ctl is null
   int nk = 0, nv = 0, dk = 128, dv = 128, K = 4;
 };
 Status gdn_step(const GdnArgs& a, Stream s);
 
-// Attention decode. prep: q (bf16 [nh, hd]) = rope(bf16(rms(q_raw)·qn)); K/V of pos written to the
-// caches [nkv, max_seq, hd] bf16 after k norm + rope. qkv = bf16 [nh*qw + 2*nkv*hd] with per-head
-// [q | gate] (qw = 2hd) or plain q (qw = hd). decode: split-K flash decoding over 0..pos, then the
-// last block per kv head merges splits, applies sigmoid(gate), writes out bf16 [nh, hd].
+// Attention decode. prep: q (fp32 [nh, hd]) = rope(rms(q_raw)·qn); K/V of pos written to the
+// caches [nkv, max_seq, hd] (fp32 when kv_f32, else bf16) after k norm + rope. qkv = fp32
+// [nh*qw + 2*nkv*hd] with per-head [q | gate] (qw = 2hd) or plain q (qw = hd). decode: split-K
+// flash decoding over 0..pos, then the last block per kv head merges splits, applies
+// sigmoid(gate), writes out fp32 [nh, hd]. hd ∈ {64, 128, 256}; group nh/nkv ∈ {1,2,3,4,6,8}.
 struct AttnArgs {
-  const void* qkv = nullptr;
+  const float* qkv = nullptr;
   const void* q_norm = nullptr;
   const void* k_norm = nullptr;
-  void* q = nullptr;
+  float* q = nullptr;
   void* kc = nullptr;
   void* vc = nullptr;
-  void* out = nullptr;
+  bool kv_f32 = true;
+  float* out = nullptr;
   float* partial = nullptr;  // [nkv, n_split, group, hd + 2]
   StepCtl* ctl = nullptr;
   int pos = -1;              // when ctl is null (prep only; decode needs ctl for counters)

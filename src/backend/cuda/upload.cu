@@ -1,5 +1,7 @@
 // Weight upload for the CUDA backend: streams the mmap'd checkpoint through two pinned staging
 // buffers into one device arena, concatenating fused projections and interleaving scale/bias.
+// The host side (page faults of the mmap + memcpy into pinned memory) is the bottleneck, so large
+// copies and the scale/bias interleave run on the thread pool.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -10,12 +12,22 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/dev_weights.h"
+#include "core/thread_pool.h"
 
 namespace lily {
 namespace cuda {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+
+// memcpy, split over the thread pool when large.
+void par_copy(char* dst, const char* src, size_t n) {
+  if (n < (size_t(4) << 20)) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  ThreadPool::global().parallel_for(n, size_t(1) << 20, [&](size_t a, size_t b) { std::memcpy(dst + a, src + a, b - a); });
+}
 
 // Streams host bytes into one device arena through two pinned staging buffers. A dry run
 // (dev == nullptr) only counts bytes so the arena can be allocated once.
@@ -43,6 +55,7 @@ class Uploader {
     if (stream_) cudaStreamDestroy(stream_);
   }
   size_t offset() const { return off_; }
+  bool dry() const { return !dev_; }
   // Pads to `align` and returns the device address of the next byte.
   void* align(size_t a) {
     static const char zeros[256] = {};
@@ -58,7 +71,7 @@ class Uploader {
     const char* p = static_cast<const char*>(src);
     while (n > 0) {
       const size_t take = std::min(n, kChunk - fill_);
-      std::memcpy(pin_[cur_] + fill_, p, take);
+      par_copy(pin_[cur_] + fill_, p, take);
       fill_ += take, p += take, n -= take, off_ += take;
       if (fill_ == kChunk) flush();
     }
@@ -115,11 +128,21 @@ QW put_q(Uploader& up, std::initializer_list<const QWeight*> parts) {
   std::vector<uint16_t> buf;
   for (const QWeight* p : parts) {
     const size_t n = size_t(p->rows) * p->groups_per_row();
-    const size_t step = size_t(1) << 20;
+    if (up.dry()) {  // sizes only
+      up.write(nullptr, n * 4);
+      continue;
+    }
+    const size_t step = size_t(4) << 20;
     for (size_t i0 = 0; i0 < n; i0 += step) {
       const size_t m = std::min(step, n - i0);
       buf.resize(2 * m);
-      for (size_t i = 0; i < m; ++i) buf[2 * i] = p->scales[i0 + i].bits, buf[2 * i + 1] = p->biases[i0 + i].bits;
+      auto fill = [&](size_t a, size_t b) {
+        for (size_t i = a; i < b; ++i) buf[2 * i] = p->scales[i0 + i].bits, buf[2 * i + 1] = p->biases[i0 + i].bits;
+      };
+      if (m >= (size_t(1) << 18))
+        ThreadPool::global().parallel_for(m, size_t(1) << 16, fill);
+      else
+        fill(0, m);
       up.write(buf.data(), buf.size() * 2);
     }
   }
