@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "backend/cpu/fast_gemm.h"
 
@@ -42,6 +43,15 @@ LILY_AVX512 float dot512(const float* a, const float* b, int n) {
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
+// Prefetch distance of the decode kernel in u32 words (LILY_CPU_PF_WORDS, default 256 = 1 KiB).
+inline int prefetch_words() {
+  static const int v = [] {
+    const char* e = std::getenv("LILY_CPU_PF_WORDS");
+    return e ? std::atoi(e) : 256;
+  }();
+  return v;
+}
+
 // Rows r..r+R-1 times tokens ids[i0..i0+T-1]; sb/bb: [R][G] fp32 scales and biases of the rows.
 template <int R, int T>
 LILY_AVX512 void q4_block(const QArgs& a, int r, int i0, const float* sb, const float* bb) {
@@ -69,7 +79,12 @@ LILY_AVX512 void q4_block(const QArgs& a, int r, int i0, const float* sb, const 
   for (int rr = 0; rr < R; ++rr)
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) acc[rr][t] = _mm512_setzero_ps();
+  const int pf = prefetch_words();
   for (int g = 0; g < G; ++g) {
+    // Software prefetch ahead in every row stream (the hardware prefetchers restart at each 4 KiB).
+    if (pf && (g & 1) == 0)
+#pragma GCC unroll 4
+      for (int rr = 0; rr < R; ++rr) _mm_prefetch(reinterpret_cast<const char*>(codes[rr] + g * 8 + pf), _MM_HINT_T0);
     __m512i wa[R], wb[R];
 #pragma GCC unroll 4
     for (int rr = 0; rr < R; ++rr) {
