@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/fast_profile.h"
 #include "cli/command.h"
 #include "model/logits.h"
 #include "model/model.h"
@@ -139,7 +140,12 @@ int run_bench(const BenchArgs& a) {
     const int32_t first = argmax(logits);
     const double prefill_s = std::chrono::duration<double>(clk::now() - t0).count();
     std::vector<double> avail;
+    // CPU backends: per-op time and weight bytes of the timed decode steps (fast_profile.h).
+    const bool cpu = std::string(model.backend_name()).rfind("cpu", 0) == 0;
+    cpu::profile_reset();
+    cpu::profile_enable(cpu);
     if (s) s = model.decode_greedy(st, first, kDecodeSteps, ids, &avail);
+    cpu::profile_enable(false);
     if (!s) {
       std::fprintf(stderr, "error: %s\n", s.message().c_str());
       return 1;
@@ -168,6 +174,19 @@ int run_bench(const BenchArgs& a) {
     r["bytes_per_step"] = bytes / kDecodeSteps;
     r["achieved_gbps"] = gbps;
     r["ratio_to_copy"] = copy > 0 ? nlohmann::json(gbps / copy) : nlohmann::json(nullptr);
+    if (cpu) {
+      nlohmann::json ops = nlohmann::json::array();
+      for (const auto& o : cpu::profile_snapshot())
+        if (o.calls) {
+          const double gbps_op = o.seconds > 0 ? o.bytes / o.seconds / 1e9 : 0.0;
+          ops.push_back({{"op", o.name}, {"ms_per_step", 1e3 * o.seconds / kDecodeSteps}, {"share", o.seconds / decode_s},
+                         {"mb_per_step", o.bytes / kDecodeSteps / 1e6}, {"gb_s", gbps_op},
+                         {"ratio_to_copy", copy > 0 ? nlohmann::json(gbps_op / copy) : nlohmann::json(nullptr)}});
+          std::fprintf(stderr, "|   %s | %.2f ms/step | %.0f%% | %.1f MB | %.1f GB/s |\n", o.name.c_str(),
+                       1e3 * o.seconds / kDecodeSteps, 100 * o.seconds / decode_s, o.bytes / kDecodeSteps / 1e6, gbps_op);
+        }
+      r["decode_ops"] = ops;
+    }
     out["results"].push_back(r);
     std::fprintf(stderr, "| %d | %.1f | %.1f | %.3f | %.0f | %s | %s |\n", P, P / prefill_s, kDecodeSteps / decode_s,
                  sorted[sorted.size() / 2], gbps, copy > 0 ? std::to_string(gbps / copy).substr(0, 5).c_str() : "-", digest);

@@ -3,7 +3,10 @@
 // first token; 64 timed greedy decode steps; JSON with tok/s, per-step times, an FNV-1a digest of the
 // generated ids and GB/s), plus what a CPU needs to judge it: the memory read bandwidth measured in
 // the same run and a per-op breakdown of the decode steps with achieved GB/s.
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -39,6 +42,19 @@ struct Args {
   int prompt_len = 256, decode = 64, threads = 0;
   double bw_gib = 2.0;
 };
+
+// CPU seconds (user + system) of this process so far.
+double process_cpu_s() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+// System load average over the last minute (-1 if unreadable).
+double loadavg1() {
+  double l[3];
+  return getloadavg(l, 3) >= 1 ? l[0] : -1.0;
+}
 
 uint64_t fnv1a(const std::vector<int32_t>& ids) {
   uint64_t h = 1469598103934665603ull;
@@ -83,10 +99,13 @@ int run(const Args& a) {
   auto st = m.new_state(cap);
   cpu::profile_reset();
   cpu::profile_enable(true);
+  const double load_before = loadavg1();
+  const double c0 = process_cpu_s();
   const auto t0 = clock_type::now();
   Status s = m.forward(**st, prompt, logits);
   int32_t tok = argmax(logits);
   const double prefill_s = secs(t0, clock_type::now());
+  const double prefill_cpu_s = process_cpu_s() - c0;
   if (!s.is_ok()) return std::fprintf(stderr, "lily bench-cpu: %s\n", s.message().c_str()), 1;
   const auto prof_prefill = cpu::profile_snapshot();
 
@@ -94,6 +113,7 @@ int run(const Args& a) {
   cpu::profile_enable(true);
   std::vector<int32_t> ids{tok};
   std::vector<double> step_s;
+  const double c1 = process_cpu_s();
   const auto d0 = clock_type::now();
   auto prev = d0;
   for (int i = 0; i < a.decode; ++i) {
@@ -106,6 +126,10 @@ int run(const Args& a) {
     prev = now;
   }
   const double decode_s = secs(d0, prev);
+  const double decode_cpu_s = process_cpu_s() - c1;
+  const int nthreads = ThreadPool::global().size();
+  // Share of the pool's cores this process actually got (other work on a shared machine lowers it).
+  const double prefill_share = prefill_cpu_s / (prefill_s * nthreads), decode_share = decode_cpu_s / (decode_s * nthreads);
   cpu::profile_enable(false);
   const auto prof = cpu::profile_snapshot();
 
@@ -120,6 +144,10 @@ int run(const Args& a) {
   j["load_s"] = load_s;
   j["prompt_len"] = a.prompt_len;
   j["prefill_s"] = prefill_s;
+  j["prefill_cpu_share"] = prefill_share;
+  j["decode_cpu_share"] = decode_share;
+  j["loadavg1_before"] = load_before;
+  j["loadavg1_after"] = loadavg1();
   j["prefill_tok_s"] = pre_tps;
   j["decode_steps"] = a.decode;
   j["decode_s"] = decode_s;
@@ -151,6 +179,9 @@ int run(const Args& a) {
                       {"gb_s", o.seconds > 0 ? o.bytes / o.seconds / 1e9 : 0.0}});
   j["prefill_ops"] = pops;
 
+  fmt::print("load average (1 min) {:.2f} before, {:.2f} after; CPU share of the {} threads: prefill {:.0f}%, decode {:.0f}% "
+             "(below ~95%: other processes took cores; the numbers are then low)\n",
+             load_before, loadavg1(), nthreads, 100 * prefill_share, 100 * decode_share);
   fmt::print("prefill {} tokens: {:.3f} s = {:.2f} tok/s\n", a.prompt_len, prefill_s, pre_tps);
   fmt::print("decode {} steps: {:.3f} s = {:.2f} tok/s (median step {:.1f} ms); {:.2f} GB/token -> {:.1f} GB/s = {:.0f}% "
              "of the {:.1f} GB/s read bandwidth measured now\n",

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_state.h"
+#include "backend/cpu/fast_membw.h"
 #include "backend/cpu/fast_mmap.h"
 #include "backend/cpu/fast_ops.h"
 #include "backend/cpu/fast_profile.h"
@@ -65,6 +66,11 @@ class FastCpuBackend final : public Backend {
   }
 
   Result<std::unique_ptr<SeqState>> new_state(int max_seq) override { return new_cpu_state(cfg_, max_seq); }
+  // `lily bench` compares decode GB/s with this: the read bandwidth of all pool threads, measured once.
+  double copy_bandwidth_gbps() override {
+    if (read_gbps_ <= 0) read_gbps_ = fast::measure_read_gbps(1.0);
+    return read_gbps_;
+  }
 
   Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) override {
     LILY_ASSIGN_OR_RETURN(CpuSeqState* st, check_forward_args(cfg_, state, tokens, logits));
@@ -340,6 +346,7 @@ class FastCpuBackend final : public Backend {
   const ModelConfig& cfg_;
   std::vector<int32_t> iota_;
   PreparedX px_, pmix_, pact_;  // int16 forms of h, of a mixer/shared-expert input, of expert inputs (decode)
+  double read_gbps_ = 0;
   bool gemm_ = false;           // this forward is a prefill (M > 1): 4-bit jobs run the fp32 GEMM
 };
 
