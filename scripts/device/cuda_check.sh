@@ -41,9 +41,14 @@ if [[ $phase == phase1 || $phase == all ]]; then
   log "golden (LILY_BACKEND=cuda, fp32 states)"
   run_t golden 120 '*Golden*' LILY_BACKEND=cuda
   grep -E '\[golden\]|FAIL|PASSED|rc |Failure|error' "$OUT/golden.txt" | tail -20
-  log "golden (LILY_BACKEND=cuda, LILY_CUDA_KV=bf16: prefill kernels + bf16 K/V)"
-  run_t golden_bf16kv 120 '*Golden*' LILY_BACKEND=cuda LILY_CUDA_KV=bf16
-  grep -E '\[golden\]|FAIL|PASSED|rc ' "$OUT/golden_bf16kv.txt" | tail -12
+  log "golden (LILY_BACKEND=cuda, decode graph only: LILY_PREFILL_MIN=1000000)"
+  run_t golden_decode 120 '*Golden*' LILY_BACKEND=cuda LILY_PREFILL_MIN=1000000
+  grep -E '\[golden\]|FAIL|PASSED|rc ' "$OUT/golden_decode.txt" | tail -16
+  if [[ ${GOLDEN_BF16:-0} == 1 ]]; then
+    log "golden (LILY_BACKEND=cuda, LILY_CUDA_KV=bf16: prefill kernels + bf16 K/V)"
+    run_t golden_bf16kv 120 '*Golden*' LILY_BACKEND=cuda LILY_CUDA_KV=bf16
+    grep -E '\[golden\]|FAIL|PASSED|rc ' "$OUT/golden_bf16kv.txt" | tail -12
+  fi
 fi
 if [[ $phase == phase2 || $phase == all ]]; then
   wait $SYN; tail -2 "$OUT/synth.txt"
@@ -62,9 +67,10 @@ if [[ $phase == phase2 || $phase == all ]]; then
   LILY_CUDA_KV=bf16 LILY_CUDA_PROFILE=1 timeout ${BF16_TIMEOUT:-100} "$B/lily" bench --model /tmp/full --backend cuda \
     --contexts ${CTXS_BF16:-32768} --json "$OUT/bench_bf16kv.json" 2>&1 >/dev/null | tee "$OUT/bench_bf16kv.txt" | tail -40
   if [[ ${AB:-0} == 1 ]]; then
-    log "A/B at 256: PDL off; small-GEMV blocks off"
-    LILY_CUDA_PDL=0 timeout 60 "$B/lily" bench --model /tmp/full --backend cuda --contexts 256 --json "$OUT/bench_nopdl.json" 2>&1 >/dev/null | tail -4
-    LILY_GEMV_SMALL=0 timeout 60 "$B/lily" bench --model /tmp/full --backend cuda --contexts 256 --json "$OUT/bench_nosmall.json" 2>&1 >/dev/null | tail -4
+    for v in LILY_CUDA_PDL=0 LILY_CUDA_CARVEOUT=0 LILY_GEMV_SMALL=8; do
+      log "A/B at 256: $v"
+      env $v timeout 60 "$B/lily" bench --model /tmp/full --backend cuda --contexts 256 2>&1 >/dev/null | grep -E '^\| 256'
+    done
   fi
 fi
 log "done"

@@ -1,7 +1,7 @@
 // Attention decode: (1) q/k RMSNorm + partial NeoX RoPE + K/V cache write at pos; (2) split-K
 // flash decoding over positions 0..pos with the GQA group's query heads sharing each K/V row
-// read, the last block of each kv head merging the splits (log-sum-exp) and applying the
-// sigmoid output gate. Position and split count come from the device, so one graph serves
+// read; (3) a merge kernel, one block per query head, combining the splits (log-sum-exp) and
+// applying the sigmoid output gate. Position and split count come from the device, so one graph serves
 // every context length. Activations fp32; the cache fp32 or bf16 (template KT).
 #include <cfloat>
 
@@ -85,7 +85,6 @@ __device__ __forceinline__ int n_splits_for(int n, int n_split) {
 
 template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThreads) attn_decode_kernel(AttnArgs a) {
   extern __shared__ float sm[];  // [kWarps][G][hd + 2]
-  __shared__ int flag;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = DPL * 32;
   const int split = blockIdx.x, kvh = blockIdx.y;
   pdl_wait();
@@ -158,34 +157,61 @@ template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThread
     }
     part[idx] = acc;
   }
-  __threadfence();
+}
+
+__device__ __forceinline__ float block_max(float v, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_max(v);
   __syncthreads();
-  if (threadIdx.x == 0) flag = atomicAdd(&a.ctl->counter[2 + kvh], 1u) == unsigned(nse - 1);
+  if (lane == 0) red[warp] = v;
   __syncthreads();
-  if (!flag) return;
-  const float* qkv = a.qkv;
-  const float* pk = a.partial + size_t(kvh) * a.n_split * ws;
-  for (int idx = threadIdx.x; idx < G * hd; idx += kThreads) {
-    const int g = idx / hd, d = idx % hd, h = kvh * G + g;
-    float M = -INFINITY;
-    for (int sp = 0; sp < nse; ++sp) M = fmaxf(M, __ldcg(pk + sp * ws + g * (hd + 2) + hd));
-    float L = 0.f, O = 0.f;
-    for (int sp = 0; sp < nse; ++sp) {
-      const float* ps = pk + sp * ws + g * (hd + 2);
-      const float e = expf(__ldcg(ps + hd) - M);
-      L += __ldcg(ps + hd + 1) * e;
-      O += __ldcg(ps + d) * e;
-    }
-    float val = O / L;
-    if (a.qw == 2 * hd) val = val * sigmoid(qkv[h * a.qw + hd + d]);
-    a.out[h * hd + d] = val;
+  float t = lane < nw ? red[lane] : -INFINITY;
+  return warp_max(t);
+}
+
+// Merge of the splits: one block per query head, one thread per dim. Split weights
+// exp(m_sp − M) in shared memory, then each thread streams its dim over the splits.
+__global__ void __launch_bounds__(256) attn_merge_kernel(AttnArgs a) {
+  __shared__ float wsp[kMaxSplits];
+  __shared__ float red[32];
+  const int hd = a.hd, G = a.nh / a.nkv, h = blockIdx.x, kvh = h / G, g = h % G, d = threadIdx.x;
+  pdl_wait();
+  pdl_trigger();
+  const int n = a.ctl->pos + 1, nse = n_splits_for(n, a.n_split), ws = G * (hd + 2);
+  const float* pk = a.partial + size_t(kvh) * a.n_split * ws + g * (hd + 2);
+  float m = -INFINITY;
+  for (int sp = d; sp < nse; sp += blockDim.x) {
+    const float v = __ldcg(pk + sp * ws + hd);
+    wsp[sp] = v;
+    m = fmaxf(m, v);
   }
-  if (threadIdx.x == 0) a.ctl->counter[2 + kvh] = 0;
+  const float M = block_max(m, red);
+  float lsum = 0.f;
+  for (int sp = d; sp < nse; sp += blockDim.x) {
+    const float e = expf(wsp[sp] - M);
+    wsp[sp] = e;
+    lsum += __ldcg(pk + sp * ws + hd + 1) * e;
+  }
+  const float L = block_sum(lsum, red);
+  __syncthreads();
+  float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
+  int sp = 0;
+  for (; sp + 4 <= nse; sp += 4) {
+    o0 = fmaf(wsp[sp], __ldcg(pk + sp * ws + d), o0);
+    o1 = fmaf(wsp[sp + 1], __ldcg(pk + (sp + 1) * ws + d), o1);
+    o2 = fmaf(wsp[sp + 2], __ldcg(pk + (sp + 2) * ws + d), o2);
+    o3 = fmaf(wsp[sp + 3], __ldcg(pk + (sp + 3) * ws + d), o3);
+  }
+  for (; sp < nse; ++sp) o0 = fmaf(wsp[sp], __ldcg(pk + sp * ws + d), o0);
+  float val = ((o0 + o1) + (o2 + o3)) / L;
+  if (a.qw == 2 * hd) val = val * sigmoid(a.qkv[h * a.qw + hd + d]);
+  a.out[h * hd + d] = val;
 }
 
 template <int DPL, int G, typename KT> Status launch_decode(const AttnArgs& a, cudaStream_t s) {
   const size_t smem = size_t(kWarps) * G * (DPL * 32 + 2) * sizeof(float);
-  return launch_k("attn_decode", attn_decode_kernel<DPL, G, KT>, dim3(a.n_split, a.nkv), dim3(kThreads), smem, s, a);
+  LILY_TRY(launch_k("attn_decode", attn_decode_kernel<DPL, G, KT>, dim3(a.n_split, a.nkv), dim3(kThreads), smem, s, a));
+  return launch_k("attn_merge", attn_merge_kernel, dim3(a.nh), dim3(a.hd), 0, s, a);
 }
 
 template <int DPL, typename KT> Status dispatch_g(const AttnArgs& a, cudaStream_t s) {
