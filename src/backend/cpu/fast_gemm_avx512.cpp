@@ -24,41 +24,72 @@ constexpr int kKc = 64;     // k chunk of the packed activations (one group)
 
 inline __mmask16 lane_mask(int n) { return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1); }
 
+template <class T>
+struct AlignedBuf {
+  T* p = nullptr;
+  size_t n = 0;
+  T* get(size_t want) {
+    if (want > n) {
+      std::free(p);
+      n = want;
+      p = static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64));
+    }
+    return p;
+  }
+  ~AlignedBuf() { std::free(p); }
+};
+
+// Up to 16 bf16 (mask m) → fp32.
+LILY_AVX512 inline __m512 load_bf16x16(__mmask16 m, const bf16* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+
 // wt[k·32 + lane] = scale·q + bias of row r+lane at column k (lanes ≥ nr: 0). Codes come in by a
 // masked gather of one u32 word from each of 16 rows, which yields 8 columns per gather.
 LILY_AVX512 void dequant_panel(const QWeight& w, int r, int nr, float* wt) {
   const int G = w.groups_per_row(), wpr = w.words_per_row();
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i nib = _mm512_set1_epi32(0xF);
+  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   __mmask16 m[2];
   __m512i off[2];
   for (int j = 0; j < 2; ++j) {
     m[j] = lane_mask(nr - 16 * j);
     off[j] = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(16 * j)), _mm512_set1_epi32(wpr));
   }
-  alignas(64) float sc[kPanel], bi[kPanel];
+  // The panel's scales and biases in fp32, row-major [32][G] (vector bf16 conversion), read per group
+  // by a gather with stride G.
+  thread_local AlignedBuf<float> sbuf;
+  float* rs = sbuf.get(size_t(2) * kPanel * G);
+  float* rb = rs + size_t(kPanel) * G;
+  for (int l = 0; l < nr; ++l)
+    for (int g0 = 0; g0 < G; g0 += 16) {
+      const __mmask16 mg = lane_mask(G - g0);
+      _mm512_mask_storeu_ps(rs + size_t(l) * G + g0, mg, load_bf16x16(mg, w.scales + size_t(r + l) * G + g0));
+      _mm512_mask_storeu_ps(rb + size_t(l) * G + g0, mg, load_bf16x16(mg, w.biases + size_t(r + l) * G + g0));
+    }
+  __m512i soff[2];
+  for (int j = 0; j < 2; ++j) soff[j] = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(16 * j)), _mm512_set1_epi32(G));
   for (int g = 0; g < G; ++g) {
     // The gathers touch 32 rows' lines at once, which the hardware prefetchers do not follow:
     // fetch each row's codes 8 groups (4 lines) ahead, one line per two groups.
     if ((g & 1) == 0 && g + 8 < G)
       for (int l = 0; l < nr; ++l) _mm_prefetch(reinterpret_cast<const char*>(w.codes + size_t(r + l) * wpr + size_t(g + 8) * 8), _MM_HINT_T0);
-    for (int l = 0; l < kPanel; ++l) {
-      sc[l] = l < nr ? bf16_to_f32(w.scales[size_t(r + l) * G + g]) : 0.0f;
-      bi[l] = l < nr ? bf16_to_f32(w.biases[size_t(r + l) * G + g]) : 0.0f;
-    }
     const uint32_t* base = w.codes + size_t(r) * wpr + size_t(g) * 8;
     for (int j = 0; j < 2; ++j) {
       if (!m[j]) {
         for (int c = 0; c < kKc; ++c) _mm512_store_ps(wt + size_t(g * kKc + c) * kPanel + 16 * j, _mm512_setzero_ps());
         continue;
       }
-      const __m512 s = _mm512_load_ps(sc + 16 * j), b = _mm512_load_ps(bi + 16 * j);
+      const __m512 s = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m[j], soff[j], rs + g, 4);
+      const __m512 b = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m[j], soff[j], rb + g, 4);
       for (int kw = 0; kw < 8; ++kw) {
         const __m512i c = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m[j], off[j], base + kw, 4);
         float* dst = wt + size_t(g * kKc + kw * 8) * kPanel + 16 * j;
+        // float(q) by a permute of {0, 1, ..., 15}: vpermps reads only the low 4 bits of each index,
+        // so the nibble needs no mask and no int→float conversion.
 #pragma GCC unroll 8
         for (int n = 0; n < 8; ++n) {
-          const __m512 q = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(c, 4 * n), nib));
+          const __m512 q = _mm512_permutexvar_ps(n ? _mm512_srli_epi32(c, 4 * n) : c, iota);
           _mm512_store_ps(dst + n * kPanel, _mm512_fmadd_ps(s, q, b));
         }
       }
@@ -119,20 +150,6 @@ LILY_AVX512 void pack_x(const QArgs& a, int i0, int T, int K, float* xb) {
   }
 }
 
-template <class T>
-struct AlignedBuf {
-  T* p = nullptr;
-  size_t n = 0;
-  T* get(size_t want) {
-    if (want > n) {
-      std::free(p);
-      n = want;
-      p = static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64));
-    }
-    return p;
-  }
-  ~AlignedBuf() { std::free(p); }
-};
 
 }  // namespace
 
