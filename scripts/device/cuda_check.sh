@@ -30,6 +30,11 @@ if [[ $phase == phase1 || $phase == all ]]; then
   run_t ops 150 'CudaOps.*'
   grep -cE '^\| .*\| ok \|' "$OUT/ops.txt" | sed 's/^/ok rows: /'
   grep -E 'FAIL|PASSED|SKIPPED|rc ' "$OUT/ops.txt" | tail -12
+  if [[ ${ATTN_OLD:-0} == 1 ]]; then
+    log "attention ops, per-position split kernel (LILY_ATTN_TILE=0)"
+    run_t ops_attn_old 100 'CudaOps.Attention' LILY_ATTN_TILE=0
+    grep -E 'FAIL|PASSED|rc ' "$OUT/ops_attn_old.txt" | tail -4
+  fi
   log "tiny model (fp32 and bf16 K/V states)"
   run_t model_tiny 120 'CudaModel.Tiny*'
   grep -E 'step|greedy|pipeline|FAIL|PASSED|rc ' "$OUT/model_tiny.txt" | tail -40
@@ -53,9 +58,9 @@ fi
 if [[ $phase == phase2 || $phase == all ]]; then
   wait $SYN; tail -2 "$OUT/synth.txt"
   log "full CUDA vs CPU reference (fp32)"
-  run_t full_model ${FULL_TIMEOUT:-170} 'CudaModel.FullSize*Matches*' LILY_FULL_CKPT=/tmp/full LILY_FULL_STEPS=${FULL_STEPS:-3}
+  run_t full_model ${FULL_TIMEOUT:-170} 'CudaModel.FullSize*Matches*' LILY_FULL_CKPT=/tmp/full LILY_FULL_STEPS=${FULL_STEPS:-3} ${FULL_ENV:-}
   tail -14 "$OUT/full_model.txt"
-  if ! grep -q '^\[  PASSED  \] 1 test' "$OUT/full_model.txt"; then
+  if [[ ${BISECT:-1} == 1 ]] && ! grep -q '^\[  PASSED  \] 1 test' "$OUT/full_model.txt"; then
     log "full-size bisect by depth"
     run_t full_bisect 200 'CudaModel.FullSizeLayerBisect' LILY_FULL_CKPT=/tmp/full LILY_FULL_BISECT=1
     grep -E '^\| layers|FAIL|rc ' "$OUT/full_bisect.txt"
@@ -63,13 +68,15 @@ if [[ $phase == phase2 || $phase == all ]]; then
   log "bench full (fp32 states, profile)"
   LILY_CUDA_PROFILE=1 timeout 170 "$B/lily" bench --model /tmp/full --backend cuda --contexts ${CTXS:-256,4096} \
     --label "${LABEL:-}" --json "$OUT/bench_full.json" 2>&1 >/dev/null | tee "$OUT/bench_full.txt" | grep -vE '^\r' | tail -40
-  log "bench full (bf16 K/V states: prefill kernels; long contexts)"
-  LILY_CUDA_KV=bf16 LILY_CUDA_PROFILE=1 timeout ${BF16_TIMEOUT:-100} "$B/lily" bench --model /tmp/full --backend cuda \
-    --contexts ${CTXS_BF16:-32768} --json "$OUT/bench_bf16kv.json" 2>&1 >/dev/null | tee "$OUT/bench_bf16kv.txt" | tail -40
+  if [[ ${CTXS_BF16:-32768} != none ]]; then
+    log "bench full (bf16 K/V states; long contexts)"
+    LILY_CUDA_KV=bf16 LILY_CUDA_PROFILE=1 timeout ${BF16_TIMEOUT:-100} "$B/lily" bench --model /tmp/full --backend cuda \
+      --contexts ${CTXS_BF16:-32768} --json "$OUT/bench_bf16kv.json" 2>&1 >/dev/null | tee "$OUT/bench_bf16kv.txt" | tail -40
+  fi
   if [[ ${AB:-0} == 1 ]]; then
-    for v in LILY_CUDA_PDL=0 LILY_CUDA_CARVEOUT=0 LILY_GEMV_SMALL=8; do
-      log "A/B at 256: $v"
-      env $v timeout 60 "$B/lily" bench --model /tmp/full --backend cuda --contexts 256 2>&1 >/dev/null | grep -E '^\| 256'
+    for v in ${AB_VARS:-LILY_CUDA_PDL=0 LILY_CUDA_CARVEOUT=0 LILY_GEMV_SMALL=0}; do
+      log "A/B at ${AB_CTX:-256}: $v"
+      env $v timeout 60 "$B/lily" bench --model /tmp/full --backend cuda --contexts ${AB_CTX:-256} 2>&1 >/dev/null | grep -E '^\| [0-9]'
     done
   fi
 fi

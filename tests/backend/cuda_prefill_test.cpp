@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -314,15 +315,20 @@ struct GdnCase {
   }
 };
 
-void gdn_case(GdnCase& G, std::vector<int> pieces, bool nonzero_state) {
+void gdn_case(GdnCase& G, std::vector<int> pieces, bool nonzero_state, bool win_f32 = true) {
   const int nk = G.nk, nv = G.nv, C = 2 * nk * 128 + nv * 128, vd = nv * 128, kd = nk * 128, W = G.K - 1;
   const int ldu = C + vd + 2 * nv;
   int Mt = 0;
   for (int p : pieces) Mt += p;
   auto u = randv(size_t(Mt) * ldu, 0.5f);
   std::vector<float> win = nonzero_state ? rand_bf16(size_t(C) * W) : std::vector<float>(size_t(C) * W, 0.f);
+  // Window buffers: fp32 (decode default) or bf16, each [C, K-1], alternated by parity.
+  const size_t wbytes = size_t(C) * W * (win_f32 ? 4 : 2);
+  DBuf<uint8_t> wb0(wbytes), wb1(wbytes);
+  if (win_f32) cudaMemcpy(wb0.p, win.data(), wbytes, cudaMemcpyHostToDevice);
+  else { auto b = to_bits(win); cudaMemcpy(wb0.p, b.data(), wbytes, cudaMemcpyHostToDevice); }
   std::vector<float> S = nonzero_state ? randv(size_t(nv) * 128 * 128, 0.05f) : std::vector<float>(size_t(nv) * 128 * 128, 0.f);
-  DBuf<uint16_t> dwin(to_bits(win)), dwin2(size_t(C) * W), dcw(to_bits(G.conv_w)), ddt(to_bits(G.dt_bias)), dgn(to_bits(G.gnorm));
+  DBuf<uint16_t> dcw(to_bits(G.conv_w)), ddt(to_bits(G.dt_bias)), dgn(to_bits(G.gnorm));
   DBuf<float> dS(S), dA(G.A_log), du(u);
   const int Mmax = *std::max_element(pieces.begin(), pieces.end());
   DBuf<float> qn(size_t(Mmax) * kd), kn(size_t(Mmax) * kd), v(size_t(Mmax) * vd), g(size_t(Mmax) * nv), be(size_t(Mmax) * nv);
@@ -332,36 +338,55 @@ void gdn_case(GdnCase& G, std::vector<int> pieces, bool nonzero_state) {
     cuda::pf::GdnPrefillArgs a{};
     a.u = du.p + size_t(t0) * ldu, a.ldu = ldu, a.M = M;
     // Alternate the window buffers as the decode layout does (same buffer when M is even).
-    uint16_t* bufs[2] = {dwin.p, dwin2.p};
-    a.win_in = bufs[par], a.win_out = bufs[par ^ (M & 1)];
+    uint8_t* bufs[2] = {wb0.p, wb1.p};
+    a.win_in = bufs[par], a.win_out = bufs[par ^ (M & 1)], a.win_f32 = win_f32;
     a.conv_w = dcw.p, a.A_log = dA.p, a.dt_bias = ddt.p, a.gnorm = dgn.p, a.S = dS.p, a.nk = nk, a.nv = nv, a.K = G.K;
     a.qn = qn.p, a.kn = kn.p, a.v = v.p, a.g = g.p, a.beta = be.p, a.o_raw = oraw.p, a.o = o.p + size_t(t0) * vd;
     ASSERT_TRUE(cuda::pf::gdn_prefill(a, nullptr).is_ok());
     par ^= (M & 1);
     t0 += M;
   }
+  // CPU piece by piece (as the GPU ran), the window rounded to bf16 between pieces when stored so.
   std::vector<float> ref, Sref = S, wref = win;
-  G.cpu(u, Mt, ldu, wref, Sref, ref);
+  t0 = 0;
+  for (int M : pieces) {
+    std::vector<float> up(u.begin() + size_t(t0) * ldu, u.begin() + size_t(t0 + M) * ldu), o1;
+    G.cpu(up, M, ldu, wref, Sref, o1);
+    if (!win_f32)
+      for (auto& x : wref) x = round_bf16(x);
+    ref.insert(ref.end(), o1.begin(), o1.end());
+    t0 += M;
+  }
   std::string shape = dims({nk, nv}) + " M=";
   for (size_t i = 0; i < pieces.size(); ++i) shape += (i ? "+" : "") + std::to_string(pieces[i]);
   if (nonzero_state) shape += " S0≠0";
+  if (!win_f32) shape += " bf16 win";
   check("gdn prefill out", shape, o.down(), ref, 2e-3f, 2e-3f);
   check("gdn prefill state", shape, dS.down(), Sref, 1e-3f, 1e-3f);
-  for (auto& x : wref) x = round_bf16(x);
-  check("gdn prefill window", shape, from_bits((par ? dwin2 : dwin).down()), wref, 0.f, 0.f);
+  const DBuf<uint8_t>& wl = par ? wb1 : wb0;
+  std::vector<float> wgot(size_t(C) * W);
+  auto raw = wl.down();
+  if (win_f32) std::memcpy(wgot.data(), raw.data(), raw.size());
+  else {
+    std::vector<uint16_t> b(wgot.size());
+    std::memcpy(b.data(), raw.data(), raw.size());
+    wgot = from_bits(b);
+  }
+  check("gdn prefill window", shape, wgot, wref, 0.f, 0.f);
 }
 TEST(CudaPrefill, GdnPrefill) {
   REQUIRE_GPU();
   GdnCase small(2, 4), real(16, 32);
   for (int M : {1, 2, 7, 8, 9, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097}) gdn_case(small, {M}, M % 2 == 1);
   gdn_case(small, {3, 64, 1, 130}, true);
+  gdn_case(small, {3, 64, 1, 130}, true, /*win_f32=*/false);
   gdn_case(real, {129}, false);
   gdn_case(real, {65, 2, 200}, true);
   gdn_case(real, {4097}, true);
 }
 
 // ------------------------------------------------------------------------------- attention
-void attn_case(int nh, int nkv, int hd, int pos0, int M) {
+void attn_case(int nh, int nkv, int hd, int pos0, int M, bool kv_f32 = true) {
   const int qw = 2 * hd, rot = hd / 4, ldu = nh * qw + 2 * nkv * hd, max_seq = pos0 + M + 3;
   auto u = randv(size_t(M) * ldu);
   auto qn = rand_bf16(hd, 0.1f, 1.f), kn = rand_bf16(hd, 0.1f, 1.f);
@@ -374,10 +399,29 @@ void attn_case(int nh, int nkv, int hd, int pos0, int M) {
         vc[(size_t(h) * max_seq + t) * hd + d] = round_bf16(randn());
       }
   DBuf<float> du(u), dout(size_t(M) * nh * hd);
-  DBuf<uint16_t> dkc(to_bits(kc)), dvc(to_bits(vc)), dqn(to_bits(qn)), dkn(to_bits(kn)), dqb(size_t(M) * nh * hd);
+  // Cache on the device: fp32 (decode default) or bf16.
+  const size_t esz = kv_f32 ? 4 : 2, cbytes = kc.size() * esz;
+  DBuf<uint8_t> dkc(cbytes), dvc(cbytes);
+  auto upc = [&](DBuf<uint8_t>& d, const std::vector<float>& v) {
+    if (kv_f32) cudaMemcpy(d.p, v.data(), cbytes, cudaMemcpyHostToDevice);
+    else { auto b = to_bits(v); cudaMemcpy(d.p, b.data(), cbytes, cudaMemcpyHostToDevice); }
+  };
+  auto downc = [&](DBuf<uint8_t>& d) {
+    auto raw = d.down();
+    std::vector<float> v(kc.size());
+    if (kv_f32) std::memcpy(v.data(), raw.data(), cbytes);
+    else {
+      std::vector<uint16_t> b(v.size());
+      std::memcpy(b.data(), raw.data(), cbytes);
+      v = from_bits(b);
+    }
+    return v;
+  };
+  upc(dkc, kc), upc(dvc, vc);
+  DBuf<uint16_t> dqn(to_bits(qn)), dkn(to_bits(kn)), dqb(size_t(M) * nh * hd);
   cuda::pf::AttnPrefillArgs a{};
   a.u = du.p, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = dqn.p, a.k_norm = dkn.p, a.kc = dkc.p, a.vc = dvc.p;
-  a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot, a.max_seq = max_seq;
+  a.kv_f32 = kv_f32, a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot, a.max_seq = max_seq;
   ASSERT_TRUE(cuda::pf::attn_prefill(a, nullptr).is_ok());
   // Reference: fp32 norm + rope; q, K, V rounded to bf16 as the kernel stores them; fp32 softmax.
   auto qnb = as_bf16(qn), knb = as_bf16(kn);
@@ -390,11 +434,15 @@ void attn_case(int nh, int nkv, int hd, int pos0, int M) {
     cpu::rope_neox(k.data(), nkv, hd, rot, pos0 + m, 1e7);
     for (int h = 0; h < nkv; ++h)
       for (int d = 0; d < hd; ++d) {
-        kc[(size_t(h) * max_seq + pos0 + m) * hd + d] = round_bf16(k[size_t(h) * hd + d]);
-        vc[(size_t(h) * max_seq + pos0 + m) * hd + d] = round_bf16(u[size_t(m) * ldu + nh * qw + nkv * hd + h * hd + d]);
+        kc[(size_t(h) * max_seq + pos0 + m) * hd + d] = k[size_t(h) * hd + d];
+        vc[(size_t(h) * max_seq + pos0 + m) * hd + d] = u[size_t(m) * ldu + nh * qw + nkv * hd + h * hd + d];
       }
   }
   for (auto& x : q) x = round_bf16(x);
+  // The MMAs read K/V as bf16 whatever the cache stores.
+  std::vector<float> kcr = kc, vcr = vc;
+  for (auto& x : kcr) x = round_bf16(x);
+  for (auto& x : vcr) x = round_bf16(x);
   std::vector<float> ref(size_t(M) * nh * hd);
   const float scale = 1.f / std::sqrt(float(hd));
   for (int m = 0; m < M; ++m)
@@ -404,21 +452,22 @@ void attn_case(int nh, int nkv, int hd, int pos0, int M) {
       double mx = -1e30, sum = 0;
       for (int t = 0; t < n; ++t) {
         double s = 0;
-        for (int d = 0; d < hd; ++d) s += double(q[(size_t(m) * nh + h) * hd + d]) * kc[(size_t(kvh) * max_seq + t) * hd + d];
+        for (int d = 0; d < hd; ++d) s += double(q[(size_t(m) * nh + h) * hd + d]) * kcr[(size_t(kvh) * max_seq + t) * hd + d];
         p[t] = s * scale, mx = std::max(mx, p[t]);
       }
       for (auto& x : p) sum += (x = std::exp(x - mx));
       for (int d = 0; d < hd; ++d) {
         double o = 0;
-        for (int t = 0; t < n; ++t) o += p[t] * vc[(size_t(kvh) * max_seq + t) * hd + d];
+        for (int t = 0; t < n; ++t) o += p[t] * vcr[(size_t(kvh) * max_seq + t) * hd + d];
         const float gt = u[size_t(m) * ldu + h * qw + hd + d];
         ref[(size_t(m) * nh + h) * hd + d] = float(o / sum) / (1.f + std::exp(-gt));
       }
     }
-  const std::string shape = dims({nh, nkv, hd}) + " pos0=" + std::to_string(pos0) + " M=" + std::to_string(M);
+  const std::string shape = dims({nh, nkv, hd}) + " pos0=" + std::to_string(pos0) + " M=" + std::to_string(M) + (kv_f32 ? " f32 kv" : " bf16 kv");
   check("attn prefill out", shape, dout.down(), ref, 1.5e-2f, 2e-2f);
-  check("attn prefill K cache", shape, from_bits(dkc.down()), kc, 1e-2f, 8e-3f);
-  check("attn prefill V cache", shape, from_bits(dvc.down()), vc, 0.f, 0.f);
+  // K: fp32 norm + RoPE vs the reference's (last-bit differences; one bf16 ulp when stored bf16).
+  check("attn prefill K cache", shape, downc(dkc), kv_f32 ? kc : kcr, kv_f32 ? 1e-5f : 1e-2f, kv_f32 ? 1e-5f : 8e-3f);
+  check("attn prefill V cache", shape, downc(dvc), kv_f32 ? vc : vcr, 0.f, 0.f);
 }
 TEST(CudaPrefill, AttnPrefill) {
   REQUIRE_GPU();
@@ -428,6 +477,8 @@ TEST(CudaPrefill, AttnPrefill) {
   attn_case(4, 4, 128, 5, 200);
   attn_case(2, 1, 64, 0, 4097);
   attn_case(2, 1, 64, 4095, 2);
+  attn_case(16, 2, 256, 100, 65, /*kv_f32=*/false);
+  attn_case(4, 2, 64, 37, 129, /*kv_f32=*/false);
 }
 
 // ------------------------------------------------------------------------------- whole model

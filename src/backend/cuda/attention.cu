@@ -159,6 +159,135 @@ template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThread
   }
 }
 
+// Tiled variant of the split kernel (opt-in, slower today: see tile_enabled): each warp takes tiles
+// of 32 positions. Scores: lane j owns
+// position tile+j and forms all G dot products from q in shared memory (no shuffles); one warp
+// max/sum per head and tile for the online softmax (instead of one per position); then P·V with
+// lanes over dims (V rows coalesced). Same partial layout as attn_decode_kernel.
+template <typename KT> __device__ __forceinline__ void load32b(const KT* p, float* out);
+template <> __device__ __forceinline__ void load32b<float>(const float* p, float* out) { load_row<8>(p, out); }
+template <> __device__ __forceinline__ void load32b<uint16_t>(const uint16_t* p, float* out) {
+  load_row<8>(p, out);
+  load_row<8>(p + 8, out + 8);
+}
+
+template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThreads) attn_decode_tile_kernel(AttnArgs a) {
+  extern __shared__ float sm[];  // [kWarps][G][hd + 2] partials | q·scale [G][hd] | p [kWarps][G][32]
+  constexpr int HD = DPL * 32, CE = 32 / sizeof(KT);  // elements per 32-byte step of a K row
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int split = blockIdx.x, kvh = blockIdx.y;
+  pdl_wait();
+  pdl_trigger();
+  const int n = a.ctl->pos + 1, nse = n_splits_for(n, a.n_split);
+  if (split >= nse) return;
+  const int len = (n + nse - 1) / nse, t0 = split * len, t1 = min(n, t0 + len);
+  const int ws = G * (HD + 2);
+  float* qs = sm + kWarps * ws;
+  float* pw = qs + G * HD + warp * G * 32;
+  const float scale = 1.0f / sqrtf(float(HD));
+  for (int i = threadIdx.x; i < G * HD; i += kThreads) qs[i] = a.q[size_t(kvh) * G * HD + i] * scale;
+  __syncthreads();
+  float m[G], l[G], o[G][DPL];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    m[g] = -INFINITY, l[g] = 0.f;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) o[g][i] = 0.f;
+  }
+  const KT* kb = static_cast<const KT*>(a.kc) + size_t(kvh) * a.max_seq * HD;
+  const KT* vb = static_cast<const KT*>(a.vc) + size_t(kvh) * a.max_seq * HD;
+  for (int tile = t0 + 32 * warp; tile < t1; tile += 32 * kWarps) {
+    const int tp = tile + lane;
+    const bool valid = tp < t1;
+    float sc[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) sc[g] = 0.f;
+    if (valid) {
+      const KT* kr = kb + size_t(tp) * HD;
+      for (int c = 0; c < HD; c += CE) {
+        float kv[CE];
+        load32b<KT>(kr + c, kv);
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          const float* qg = qs + g * HD + c;
+#pragma unroll
+          for (int i = 0; i < CE; i += 4) {
+            const float4 q4 = *reinterpret_cast<const float4*>(qg + i);
+            sc[g] = fmaf(q4.x, kv[i], sc[g]);
+            sc[g] = fmaf(q4.y, kv[i + 1], sc[g]);
+            sc[g] = fmaf(q4.z, kv[i + 2], sc[g]);
+            sc[g] = fmaf(q4.w, kv[i + 3], sc[g]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const float sv = valid ? sc[g] : -INFINITY;
+      const float mn = fmaxf(m[g], warp_max(sv));
+      const float c = expf(m[g] - mn);
+      const float p = valid ? expf(sv - mn) : 0.f;
+      l[g] = l[g] * c + warp_sum(p);
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) o[g][i] *= c;
+      m[g] = mn;
+      pw[g * 32 + lane] = p;
+    }
+    __syncwarp();
+    const int nt = min(32, t1 - tile);
+    for (int j = 0; j < nt; ++j) {
+      float vv[DPL];
+      load_row<DPL>(vb + size_t(tile + j) * HD + lane * DPL, vv);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const float p = pw[g * 32 + j];
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) o[g][i] = fmaf(p, vv[i], o[g][i]);
+      }
+    }
+    __syncwarp();
+  }
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    float* dst = sm + warp * ws + g * (HD + 2);
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) dst[lane * DPL + i] = o[g][i];
+    if (lane == 0) dst[HD] = m[g], dst[HD + 1] = l[g];
+  }
+  __syncthreads();
+  float* part = a.partial + (size_t(kvh) * a.n_split + split) * ws;
+  for (int idx = threadIdx.x; idx < ws; idx += kThreads) {
+    const int g = idx / (HD + 2), d = idx % (HD + 2);
+    float M = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm[w * ws + g * (HD + 2) + HD]);
+    float acc = 0.f;
+    if (d == HD) {
+      acc = M;
+    } else {
+      for (int w = 0; w < kWarps; ++w) {
+        const float mw = sm[w * ws + g * (HD + 2) + HD];
+        if (mw != -INFINITY) acc += sm[w * ws + g * (HD + 2) + d] * expf(mw - M);
+      }
+    }
+    part[idx] = acc;
+  }
+}
+
+// Split kernel: per-position (default) or tiled (LILY_ATTN_TILE=1). Measured on the H200
+// (2026-12-03, fp32 K/V): the tiled kernel is slower, 25 vs 15 µs/layer at 256, 43 vs 22 at 4k,
+// 129 vs 84 at 32k (its per-lane K rows are not coalesced and its 82 KB of shared memory allow 2
+// blocks per SM); kept for the next attempt (tensor-core QKᵀ).
+bool tile_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("LILY_ATTN_TILE");
+    return e && e[0] == '1';
+  }();
+  return on;
+}
+template <int DPL, int G> constexpr size_t tile_smem() {
+  return (size_t(kWarps) * G * (DPL * 32 + 2) + size_t(G) * DPL * 32 + size_t(kWarps) * G * 32) * sizeof(float);
+}
+
 __device__ __forceinline__ float block_max(float v, float* red) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   v = warp_max(v);
@@ -209,6 +338,11 @@ __global__ void __launch_bounds__(256) attn_merge_kernel(AttnArgs a) {
 }
 
 template <int DPL, int G, typename KT> Status launch_decode(const AttnArgs& a, cudaStream_t s) {
+  if (tile_enabled()) {
+    LILY_TRY(launch_k("attn_decode", attn_decode_tile_kernel<DPL, G, KT>, dim3(a.n_split, a.nkv), dim3(kThreads),
+                      tile_smem<DPL, G>(), s, a));
+    return launch_k("attn_merge", attn_merge_kernel, dim3(a.nh), dim3(a.hd), 0, s, a);
+  }
   const size_t smem = size_t(kWarps) * G * (DPL * 32 + 2) * sizeof(float);
   LILY_TRY(launch_k("attn_decode", attn_decode_kernel<DPL, G, KT>, dim3(a.n_split, a.nkv), dim3(kThreads), smem, s, a));
   return launch_k("attn_merge", attn_merge_kernel, dim3(a.nh), dim3(a.hd), 0, s, a);
@@ -236,12 +370,22 @@ template <int DPL, typename KT> static Status init_g() {
     LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     return Status::ok();
   };
+  auto set_t = [](auto kern, size_t smem) -> Status {
+    LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    return Status::ok();
+  };
   LILY_TRY(set(attn_decode_kernel<DPL, 1, KT>, 1));
   LILY_TRY(set(attn_decode_kernel<DPL, 2, KT>, 2));
   LILY_TRY(set(attn_decode_kernel<DPL, 3, KT>, 3));
   LILY_TRY(set(attn_decode_kernel<DPL, 4, KT>, 4));
   LILY_TRY(set(attn_decode_kernel<DPL, 6, KT>, 6));
   LILY_TRY(set(attn_decode_kernel<DPL, 8, KT>, 8));
+  LILY_TRY(set_t(attn_decode_tile_kernel<DPL, 1, KT>, tile_smem<DPL, 1>()));
+  LILY_TRY(set_t(attn_decode_tile_kernel<DPL, 2, KT>, tile_smem<DPL, 2>()));
+  LILY_TRY(set_t(attn_decode_tile_kernel<DPL, 3, KT>, tile_smem<DPL, 3>()));
+  LILY_TRY(set_t(attn_decode_tile_kernel<DPL, 4, KT>, tile_smem<DPL, 4>()));
+  LILY_TRY(set_t(attn_decode_tile_kernel<DPL, 6, KT>, tile_smem<DPL, 6>()));
+  LILY_TRY(set_t(attn_decode_tile_kernel<DPL, 8, KT>, tile_smem<DPL, 8>()));
   return Status::ok();
 }
 

@@ -41,8 +41,14 @@ __global__ void prep_kernel(AttnPrefillArgs a) {
     static_cast<uint16_t*>(a.qb)[(size_t(m) * a.nh + b) * hd + d] = to_bf(y);
   } else {
     const size_t at = (size_t(kvh) * a.max_seq + pos) * hd + d;
-    static_cast<uint16_t*>(a.kc)[at] = to_bf(y);
-    static_cast<uint16_t*>(a.vc)[at] = to_bf(u[a.nh * a.qw + a.nkv * hd + kvh * hd + d]);
+    const float vv = u[a.nh * a.qw + a.nkv * hd + kvh * hd + d];
+    if (a.kv_f32) {
+      static_cast<float*>(a.kc)[at] = y;
+      static_cast<float*>(a.vc)[at] = vv;
+    } else {
+      static_cast<uint16_t*>(a.kc)[at] = to_bf(y);
+      static_cast<uint16_t*>(a.vc)[at] = to_bf(vv);
+    }
   }
 }
 
@@ -64,7 +70,18 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t* r, const void* p) {
                : "r"(addr));
 }
 
-template <int HD> __global__ void __launch_bounds__(kThreads) flash_kernel(AttnPrefillArgs a) {
+// 8 cache values (bf16 or fp32) at p → 8 bf16 packed in a uint4.
+template <bool F32> __device__ __forceinline__ uint4 load8(const void* base, size_t idx) {
+  if constexpr (!F32) {
+    return *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + idx);
+  } else {
+    const float4* f = reinterpret_cast<const float4*>(static_cast<const float*>(base) + idx);
+    const float4 x = f[0], y = f[1];
+    return make_uint4(pack_bf2(x.x, x.y), pack_bf2(x.z, x.w), pack_bf2(y.x, y.y), pack_bf2(y.z, y.w));
+  }
+}
+
+template <int HD, bool F32> __global__ void __launch_bounds__(kThreads) flash_kernel(AttnPrefillArgs a) {
   constexpr int LD = HD + 8, NT = HD / 8;
   extern __shared__ __align__(16) uint16_t sm[];
   uint16_t* Qs = sm;
@@ -80,8 +97,7 @@ template <int HD> __global__ void __launch_bounds__(kThreads) flash_kernel(AttnP
     if (m0 + r < a.M) v = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.qb) + (size_t(m0 + r) * a.nh + h) * HD + cc * 8);
     *reinterpret_cast<uint4*>(Qs + r * LD + cc * 8) = v;
   }
-  const uint16_t* kb = static_cast<const uint16_t*>(a.kc) + size_t(kvh) * a.max_seq * HD;
-  const uint16_t* vb = static_cast<const uint16_t*>(a.vc) + size_t(kvh) * a.max_seq * HD;
+  const size_t kvbase = size_t(kvh) * a.max_seq * HD;
   float o[NT][4];
 #pragma unroll
   for (int i = 0; i < NT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
@@ -96,8 +112,8 @@ template <int HD> __global__ void __launch_bounds__(kThreads) flash_kernel(AttnP
       const int r = idx / CPR, cc = idx % CPR, j = j0 + r;
       uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
       if (j < kend) {
-        kv = *reinterpret_cast<const uint4*>(kb + size_t(j) * HD + cc * 8);
-        vv = *reinterpret_cast<const uint4*>(vb + size_t(j) * HD + cc * 8);
+        kv = load8<F32>(a.kc, kvbase + size_t(j) * HD + cc * 8);
+        vv = load8<F32>(a.vc, kvbase + size_t(j) * HD + cc * 8);
       }
       *reinterpret_cast<uint4*>(Ks + r * LD + cc * 8) = kv;
       *reinterpret_cast<uint4*>(Vs + r * LD + cc * 8) = vv;
@@ -201,16 +217,27 @@ template <int HD> constexpr size_t flash_smem() { return size_t(BQ + 2 * BKV) * 
 
 template <int HD> Status launch_flash(const AttnPrefillArgs& a, cudaStream_t s) {
   dim3 grid((a.M + BQ - 1) / BQ, a.nh);
-  flash_kernel<HD><<<grid, kThreads, flash_smem<HD>(), s>>>(a);
+  if (a.kv_f32)
+    flash_kernel<HD, true><<<grid, kThreads, flash_smem<HD>(), s>>>(a);
+  else
+    flash_kernel<HD, false><<<grid, kThreads, flash_smem<HD>(), s>>>(a);
   return launch_status("pf::flash");
+}
+template <int HD> Status init_hd() {
+  LILY_CU_TRY(cudaFuncSetAttribute(flash_kernel<HD, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(flash_smem<HD>())));
+  LILY_CU_TRY(cudaFuncSetAttribute(flash_kernel<HD, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(flash_smem<HD>())));
+  return Status::ok();
 }
 
 }  // namespace
 
 Status attn_prefill_init() {
-  LILY_CU_TRY(cudaFuncSetAttribute(flash_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(flash_smem<64>())));
-  LILY_CU_TRY(cudaFuncSetAttribute(flash_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(flash_smem<128>())));
-  LILY_CU_TRY(cudaFuncSetAttribute(flash_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(flash_smem<256>())));
+  static bool done = false;
+  if (done) return Status::ok();
+  LILY_TRY(init_hd<64>());
+  LILY_TRY(init_hd<128>());
+  LILY_TRY(init_hd<256>());
+  done = true;
   return Status::ok();
 }
 

@@ -21,10 +21,12 @@ __global__ void __launch_bounds__(kD) prep_kernel(GdnPrefillArgs a) {
   const int ch = hb * kD + d;
   const uint16_t* w = static_cast<const uint16_t*>(a.conv_w);
   const uint16_t* win = static_cast<const uint16_t*>(a.win_in);
+  const float* winf = static_cast<const float*>(a.win_in);
   float acc = 0.f;
   for (int tau = 0; tau < K; ++tau) {
     const int tm = m - W + tau;
-    const float val = tm >= 0 ? a.u[size_t(tm) * a.ldu + ch] : bf(win[size_t(ch) * W + W + tm]);
+    const float val = tm >= 0 ? a.u[size_t(tm) * a.ldu + ch]
+                              : (a.win_f32 ? winf[size_t(ch) * W + W + tm] : bf(win[size_t(ch) * W + W + tm]));
     acc += bf(w[ch * K + tau]) * val;
   }
   const float c = silu(acc);
@@ -50,6 +52,17 @@ __global__ void window_kernel(GdnPrefillArgs a, int C) {
   const int ch = blockIdx.x * blockDim.x + threadIdx.x;
   if (ch >= C) return;
   const int W = a.K - 1;
+  if (a.win_f32) {
+    const float* win = static_cast<const float*>(a.win_in);
+    float vals[8];
+    for (int tau = 0; tau < W; ++tau) {
+      const int tm = a.M - W + tau;
+      vals[tau] = tm >= 0 ? a.u[size_t(tm) * a.ldu + ch] : win[size_t(ch) * W + W + tm];
+    }
+    float* out = static_cast<float*>(a.win_out);
+    for (int tau = 0; tau < W; ++tau) out[size_t(ch) * W + tau] = vals[tau];
+    return;
+  }
   const uint16_t* win = static_cast<const uint16_t*>(a.win_in);
   uint16_t vals[8];
   for (int tau = 0; tau < W; ++tau) {
@@ -90,25 +103,31 @@ __global__ void __launch_bounds__(128) scan_kernel(GdnPrefillArgs a) {
     __syncthreads();
     for (int tt = 0; tt < n; ++tt) {
       const float al = as_[tt], be = bs[tt];
-      float r0 = 0.f, r1 = 0.f;
+      float r0 = 0.f, r1 = 0.f, r2 = 0.f, r3 = 0.f;
 #pragma unroll
-      for (int i = 0; i < 32; i += 2) {
+      for (int i = 0; i < 32; i += 4) {
         r0 = fmaf(s[i], ks[tt][rg][i], r0);
         r1 = fmaf(s[i + 1], ks[tt][rg][i + 1], r1);
+        r2 = fmaf(s[i + 2], ks[tt][rg][i + 2], r2);
+        r3 = fmaf(s[i + 3], ks[tt][rg][i + 3], r3);
       }
-      float r = r0 + r1;
+      float r = (r0 + r1) + (r2 + r3);
       r += __shfl_xor_sync(0xffffffffu, r, 8);
       r += __shfl_xor_sync(0xffffffffu, r, 16);
       const float delta = be * (vsm[tt][warp * 8 + c] - al * r);
-      float o0 = 0.f, o1 = 0.f;
+      float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
 #pragma unroll
-      for (int i = 0; i < 32; i += 2) {
+      for (int i = 0; i < 32; i += 4) {
         s[i] = fmaf(ks[tt][rg][i], delta, al * s[i]);
         s[i + 1] = fmaf(ks[tt][rg][i + 1], delta, al * s[i + 1]);
+        s[i + 2] = fmaf(ks[tt][rg][i + 2], delta, al * s[i + 2]);
+        s[i + 3] = fmaf(ks[tt][rg][i + 3], delta, al * s[i + 3]);
         o0 = fmaf(s[i], qs[tt][rg][i], o0);
         o1 = fmaf(s[i + 1], qs[tt][rg][i + 1], o1);
+        o2 = fmaf(s[i + 2], qs[tt][rg][i + 2], o2);
+        o3 = fmaf(s[i + 3], qs[tt][rg][i + 3], o3);
       }
-      float o = o0 + o1;
+      float o = (o0 + o1) + (o2 + o3);
       o += __shfl_xor_sync(0xffffffffu, o, 8);
       o += __shfl_xor_sync(0xffffffffu, o, 16);
       if (rg == 0) a.o_raw[size_t(t0 + tt) * vd + h * kD + col] = o;

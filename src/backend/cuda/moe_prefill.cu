@@ -58,23 +58,26 @@ __global__ void topk_kernel(RouteArgs a, int32_t* counts) {
 
 // One block: offsets (exclusive scan of counts), tile list, fill counters reset.
 __global__ void scan_tiles_kernel(RouteArgs a, int32_t* counts, int32_t* offs, int32_t* fill) {
-  __shared__ int tile_off[1025];
+  __shared__ int tile_off[1025], cnt[1024], off_s[1024];
   __shared__ int total_tiles;
   const int E = a.E;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = counts[e];
+  __syncthreads();
   if (threadIdx.x == 0) {
     int o = 0, to = 0;
     for (int e = 0; e < E; ++e) {
-      offs[e] = o;
+      off_s[e] = o;
       tile_off[e] = to;
-      o += counts[e];
-      to += (counts[e] + kGemmBM - 1) / kGemmBM;
+      o += cnt[e];
+      to += (cnt[e] + kGemmBM - 1) / kGemmBM;
     }
     total_tiles = to;
   }
   __syncthreads();
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     fill[e] = 0;
-    const int c = counts[e], o = offs[e], nt = (c + kGemmBM - 1) / kGemmBM;
+    offs[e] = off_s[e];
+    const int c = cnt[e], o = off_s[e], nt = (c + kGemmBM - 1) / kGemmBM;
     for (int i = 0; i < nt; ++i) {
       int4 tl = make_int4(e, o + i * kGemmBM, min(o + (i + 1) * kGemmBM, o + c), 0);
       reinterpret_cast<int4*>(a.tiles)[tile_off[e] + i] = tl;

@@ -20,6 +20,25 @@ int env_int(const char* name, int def, int lo, int hi) {
   const int v = std::atoi(e);
   return v >= lo && v <= hi ? v : def;
 }
+
+// Per-op time table of one profiled prefill (events recorded by mark()).
+void print_profile(std::vector<std::pair<const char*, cudaEvent_t>>& ev, int M) {
+  std::vector<std::pair<std::string, std::pair<double, int>>> agg;
+  double total = 0;
+  for (size_t i = 1; i < ev.size(); ++i) {
+    float ms = 0;
+    cudaEventElapsedTime(&ms, ev[i - 1].second, ev[i].second);
+    total += ms;
+    auto it = std::find_if(agg.begin(), agg.end(), [&](auto& a) { return a.first == ev[i].first; });
+    if (it == agg.end()) agg.push_back({ev[i].first, {ms, 1}});
+    else it->second.first += ms, it->second.second += 1;
+  }
+  for (auto& e : ev) cudaEventDestroy(e.second);
+  std::fprintf(stderr, "cuda prefill profile, %d tokens:\n| op | launches | total ms | share |\n|---|---:|---:|---:|\n", M);
+  for (auto& a : agg)
+    std::fprintf(stderr, "| %s | %d | %.2f | %.1f%% |\n", a.first.c_str(), a.second.second, a.second.first, 100 * a.second.first / total);
+  std::fprintf(stderr, "| total | | %.2f | (%.0f tok/s) |\n", total, M / (total * 1e-3));
+}
 }  // namespace
 
 Status CudaBackend::pf_alloc(int chunk) {
@@ -79,58 +98,74 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     return pf::gemm(g, s);
   };
   LILY_TRY(pf::embed_rows(d_.embed, p.tok + t0, M, p.x, s));
+  mark("embed rows", s);
   const float* mix = nullptr;
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const DevLayer& L = d_.layers[i];
     auto& SL = st.layers[i];
     LILY_TRY(pf::add_rmsnorm_rows(p.x, mix, L.in_norm, M, H, eps, p.hn, s));
+    mark("add+rmsnorm", s);
     if (!L.attn) {
       const int ldu = L.in_proj.rows;
       LILY_TRY(gemm(L.in_proj, p.hn, H, M, p.u, ldu, terms));
+      mark("gdn: [qkv|z|a|b] gemm", s);
       pf::GdnPrefillArgs g{};
       g.u = p.u, g.ldu = ldu, g.M = M;
-      const size_t wn = size_t(C) * (c.linear_conv_kernel_dim - 1);
-      g.win_in = SL.conv + size_t(pos0 & 1) * wn, g.win_out = SL.conv + size_t((pos0 + M) & 1) * wn;
+      // Conv window: [2, C, K-1] double-buffered by position parity, fp32 or bf16 (st.f32).
+      const size_t wn = size_t(C) * (c.linear_conv_kernel_dim - 1) * (st.f32 ? 2 : 1);  // in uint16 units
+      g.win_in = SL.conv + size_t(pos0 & 1) * wn, g.win_out = SL.conv + size_t((pos0 + M) & 1) * wn, g.win_f32 = st.f32;
       g.conv_w = L.conv_w, g.A_log = L.A_log, g.dt_bias = L.dt_bias, g.gnorm = L.gnorm, g.S = SL.S;
       g.nk = c.linear_num_key_heads, g.nv = nv, g.K = c.linear_conv_kernel_dim, g.eps = eps;
       g.qn = p.qn, g.kn = p.kn, g.v = p.v, g.g = p.g, g.beta = p.beta, g.o_raw = p.o_raw, g.o = p.o;
       LILY_TRY(pf::gdn_prefill(g, s));
+      mark("gdn: conv+scan+gated norm", s);
       LILY_TRY(gemm(L.out_proj, p.o, vd, M, p.mix, H, terms));
+      mark("gdn: out_proj gemm", s);
     } else {
       const int ldu = L.qkv.rows;
       LILY_TRY(gemm(L.qkv, p.hn, H, M, p.u, ldu, terms));
+      mark("attn: [q|k|v] gemm", s);
       pf::AttnPrefillArgs a{};
       a.u = p.u, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = L.q_norm, a.k_norm = L.k_norm;
-      a.kc = SL.kc, a.vc = SL.vc, a.qb = p.qb, a.out = p.o, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
+      a.kc = SL.kc, a.vc = SL.vc, a.kv_f32 = st.f32, a.qb = p.qb, a.out = p.o, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
       a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim(), a.max_seq = st.cap;
       a.theta = c.rope_theta, a.eps = eps;
       LILY_TRY(pf::attn_prefill(a, s));
+      mark("attn: prep+flash", s);
       const int od = c.num_attention_heads * c.head_dim;
       LILY_TRY(gemm(L.o_proj, p.o, od, M, p.mix, H, terms));
+      mark("attn: o_proj gemm", s);
     }
     LILY_TRY(pf::add_rmsnorm_rows(p.x, p.mix, L.post_norm, M, H, eps, p.hn, s));
+    mark("add+rmsnorm", s);
     // MoE: router (8-bit, + shared gate row) → device routing → grouped gate/up+SwiGLU → down.
     LILY_TRY(gemm(L.router, p.hn, H, M, p.rl, E + 1, 2));
+    mark("moe: router gemm (q8)", s);
     pf::RouteArgs r{};
     r.logits = p.rl, r.M = M, r.E = E, r.top_k = k, r.norm_topk = c.norm_topk_prob, r.topk_ids = p.topk_ids;
     r.topk_w = p.topk_w, r.slot_tok = p.slot_tok, r.slot_of = p.slot_of, r.tiles = p.tiles;
     r.max_tiles = pf::moe_max_tiles(M, E, k), r.scratch = p.rscratch;
     LILY_TRY(pf::moe_route(r, s));
+    mark("moe: top-k+sort+tiles", s);
     pf::GemmArgs gu{};
     gu.w = L.gate, gu.w2 = L.up, gu.n_out = I, gu.a = p.hn, gu.lda = H, gu.a_rows = p.slot_tok, gu.y = p.act, gu.ldy = I;
     gu.swiglu = true, gu.tiles = p.tiles, gu.max_tiles = r.max_tiles, gu.terms = terms;
     LILY_TRY(pf::gemm(gu, s));
+    mark("moe: grouped gate+up+swiglu", s);
     pf::GemmArgs dn{};
     dn.w = L.down, dn.n_out = H, dn.a = p.act, dn.lda = I, dn.y = p.yd, dn.ldy = H, dn.tiles = p.tiles;
     dn.max_tiles = r.max_tiles, dn.terms = terms;
     LILY_TRY(pf::gemm(dn, s));
+    mark("moe: grouped down", s);
     const int Is = c.shared_expert_intermediate_size;
     pf::GemmArgs sg{};
     sg.w = L.sh_gate_up, sg.w2 = L.sh_gate_up, sg.row0 = 0, sg.row0_2 = Is, sg.n_out = Is, sg.a = p.hn, sg.lda = H;
     sg.M = M, sg.y = p.sact, sg.ldy = Is, sg.swiglu = true, sg.terms = terms;
     LILY_TRY(pf::gemm(sg, s));
     LILY_TRY(gemm(L.sh_down, p.sact, Is, M, p.sy, H, terms));
+    mark("moe: shared expert gemms", s);
     LILY_TRY(pf::moe_combine(p.yd, p.sy, p.slot_of, p.topk_w, M, H, k, p.mix, s));
+    mark("moe: combine", s);
     mix = p.mix;
   }
   if (last && want_logits) {
@@ -138,6 +173,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     const size_t off = size_t(M - 1) * H;
     LILY_TRY(pf::add_rmsnorm_rows(p.x + off, p.mix + off, d_.final_norm, 1, H, eps, p.hn, s));
     LILY_TRY(gemm(d_.lm_head, p.hn, H, 1, logits_, c.vocab_size, 2));
+    mark("final norm+lm_head", s);
   }
   return Status::ok();
 }
@@ -148,6 +184,10 @@ Status CudaBackend::prefill(CudaSeqState& st, std::span<const int32_t> tokens, s
   if (M >= min_m) {
     const int chunk_env = env_int("LILY_PREFILL_CHUNK", 4096, 64, 1 << 16);
     if (pf_cap_ == 0) LILY_TRY(pf_alloc(chunk_env));  // bounded by the chunk, not the prompt
+    // LILY_PREFILL_PROFILE=1: events between ops, a per-op table on stderr (adds small gaps).
+    std::vector<std::pair<const char*, cudaEvent_t>> ev;
+    const bool prof = env_int("LILY_PREFILL_PROFILE", 0, 0, 1) == 1 && M >= 1024;
+    if (prof) prof_ = &ev, mark("start", stream_);
     const int cs = std::min(chunk_env, pf_cap_);
     LILY_CU_TRY(cudaMemcpyAsync(pf_.tok, tokens.data(), size_t(std::min(M, pf_cap_)) * 4, cudaMemcpyHostToDevice, stream_));
     for (int t0 = 0; t0 < M; t0 += cs) {
@@ -160,6 +200,11 @@ Status CudaBackend::prefill(CudaSeqState& st, std::span<const int32_t> tokens, s
       st.n += n;  // pf_chunk positions are relative to st.n
     }
     st.n -= M;
+    if (prof) {
+      prof_ = nullptr;
+      LILY_CU_TRY(cudaStreamSynchronize(stream_));
+      print_profile(ev, M);
+    }
     // The decode graph reads the position from the control block.
     LILY_CU_TRY(cudaStreamSynchronize(stream_));
     *pf_.pos_host = st.n + M;

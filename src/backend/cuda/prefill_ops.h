@@ -71,7 +71,7 @@ Status moe_combine(const float* yd, const float* ys, const int32_t* slot_of, con
 // ---- Gated DeltaNet prefill (gdn_prefill.cu) -------------------------------------------------
 // u: fp32 [M, ldu] = [qkv (C) | z (vd) | a (nv) | b (nv)] projections. win_in/win_out: bf16
 // [C, K-1] conv windows (oldest first) before / after these M tokens (may alias). S: fp32
-// [nv, 128, 128]. Outputs: o fp32 [M, nv·128] = w ⊙ rms(o_raw) ⊙ silu(z) (gated norm applied).
+// [nv, 128, 128]. win_f32: the windows hold fp32 instead of bf16. Outputs: o fp32 [M, nv·128] = w ⊙ rms(o_raw) ⊙ silu(z) (gated norm applied).
 struct GdnPrefillArgs {
   const float* u = nullptr;
   int ldu = 0, M = 0;
@@ -83,6 +83,7 @@ struct GdnPrefillArgs {
   const void* gnorm = nullptr;   // bf16 [128]
   float* S = nullptr;
   int nk = 0, nv = 0, K = 4;
+  bool win_f32 = true;
   float eps = 1e-6f;
   // scratch: qn, kn fp32 [M, nk·128]; v fp32 [M, nv·128]; g, beta fp32 [M, nv]; o_raw [M, nv·128]
   float *qn = nullptr, *kn = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr, *o_raw = nullptr;
@@ -92,7 +93,8 @@ Status gdn_prefill(const GdnPrefillArgs& a, Stream s);
 
 // ---- attention prefill (attn_prefill.cu) -----------------------------------------------------
 // u: fp32 [M, ldu] = [q (nh·qw, per head [q | gate] when qw = 2hd) | k (nkv·hd) | v (nkv·hd)].
-// Writes K/V of positions pos0..pos0+M-1 into kc/vc (bf16 [nkv, max_seq, hd]) after k RMSNorm +
+// Writes K/V of positions pos0..pos0+M-1 into kc/vc ([nkv, max_seq, hd], fp32 when kv_f32 else
+// bf16; the MMAs read them as bf16) after k RMSNorm +
 // RoPE, then causal GQA flash attention of the M queries over positions 0..pos0+m, output gate
 // applied: out fp32 [M, nh·hd]. qb: scratch bf16 [M, nh, hd].
 struct AttnPrefillArgs {
@@ -105,6 +107,7 @@ struct AttnPrefillArgs {
   void* qb = nullptr;
   float* out = nullptr;
   int nh = 0, nkv = 0, hd = 0, qw = 0, rot = 0, max_seq = 0;
+  bool kv_f32 = true;
   double theta = 1e7;
   float eps = 1e-6f;
 };
