@@ -192,7 +192,7 @@ TEST_P(FastKernels, GdnStepMatchesRecurrent) {
     for (auto& x : beta) x = u01(rng);
     std::vector<float> S1(size_t(d.n_v_heads) * d.dk * d.dv);
     for (auto& x : S1) x = 0.1f * n01(rng);
-    std::vector<float> S2 = S1, o1(v.size()), o2(v.size());
+    std::vector<float> S2 = S1, S0 = S1, o1(v.size()), o2(v.size());
     gdn_recurrent(d, M, q.data(), kk.data(), v.data(), g.data(), beta.data(), S1.data(), o1.data());
     const int ratio = d.n_v_heads / d.n_k_heads;
     for (int h = 0; h < d.n_v_heads; ++h)
@@ -200,9 +200,23 @@ TEST_P(FastKernels, GdnStepMatchesRecurrent) {
         k.gdn_step(&S2[size_t(h) * d.dk * d.dv], &q[(size_t(t) * d.n_k_heads + h / ratio) * d.dk],
                    &kk[(size_t(t) * d.n_k_heads + h / ratio) * d.dk], &v[(size_t(t) * d.n_v_heads + h) * d.dv],
                    std::exp(g[size_t(t) * d.n_v_heads + h]), beta[size_t(t) * d.n_v_heads + h],
-                   &o2[(size_t(t) * d.n_v_heads + h) * d.dv], d.dk, d.dv);
+                   &o2[(size_t(t) * d.n_v_heads + h) * d.dv], d.dk, d.dv, d.dv);
     for (size_t i = 0; i < o1.size(); ++i) ASSERT_NEAR(o2[i], o1[i], 1e-4f * (1 + std::fabs(o1[i]))) << "out " << i;
     for (size_t i = 0; i < S1.size(); ++i) ASSERT_NEAR(S2[i], S1[i], 1e-4f * (1 + std::fabs(S1[i]))) << "state " << i;
+    // Column blocks (as the prefill runs them): each block of `cb` columns through all M tokens.
+    for (int cb : {8, 16, d.dv / 2}) {
+      if (cb <= 0 || d.dv % cb != 0) continue;
+      std::vector<float> S3 = S0, o3(v.size());
+      for (int h = 0; h < d.n_v_heads; ++h)
+        for (int j0 = 0; j0 < d.dv; j0 += cb)
+          for (int t = 0; t < M; ++t)
+            k.gdn_step(&S3[size_t(h) * d.dk * d.dv + j0], &q[(size_t(t) * d.n_k_heads + h / ratio) * d.dk],
+                       &kk[(size_t(t) * d.n_k_heads + h / ratio) * d.dk], &v[(size_t(t) * d.n_v_heads + h) * d.dv + j0],
+                       std::exp(g[size_t(t) * d.n_v_heads + h]), beta[size_t(t) * d.n_v_heads + h],
+                       &o3[(size_t(t) * d.n_v_heads + h) * d.dv + j0], d.dk, cb, d.dv);
+      for (size_t i = 0; i < o1.size(); ++i) ASSERT_NEAR(o3[i], o1[i], 1e-4f * (1 + std::fabs(o1[i]))) << "cb " << cb << " out " << i;
+      for (size_t i = 0; i < S1.size(); ++i) ASSERT_NEAR(S3[i], S1[i], 1e-4f * (1 + std::fabs(S1[i]))) << "cb " << cb << " state " << i;
+    }
   }
 }
 

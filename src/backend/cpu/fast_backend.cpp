@@ -215,12 +215,16 @@ class FastCpuBackend final : public Backend {
     std::vector<float> o(size_t(M) * vd);
     const int ratio = nv / nk;
     const fast::KernelTable& kt = fast::kernels();
-    fast::parallel_dynamic(nv, [&](int hh) {
-      float* Sh = S.S.data() + size_t(hh) * dk * dv;
+    // Columns of a head's state evolve independently: blocks of 64 columns (128×64 fp32 = 32 KiB, L1)
+    // run through all M tokens, and heads × blocks spread over the pool.
+    const int cb = dv % 64 == 0 ? 64 : dv, nb = dv / cb;
+    fast::parallel_dynamic(nv * nb, [&](int item) {
+      const int hh = item / nb, j0 = (item % nb) * cb;
+      float* Sh = S.S.data() + size_t(hh) * dk * dv + j0;
       const int kh = hh / ratio;
       for (int t = 0; t < M; ++t)
-        kt.gdn_step(Sh, &q[(size_t(t) * nk + kh) * dk], &k[(size_t(t) * nk + kh) * dk], &v[(size_t(t) * nv + hh) * dv],
-                    alpha[size_t(t) * nv + hh], beta[size_t(t) * nv + hh], &o[(size_t(t) * nv + hh) * dv], dk, dv);
+        kt.gdn_step(Sh, &q[(size_t(t) * nk + kh) * dk], &k[(size_t(t) * nk + kh) * dk], &v[(size_t(t) * nv + hh) * dv + j0],
+                    alpha[size_t(t) * nv + hh], beta[size_t(t) * nv + hh], &o[(size_t(t) * nv + hh) * dv + j0], dk, cb, dv);
     });
     for (int m = 0; m < M; ++m)
       for (int hh = 0; hh < nv; ++hh) {

@@ -70,9 +70,11 @@ struct KernelTable {
   // y[i] += s·x[i]
   void (*axpy)(float* y, float s, const float* x, int n);
   // One delta-rule step of one value head (model-spec §1.4.2), fused to two passes over S:
-  // S [dk, dv] fp32 in place; q, k [dk] (normalized); v, out [dv]; alpha = e^g; beta.
+  // S [dk, dv] fp32 in place, row stride ldS (≥ dv); q, k [dk] (normalized); v, out [dv]; alpha = e^g; beta.
+  // Columns of S evolve independently, so a block of columns (S + j0, v + j0, out + j0, dv = width,
+  // ldS = the full width) is one valid call: prefill runs L1-sized column blocks over all tokens.
   void (*gdn_step)(float* S, const float* q, const float* k, const float* v, float alpha, float beta,
-                   float* out, int dk, int dv);
+                   float* out, int dk, int dv, int ldS);
 };
 
 const KernelTable& scalar_table();

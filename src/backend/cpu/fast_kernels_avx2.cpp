@@ -169,16 +169,16 @@ LILY_AVX2 void q8_rows(const QArgs& a) {
 }
 
 LILY_AVX2 void gdn_step(float* S, const float* q, const float* k, const float* v, float alpha, float beta, float* out,
-                        int dk, int dv) {
+                        int dk, int dv, int ldS) {
   alignas(32) float kv[512], oq[512];
   if (dv % 8 != 0 || dv > 512) {
-    scalar_table().gdn_step(S, q, k, v, alpha, beta, out, dk, dv);
+    scalar_table().gdn_step(S, q, k, v, alpha, beta, out, dk, dv, ldS);
     return;
   }
   for (int j0 = 0; j0 < dv; j0 += 8) {
     __m256 a0 = _mm256_setzero_ps(), b0 = a0;
     for (int i = 0; i < dk; ++i) {
-      const __m256 s0 = _mm256_loadu_ps(S + size_t(i) * dv + j0);
+      const __m256 s0 = _mm256_loadu_ps(S + size_t(i) * ldS + j0);
       a0 = _mm256_fmadd_ps(s0, _mm256_set1_ps(k[i]), a0);
       b0 = _mm256_fmadd_ps(s0, _mm256_set1_ps(q[i]), b0);
     }
@@ -192,7 +192,7 @@ LILY_AVX2 void gdn_step(float* S, const float* q, const float* k, const float* v
   }
   const __m256 al = _mm256_set1_ps(alpha);
   for (int i = 0; i < dk; ++i) {
-    float* Si = S + size_t(i) * dv;
+    float* Si = S + size_t(i) * ldS;
     const __m256 ki = _mm256_set1_ps(k[i]);
     for (int j = 0; j < dv; j += 8)
       _mm256_storeu_ps(Si + j, _mm256_fmadd_ps(al, _mm256_loadu_ps(Si + j), _mm256_mul_ps(ki, _mm256_load_ps(kv + j))));

@@ -203,17 +203,17 @@ LILY_AVX512 void axpy(float* y, float s, const float* x, int n) {
 // Pass 1 reads S once for Sᵀk and Sᵀq (64 columns at a time in registers); pass 2 writes
 // S ← αS + k δᵀ. Same algebra as the reference's decay / read / update / read sequence.
 LILY_AVX512 void gdn_step(float* S, const float* q, const float* k, const float* v, float alpha, float beta,
-                          float* out, int dk, int dv) {
+                          float* out, int dk, int dv, int ldS) {
   alignas(64) float kv[512], oq[512];
   if (dv % 16 != 0 || dv > 512) {
-    scalar_table().gdn_step(S, q, k, v, alpha, beta, out, dk, dv);
+    scalar_table().gdn_step(S, q, k, v, alpha, beta, out, dk, dv, ldS);
     return;
   }
   int j0 = 0;
   for (; j0 + 64 <= dv; j0 += 64) {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     for (int i = 0; i < dk; ++i) {
-      const float* Si = S + size_t(i) * dv + j0;
+      const float* Si = S + size_t(i) * ldS + j0;
       const __m512 ki = _mm512_set1_ps(k[i]), qi = _mm512_set1_ps(q[i]);
       const __m512 s0 = _mm512_loadu_ps(Si), s1 = _mm512_loadu_ps(Si + 16), s2 = _mm512_loadu_ps(Si + 32),
                    s3 = _mm512_loadu_ps(Si + 48);
@@ -230,7 +230,7 @@ LILY_AVX512 void gdn_step(float* S, const float* q, const float* k, const float*
   for (; j0 < dv; j0 += 16) {
     __m512 a0 = _mm512_setzero_ps(), b0 = a0;
     for (int i = 0; i < dk; ++i) {
-      const __m512 s0 = _mm512_loadu_ps(S + size_t(i) * dv + j0);
+      const __m512 s0 = _mm512_loadu_ps(S + size_t(i) * ldS + j0);
       a0 = _mm512_fmadd_ps(s0, _mm512_set1_ps(k[i]), a0);
       b0 = _mm512_fmadd_ps(s0, _mm512_set1_ps(q[i]), b0);
     }
@@ -244,7 +244,7 @@ LILY_AVX512 void gdn_step(float* S, const float* q, const float* k, const float*
     _mm512_storeu_ps(out + j, _mm512_fmadd_ps(al, _mm512_load_ps(oq + j), _mm512_mul_ps(kqv, delta)));
   }
   for (int i = 0; i < dk; ++i) {
-    float* Si = S + size_t(i) * dv;
+    float* Si = S + size_t(i) * ldS;
     const __m512 ki = _mm512_set1_ps(k[i]);
     for (int j = 0; j < dv; j += 16)
       _mm512_storeu_ps(Si + j, _mm512_fmadd_ps(al, _mm512_loadu_ps(Si + j), _mm512_mul_ps(ki, _mm512_load_ps(kv + j))));

@@ -154,10 +154,10 @@ void axpy(float* y, float s, const float* x, int n) {
 }
 
 void gdn_step(float* S, const float* q, const float* k, const float* v, float alpha, float beta, float* out, int dk,
-              int dv) {
+              int dv, int ldS) {
   std::vector<float> kv(dv, 0.0f), oq(dv, 0.0f);
   for (int i = 0; i < dk; ++i) {
-    const float* Si = S + size_t(i) * dv;
+    const float* Si = S + size_t(i) * ldS;
     for (int j = 0; j < dv; ++j) kv[j] += Si[j] * k[i], oq[j] += Si[j] * q[i];
   }
   const float kq = dot(k, q, dk);
@@ -167,7 +167,7 @@ void gdn_step(float* S, const float* q, const float* k, const float* v, float al
     out[j] = alpha * oq[j] + kq * delta;
   }
   for (int i = 0; i < dk; ++i) {
-    float* Si = S + size_t(i) * dv;
+    float* Si = S + size_t(i) * ldS;
     for (int j = 0; j < dv; ++j) Si[j] = alpha * Si[j] + k[i] * kv[j];
   }
 }
