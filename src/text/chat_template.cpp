@@ -31,6 +31,8 @@ Result<ChatTemplate> ChatTemplate::parse(const std::string& source) {
     t.body_ = std::make_shared<const jinja::Body>(std::move(body));
   } catch (const jinja::Error& e) {
     return errorf("chat template line {}: {}", e.line, e.what());
+  } catch (const std::exception& e) {  // a library error the interpreter did not map (a lily bug, not a crash)
+    return errorf("chat template: {}", e.what());
   }
   return t;
 }
@@ -74,6 +76,8 @@ Result<std::string> ChatTemplate::render(const nlohmann::ordered_json& context) 
   } catch (const jinja::Error& e) {
     if (e.raised) return Status::error(e.what());
     return errorf("chat template error (line {}): {}", e.line, e.what());
+  } catch (const std::exception& e) {  // e.g. fmt::format_error, std::bad_alloc: an error, never a crash
+    return errorf("chat template error: {}", e.what());
   }
 }
 

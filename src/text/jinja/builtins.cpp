@@ -285,6 +285,7 @@ Value f_tojson(Interp&, const Value& v, CallArgs& a) {
   JsonDumpOptions o;
   o.ensure_ascii = truthy(s.get(0, Value::boolean(false)));
   Value indent = s.get(1, Value::none());
+  if (indent.is_int_like() && indent.as_int() > 1024) throw Error("unsupported: tojson indent over 1024");
   if (indent.is_int_like()) o.indent = static_cast<int>(std::max<int64_t>(0, indent.as_int()));
   else if (!indent.is_none()) throw Error("unsupported: tojson indent must be an integer");
   Value seps = s.get(2, Value::none());
@@ -377,6 +378,7 @@ Value f_round(Interp&, const Value& v, CallArgs& a) {
 Value f_indent(Interp&, const Value& v, CallArgs& a) {
   Sig s(a, "indent", {"width", "first", "blank"});
   Value w = s.get(0, Value::integer(4));
+  if (!w.is_string()) check_size(size_t(std::clamp<int64_t>(w.as_int(), 0, int64_t(kMaxStringBytes) + 1)));
   std::string ind = w.is_string() ? w.s : std::string(static_cast<size_t>(std::max<int64_t>(0, w.as_int())), ' ');
   bool first = truthy(s.get(1, Value::boolean(false))), blank = truthy(s.get(2, Value::boolean(false)));
   if (!v.is_string()) binary_op("+", v, Value::string("\n"));  // jinja2 does s += "\n": non-str fails

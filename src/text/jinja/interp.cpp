@@ -23,6 +23,12 @@ std::string Interp::render(const Body& body) {
   return out;
 }
 
+void Interp::step(int64_t n) {
+  if ((steps_ += n) > kMaxRenderSteps)
+    throw Error("unsupported: the template ran more than " + std::to_string(kMaxRenderSteps) +
+                " loop iterations and macro calls");
+}
+
 Flow Interp::exec_body(const Body& body, const FramePtr& f, std::string& out) {
   for (auto& s : body) {
     Flow fl = exec(*s, f, out);
@@ -40,8 +46,8 @@ static FramePtr child(const FramePtr& parent) {
 Flow Interp::exec(const Stmt& s, const FramePtr& f, std::string& out) {
   try {
     switch (s.kind) {
-      case StmtKind::Text: out += s.text; break;
-      case StmtKind::Output: out += py_str(eval(*s.expr, f)); break;
+      case StmtKind::Text: out += s.text; check_size(out.size()); break;
+      case StmtKind::Output: out += py_str(eval(*s.expr, f)); check_size(out.size()); break;
       case StmtKind::If:
         for (size_t k = 0; k < s.conds.size(); ++k)
           if (truthy(eval(*s.conds[k], f))) return exec_body(s.bodies[k], f, out);
@@ -100,6 +106,7 @@ void Interp::exec_for(const Stmt& s, const FramePtr& f, std::string& out) {
     return;
   }
   size_t n = items.size();
+  step(int64_t(n));  // charged up front: a loop that cannot finish fails before it starts
   for (size_t k = 0; k < n; ++k) {
     FramePtr it = child(f);
     Dict loop;
@@ -175,6 +182,7 @@ Value Interp::make_macro(const Stmt& s, const FramePtr& defining) {
                                      : Value::undefined(fmt::format("parameter '{}' was not provided", params[k].name));
     }
     if (call_depth_ >= 256) throw Error("RecursionError: macro calls nested deeper than 256");
+    step();
     ++call_depth_;
     std::string out;
     try {

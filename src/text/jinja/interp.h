@@ -47,6 +47,8 @@ class Interp {
 
  private:
   FramePtr root_;
+  int64_t steps_ = 0;   // loop iterations + macro calls so far, bounded by kMaxRenderSteps
+  void step(int64_t n = 1);
   int call_depth_ = 0;  // macro nesting; bounded so a runaway recursion is an error, not a crash
   Flow exec_body(const Body& body, const FramePtr& f, std::string& out);
   Flow exec(const Stmt& s, const FramePtr& f, std::string& out);

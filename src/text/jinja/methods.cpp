@@ -256,9 +256,15 @@ void add_globals(Frame& f) {
     int64_t step = a.pos.size() > 2 ? a.pos[2].as_int() : 1;
     if (step == 0) throw Error("ValueError: range() arg 3 must not be zero");
     List out;
-    for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
-      if (out.size() >= 100000) throw Error("OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+    // jinja2's MAX_RANGE, or less where lily's render budget is smaller (a range it could not
+    // iterate anyway); k += step stops before it would overflow.
+    const size_t max_range = size_t(std::min<int64_t>(100000, kMaxRenderSteps));
+    for (int64_t k = start; step > 0 ? k < stop : k > stop;) {
+      if (out.size() >= max_range)
+        throw Error(fmt::format("OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE ({}).",
+                                max_range));
       out.push_back(Value::integer(k));
+      if (__builtin_add_overflow(k, step, &k)) break;
     }
     return Value::from_list(std::move(out));
   });

@@ -32,6 +32,11 @@ double floatmod(double a, double b) {
 }
 
 Value repeat(const Value& seq, int64_t n) {
+  if (n > 0) {
+    const size_t len = seq.is_string() ? seq.s.size() : seq.list->size();
+    if (len > 0) check_size(uint64_t(n) > kMaxStringBytes ? kMaxStringBytes + 1 : len * size_t(n),
+                            seq.is_string() ? kMaxStringBytes : kMaxListItems);
+  }
   if (seq.is_string()) {
     std::string out;
     for (int64_t k = 0; k < n; ++k) out += seq.s;
@@ -66,7 +71,11 @@ Value int_mul(int64_t a, int64_t b) {
 }  // namespace
 
 Value binary_op(const std::string& op, const Value& a, const Value& b) {
-  if (op == "~") return Value::string(py_str(a) + py_str(b));
+  if (op == "~") {
+    std::string l = py_str(a), r = py_str(b);
+    check_size(l.size() + r.size());
+    return Value::string(l + r);
+  }
   if (op == "%" && a.is_string()) return Value::string(percent_format(a.s, b));
   if (a.is_undefined()) fail_undefined(a);
   if (b.is_undefined()) fail_undefined(b);
@@ -75,11 +84,13 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "+") {
     if (both_num) return any_float ? Value::real(a.as_double() + b.as_double()) : int_add(a.as_int(), b.as_int());
     if (a.is_string() && b.is_string()) {
+      check_size(a.s.size() + b.s.size());
       if (a.safe || b.safe)  // markupsafe: Markup + str escapes the plain str
         return Value::string((a.safe ? a.s : pystr::html_escape(a.s)) + (b.safe ? b.s : pystr::html_escape(b.s)), true);
       return Value::string(a.s + b.s);
     }
     if (a.is_list() && b.is_list() && a.is_tuple == b.is_tuple && !a.is_iter && !b.is_iter) {
+      check_size(a.list->size() + b.list->size(), kMaxListItems);
       List out = *a.list;
       out.insert(out.end(), b.list->begin(), b.list->end());
       return Value::from_list(std::move(out), a.is_tuple);
@@ -119,8 +130,12 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "**") {
     if (!both_num) type_error("** or pow()", a, b);
     if (!any_float && b.as_int() >= 0) {
+      // By squaring: a loop of b.as_int() steps hung on 1 ** 10**18.
       int64_t r = 1, base = a.as_int();
-      for (int64_t e = b.as_int(); e > 0; --e) r = int_mul(r, base).i;
+      for (int64_t e = b.as_int(); e > 0; e >>= 1) {
+        if (e & 1) r = int_mul(r, base).i;
+        if (e > 1) base = int_mul(base, base).i;
+      }
       return Value::integer(r);
     }
     return Value::real(std::pow(a.as_double(), b.as_double()));
@@ -175,10 +190,14 @@ std::string percent_format(const std::string& f, const Value& args) {
     }
     std::string spec;
     while (k < f.size() && std::string("-+ 0#").find(f[k]) != std::string::npos) spec += f[k++];
-    while (k < f.size() && std::isdigit(static_cast<unsigned char>(f[k]))) spec += f[k++];
+    size_t digits = 0;  // of the width, then of the precision: 4 each at most (a 10^9 width is 1 GB)
+    while (k < f.size() && std::isdigit(static_cast<unsigned char>(f[k]))) spec += f[k++], ++digits;
+    if (digits > 4) throw Error("unsupported: %-format width over 4 digits");
     if (k < f.size() && f[k] == '.') {
       spec += f[k++];
-      while (k < f.size() && std::isdigit(static_cast<unsigned char>(f[k]))) spec += f[k++];
+      digits = 0;
+      while (k < f.size() && std::isdigit(static_cast<unsigned char>(f[k]))) spec += f[k++], ++digits;
+      if (digits > 4) throw Error("unsupported: %-format precision over 4 digits");
     }
     if (k >= f.size()) throw Error("ValueError: incomplete format");
     char conv = f[k];
@@ -194,6 +213,8 @@ std::string percent_format(const std::string& f, const Value& args) {
       case 'd':
       case 'i':
         if (!v->is_number()) throw Error("TypeError: %d format: a real number is required, not " + type_name(*v));
+        if (v->kind == Kind::Float && !(std::fabs(v->f) < 9.2e18))  // int64 range; Python's ints are unbounded
+          throw Error("unsupported: %d of a float outside the 64-bit integer range");
         out += fmt::format(fmt::runtime("{:" + spec + "d}"), static_cast<long long>(v->kind == Kind::Float ? std::trunc(v->f) : v->as_int()));
         break;
       case 'f':

@@ -1,0 +1,74 @@
+// Regression tests for what fuzzing the Jinja interpreter found (issue 8): templates that hung,
+// exhausted memory or hit undefined behaviour now render or fail with an error Status, quickly.
+// Each template is also in tests/fuzz/corpus/jinja/regress-*.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "text/chat_template.h"
+
+namespace lily {
+namespace {
+
+Result<std::string> render(const std::string& src) {
+  auto t = ChatTemplate::parse(src);
+  if (!t.is_ok()) return t.status();
+  return t.value().render(nlohmann::ordered_json::object());
+}
+
+void expect_error(const std::string& src, const std::string& part) {
+  auto start = std::chrono::steady_clock::now();
+  auto r = render(src);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(r.is_ok()) << src << " rendered " << r.value().size() << " bytes";
+  EXPECT_NE(r.message().find(part), std::string::npos) << r.message();
+  EXPECT_LT(s, 30.0) << src;
+}
+
+TEST(HostileTemplate, HugeRepetitionIsAnError) {
+  expect_error("{{ 'a' * 100000000000 }}", "MemoryError");
+  expect_error("{{ [1, 2] * 100000000000 }}", "MemoryError");
+}
+
+TEST(HostileTemplate, DoublingStringIsAnError) {
+  expect_error("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
+               "{{ ns.s|length }}",
+               "MemoryError");
+  expect_error("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+               "MemoryError");
+}
+
+TEST(HostileTemplate, NestedLoopsHitTheWorkBudget) {
+  expect_error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+               "loop iterations and macro calls");
+}
+
+TEST(HostileTemplate, ExponentialMacroRecursionHitsTheWorkBudget) {
+  expect_error("{% macro f(n) %}{% if n > 0 %}{{ f(n-1) }}{{ f(n-1) }}{% endif %}{% endmacro %}{{ f(60) }}",
+               "loop iterations and macro calls");
+}
+
+TEST(HostileTemplate, HugeIntegerPowerIsFastAndExact) {
+  // Was a loop of 10^18 multiplications.
+  auto r = render("{{ 1 ** 1000000000000000000 }} {{ (-1) ** 1000000000000000001 }} {{ 3 ** 39 }} {{ 0 ** 5 }}");
+  ASSERT_TRUE(r.is_ok()) << r.message();
+  EXPECT_EQ(r.value(), "1 -1 4052555153018976267 0");  // Python: 3 ** 39 == 4052555153018976267
+  expect_error("{{ 2 ** 64 }}", "integer overflow");
+}
+
+TEST(HostileTemplate, HugeWidthsAreErrors) {
+  expect_error("{{ 'x'|indent(100000000000) }}", "MemoryError");
+  expect_error("{{ [1]|tojson(indent=1000000000) }}", "tojson indent");
+  expect_error("{{ '%999999999d' % 3 }}", "width over 4 digits");
+  expect_error("{{ '%.999999999f' % 3.0 }}", "precision over 4 digits");
+  expect_error("{{ '%d' % 1e300 }}", "64-bit integer range");
+}
+
+TEST(HostileTemplate, RangeNearInt64MaxDoesNotOverflow) {
+  auto r = render("{% for i in range(9223372036854775806, 9223372036854775807, 10) %}{{ i }};{% endfor %}");
+  ASSERT_TRUE(r.is_ok()) << r.message();
+  EXPECT_EQ(r.value(), "9223372036854775806;");
+}
+
+}  // namespace
+}  // namespace lily
