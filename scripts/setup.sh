@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 DEBS=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libfmt-dev libspdlog-dev
       libcli11-dev libgtest-dev googletest libpcre2-dev libutf8proc-dev libcpp-httplib-dev
-      nodejs npm python3 python3-jinja2)
+      nodejs npm python3 python3-jinja2 clang libclang-rt-dev)
 missing=()
 for p in "${DEBS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
