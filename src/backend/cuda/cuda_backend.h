@@ -326,7 +326,7 @@ class CudaBackend final : public Backend {
   float *xres_[2] = {}, *mix_ = nullptr, *hn_ = nullptr, *u_ = nullptr, *o_ = nullptr, *q_ = nullptr, *act_ = nullptr;
   // Set by prefill.cu once its kernels read and write fp32 K/V caches and conv windows; until
   // then fp32 states (the default) are prefilled by replaying the decode graph.
-  bool pf_f32_ok_ = false;
+  bool pf_f32_ok_ = true;  // the prefill kernels write fp32 K/V and conv windows (prefill.cu)
   float *rl_ = nullptr, *topk_w_ = nullptr, *logits_ = nullptr, *am_partial_ = nullptr, *attn_partial_ = nullptr;
   int32_t* topk_ids_ = nullptr;
   int32_t* feed_ = nullptr;

@@ -1,7 +1,7 @@
 // Gated DeltaNet prefill over M tokens: (1) conv + SiLU over the chunk with the carried window,
 // q/k L2 norms and q scale, gates (one block per token and 128-channel head); (2) the new conv
 // window (bf16, decode layout); (3) the delta-rule recurrence over all M tokens in one launch:
-// one warp per (value head, 8 value columns), each lane holding 32 state rows of one column in
+// one warp per (value head, 2 value columns), each lane holding 8 state rows of one column in
 // registers (fp32), token inputs staged through shared memory 32 at a time; (4) the gated
 // RMSNorm with SiLU(z), giving the out_proj input.
 #include "backend/cuda/common.cuh"
@@ -73,28 +73,31 @@ __global__ void window_kernel(GdnPrefillArgs a, int C) {
   for (int tau = 0; tau < W; ++tau) out[size_t(ch) * W + tau] = vals[tau];
 }
 
-// Block: value head h, 32 columns (4 warps × 8). Lane = rg·8 + c: rows rg·32.., column c.
-__global__ void __launch_bounds__(128) scan_kernel(GdnPrefillArgs a) {
-  __shared__ float ks[kT][4][33], qs[kT][4][33], vsm[kT][32], as_[kT], bs[kT];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int h = blockIdx.x >> 2, cs = blockIdx.x & 3, kh = h / (a.nv / a.nk);
-  const int rg = lane >> 3, c = lane & 7, col = cs * 32 + warp * 8 + c;
+// Block: value head h, kCols columns (kWarps warps × CW columns). Lane = rg·CW + c holds rows
+// rg·R .. rg·R+R-1 of column c (R = 128·CW/32): small R keeps the per-token dependency chain
+// short and puts ~16 warps on each SM (the scan is latency-bound, not FLOP-bound).
+constexpr int CW = 2, RG = 32 / CW, R = kD / RG, kWarps = 8, kCols = kWarps * CW, kSlices = kD / kCols;
+__global__ void __launch_bounds__(kWarps * 32) scan_kernel(GdnPrefillArgs a) {
+  __shared__ float ks[kT][RG][R + 1], qs[kT][RG][R + 1], vsm[kT][kCols], as_[kT], bs[kT];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthr = kWarps * 32;
+  const int h = blockIdx.x / kSlices, cs = blockIdx.x % kSlices, kh = h / (a.nv / a.nk);
+  const int rg = lane / CW, c = lane % CW, lc = warp * CW + c, col = cs * kCols + lc;
   const int kd = a.nk * kD, vd = a.nv * kD;
   float* Sh = a.S + size_t(h) * kD * kD;
-  float s[32];
+  float s[R];
 #pragma unroll
-  for (int i = 0; i < 32; ++i) s[i] = Sh[(rg * 32 + i) * kD + col];
+  for (int i = 0; i < R; ++i) s[i] = Sh[(rg * R + i) * kD + col];
   for (int t0 = 0; t0 < a.M; t0 += kT) {
     const int n = min(kT, a.M - t0);
     __syncthreads();
-    for (int idx = tid; idx < n * kD; idx += 128) {
+    for (int idx = tid; idx < n * kD; idx += nthr) {
       const int tt = idx / kD, i = idx % kD;
-      ks[tt][i / 32][i % 32] = a.kn[size_t(t0 + tt) * kd + kh * kD + i];
-      qs[tt][i / 32][i % 32] = a.qn[size_t(t0 + tt) * kd + kh * kD + i];
+      ks[tt][i / R][i % R] = a.kn[size_t(t0 + tt) * kd + kh * kD + i];
+      qs[tt][i / R][i % R] = a.qn[size_t(t0 + tt) * kd + kh * kD + i];
     }
-    for (int idx = tid; idx < n * 32; idx += 128) {
-      const int tt = idx / 32, j = idx % 32;
-      vsm[tt][j] = a.v[size_t(t0 + tt) * vd + h * kD + cs * 32 + j];
+    for (int idx = tid; idx < n * kCols; idx += nthr) {
+      const int tt = idx / kCols, j = idx % kCols;
+      vsm[tt][j] = a.v[size_t(t0 + tt) * vd + h * kD + cs * kCols + j];
     }
     if (tid < n) {
       as_[tid] = expf(a.g[size_t(t0 + tid) * a.nv + h]);
@@ -103,38 +106,41 @@ __global__ void __launch_bounds__(128) scan_kernel(GdnPrefillArgs a) {
     __syncthreads();
     for (int tt = 0; tt < n; ++tt) {
       const float al = as_[tt], be = bs[tt];
+      float kr[R], qr[R];
+#pragma unroll
+      for (int i = 0; i < R; ++i) kr[i] = ks[tt][rg][i], qr[i] = qs[tt][rg][i];
       float r0 = 0.f, r1 = 0.f, r2 = 0.f, r3 = 0.f;
 #pragma unroll
-      for (int i = 0; i < 32; i += 4) {
-        r0 = fmaf(s[i], ks[tt][rg][i], r0);
-        r1 = fmaf(s[i + 1], ks[tt][rg][i + 1], r1);
-        r2 = fmaf(s[i + 2], ks[tt][rg][i + 2], r2);
-        r3 = fmaf(s[i + 3], ks[tt][rg][i + 3], r3);
+      for (int i = 0; i < R; i += 4) {
+        r0 = fmaf(s[i], kr[i], r0);
+        r1 = fmaf(s[i + 1], kr[i + 1], r1);
+        r2 = fmaf(s[i + 2], kr[i + 2], r2);
+        r3 = fmaf(s[i + 3], kr[i + 3], r3);
       }
       float r = (r0 + r1) + (r2 + r3);
-      r += __shfl_xor_sync(0xffffffffu, r, 8);
-      r += __shfl_xor_sync(0xffffffffu, r, 16);
-      const float delta = be * (vsm[tt][warp * 8 + c] - al * r);
+#pragma unroll
+      for (int o = CW; o < 32; o <<= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+      const float delta = be * (vsm[tt][lc] - al * r);
       float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
 #pragma unroll
-      for (int i = 0; i < 32; i += 4) {
-        s[i] = fmaf(ks[tt][rg][i], delta, al * s[i]);
-        s[i + 1] = fmaf(ks[tt][rg][i + 1], delta, al * s[i + 1]);
-        s[i + 2] = fmaf(ks[tt][rg][i + 2], delta, al * s[i + 2]);
-        s[i + 3] = fmaf(ks[tt][rg][i + 3], delta, al * s[i + 3]);
-        o0 = fmaf(s[i], qs[tt][rg][i], o0);
-        o1 = fmaf(s[i + 1], qs[tt][rg][i + 1], o1);
-        o2 = fmaf(s[i + 2], qs[tt][rg][i + 2], o2);
-        o3 = fmaf(s[i + 3], qs[tt][rg][i + 3], o3);
+      for (int i = 0; i < R; i += 4) {
+        s[i] = fmaf(kr[i], delta, al * s[i]);
+        s[i + 1] = fmaf(kr[i + 1], delta, al * s[i + 1]);
+        s[i + 2] = fmaf(kr[i + 2], delta, al * s[i + 2]);
+        s[i + 3] = fmaf(kr[i + 3], delta, al * s[i + 3]);
+        o0 = fmaf(s[i], qr[i], o0);
+        o1 = fmaf(s[i + 1], qr[i + 1], o1);
+        o2 = fmaf(s[i + 2], qr[i + 2], o2);
+        o3 = fmaf(s[i + 3], qr[i + 3], o3);
       }
       float o = (o0 + o1) + (o2 + o3);
-      o += __shfl_xor_sync(0xffffffffu, o, 8);
-      o += __shfl_xor_sync(0xffffffffu, o, 16);
+#pragma unroll
+      for (int sh = CW; sh < 32; sh <<= 1) o += __shfl_xor_sync(0xffffffffu, o, sh);
       if (rg == 0) a.o_raw[size_t(t0 + tt) * vd + h * kD + col] = o;
     }
   }
 #pragma unroll
-  for (int i = 0; i < 32; ++i) Sh[(rg * 32 + i) * kD + col] = s[i];
+  for (int i = 0; i < R; ++i) Sh[(rg * R + i) * kD + col] = s[i];
 }
 
 // One block per token, one warp per head (looping): o = gain ⊙ o_raw·rsqrt(mean o²+eps) ⊙ silu(z).
@@ -170,7 +176,7 @@ Status gdn_prefill(const GdnPrefillArgs& a, Stream stream) {
   LILY_TRY(launch_status("pf::gdn_prep"));
   window_kernel<<<(C + 255) / 256, 256, 0, s>>>(a, C);
   LILY_TRY(launch_status("pf::gdn_window"));
-  scan_kernel<<<a.nv * 4, 128, 0, s>>>(a);
+  scan_kernel<<<a.nv * kSlices, kWarps * 32, 0, s>>>(a);
   LILY_TRY(launch_status("pf::gdn_scan"));
   gated_norm_kernel<<<a.M, 256, 0, s>>>(a, C);
   return launch_status("pf::gdn_gated_norm");
