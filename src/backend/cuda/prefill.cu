@@ -4,7 +4,8 @@
 // causal flash attention over the cache (attn_prefill.cu), and MoE routed on the device
 // (moe_prefill.cu). Activations stay fp32; the state written (K/V cache, conv window, S, the step
 // control block's pos) is the decode graph's, so decode continues seamlessly. A single token
-// (M < LILY_PREFILL_MIN, default 2) replays the decode graph instead.
+// (M < LILY_PREFILL_MIN, default 2; LILY_PREFILL_MIN=1000000 bypasses these kernels) or an
+// unsupported shape replays the decode graph instead.
 #include <cstdlib>
 
 #include "backend/cuda/cuda_backend.h"
@@ -178,10 +179,22 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   return Status::ok();
 }
 
+// Shapes the prefill kernels support (the real model and the tiny/small presets); anything else
+// (e.g. the wide-seed23 golden's 32-dim DeltaNet heads) is prefilled by replaying the decode graph.
+static bool pf_shapes_ok(const ModelConfig& c) {
+  const int hd = c.head_dim, nk = c.linear_num_key_heads, nv = c.linear_num_value_heads;
+  return c.linear_key_head_dim == 128 && c.linear_value_head_dim == 128 && nk > 0 && nv % nk == 0 && nv <= 128 &&
+         (hd == 64 || hd == 128 || hd == 256) && c.rotary_dim() > 0 && c.rotary_dim() <= hd && c.rotary_dim() % 2 == 0 &&
+         c.num_key_value_heads > 0 && c.num_attention_heads % c.num_key_value_heads == 0 && c.num_experts <= 1024 &&
+         c.num_experts_per_tok >= 1 && c.num_experts_per_tok <= 8 && c.hidden_size % 64 == 0 &&
+         c.moe_intermediate_size % 64 == 0 && c.shared_expert_intermediate_size % 64 == 0 &&
+         c.linear_conv_kernel_dim >= 2 && c.linear_conv_kernel_dim <= 9 && c.quant.group_size == 64;
+}
+
 Status CudaBackend::prefill(CudaSeqState& st, std::span<const int32_t> tokens, std::span<float> logits) {
   const int M = int(tokens.size());
   const int min_m = env_int("LILY_PREFILL_MIN", 2, 1, 1 << 20);
-  if (M >= min_m) {
+  if (M >= min_m && pf_shapes_ok(cfg_)) {
     const int chunk_env = env_int("LILY_PREFILL_CHUNK", 4096, 64, 1 << 16);
     if (pf_cap_ == 0) LILY_TRY(pf_alloc(chunk_env));  // bounded by the chunk, not the prompt
     // LILY_PREFILL_PROFILE=1: events between ops, a per-op table on stderr (adds small gaps).
