@@ -70,5 +70,16 @@ TEST(HostileTemplate, RangeNearInt64MaxDoesNotOverflow) {
   EXPECT_EQ(r.value(), "9223372036854775806;");
 }
 
+// A slice inside a tuple subscript left a null node in the AST; rendering dereferenced it.
+// Found by jinja_fuzz (tests/fuzz/corpus/jinja/regress-slice-in-tuple).
+TEST(HostileTemplate, SliceInsideTupleSubscriptIsALoadError) {
+  for (const char* src : {"{{ 'abcdef'[5:, 2, 3][::-2] }}", "{{ x[1, :2] }}", "{{ x[::, 0] }}"}) {
+    auto t = ChatTemplate::parse(src);
+    ASSERT_FALSE(t.is_ok()) << src;
+    EXPECT_NE(t.message().find("slice inside a tuple subscript"), std::string::npos) << t.message();
+  }
+  EXPECT_TRUE(render("{{ 'abcdef'[5:][::-2] }}").is_ok());
+}
+
 }  // namespace
 }  // namespace lily

@@ -458,6 +458,10 @@ class Parser {
         if (subs.empty()) fail("expected subscript expression", line);
         ExprPtr key = subs[0];
         if (subs.size() > 1) {
+          // x[a:b, c]: a tuple holding a slice, which nothing in Python or jinja2 can index by (and
+          // the Slice node's null target once crashed the renderer). Found by jinja_fuzz.
+          for (const auto& sub : subs)
+            if (sub->kind == ExprKind::Slice) fail("unsupported: a slice inside a tuple subscript", line);
           key = node(ExprKind::ListLit, line);
           key->is_tuple = true;
           key->args = subs;
