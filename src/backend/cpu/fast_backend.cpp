@@ -76,7 +76,8 @@ class FastCpuBackend final : public Backend {
   Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) override {
     LILY_ASSIGN_OR_RETURN(CpuSeqState* st, check_forward_args(cfg_, state, tokens, logits));
     const int M = int(tokens.size());
-    gemm_ = M > 1;  // prefill: fp32 GEMM, no int16 activations
+    gemm_ = M > 1;    // prefill: fp32 GEMM for the 4-bit jobs
+    prep_ = M <= 64;  // int16 activations too, for jobs of ≤ 2 tokens (experts of a short prompt)
 
     const int H = cfg_.hidden_size;
     ensure_iota(std::max(M * cfg_.num_experts_per_tok, M));
@@ -112,7 +113,9 @@ class FastCpuBackend final : public Backend {
   // A job of this forward: the int16 matvec at decode, the fp32 GEMM (no PreparedX) at prefill.
   QJob qj(const QWeight& w, const PreparedX& x, const float* xf, int ldxf, const int32_t* ids, int n, float* y, int ldy) {
     QJob j = job(w, x, xf, ldxf, ids, n, y, ldy);
-    if (gemm_) j.x = nullptr;
+    // The GEMM dequantizes each weight once per job: for 1–2 tokens the int16 matvec is faster (4×
+    // at one token), so short prompts keep it for their thinly routed experts.
+    if (gemm_ && !(prep_ && n <= 2)) j.x = nullptr;
     return j;
   }
 
@@ -127,7 +130,7 @@ class FastCpuBackend final : public Backend {
   void norm_and_prepare(const float* x, int M, const bf16* gain, float* h) {
     ProfileScope p(Op::kNorm, 0);
     rmsnorm(x, M, cfg_.hidden_size, gain, cfg_.rms_norm_eps, h);
-    if (!gemm_) fast::prepare_x(h, M, cfg_.hidden_size, cfg_.hidden_size, px_);
+    if (prep_) fast::prepare_x(h, M, cfg_.hidden_size, cfg_.hidden_size, px_);
   }
 
   // Gated full attention (model-spec §1.4.1) for M tokens at positions pos0..pos0+M-1.
@@ -184,7 +187,7 @@ class FastCpuBackend final : public Backend {
       }
     });
     prof.stop();
-    if (!gemm_) fast::prepare_x(o.data(), M, nh * hd, nh * hd, pmix_);
+    if (prep_) fast::prepare_x(o.data(), M, nh * hd, nh * hd, pmix_);
     const QJob j = qj(A.o_proj, pmix_, o.data(), nh * hd, iota_.data(), M, out, H);
     run(Op::kOutProj, {&j, 1});
     store_all(out, size_t(M) * H);
@@ -240,7 +243,7 @@ class FastCpuBackend final : public Backend {
         for (int d = 0; d < dv; ++d) oh[d] = store(bf16_to_f32(G.norm[d]) * oh[d] * inv * silu(zh[d]));
       }
     prof.stop();
-    if (!gemm_) fast::prepare_x(o.data(), M, vd, vd, pmix_);
+    if (prep_) fast::prepare_x(o.data(), M, vd, vd, pmix_);
     const QJob j = qj(G.out_proj, pmix_, o.data(), vd, iota_.data(), M, out, H);
     run(Op::kOutProj, {&j, 1});
     store_all(out, size_t(M) * H);
@@ -318,7 +321,7 @@ class FastCpuBackend final : public Backend {
       ProfileScope p(Op::kMoeAct, 0);
       for (size_t j = 0; j < gl.size(); ++j) gl[j] = store(silu(store(gl[j])) * store(ul[j]));
       for (size_t j = 0; j < sgl.size(); ++j) sgl[j] = store(silu(store(sgl[j])) * store(sul[j]));
-      if (!gemm_) {
+      if (prep_) {
         fast::prepare_x(gl.data(), n_slots, I, I, pact_);
         fast::prepare_x(sgl.data(), M, Is, Is, pmix_);
       }
@@ -352,6 +355,7 @@ class FastCpuBackend final : public Backend {
   std::vector<int32_t> iota_;
   PreparedX px_, pmix_, pact_;  // int16 forms of h, of a mixer/shared-expert input, of expert inputs (decode)
   double read_gbps_ = 0;
+  bool prep_ = true;            // this forward prepares int16 activations (decode, prompts ≤ 64 tokens)
   bool gemm_ = false;           // this forward is a prefill (M > 1): 4-bit jobs run the fp32 GEMM
 };
 
