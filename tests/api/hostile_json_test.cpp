@@ -26,7 +26,7 @@ std::string nest(size_t depth) { return std::string(depth, '[') + std::string(de
 
 TEST(JsonDepth, CountsOnlyBracketsOutsideStrings) {
   EXPECT_EQ(json_nesting_depth("1"), 0u);
-  EXPECT_EQ(json_nesting_depth(R"({"a": [1, {"b": []}]})"), 3u);
+  EXPECT_EQ(json_nesting_depth(R"({"a": [1, {"b": []}]})"), 4u);
   EXPECT_EQ(json_nesting_depth(R"(["[[[[", "\"[[", {}])"), 2u);
   EXPECT_EQ(json_nesting_depth(nest(70)), 70u);
 }
