@@ -7,6 +7,18 @@
 
 namespace lily {
 
+Status Backend::forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
+                              std::span<float> logits) {
+  const size_t B = states.size();
+  if (tokens.size() != B) return errorf("forward_batch: {} states but {} tokens", B, tokens.size());
+  if (B == 0) return Status::ok();
+  if (logits.size() % B != 0) return errorf("forward_batch: logits size {} is not a multiple of {} rows", logits.size(), B);
+  const size_t V = logits.size() / B;
+  for (size_t b = 0; b < B; ++b)
+    LILY_TRY(forward(*states[b], tokens.subspan(b, 1), logits.subspan(b * V, V)));
+  return Status::ok();
+}
+
 Status Backend::decode_greedy(SeqState& state, int32_t first, int n_steps, std::vector<int32_t>& out,
                               std::vector<double>* avail_s) {
   using clock = std::chrono::steady_clock;

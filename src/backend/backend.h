@@ -21,6 +21,12 @@ class Backend {
   virtual Result<std::unique_ptr<SeqState>> new_state(int max_seq) = 0;
   // Appends tokens to state; logits (if non-empty, [vocab] fp32) of the last token.
   virtual Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) = 0;
+  // One decode step for several sequences: row b feeds tokens[b] to *states[b] (distinct
+  // states) and writes that token's logits to logits[b*vocab, (b+1)*vocab) (fp32). Each row's
+  // result is what forward() gives for that sequence alone (batch invariance). Default: one
+  // forward() per row; backends override it to read each weight once for all rows.
+  virtual Status forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
+                               std::span<float> logits);
   // Greedy decode loop: feeds `first`, then each step's argmax (lowest id on ties), for n_steps
   // steps; out[i] = argmax after step i, so the state consumes first, out[0..n-2]. If `avail_s`
   // is given it receives, per step, the seconds from the call until out[i] was on the host.

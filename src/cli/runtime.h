@@ -20,6 +20,7 @@ struct RuntimeArgs {
   int max_seq = 0;           // 0 = min(8192, max_position_embeddings)
   int threads = 0;
   int max_queue = 64;
+  int parallel = 8;          // requests decoded together
   int max_cached = 8;
   int cache_mb = 8192;
   bool test_hooks = false;

@@ -1,16 +1,14 @@
-// Engine: see engine.h. The decode loop feeds every sampled token except the one that ends
-// the reply, so a cached state's tokens are exactly prompt + reply, which the next turn's
-// prompt extends.
+// Engine: see engine.h. The worker loop is the scheduler: admit, drop cancelled, one prefill
+// chunk, one batched decode step, repeat. Everything that touches model states or the prefix
+// cache runs on the worker thread; submit() and the stats are the only shared parts.
 #include "engine/engine.h"
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
 
 #include <spdlog/spdlog.h>
 
-#include "engine/stop_matcher.h"
-#include "engine/token_text.h"
+#include "engine/sequence.h"
 
 namespace lily {
 
@@ -26,6 +24,9 @@ const char* finish_reason_name(FinishReason r) {
 
 Engine::Engine(Model& model, const Tokenizer& tok, EngineOptions opts)
     : model_(model), tok_(tok), opts_(opts), cache_(opts.max_cached_states, opts.cache_budget_bytes) {
+  opts_.max_batch = std::max(1, opts_.max_batch);
+  opts_.prefill_chunk = std::max(1, opts_.prefill_chunk);
+  opts_.interleave_chunk = std::clamp(opts_.interleave_chunk, 1, opts_.prefill_chunk);
   stop_ids_ = tok.stop_ids(model.config().eos_token_ids);
   logits_.resize(size_t(model.config().vocab_size));
   thread_ = std::thread([this] { worker(); });
@@ -67,18 +68,60 @@ int Engine::queue_depth() const {
 
 void Engine::worker() {
   for (;;) {
-    std::shared_ptr<GenRequest> req;
+    std::vector<std::shared_ptr<GenRequest>> admitted;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
-      if (stopping_) return;
-      req = std::move(queue_.front());
-      queue_.pop_front();
-      running_ = true;
+      cv_.wait(lk, [&] { return stopping_ || !queue_.empty() || !active_.empty(); });
+      if (stopping_) break;
+      while (active_.size() + admitted.size() < size_t(opts_.max_batch) && !queue_.empty()) {
+        admitted.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      running_ = int(active_.size() + admitted.size());
     }
-    run(*req);
-    running_ = false;
+    for (auto& r : admitted) {
+      auto s = std::make_unique<Sequence>(r, tok_, stop_ids_, stats_);
+      if (r->prompt.empty() || int(r->prompt.size()) + std::max(r->max_tokens, 1) > opts_.max_seq + 1)
+        s->finish(FinishReason::kError, "", "request does not fit the context");
+      active_.push_back(std::move(s));
+    }
+    step();
+    running_ = int(active_.size());
   }
+  // Shutting down: whatever is still running ends as cancelled.
+  for (auto& s : active_) {
+    s->finish(FinishReason::kCancelled);
+    retire(*s, true);
+  }
+  active_.clear();
+  running_ = 0;
+}
+
+void Engine::step() {
+  for (auto& s : active_)
+    if (!s->finished() && s->req().cancelled) {
+      s->finish(FinishReason::kCancelled);
+      retire(*s, true);
+    }
+  drop_finished();
+  const bool prefilled = prefill_some();
+  drop_finished();
+  decode_all();
+  drop_finished();
+  if (!prefilled) {
+    int delay = 0;
+    for (auto& s : active_) delay = std::max(delay, s->req().step_delay_ms);
+    if (delay > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+  }
+}
+
+void Engine::drop_finished() {
+  active_.erase(std::remove_if(active_.begin(), active_.end(), [](auto& s) { return s->finished(); }), active_.end());
+}
+
+void Engine::retire(Sequence& s, bool ok) {
+  if (!s.has_state()) return;
+  cache_.put(s.release(ok));
 }
 
 Result<CacheEntry> Engine::checkout(const GenRequest& req, int& n_cached) {
@@ -112,138 +155,79 @@ Result<CacheEntry> Engine::checkout(const GenRequest& req, int& n_cached) {
   return e;
 }
 
-void Engine::run(GenRequest& req) {
-  auto emit = [&](GenEvent&& ev) {
-    if (req.on_event) req.on_event(std::move(ev));
-  };
-  GenUsage usage;
-  usage.prompt_tokens = int(req.prompt.size());
-  auto finish = [&](FinishReason why, std::string text, std::string error = {}) {
-    GenEvent ev;
-    ev.text = std::move(text);
-    ev.done = true;
-    ev.finish = why;
-    ev.error = std::move(error);
-    ev.usage = usage;
-    emit(std::move(ev));
-  };
-  if (req.cancelled) return finish(FinishReason::kCancelled, "");
-  if (req.prompt.empty() || int(req.prompt.size()) + std::max(req.max_tokens, 1) > opts_.max_seq + 1)
-    return finish(FinishReason::kError, "", "request does not fit the context");
-
-  int n_cached = 0;
-  auto entry_or = checkout(req, n_cached);
-  if (!entry_or) return finish(FinishReason::kError, "", entry_or.message());
-  CacheEntry entry = std::move(entry_or).value();
-  usage.cached_tokens = n_cached;
-  stats_.prompt_tokens += req.prompt.size();
-  // Whatever happens below, the state goes back to the cache with exactly what it consumed.
-  entry.tokens.assign(req.prompt.begin(), req.prompt.begin() + n_cached);
-  auto give_back = [&](bool ok) {
-    if (!ok) {
-      entry.tokens.clear();
-      entry.state->reset();
+bool Engine::prefill_some() {
+  bool others_decoding = false;
+  for (auto& q : active_) others_decoding |= q->decoding();
+  // Token budget of this step's prefill: small while others decode (their inter-token latency
+  // is one decode step plus this), a whole chunk otherwise. Oldest request first.
+  size_t budget = size_t(others_decoding ? opts_.interleave_chunk : opts_.prefill_chunk);
+  bool did = false;
+  for (auto& q : active_) {
+    if (budget == 0) break;
+    Sequence* s = q.get();
+    if (s->finished() || s->decoding()) continue;
+    if (!s->has_state()) {
+      int n_cached = 0;
+      auto e = checkout(s->req(), n_cached);
+      if (!e) {
+        // No memory for another state: wait for a running request to leave, unless none runs.
+        if (others_decoding || did) break;
+        s->finish(FinishReason::kError, "", e.message());
+        continue;
+      }
+      s->attach(std::move(e).value(), n_cached);
+      stats_.prompt_tokens += s->req().prompt.size();
     }
-    entry.key = req.cache_key;
-    cache_.put(std::move(entry));
-  };
-
-  // Prefill the uncached suffix in chunks, so a cancel is seen between chunks.
-  const std::span<const int32_t> todo(req.prompt.data() + n_cached, req.prompt.size() - size_t(n_cached));
-  for (size_t off = 0, len = 0; off < todo.size(); off += len) {
-    if (req.cancelled) {
-      give_back(true);
-      return finish(FinishReason::kCancelled, "");
-    }
-    len = std::min(todo.size() - off, size_t(opts_.prefill_chunk));
-    const size_t snap = req.snapshot_at > n_cached ? size_t(req.snapshot_at - n_cached) : 0;
-    if (snap > off && snap < off + len) len = snap - off;  // a chunk boundary at the snapshot
-    auto chunk = todo.subspan(off, len);
-    bool last = off + chunk.size() == todo.size();
-    Status st = model_.forward(*entry.state, chunk, last ? std::span<float>(logits_) : std::span<float>());
+    auto chunk = s->next_chunk(budget);
+    budget -= chunk.size();
+    did = true;
+    const bool last = chunk.size() == s->prompt_left();
+    std::span<float> out = last ? std::span<float>(logits_.data(), size_t(model_.config().vocab_size)) : std::span<float>();
+    Status st = model_.forward(s->state(), chunk, out);
     if (!st) {
-      give_back(false);
-      return finish(FinishReason::kError, "", st.message());
+      s->finish(FinishReason::kError, "", st.message());
+      retire(*s, false);
+      continue;
     }
-    entry.tokens.insert(entry.tokens.end(), chunk.begin(), chunk.end());
-    if (snap > 0 && off + len == snap) {
-      CacheEntry s;
-      s.tokens = entry.tokens;
-      s.state = entry.state->clone();
-      s.key = req.cache_key;
-      cache_.put(std::move(s));
+    s->fed(chunk);
+    if (s->at_snapshot()) {  // a copy of the state where a later prompt will branch
+      CacheEntry c;
+      c.tokens = s->entry().tokens;
+      c.state = s->state().clone();
+      c.key = s->req().cache_key;
+      if (c.state) cache_.put(std::move(c));
     }
+    if (last && !s->on_logits(out)) retire(*s, true);
   }
+  return did;
+}
 
-  Sampler sampler(req.sampling, req.prompt);
-  TokenText text(tok_);
-  StopMatcher stops(req.stop);
-  // Tokens to output without sampling, in order: the forced prefix, injections, or (test hook)
-  // the whole reply.
-  std::deque<int32_t> pending(req.forced_prefix.begin(), req.forced_prefix.end());
-  const bool forced = !req.forced_output.empty();
-  if (forced) pending.assign(req.forced_output.begin(), req.forced_output.end());
-  bool injected = false;
-  for (;;) {
-    if (req.cancelled) {
-      give_back(true);
-      return finish(FinishReason::kCancelled, "");
+void Engine::decode_all() {
+  std::vector<Sequence*> rows;
+  for (auto& s : active_)
+    if (s->decoding()) rows.push_back(s.get());
+  if (rows.empty()) return;
+  const size_t V = size_t(model_.config().vocab_size), B = rows.size();
+  if (logits_.size() < B * V) logits_.resize(B * V);
+  std::vector<SeqState*> states(B);
+  std::vector<int32_t> toks(B);
+  for (size_t b = 0; b < B; ++b) states[b] = &rows[b]->state(), toks[b] = rows[b]->next_token();
+  std::span<float> all(logits_.data(), B * V);
+  Status st = B == 1 ? model_.forward(*states[0], toks, all) : model_.forward_batch(states, toks, all);
+  stats_.decode_steps++;
+  stats_.decode_rows += B;
+  if (!st) {
+    spdlog::error("decode step of {} rows failed: {}", B, st.message());
+    for (Sequence* s : rows) {
+      s->finish(FinishReason::kError, "", st.message());
+      retire(*s, false);
     }
-    GenToken tok;
-    if (!pending.empty()) {
-      tok.id = pending.front();
-      pending.pop_front();
-      if (req.sampling.top_logprobs >= 0) {
-        SampleResult r;
-        compute_logprobs(logits_, tok.id, req.sampling.top_logprobs, r);
-        tok.logprob = r.logprob;
-        tok.top = std::move(r.top);
-      }
-      sampler.accept(tok.id);
-    } else {
-      SampleResult r = sampler.sample(logits_);
-      tok.id = r.id;
-      tok.logprob = r.logprob;
-      tok.top = std::move(r.top);
-      if (!injected && req.inject_after && r.id == *req.inject_after) {
-        pending.assign(req.inject_tokens.begin(), req.inject_tokens.end());
-        injected = true;
-      }
-    }
-    usage.completion_tokens++;
-    stats_.completion_tokens++;
-    const int32_t id = tok.id;
-    GenEvent ev;
-    ev.tokens.push_back(std::move(tok));
-    if (std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end()) {
-      emit(std::move(ev));
-      give_back(true);
-      return finish(FinishReason::kStop, stops.push(text.flush()).text + stops.flush());
-    }
-    auto out = stops.push(text.push(id));
-    ev.text = std::move(out.text);
-    emit(std::move(ev));
-    if (out.stopped) {
-      give_back(true);
-      return finish(FinishReason::kStop, "");
-    }
-    const bool forced_done = forced && pending.empty();
-    if (usage.completion_tokens >= req.max_tokens || forced_done) {
-      auto tail = stops.push(text.flush());
-      std::string rest = tail.text + (tail.stopped ? "" : stops.flush());
-      give_back(true);
-      return finish(forced_done && usage.completion_tokens < req.max_tokens ? FinishReason::kStop
-                                                                            : FinishReason::kLength,
-                    std::move(rest));
-    }
-    if (req.step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(req.step_delay_ms));
-    const int32_t one[1] = {id};
-    Status st = model_.forward(*entry.state, one, logits_);
-    if (!st) {
-      give_back(false);
-      return finish(FinishReason::kError, "", st.message());
-    }
-    entry.tokens.push_back(id);
+    return;
+  }
+  for (size_t b = 0; b < B; ++b) {
+    Sequence* s = rows[b];
+    s->fed(std::span<const int32_t>(&toks[b], 1));
+    if (!s->on_logits(all.subspan(b * V, V))) retire(*s, true);
   }
 }
 

@@ -1,7 +1,9 @@
-// The engine: turns token requests into generated text. One worker thread serves requests in
-// FIFO order (continuous batching comes later; the request object is already shaped for it:
-// a per-step callback and a cancel flag checked every step). It owns the sampler, the stop
-// rules (stop ids, stop strings with hold-back) and the prefix cache of model states.
+// The engine: turns token requests into generated text. One worker thread runs a continuous
+// batch: requests are admitted FIFO at step boundaries (up to max_batch at once), a newcomer's
+// prompt is prefilled one chunk per step between the decode steps of the running requests (so
+// they keep flowing), every decoding request advances one token per step in one batched
+// forward, and a finished or cancelled request leaves at once. Each request has its own
+// sampler and stop rules; states come from and go back to the prefix cache.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -20,6 +22,8 @@
 #include "text/tokenizer.h"
 
 namespace lily {
+
+class Sequence;
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
 const char* finish_reason_name(FinishReason r);  // "stop" | "length" | "cancelled" | "error"
@@ -68,15 +72,18 @@ struct GenRequest {
 
 struct EngineOptions {
   int max_seq = 4096;               // state capacity, tokens
-  int max_queue = 64;               // waiting requests beyond the running one
+  int max_queue = 64;               // waiting requests beyond the running batch
+  int max_batch = 8;                // requests decoded together (continuous batching)
   int max_cached_states = 8;        // prefix cache entries (Lily keeps 2)
   size_t cache_budget_bytes = size_t(8) << 30;
   int prefill_chunk = 512;          // tokens per forward during prefill (cancel checked between)
+  int interleave_chunk = 128;       // prefill tokens per step while others decode (bounds their latency)
 };
 
 struct EngineStats {
   std::atomic<uint64_t> cache_hits{0}, cache_misses{0}, cached_tokens{0};
   std::atomic<uint64_t> prompt_tokens{0}, completion_tokens{0};
+  std::atomic<uint64_t> decode_steps{0}, decode_rows{0};  // batched steps and the rows they carried
 };
 
 class Engine {
@@ -90,7 +97,8 @@ class Engine {
   bool submit(std::shared_ptr<GenRequest> req);
 
   int queue_depth() const;    // waiting, not running
-  bool busy() const { return running_.load(); }
+  int running() const { return running_.load(); }  // admitted, prefilling or decoding
+  bool busy() const { return running_.load() > 0; }
   const EngineOptions& options() const { return opts_; }
   const EngineStats& stats() const { return stats_; }
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
@@ -98,7 +106,11 @@ class Engine {
 
  private:
   void worker();
-  void run(GenRequest& req);
+  void step();                     // one scheduling step over the running batch
+  bool prefill_some();             // prompt chunks of the prefilling requests, within a token budget
+  void decode_all();               // one token for every decoding request
+  void retire(Sequence& s, bool ok);  // state back to the cache
+  void drop_finished();
   Result<CacheEntry> checkout(const GenRequest& req, int& n_cached);
 
   Model& model_;
@@ -107,14 +119,15 @@ class Engine {
   std::vector<int32_t> stop_ids_;
   PrefixCache cache_;
   EngineStats stats_;
-  std::vector<float> logits_;  // [vocab] fp32
+  std::vector<float> logits_;  // [max_batch, vocab] fp32
+  std::vector<std::unique_ptr<Sequence>> active_;  // the running batch, oldest first (worker only)
   size_t state_bytes_ = 0;     // size of one state, known after the first allocation
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<GenRequest>> queue_;
   bool stopping_ = false;
-  std::atomic<bool> running_{false};
+  std::atomic<int> running_{0};
   std::thread thread_;
 };
 

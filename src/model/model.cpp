@@ -56,6 +56,17 @@ Status Model::forward(SeqState& state, std::span<const int32_t> tokens, std::spa
 
 namespace lily {
 
+Status Model::forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
+                            std::span<float> logits) {
+  if (states.size() != tokens.size()) return errorf("forward_batch: {} states but {} tokens", states.size(), tokens.size());
+  if (logits.size() != states.size() * size_t(config().vocab_size))
+    return errorf("forward_batch: logits must hold {} rows of {}", states.size(), config().vocab_size);
+  for (size_t i = 0; i < states.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (states[i] == states[j]) return errorf("forward_batch: rows {} and {} share one state", j, i);
+  return impl_->backend->forward_batch(states, tokens, logits);
+}
+
 Status Model::decode_greedy(SeqState& state, int32_t first, int n_steps, std::vector<int32_t>& out,
                             std::vector<double>* avail_s) {
   if (impl_->backend->vocab_size() > 0) return impl_->backend->decode_greedy(state, first, n_steps, out, avail_s);

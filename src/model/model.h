@@ -47,6 +47,10 @@ class Model {
   // Feeds `tokens` (ids < vocab) at positions state.n_tokens()... . If logits is non-empty it
   // must have vocab_size entries and receives the last token's logits (fp32).
   Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits);
+  // One decode step for several sequences (distinct states): row b feeds tokens[b] to
+  // *states[b]; logits is [B, vocab] fp32. Rows are independent: each gets what forward() would
+  // give it alone.
+  Status forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens, std::span<float> logits);
   // Greedy loop on the backend (CUDA: depth-2 pipelined graph replays): feeds `first`, then each
   // step's argmax, n_steps times; out[i] = argmax after step i. avail_s (optional): per step, the
   // seconds from the call until out[i] reached the host.

@@ -126,7 +126,8 @@ void HttpServer::routes() {
   });
 
   h.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    send_json(res, {{"status", "ok"}, {"queue_depth", svc_.engine().queue_depth()}, {"busy", svc_.engine().busy()}});
+    send_json(res, {{"status", "ok"}, {"queue_depth", svc_.engine().queue_depth()}, {"busy", svc_.engine().busy()},
+                         {"running", svc_.engine().running()}});
   });
   h.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.render(svc_.engine()), "text/plain; version=0.0.4");

@@ -1,6 +1,10 @@
 // Metrics: see metrics.h.
 #include "server/metrics.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+
 #include <fmt/format.h>
 
 namespace lily {
@@ -68,7 +72,23 @@ std::string Metrics::render(const Engine& engine) const {
                      engine.queue_depth());
   out += fmt::format("# HELP lily_requests_running Requests being generated.\n# TYPE lily_requests_running gauge\n"
                      "lily_requests_running {}\n",
-                     engine.busy() ? 1 : 0);
+                     engine.running());
+  out += fmt::format("# HELP lily_decode_steps_total Batched decode steps.\n# TYPE lily_decode_steps_total counter\n"
+                     "lily_decode_steps_total {}\n"
+                     "# HELP lily_decode_rows_total Sequences advanced by those steps (rows / steps = mean batch).\n"
+                     "# TYPE lily_decode_rows_total counter\nlily_decode_rows_total {}\n",
+                     st.decode_steps.load(), st.decode_rows.load());
+  {
+    // Resident set size of the whole process (Prometheus' standard name), from /proc/self/statm.
+    long pages = 0, resident = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+      std::fclose(f);
+    }
+    out += fmt::format("# HELP process_resident_memory_bytes Resident memory of the server process.\n"
+                       "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {}\n",
+                       resident * ::sysconf(_SC_PAGESIZE));
+  }
   out += fmt::format("# HELP lily_prefix_cache_hits_total Requests that continued a cached model state.\n"
                      "# TYPE lily_prefix_cache_hits_total counter\nlily_prefix_cache_hits_total {}\n"
                      "# HELP lily_prefix_cache_misses_total Requests that prefilled from scratch.\n"

@@ -52,7 +52,7 @@ test.before(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lily-api-'));
   const r = spawnSync(LILY, ['synth', '--preset', 'tiny', '--seed', '1', '--out', dir], { encoding: 'utf8' });
   assert.equal(r.status, 0, `lily synth failed: ${r.stderr}`);
-  main = await startServer(['--test-hooks', '--max-queue', '1', '--max-seq', '1024']);
+  main = await startServer(['--test-hooks', '--max-queue', '1', '--parallel', '2', '--max-seq', '1024']);
   keyed = await startServer(['--api-key', 'sekret', '--max-body-mb', '1']);
   client = sdk(main.base);
 });
@@ -346,7 +346,7 @@ test('mutated request bodies never crash the server: every answer is a 2xx or a 
 test('a full queue answers 503 with Retry-After while /health and /metrics stay responsive', { skip }, async () => {
   const slow = () => client.chat.completions.create({ model: MODEL, messages: hello, max_tokens: 40, lily_step_delay_ms: 25,
                                                        lily_forced_output: 'a b c d e f g h i j k l m n o p q r s t' });
-  const running = slow();
+  const running = [slow(), slow()];  // --parallel 2: both decode together
   await new Promise((r) => setTimeout(r, 150));
   const queued = slow();  // --max-queue 1: this one waits
   await new Promise((r) => setTimeout(r, 100));
@@ -355,8 +355,9 @@ test('a full queue answers 503 with Retry-After while /health and /metrics stay 
   assert.equal((await fetch(`${main.base}/metrics`)).status, 200);
   assert.ok(Date.now() - t0 < 1000);
   await expectError(slow(), OpenAI.InternalServerError, 503, (e) => assert.ok(Number(e.headers.get('retry-after')) >= 1));
-  const [a, b] = await Promise.all([running, queued]);  // neither lost its response
+  const [a, b, c] = await Promise.all([...running, queued]);  // none lost its response
   assert.equal(a.choices[0].message.reasoning_content, b.choices[0].message.reasoning_content);
+  assert.equal(a.choices[0].message.reasoning_content, c.choices[0].message.reasoning_content);
 });
 
 test('/metrics reports requests by status, tokens, latency histograms and cache hits', { skip }, async () => {

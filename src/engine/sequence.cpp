@@ -1,0 +1,125 @@
+// Sequence: see sequence.h. The reply logic (forced/injected tokens, stop ids and strings,
+// max_tokens) is what the engine applied per request before it batched requests.
+#include "engine/sequence.h"
+
+#include <algorithm>
+
+namespace lily {
+
+Sequence::Sequence(std::shared_ptr<GenRequest> req, const Tokenizer& tok, const std::vector<int32_t>& stop_ids,
+                   EngineStats& stats)
+    : req_(std::move(req)),
+      stop_ids_(stop_ids),
+      stats_(stats),
+      sampler_(req_->sampling, req_->prompt),
+      text_(tok),
+      stops_(req_->stop) {
+  pending_.assign(req_->forced_prefix.begin(), req_->forced_prefix.end());
+  forced_ = !req_->forced_output.empty();
+  if (forced_) pending_.assign(req_->forced_output.begin(), req_->forced_output.end());
+  usage_.prompt_tokens = int(req_->prompt.size());
+}
+
+void Sequence::attach(CacheEntry e, int n_cached) {
+  entry_ = std::move(e);
+  entry_.tokens.assign(req_->prompt.begin(), req_->prompt.begin() + n_cached);
+  usage_.cached_tokens = n_cached;
+}
+
+void Sequence::fed(std::span<const int32_t> tokens) {
+  if (prompt_left() == 0) reply_fed_ += tokens.size();
+  entry_.tokens.insert(entry_.tokens.end(), tokens.begin(), tokens.end());
+}
+
+std::span<const int32_t> Sequence::next_chunk(size_t max_len) const {
+  const size_t done = entry_.tokens.size() - reply_fed_;
+  size_t len = std::min(prompt_left(), std::max<size_t>(max_len, 1));
+  const int snap = req_->snapshot_at;
+  if (snap > 0 && size_t(snap) > done && size_t(snap) < done + len) len = size_t(snap) - done;
+  return std::span<const int32_t>(req_->prompt.data() + done, len);
+}
+
+bool Sequence::at_snapshot() const {
+  return req_->snapshot_at > usage_.cached_tokens && reply_fed_ == 0 &&
+         entry_.tokens.size() == size_t(req_->snapshot_at);
+}
+
+void Sequence::finish(FinishReason why, std::string text, std::string error) {
+  if (finished_) return;
+  finished_ = true;
+  GenEvent ev;
+  ev.text = std::move(text);
+  ev.done = true;
+  ev.finish = why;
+  ev.error = std::move(error);
+  ev.usage = usage_;
+  if (req_->on_event) req_->on_event(std::move(ev));
+}
+
+CacheEntry Sequence::release(bool ok) {
+  CacheEntry e = std::move(entry_);
+  entry_ = CacheEntry{};
+  if (!ok && e.state) {
+    e.tokens.clear();
+    e.state->reset();
+  }
+  e.key = req_->cache_key;
+  return e;
+}
+
+bool Sequence::on_logits(std::span<float> logits) {
+  auto emit = [&](GenEvent&& ev) {
+    if (req_->on_event) req_->on_event(std::move(ev));
+  };
+  GenToken tok;
+  if (!pending_.empty()) {
+    tok.id = pending_.front();
+    pending_.pop_front();
+    if (req_->sampling.top_logprobs >= 0) {
+      SampleResult r;
+      compute_logprobs(logits, tok.id, req_->sampling.top_logprobs, r);
+      tok.logprob = r.logprob;
+      tok.top = std::move(r.top);
+    }
+    sampler_.accept(tok.id);
+  } else {
+    SampleResult r = sampler_.sample(logits);
+    tok.id = r.id;
+    tok.logprob = r.logprob;
+    tok.top = std::move(r.top);
+    if (!injected_ && req_->inject_after && r.id == *req_->inject_after) {
+      pending_.assign(req_->inject_tokens.begin(), req_->inject_tokens.end());
+      injected_ = true;
+    }
+  }
+  usage_.completion_tokens++;
+  stats_.completion_tokens++;
+  const int32_t id = tok.id;
+  GenEvent ev;
+  ev.tokens.push_back(std::move(tok));
+  if (std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end()) {
+    emit(std::move(ev));
+    std::string rest = stops_.push(text_.flush()).text + stops_.flush();
+    finish(FinishReason::kStop, std::move(rest));
+    return false;
+  }
+  auto out = stops_.push(text_.push(id));
+  ev.text = std::move(out.text);
+  emit(std::move(ev));
+  if (out.stopped) {
+    finish(FinishReason::kStop);
+    return false;
+  }
+  const bool forced_done = forced_ && pending_.empty();
+  if (usage_.completion_tokens >= req_->max_tokens || forced_done) {
+    auto tail = stops_.push(text_.flush());
+    std::string rest = tail.text + (tail.stopped ? "" : stops_.flush());
+    finish(forced_done && usage_.completion_tokens < req_->max_tokens ? FinishReason::kStop : FinishReason::kLength,
+           std::move(rest));
+    return false;
+  }
+  next_ = id;
+  return true;
+}
+
+}  // namespace lily

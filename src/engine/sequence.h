@@ -1,0 +1,71 @@
+// One request inside the engine's running batch: its model state (taken from the prefix cache),
+// how much of its prompt has been fed, and the reply side: sampler, detokenizer, stop rules,
+// forced and injected tokens, usage. The engine thread owns it; events go to the request's
+// callback. A reply feeds every sampled token except the one that ends it, so the state's tokens
+// are exactly prompt + reply when it goes back to the cache.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/prefix_cache.h"
+#include "engine/sampler.h"
+#include "engine/stop_matcher.h"
+#include "engine/token_text.h"
+
+namespace lily {
+
+class Sequence {
+ public:
+  Sequence(std::shared_ptr<GenRequest> req, const Tokenizer& tok, const std::vector<int32_t>& stop_ids,
+           EngineStats& stats);
+
+  GenRequest& req() { return *req_; }
+  bool finished() const { return finished_; }
+  bool has_state() const { return entry_.state != nullptr; }
+  // Prompt tokens not yet fed (0 once decoding).
+  size_t prompt_left() const { return req_->prompt.size() - (entry_.tokens.size() - reply_fed_); }
+  bool decoding() const { return has_state() && prompt_left() == 0 && !finished_; }
+  SeqState& state() { return *entry_.state; }
+  const CacheEntry& entry() const { return entry_; }
+
+  // Takes ownership of the state the engine found for this request; its first n_cached prompt
+  // tokens are already in it.
+  void attach(CacheEntry e, int n_cached);
+  // Records that `tokens` (the next prompt tokens, or the pending reply token) were fed.
+  void fed(std::span<const int32_t> tokens);
+  // The next prompt chunk of at most max_len tokens, cut at the snapshot point if one is due.
+  std::span<const int32_t> next_chunk(size_t max_len) const;
+  // Whether the prompt has just been fed up to req.snapshot_at (the engine then caches a copy).
+  bool at_snapshot() const;
+  // Token to feed in the next decode step (valid while decoding()).
+  int32_t next_token() const { return next_; }
+
+  // Logits of the last fed token: choose the next token, emit its event, and either keep going
+  // (next_token() set) or finish (the final event emitted). Returns !finished().
+  bool on_logits(std::span<float> logits);
+  // Ends the request now with the final event (text flushed only for kStop/kLength).
+  void finish(FinishReason why, std::string text = {}, std::string error = {});
+  // Hands the state back (for the prefix cache): with its tokens if ok, emptied if not.
+  CacheEntry release(bool ok);
+
+ private:
+  std::shared_ptr<GenRequest> req_;
+  const std::vector<int32_t>& stop_ids_;
+  EngineStats& stats_;
+  CacheEntry entry_;
+  size_t reply_fed_ = 0;  // reply tokens already fed (in entry_.tokens beyond the prompt)
+  Sampler sampler_;
+  TokenText text_;
+  StopMatcher stops_;
+  std::deque<int32_t> pending_;  // forced prefix, injected tokens, or (test hook) the whole reply
+  bool forced_ = false, injected_ = false, finished_ = false;
+  int32_t next_ = -1;
+  GenUsage usage_;
+};
+
+}  // namespace lily
