@@ -57,6 +57,30 @@ struct QArgs : QJob {
   int r0 = 0, r1 = 0;
 };
 
+// One chunk (n ≤ 64 tokens) of the chunked (WY) DeltaNet prefill of model-spec §1.4.2 for one key
+// head and the n_heads value heads that share it (fast_gdn_impl.inc). Token i, value head j:
+//   q, k: q + i·ldqk, k + i·ldqk [dk] (normalized as gdn_step takes them);  v: v + i·ldv + j·dv [dv];
+//   g (log decay ≤ 0), beta: g[i·ldg + j], beta[i·ldg + j];  state S + j·dk·dv [dk, dv] fp32, in place;
+//   out: out + i·ldo + j·dv [dv].  dk, dv: multiples of 64.  ws: gdn_chunk_ws_floats(dk, dv) floats.
+struct GdnChunkArgs {
+  int n = 0, dk = 0, dv = 0, n_heads = 0;
+  const float *q = nullptr, *k = nullptr;
+  int ldqk = 0;
+  const float* v = nullptr;
+  int ldv = 0;
+  const float *g = nullptr, *beta = nullptr;
+  int ldg = 0;
+  float* S = nullptr;
+  float* out = nullptr;
+  int ldo = 0;
+  float* ws = nullptr;
+};
+constexpr int kGdnChunk = 64;
+inline size_t gdn_chunk_ws_floats(int dk, int dv) {
+  const size_t C = kGdnChunk;
+  return 3 * C * dk + 2 * size_t(dk) * C + 5 * C * C + 2 * C * (dk + dv) + 64;
+}
+
 struct KernelTable {
   const char* name;
   // 4-bit weights, int16 activations (PreparedX).
@@ -75,6 +99,15 @@ struct KernelTable {
   // ldS = the full width) is one valid call: prefill runs L1-sized column blocks over all tokens.
   void (*gdn_step)(float* S, const float* q, const float* k, const float* v, float alpha, float beta,
                    float* out, int dk, int dv, int ldS);
+  // DeltaNet prefill, one chunk (GdnChunkArgs above).
+  void (*gdn_chunk)(const GdnChunkArgs& a);
+  // Causal depthwise conv (kernel 4) + SiLU of channels [c0, c1) of C, for M tokens: the contract of
+  // ref_ops::conv_silu with K = 4 (u [M, ldu], w [C, 4] bf16, window [C, 3] advanced, out [M, C]),
+  // fp32 storage (the caller rounds when bf16 storage is on).
+  void (*conv4_silu)(const float* u, int M, int ldu, int c0, int c1, int C, const bf16* w, float* window, float* out);
+  // Gated RMSNorm of DeltaNet's output (model-spec §1.4.2), rows of dv in place:
+  // o = w ⊙ o·rsqrt(mean(o²)+eps) ⊙ SiLU(z); o, z: [rows, dv]; w: [dv] bf16 (fp32 storage).
+  void (*gated_norm)(float* o, const float* z, const bf16* w, int rows, int dv, float eps);
 };
 
 const KernelTable& scalar_table();

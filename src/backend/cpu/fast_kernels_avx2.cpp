@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "backend/cpu/fast_gdn_kernels.h"
 #include "backend/cpu/fast_gemm.h"
 
 #define LILY_AVX2 __attribute__((target("avx2,fma,bmi2")))
@@ -202,7 +203,8 @@ LILY_AVX2 void gdn_step(float* S, const float* q, const float* k, const float* v
 }  // namespace
 
 const KernelTable* avx2_table() {
-  static const KernelTable t{"avx2", q4_rows, q4_gemm_avx2, q8_rows, dot, axpy, gdn_step};
+  static const KernelTable t{"avx2", q4_rows, q4_gemm_avx2, q8_rows, dot, axpy, gdn_step,
+                             gdn_chunk_avx2, conv4_silu_avx2, gated_norm_avx2};
   return &t;
 }
 

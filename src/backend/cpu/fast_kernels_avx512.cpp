@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "backend/cpu/fast_gdn_kernels.h"
 #include "backend/cpu/fast_gemm.h"
 
 #define LILY_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,avx2,bmi2")))
@@ -254,7 +255,8 @@ LILY_AVX512 void gdn_step(float* S, const float* q, const float* k, const float*
 }  // namespace
 
 const KernelTable* avx512_table() {
-  static const KernelTable t{"avx512-vnni", q4_rows, q4_gemm_avx512, q8_rows, dot, axpy, gdn_step};
+  static const KernelTable t{"avx512-vnni", q4_rows, q4_gemm_avx512, q8_rows, dot, axpy, gdn_step,
+                             gdn_chunk_avx512, conv4_silu_avx512, gated_norm_avx512};
   return &t;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/fast_gdn_kernels.h"
 #include "backend/cpu/fast_gemm.h"
 #include "core/bf16.h"
 #include "core/thread_pool.h"
@@ -175,12 +176,14 @@ void gdn_step(float* S, const float* q, const float* k, const float* v, float al
 }  // namespace
 
 const KernelTable& scalar_table() {
-  static const KernelTable t{"scalar", q4_rows, q4_gemm_scalar, q8_rows, dot, axpy, gdn_step};
+  static const KernelTable t{"scalar", q4_rows, q4_gemm_scalar, q8_rows, dot, axpy, gdn_step,
+                             gdn_chunk_scalar, conv4_silu_scalar, gated_norm_scalar};
   return t;
 }
 
 const KernelTable& scalar_f32_table() {
-  static const KernelTable t{"scalar-f32", q4_rows_f32, q4_gemm_scalar, q8_rows, dot, axpy, gdn_step};
+  static const KernelTable t{"scalar-f32", q4_rows_f32, q4_gemm_scalar, q8_rows, dot, axpy, gdn_step,
+                             gdn_chunk_scalar, conv4_silu_scalar, gated_norm_scalar};
   return t;
 }
 

@@ -1,0 +1,62 @@
+// Drivers of the DeltaNet prefill kernels (fast_gdn.h): work items over fast::parallel_dynamic,
+// per-thread workspaces kept between calls.
+#include "backend/cpu/fast_gdn.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cpu/fast_ops.h"
+
+namespace lily::cpu::fast {
+
+bool gdn_chunked_ok(const GdnDims& d) {
+  return d.dk % 64 == 0 && d.dv % 64 == 0 && d.dk > 0 && d.dv > 0 && d.n_k_heads > 0 &&
+         d.n_v_heads % d.n_k_heads == 0;
+}
+
+void gdn_chunked(const GdnDims& d, int M, const float* q, const float* k, const float* v, const float* g,
+                 const float* beta, float* S, float* out) {
+  const KernelTable& kt = kernels();
+  const int ratio = d.n_v_heads / d.n_k_heads;
+  const size_t ws_n = gdn_chunk_ws_floats(d.dk, d.dv);
+  // One item per key head: its value heads share K Kᵀ and Q Kᵀ; chunks run in order (the state).
+  parallel_dynamic(d.n_k_heads, [&](int kh) {
+    thread_local std::vector<float> ws;
+    if (ws.size() < ws_n) ws.resize(ws_n);
+    GdnChunkArgs a;
+    a.dk = d.dk, a.dv = d.dv, a.n_heads = ratio;
+    a.ldqk = d.n_k_heads * d.dk, a.ldv = d.n_v_heads * d.dv, a.ldg = d.n_v_heads, a.ldo = d.n_v_heads * d.dv;
+    a.S = S + size_t(kh) * ratio * d.dk * d.dv;
+    a.ws = ws.data();
+    for (int t0 = 0; t0 < M; t0 += kGdnChunk) {
+      a.n = std::min(kGdnChunk, M - t0);
+      a.q = q + size_t(t0) * a.ldqk + size_t(kh) * d.dk;
+      a.k = k + size_t(t0) * a.ldqk + size_t(kh) * d.dk;
+      a.v = v + size_t(t0) * a.ldv + size_t(kh) * ratio * d.dv;
+      a.g = g + size_t(t0) * a.ldg + size_t(kh) * ratio;
+      a.beta = beta + size_t(t0) * a.ldg + size_t(kh) * ratio;
+      a.out = out + size_t(t0) * a.ldo + size_t(kh) * ratio * d.dv;
+      kt.gdn_chunk(a);
+    }
+  });
+}
+
+void conv4_silu(const float* u, int M, int ldu, int C, const bf16* w, float* window, float* out) {
+  const KernelTable& kt = kernels();
+  constexpr int kBlock = 64;  // channels per item
+  parallel_dynamic((C + kBlock - 1) / kBlock, [&](int b) {
+    const int c0 = b * kBlock, c1 = std::min(C, c0 + kBlock);
+    kt.conv4_silu(u, M, ldu, c0, c1, C, w, window, out);
+  });
+}
+
+void gated_norm(float* o, const float* z, const bf16* w, int rows, int dv, float eps) {
+  const KernelTable& kt = kernels();
+  constexpr int kRows = 64;  // rows per item
+  parallel_dynamic((rows + kRows - 1) / kRows, [&](int b) {
+    const int r0 = b * kRows, n = std::min(rows, r0 + kRows) - r0;
+    kt.gated_norm(o + size_t(r0) * dv, z + size_t(r0) * dv, w, n, dv, eps);
+  });
+}
+
+}  // namespace lily::cpu::fast

@@ -1,0 +1,23 @@
+// Drivers of the fast DeltaNet prefill kernels over the thread pool: the chunked (WY) form of the
+// recurrence (chunk 64, key heads over the pool, the state carried across chunks), the kernel-4
+// causal conv + SiLU (channel blocks over the pool) and the gated RMSNorm (rows over the pool).
+#pragma once
+#include "backend/cpu/ref_ops.h"
+#include "core/bf16.h"
+
+namespace lily::cpu::fast {
+
+// Whether gdn_chunked takes these dims (dk, dv multiples of 64, whole value heads per key head).
+bool gdn_chunked_ok(const GdnDims& d);
+// ref_ops::gdn_chunked's contract with chunk 64: q, k [M, n_k_heads, dk] normalized; v [M, n_v_heads, dv];
+// g (log decay), beta [M, n_v_heads]; S [n_v_heads, dk, dv] fp32 in place; out [M, n_v_heads, dv].
+void gdn_chunked(const GdnDims& d, int M, const float* q, const float* k, const float* v, const float* g,
+                 const float* beta, float* S, float* out);
+
+// ref_ops::conv_silu with K = 4 (out [M, C], window [C, 3] advanced), fp32 storage.
+void conv4_silu(const float* u, int M, int ldu, int C, const bf16* w, float* window, float* out);
+
+// o = w ⊙ o·rsqrt(mean(o²)+eps) ⊙ SiLU(z) per row of dv (≤ 512), in place; o, z: [rows, dv].
+void gated_norm(float* o, const float* z, const bf16* w, int rows, int dv, float eps);
+
+}  // namespace lily::cpu::fast
