@@ -1,7 +1,8 @@
 // The fast CPU forward pass of qwen3_5_moe (model-spec §1.4): the reference's structure and storage
 // points (store()), with every projection on the quantized kernels through run_qjobs, the MoE reading
-// only the routed experts (expert-major slots, one job list per stage), DeltaNet in the fused
-// two-pass recurrent step per head and token, and attention on the vector helpers. Activations,
+// only the routed experts (expert-major slots, one job list per stage), DeltaNet prefill in the
+// chunked (WY) form (fast_gdn.h) and decode in the fused two-pass recurrent step per head and
+// token, and attention on the vector helpers. Activations,
 // the K/V cache and the DeltaNet state stay fp32 (the numerics finding in docs/helpers-common.md).
 #include "backend/cpu/fast_backend.h"
 
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_state.h"
+#include "backend/cpu/fast_gdn.h"
 #include "backend/cpu/fast_membw.h"
 #include "backend/cpu/fast_mmap.h"
 #include "backend/cpu/fast_ops.h"
@@ -193,7 +195,8 @@ class FastCpuBackend final : public Backend {
     store_all(out, size_t(M) * H);
   }
 
-  // Gated DeltaNet (model-spec §1.4.2) for M tokens: the recurrent form for decode and prefill.
+  // Gated DeltaNet (model-spec §1.4.2) for M tokens: the chunked form for prefill, the recurrent
+  // step for decode.
   void gdn(const GdnWeights& G, CpuSeqState::Layer& S, int M, const float* h, float* out) {
     const int H = cfg_.hidden_size, C = cfg_.gdn_conv_dim(), kd = cfg_.gdn_key_dim(), vd = cfg_.gdn_value_dim();
     const int nk = cfg_.linear_num_key_heads, nv = cfg_.linear_num_value_heads;
@@ -210,38 +213,33 @@ class FastCpuBackend final : public Backend {
     store_all(b.data(), b.size()), store_all(a.data(), a.size());
     ProfileScope prof(Op::kGdn, 0);
     std::vector<float> c(size_t(M) * C);
-    conv_silu(u.data(), M, C, C, cfg_.linear_conv_kernel_dim, G.conv1d, S.conv.data(), c.data());
+    fast::conv_silu(u.data(), M, C, C, cfg_.linear_conv_kernel_dim, G.conv1d, S.conv.data(), c.data());
     std::vector<float> q(size_t(M) * kd), k(size_t(M) * kd), v(size_t(M) * vd);
     gdn_split_qkv(GdnDims{nk, nv, dk, dv}, M, c.data(), q.data(), k.data(), v.data());
-    std::vector<float> alpha(size_t(M) * nv), beta(size_t(M) * nv);
-    gdn_gates(M, nv, a.data(), b.data(), G.A_log.data(), G.dt_bias, alpha.data(), beta.data());
-    for (float& x : alpha) x = std::exp(x);  // decay α = exp(g)
+    std::vector<float> g(size_t(M) * nv), beta(size_t(M) * nv);
+    gdn_gates(M, nv, a.data(), b.data(), G.A_log.data(), G.dt_bias, g.data(), beta.data());
     std::vector<float> o(size_t(M) * vd);
-    const int ratio = nv / nk;
-    const fast::KernelTable& kt = fast::kernels();
-    // Columns of a head's state evolve independently: blocks of 64 columns (128×64 fp32 = 32 KiB, L1)
-    // run through all M tokens, and heads × blocks spread over the pool.
-    const int cb = dv % 64 == 0 ? 64 : dv, nb = dv / cb;
-    fast::parallel_dynamic(nv * nb, [&](int item) {
-      const int hh = item / nb, j0 = (item % nb) * cb;
-      float* Sh = S.S.data() + size_t(hh) * dk * dv + j0;
-      const int kh = hh / ratio;
-      for (int t = 0; t < M; ++t)
-        kt.gdn_step(Sh, &q[(size_t(t) * nk + kh) * dk], &k[(size_t(t) * nk + kh) * dk], &v[(size_t(t) * nv + hh) * dv + j0],
-                    alpha[size_t(t) * nv + hh], beta[size_t(t) * nv + hh], &o[(size_t(t) * nv + hh) * dv + j0], dk, cb, dv);
-    });
-    for (int m = 0; m < M; ++m)
-      for (int hh = 0; hh < nv; ++hh) {
-        float* oh = &o[(size_t(m) * nv + hh) * dv];
-        const float* zh = &z[(size_t(m) * nv + hh) * dv];
-        float ss = 0;
-        for (int d = 0; d < dv; ++d) {
-          oh[d] = store(oh[d]);
-          ss += oh[d] * oh[d];
-        }
-        const float inv = 1.0f / std::sqrt(ss / dv + cfg_.rms_norm_eps);
-        for (int d = 0; d < dv; ++d) oh[d] = store(bf16_to_f32(G.norm[d]) * oh[d] * inv * silu(zh[d]));
-      }
+    const GdnDims dims{nk, nv, dk, dv};
+    if (M >= 2 && fast::gdn_chunked_ok(dims)) {
+      // A prefill: the chunked (WY) form, chunk 64, key heads over the pool (fast_gdn.h).
+      fast::gdn_chunked(dims, M, q.data(), k.data(), v.data(), g.data(), beta.data(), S.S.data(), o.data());
+    } else {
+      // Decode: the fused recurrent step. Columns of a head's state evolve independently: blocks of
+      // 64 columns (128×64 fp32 = 32 KiB, L1) run through all M tokens, heads × blocks over the pool.
+      const int ratio = nv / nk;
+      const fast::KernelTable& kt = fast::kernels();
+      const int cb = dv % 64 == 0 ? 64 : dv, nb = dv / cb;
+      fast::parallel_dynamic(nv * nb, [&](int item) {
+        const int hh = item / nb, j0 = (item % nb) * cb;
+        float* Sh = S.S.data() + size_t(hh) * dk * dv + j0;
+        const int kh = hh / ratio;
+        for (int t = 0; t < M; ++t)
+          kt.gdn_step(Sh, &q[(size_t(t) * nk + kh) * dk], &k[(size_t(t) * nk + kh) * dk],
+                      &v[(size_t(t) * nv + hh) * dv + j0], std::exp(g[size_t(t) * nv + hh]), beta[size_t(t) * nv + hh],
+                      &o[(size_t(t) * nv + hh) * dv + j0], dk, cb, dv);
+      });
+    }
+    fast::gated_norm(o.data(), z.data(), G.norm, M * nv, dv, cfg_.rms_norm_eps);
     prof.stop();
     if (prep_) fast::prepare_x(o.data(), M, vd, vd, pmix_);
     const QJob j = qj(G.out_proj, pmix_, o.data(), vd, iota_.data(), M, out, H);

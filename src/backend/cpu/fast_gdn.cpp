@@ -3,6 +3,7 @@
 #include "backend/cpu/fast_gdn.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "backend/cpu/fast_ops.h"
@@ -50,7 +51,31 @@ void conv4_silu(const float* u, int M, int ldu, int C, const bf16* w, float* win
   });
 }
 
+void conv_silu(const float* u, int M, int ldu, int C, int K, const bf16* w, float* window, float* out) {
+  if (K != 4) {
+    cpu::conv_silu(u, M, ldu, C, K, w, window, out);
+    return;
+  }
+  conv4_silu(u, M, ldu, C, w, window, out);
+  if (bf16_storage())
+    for (size_t i = 0; i < size_t(M) * C; ++i) out[i] = store(out[i]);
+}
+
 void gated_norm(float* o, const float* z, const bf16* w, int rows, int dv, float eps) {
+  if (bf16_storage() || dv % 16 != 0 || dv > 512) {
+    for (int r = 0; r < rows; ++r) {
+      float* oh = o + size_t(r) * dv;
+      const float* zh = z + size_t(r) * dv;
+      float ss = 0;
+      for (int d = 0; d < dv; ++d) {
+        oh[d] = store(oh[d]);
+        ss += oh[d] * oh[d];
+      }
+      const float inv = 1.0f / std::sqrt(ss / dv + eps);
+      for (int d = 0; d < dv; ++d) oh[d] = store(bf16_to_f32(w[d]) * oh[d] * inv * (zh[d] / (1.0f + std::exp(-zh[d]))));
+    }
+    return;
+  }
   const KernelTable& kt = kernels();
   constexpr int kRows = 64;  // rows per item
   parallel_dynamic((rows + kRows - 1) / kRows, [&](int b) {

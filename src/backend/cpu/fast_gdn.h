@@ -16,8 +16,12 @@ void gdn_chunked(const GdnDims& d, int M, const float* q, const float* k, const 
 
 // ref_ops::conv_silu with K = 4 (out [M, C], window [C, 3] advanced), fp32 storage.
 void conv4_silu(const float* u, int M, int ldu, int C, const bf16* w, float* window, float* out);
+// ref_ops::conv_silu's contract (store() on the outputs): conv4_silu when K = 4, else the reference.
+void conv_silu(const float* u, int M, int ldu, int C, int K, const bf16* w, float* window, float* out);
 
-// o = w ⊙ o·rsqrt(mean(o²)+eps) ⊙ SiLU(z) per row of dv (≤ 512), in place; o, z: [rows, dv].
+// DeltaNet's gated RMSNorm (model-spec §1.4.2) per row of dv, in place; o, z: [rows, dv]; w: [dv]:
+// o = store(w ⊙ õ·rsqrt(mean(õ²)+eps) ⊙ SiLU(z)) with õ = store(o). The vector kernel when storage is
+// fp32 and dv is a multiple of 16 up to 512, else a scalar loop.
 void gated_norm(float* o, const float* z, const bf16* w, int rows, int dv, float eps);
 
 }  // namespace lily::cpu::fast
