@@ -10,5 +10,9 @@ namespace lily::cpu::fast {
 void q4_gemm_scalar(const QArgs& a);
 void q4_gemm_avx2(const QArgs& a);
 void q4_gemm_avx512(const QArgs& a);
+// Few tokens (≤ kThinMaxTokens; the routed experts), k in lanes, dequant in registers
+// (fast_gemm_thin_avx512.cpp); q4_gemm_avx512 hands such jobs to it.
+constexpr int kThinMaxTokens = 12;
+void q4_gemm_thin_avx512(const QArgs& a);
 
 }  // namespace lily::cpu::fast

@@ -1,0 +1,142 @@
+// AVX-512 prefill GEMM for 4-bit weights and few tokens (the routed experts: ~8 tokens each at a
+// 256-token prefill), k in lanes: 16 consecutive columns of a row are dequantized in registers
+// (vpbroadcastq of two code words, vpsrlvd, float(q) by vpermps of {0..15}, fma(scale, q, bias))
+// and multiplied into 2 rows x T ≤ 12 tokens of accumulators; no gathers and no panel stores. The
+// lane order this gives, lane l = column 8·(l&1) + (l>>1) of its 16, is applied to the packed
+// activations instead. k runs in blocks of 512 so the packed tokens stay in L1, with the partial
+// sums of the task's rows parked between blocks; each (row, token) sum is reduced once at the end.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cpu/fast_gemm.h"
+#include "core/bf16.h"
+
+#define LILY_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,avx2,bmi2")))
+
+namespace lily::cpu::fast {
+namespace {
+
+constexpr int kRows = 32;  // rows of a row group (the partial sums of a group are parked together)
+constexpr int kKb = 512;   // k block
+
+struct Buf {
+  float* p = nullptr;
+  size_t n = 0;
+  float* get(size_t want) {
+    if (want > n) {
+      std::free(p);
+      n = want;
+      p = static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64));
+    }
+    return p;
+  }
+  ~Buf() { std::free(p); }
+};
+
+// Rows r, r+1 (R of them) over groups [g0, g1) for T tokens. codes: row r's words; sb, bb: row r's
+// fp32 scales/biases (row stride G); xb: packed tokens [T][K]; part: R·T parked sums.
+template <int R, int T>
+LILY_AVX512 void thin_tile(const uint32_t* codes, int wpr, const float* sb, const float* bb, int G, int g0, int g1,
+                           const float* xb, int K, float* part, bool first, bool last, float* const* yr) {
+  const __m512i shifts = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
+  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512 acc[R][T];
+#pragma GCC unroll 24
+  for (int i = 0; i < R * T; ++i)
+    acc[i / T][i % T] = first ? _mm512_setzero_ps() : _mm512_load_ps(part + size_t(i) * 16);
+  for (int g = g0; g < g1; ++g) {
+    __m512 s[R], b[R];
+#pragma GCC unroll 2
+    for (int rr = 0; rr < R; ++rr) s[rr] = _mm512_set1_ps(sb[size_t(rr) * G + g]), b[rr] = _mm512_set1_ps(bb[size_t(rr) * G + g]);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      __m512 wv[R];
+#pragma GCC unroll 2
+      for (int rr = 0; rr < R; ++rr) {
+        long long two;
+        std::memcpy(&two, codes + size_t(rr) * wpr + size_t(g) * 8 + 2 * c, 8);
+        const __m512i q = _mm512_srlv_epi32(_mm512_set1_epi64(two), shifts);
+        wv[rr] = _mm512_fmadd_ps(s[rr], _mm512_permutexvar_ps(q, iota), b[rr]);
+      }
+      const float* xc = xb + size_t(g) * 64 + c * 16;
+#pragma GCC unroll 12
+      for (int t = 0; t < T; ++t) {
+        const __m512 xv = _mm512_load_ps(xc + size_t(t) * K);
+#pragma GCC unroll 2
+        for (int rr = 0; rr < R; ++rr) acc[rr][t] = _mm512_fmadd_ps(wv[rr], xv, acc[rr][t]);
+      }
+    }
+  }
+  if (last) {
+#pragma GCC unroll 24
+    for (int i = 0; i < R * T; ++i) yr[i % T][i / T] = _mm512_reduce_add_ps(acc[i / T][i % T]);
+  } else {
+#pragma GCC unroll 24
+    for (int i = 0; i < R * T; ++i) _mm512_store_ps(part + size_t(i) * 16, acc[i / T][i % T]);
+  }
+}
+
+using TileFn = void (*)(const uint32_t*, int, const float*, const float*, int, int, int, const float*, int, float*, bool,
+                        bool, float* const*);
+
+template <int R, int... Ts>
+constexpr TileFn tile_for(int T, std::integer_sequence<int, Ts...>) {
+  TileFn f = nullptr;
+  ((T == Ts + 1 ? (f = thin_tile<R, Ts + 1>, 0) : 0), ...);
+  return f;
+}
+
+}  // namespace
+
+LILY_AVX512 void q4_gemm_thin_avx512(const QArgs& a) {
+  const QWeight& w = *a.w;
+  const int K = w.cols, G = w.groups_per_row(), wpr = w.words_per_row();
+  thread_local Buf xbuf, pbuf, sbuf;
+  float* xb = xbuf.get(size_t(kThinMaxTokens) * K);
+  float* part = pbuf.get(size_t(kRows) * kThinMaxTokens * 16);
+  float* sb = sbuf.get(size_t(2) * kRows * G);
+  float* bb = sb + size_t(kRows) * G;
+  // Lane l of a packed 16-column chunk holds column 8·(l&1) + (l>>1) (the order of the dequant).
+  const __m512i perm = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+  for (int i0 = 0; i0 < a.n; i0 += kThinMaxTokens) {
+    const int T = std::min(kThinMaxTokens, a.n - i0);
+    for (int t = 0; t < T; ++t) {
+      const float* x = a.xf + size_t(a.ids[i0 + t]) * a.ldxf;
+      for (int k = 0; k < K; k += 16) _mm512_store_ps(xb + size_t(t) * K + k, _mm512_permutexvar_ps(perm, _mm512_loadu_ps(x + k)));
+    }
+    const TileFn f2 = tile_for<2>(T, std::make_integer_sequence<int, kThinMaxTokens>{});
+    const TileFn f1 = tile_for<1>(T, std::make_integer_sequence<int, kThinMaxTokens>{});
+    for (int rg = a.r0; rg < a.r1; rg += kRows) {
+      const int nr = std::min(kRows, a.r1 - rg);
+      for (int l = 0; l < nr; ++l)
+        for (int g = 0; g < G; ++g) {
+          sb[size_t(l) * G + g] = bf16_to_f32(w.scales[size_t(rg + l) * G + g]);
+          bb[size_t(l) * G + g] = bf16_to_f32(w.biases[size_t(rg + l) * G + g]);
+        }
+      for (int k0 = 0; k0 < K; k0 += kKb) {
+        const int g0 = k0 / 64, g1 = std::min(G, (k0 + kKb) / 64);
+        const bool first = k0 == 0, last = k0 + kKb >= K;
+        for (int l = 0; l < nr; l += 2) {
+          const int R = std::min(2, nr - l);
+          // The next k block of these rows' codes, while this one runs.
+          if (!last)
+            for (int rr = 0; rr < R; ++rr)
+              for (int off = 0; off < kKb / 8; off += 16)
+                _mm_prefetch(reinterpret_cast<const char*>(w.codes + size_t(rg + l + rr) * wpr + size_t(k0 + kKb) / 8 + off), _MM_HINT_T0);
+          float* yr[kThinMaxTokens];
+          for (int t = 0; t < T; ++t) yr[t] = a.y + size_t(i0 + t) * a.ldy + rg + l;
+          (R == 2 ? f2 : f1)(w.codes + size_t(rg + l) * wpr, wpr, sb + size_t(l) * G, bb + size_t(l) * G, G, g0, g1, xb, K,
+                             part + size_t(l) * kThinMaxTokens * 16, first, last, yr);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace lily::cpu::fast
