@@ -4,7 +4,7 @@
 // 129, 300), from a zero and a non-zero state, and continuing a prefill from the state it left.
 // Stated tolerances (fp32, different summation order and the WY algebra):
 //   chunked DeltaNet outputs and state: |Δ| ≤ 2e-5·(1 + |ref|) (measured 1.9e-6, printed);
-//   conv + SiLU, gated norm: |Δ| ≤ 2e-6·(1 + |ref|) (vector expf within a few ulp).
+//   conv + SiLU, gated norm, SwiGLU: |Δ| ≤ 2e-6·(1 + |ref|) (vector expf within a few ulp).
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -164,6 +164,18 @@ TEST_P(FastGdn, GatedNormMatchesFormula) {
   }
   fast::gated_norm(o.data(), z.data(), w.data(), rows, dv, 1e-6f);
   EXPECT_LE(max_rel(o, ref), 2e-6f);
+}
+
+TEST_P(FastGdn, SiluMulMatchesFormula) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> n01(0, 1);
+  const size_t n = 40000 + 3;  // several pool items and a tail past a multiple of 16
+  std::vector<float> g(n), u(n), ref(n);
+  for (auto& x : g) x = 6.0f * n01(rng);
+  for (auto& x : u) x = n01(rng);
+  for (size_t i = 0; i < n; ++i) ref[i] = float(double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i]);
+  fast::silu_mul(g.data(), u.data(), n);
+  EXPECT_LE(max_rel(g, ref), 2e-6f);
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, FastGdn, ::testing::ValuesIn(available_isas()),

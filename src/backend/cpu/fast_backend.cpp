@@ -34,7 +34,6 @@ namespace {
 using fast::PreparedX;
 using fast::QJob;
 
-float silu(float v) { return v / (1.0f + std::exp(-v)); }
 float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 void store_all(float* p, size_t n) {
   if (bf16_storage())
@@ -317,8 +316,8 @@ class FastCpuBackend final : public Backend {
     }
     {
       ProfileScope p(Op::kMoeAct, 0);
-      for (size_t j = 0; j < gl.size(); ++j) gl[j] = store(silu(store(gl[j])) * store(ul[j]));
-      for (size_t j = 0; j < sgl.size(); ++j) sgl[j] = store(silu(store(sgl[j])) * store(sul[j]));
+      fast::silu_mul(gl.data(), ul.data(), gl.size());
+      fast::silu_mul(sgl.data(), sul.data(), sgl.size());
       if (prep_) {
         fast::prepare_x(gl.data(), n_slots, I, I, pact_);
         fast::prepare_x(sgl.data(), M, Is, Is, pmix_);
@@ -336,16 +335,11 @@ class FastCpuBackend final : public Backend {
     }
     ProfileScope pc(Op::kMoeAct, 0);
     store_all(y.data(), y.size()), store_all(sy.data(), sy.size());
-    std::vector<float> acc(size_t(M) * H, 0.0f);
-    for (int s = 0; s < n_slots; ++s) {
-      float* am = &acc[size_t(slot_tok[s]) * H];
-      const float* ys = &y[size_t(s) * H];
-      for (int c = 0; c < H; ++c) am[c] += slot_w[s] * ys[c];
-    }
-    for (int m = 0; m < M; ++m) {
-      const float sigma = sigmoid(sg[m]);
-      for (int c = 0; c < H; ++c) out[size_t(m) * H + c] = store(acc[size_t(m) * H + c] + sigma * sy[size_t(m) * H + c]);
-    }
+    const fast::KernelTable& kt = fast::kernels();
+    std::fill(out, out + size_t(M) * H, 0.0f);
+    for (int s = 0; s < n_slots; ++s) kt.axpy(out + size_t(slot_tok[s]) * H, slot_w[s], &y[size_t(s) * H], H);
+    for (int m = 0; m < M; ++m) kt.axpy(out + size_t(m) * H, sigmoid(sg[m]), &sy[size_t(m) * H], H);
+    store_all(out, size_t(M) * H);
   }
 
   const ModelWeights& w_;

@@ -84,4 +84,20 @@ void gated_norm(float* o, const float* z, const bf16* w, int rows, int dv, float
   });
 }
 
+void silu_mul(float* g, const float* u, size_t n) {
+  if (bf16_storage()) {
+    for (size_t i = 0; i < n; ++i) {
+      const float x = store(g[i]);
+      g[i] = store(x / (1.0f + std::exp(-x)) * store(u[i]));
+    }
+    return;
+  }
+  const KernelTable& kt = kernels();
+  constexpr size_t kItem = 16384;  // elements per item
+  parallel_dynamic(int((n + kItem - 1) / kItem), [&](int b) {
+    const size_t i0 = size_t(b) * kItem;
+    kt.silu_mul(g + i0, u + i0, std::min(kItem, n - i0));
+  });
+}
+
 }  // namespace lily::cpu::fast

@@ -24,4 +24,7 @@ void conv_silu(const float* u, int M, int ldu, int C, int K, const bf16* w, floa
 // fp32 and dv is a multiple of 16 up to 512, else a scalar loop.
 void gated_norm(float* o, const float* z, const bf16* w, int rows, int dv, float eps);
 
+// The MoE's SwiGLU product in place: g[i] = store(SiLU(store(g[i]))·store(u[i])), over the pool.
+void silu_mul(float* g, const float* u, size_t n);
+
 }  // namespace lily::cpu::fast

@@ -64,5 +64,6 @@ LILY_TGT void conv4_silu_avx2(const float* u, int M, int ldu, int c0, int c1, in
 LILY_TGT void gated_norm_avx2(float* o, const float* z, const bf16* w, int rows, int dv, float eps) {
   gated_norm_impl(o, z, w, rows, dv, eps);
 }
+LILY_TGT void silu_mul_avx2(float* g, const float* u, size_t n) { silu_mul_impl(g, u, n); }
 
 }  // namespace lily::cpu::fast

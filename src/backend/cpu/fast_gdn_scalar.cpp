@@ -39,5 +39,6 @@ void conv4_silu_scalar(const float* u, int M, int ldu, int c0, int c1, int C, co
 void gated_norm_scalar(float* o, const float* z, const bf16* w, int rows, int dv, float eps) {
   gated_norm_impl(o, z, w, rows, dv, eps);
 }
+void silu_mul_scalar(float* g, const float* u, size_t n) { silu_mul_impl(g, u, n); }
 
 }  // namespace lily::cpu::fast

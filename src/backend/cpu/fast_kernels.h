@@ -108,6 +108,8 @@ struct KernelTable {
   // Gated RMSNorm of DeltaNet's output (model-spec §1.4.2), rows of dv in place:
   // o = w ⊙ o·rsqrt(mean(o²)+eps) ⊙ SiLU(z); o, z: [rows, dv]; w: [dv] bf16 (fp32 storage).
   void (*gated_norm)(float* o, const float* z, const bf16* w, int rows, int dv, float eps);
+  // MoE SwiGLU (model-spec §1.4.3): g[i] = SiLU(g[i])·u[i], fp32 storage.
+  void (*silu_mul)(float* g, const float* u, size_t n);
 };
 
 const KernelTable& scalar_table();
