@@ -136,12 +136,12 @@ TEST_P(FastKernels, Q4GemmRealShapes) {
   check_matmul(32, 2048, 4, 256, false, false, 25, true);  // in_proj_a/b at a 256-token prefill
 }
 
-// Few-token jobs (the routed experts) take the thin AVX-512 kernel (≤ 8 tokens, ≤ 12 when K ≤ 1024):
+// Few-token jobs (the routed experts) take the thin AVX-512 kernel (≤ 10 tokens, ≤ 12 when K ≤ 1024):
 // k blocks of 512 with parked partial sums (K = 576, 2048), row pairs and 32-row groups with tails.
 TEST_P(FastKernels, Q4GemmThinShapes) {
   for (int rows : {1, 33, 70})
     for (int K : {576, 2048})
-      for (int M : {1, 3, 8, 12})
+      for (int M : {1, 3, 8, 10, 12})
         check_matmul(rows, K, 4, M, M > 2, true, uint32_t(rows * 1000 + K + M), true);
 }
 
