@@ -1,9 +1,12 @@
 // Attention prefill: (1) per token and head, q/k RMSNorm + partial NeoX RoPE; K/V written into the
-// bf16 cache at their positions, q to a bf16 scratch; (2) causal GQA flash attention on tensor
-// cores (mma.sync m16n8k16 bf16 → f32): a block = 64 query tokens of one head, 4 warps × 16 rows,
-// key tiles of 64 from the cache (positions 0..pos0+m), online softmax in fp32 (exp2), P as bf16
-// A fragments straight from the S accumulators, V via ldmatrix.trans; the sigmoid output gate is
-// applied in the epilogue (fp32 out [M, nh·hd]).
+// cache (fp32 or bf16) at their positions, q to a bf16 scratch (hi, and lo = q − hi when split);
+// (2) causal GQA flash attention on tensor cores (mma.sync m16n8k16 bf16 → f32): a block = 64
+// query tokens of one head, 4 warps × 16 rows, key tiles of 64 from the cache (positions
+// 0..pos0+m), online softmax in fp32 (exp2), P as A fragments straight from the S accumulators,
+// V via ldmatrix.trans; the sigmoid output gate is applied in the epilogue (fp32 out [M, nh·hd]).
+// Split (terms = 3, fp32 caches): every operand x enters as bf16 hi + lo (lo = bf16(x − hi)) and
+// each product as hi·hi + hi·lo + lo·hi, ~16-bit operands instead of 8 (one bf16 rounding of K/V
+// alone moves the random golden models' logprobs by ~0.2; helpers-common numerics finding).
 #include <cuda_bf16.h>
 
 #include "backend/cuda/common.cuh"
@@ -38,7 +41,10 @@ __global__ void prep_kernel(AttnPrefillArgs a) {
     y = d < half ? x * cs - xsh[d + half] * sn : x * cs + xsh[d - half] * sn;
   }
   if (is_q) {
-    static_cast<uint16_t*>(a.qb)[(size_t(m) * a.nh + b) * hd + d] = to_bf(y);
+    uint16_t* qb = static_cast<uint16_t*>(a.qb) + (size_t(m) * a.nh + b) * hd + d;
+    const uint16_t hi = to_bf(y);
+    qb[0] = hi;
+    if (a.terms == 3) qb[size_t(a.M) * a.nh * hd] = to_bf(y - bf(hi));
   } else {
     const size_t at = (size_t(kvh) * a.max_seq + pos) * hd + d;
     const float vv = u[a.nh * a.qw + a.nkv * hd + kvh * hd + d];
@@ -81,21 +87,48 @@ template <bool F32> __device__ __forceinline__ uint4 load8(const void* base, siz
   }
 }
 
-template <int HD, bool F32> __global__ void __launch_bounds__(kThreads) flash_kernel(AttnPrefillArgs a) {
-  constexpr int LD = HD + 8, NT = HD / 8;
+// hi = bf16(x), lo = bf16(x − hi) of two floats, packed.
+__device__ __forceinline__ void split2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+  const float2 hf = __bfloat1622float2(h);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = pack_bf2(x0 - hf.x, x1 - hf.y);
+}
+// 8 fp32 cache values at p → bf16 hi and lo, packed.
+__device__ __forceinline__ void load8_split(const void* base, size_t idx, uint4& hi, uint4& lo) {
+  const float4* f = reinterpret_cast<const float4*>(static_cast<const float*>(base) + idx);
+  const float4 x = f[0], y = f[1];
+  split2(x.x, x.y, hi.x, lo.x);
+  split2(x.z, x.w, hi.y, lo.y);
+  split2(y.x, y.y, hi.z, lo.z);
+  split2(y.z, y.w, hi.w, lo.w);
+}
+
+// SPLIT: shared memory holds Q, K, V hi and lo planes (F32 caches only).
+template <int HD, bool F32, bool SPLIT> __global__ void __launch_bounds__(kThreads) flash_kernel(AttnPrefillArgs a) {
+  static_assert(!SPLIT || F32, "split operands need fp32 caches");
+  constexpr int LD = HD + 8, NT = HD / 8, NP = SPLIT ? 2 : 1;
   extern __shared__ __align__(16) uint16_t sm[];
   uint16_t* Qs = sm;
-  uint16_t* Ks = Qs + BQ * LD;
-  uint16_t* Vs = Ks + BKV * LD;
+  uint16_t* Ks = Qs + NP * BQ * LD;
+  uint16_t* Vs = Ks + NP * BKV * LD;
+  uint16_t* Ql = Qs + BQ * LD;   // lo planes (SPLIT)
+  uint16_t* Kl = Ks + BKV * LD;
+  uint16_t* Vl = Vs + BKV * LD;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int m0 = blockIdx.x * BQ, h = blockIdx.y, kvh = h / (a.nh / a.nkv);
   const int kend = a.pos0 + min(m0 + BQ, a.M);
   constexpr int CPR = HD / 8;  // uint4 per row
   for (int idx = tid; idx < BQ * CPR; idx += kThreads) {
     const int r = idx / CPR, cc = idx % CPR;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (m0 + r < a.M) v = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.qb) + (size_t(m0 + r) * a.nh + h) * HD + cc * 8);
+    uint4 v = make_uint4(0, 0, 0, 0), vl = v;
+    const uint16_t* qrow = static_cast<const uint16_t*>(a.qb) + (size_t(m0 + r) * a.nh + h) * HD + cc * 8;
+    if (m0 + r < a.M) {
+      v = *reinterpret_cast<const uint4*>(qrow);
+      if constexpr (SPLIT) vl = *reinterpret_cast<const uint4*>(qrow + size_t(a.M) * a.nh * HD);
+    }
     *reinterpret_cast<uint4*>(Qs + r * LD + cc * 8) = v;
+    if constexpr (SPLIT) *reinterpret_cast<uint4*>(Ql + r * LD + cc * 8) = vl;
   }
   const size_t kvbase = size_t(kvh) * a.max_seq * HD;
   float o[NT][4];
@@ -110,13 +143,22 @@ template <int HD, bool F32> __global__ void __launch_bounds__(kThreads) flash_ke
     __syncthreads();
     for (int idx = tid; idx < BKV * CPR; idx += kThreads) {
       const int r = idx / CPR, cc = idx % CPR, j = j0 + r;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+      uint4 kv = make_uint4(0, 0, 0, 0), vv = kv, kl = kv, vl = kv;
       if (j < kend) {
-        kv = load8<F32>(a.kc, kvbase + size_t(j) * HD + cc * 8);
-        vv = load8<F32>(a.vc, kvbase + size_t(j) * HD + cc * 8);
+        if constexpr (SPLIT) {
+          load8_split(a.kc, kvbase + size_t(j) * HD + cc * 8, kv, kl);
+          load8_split(a.vc, kvbase + size_t(j) * HD + cc * 8, vv, vl);
+        } else {
+          kv = load8<F32>(a.kc, kvbase + size_t(j) * HD + cc * 8);
+          vv = load8<F32>(a.vc, kvbase + size_t(j) * HD + cc * 8);
+        }
       }
       *reinterpret_cast<uint4*>(Ks + r * LD + cc * 8) = kv;
       *reinterpret_cast<uint4*>(Vs + r * LD + cc * 8) = vv;
+      if constexpr (SPLIT) {
+        *reinterpret_cast<uint4*>(Kl + r * LD + cc * 8) = kl;
+        *reinterpret_cast<uint4*>(Vl + r * LD + cc * 8) = vl;
+      }
     }
     __syncthreads();
     float s[8][4];
@@ -130,10 +172,23 @@ template <int HD, bool F32> __global__ void __launch_bounds__(kThreads) flash_ke
       fa[1] = *reinterpret_cast<const uint32_t*>(Qs + (ra + 8) * LD + c0);
       fa[2] = *reinterpret_cast<const uint32_t*>(Qs + ra * LD + c0 + 8);
       fa[3] = *reinterpret_cast<const uint32_t*>(Qs + (ra + 8) * LD + c0 + 8);
+      uint32_t fl[4];
+      if constexpr (SPLIT) {
+        fl[0] = *reinterpret_cast<const uint32_t*>(Ql + ra * LD + c0);
+        fl[1] = *reinterpret_cast<const uint32_t*>(Ql + (ra + 8) * LD + c0);
+        fl[2] = *reinterpret_cast<const uint32_t*>(Ql + ra * LD + c0 + 8);
+        fl[3] = *reinterpret_cast<const uint32_t*>(Ql + (ra + 8) * LD + c0 + 8);
+      }
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
         const uint16_t* kr = Ks + (nt * 8 + g) * LD + c0;
-        mma_bf16(s[nt], fa, *reinterpret_cast<const uint32_t*>(kr), *reinterpret_cast<const uint32_t*>(kr + 8));
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(kr), b1 = *reinterpret_cast<const uint32_t*>(kr + 8);
+        mma_bf16(s[nt], fa, b0, b1);
+        if constexpr (SPLIT) {
+          const uint16_t* klr = Kl + (nt * 8 + g) * LD + c0;
+          mma_bf16(s[nt], fa, *reinterpret_cast<const uint32_t*>(klr), *reinterpret_cast<const uint32_t*>(klr + 8));
+          mma_bf16(s[nt], fl, b0, b1);
+        }
       }
     }
     // Mask, scale (log2 domain), online softmax.
@@ -173,11 +228,18 @@ template <int HD, bool F32> __global__ void __launch_bounds__(kThreads) flash_ke
     // O += P V
 #pragma unroll
     for (int k2 = 0; k2 < BKV / 16; ++k2) {
-      uint32_t pa[4];
-      pa[0] = pack_bf2(s[2 * k2][0], s[2 * k2][1]);
-      pa[1] = pack_bf2(s[2 * k2][2], s[2 * k2][3]);
-      pa[2] = pack_bf2(s[2 * k2 + 1][0], s[2 * k2 + 1][1]);
-      pa[3] = pack_bf2(s[2 * k2 + 1][2], s[2 * k2 + 1][3]);
+      uint32_t pa[4], pl[4];
+      if constexpr (SPLIT) {
+        split2(s[2 * k2][0], s[2 * k2][1], pa[0], pl[0]);
+        split2(s[2 * k2][2], s[2 * k2][3], pa[1], pl[1]);
+        split2(s[2 * k2 + 1][0], s[2 * k2 + 1][1], pa[2], pl[2]);
+        split2(s[2 * k2 + 1][2], s[2 * k2 + 1][3], pa[3], pl[3]);
+      } else {
+        pa[0] = pack_bf2(s[2 * k2][0], s[2 * k2][1]);
+        pa[1] = pack_bf2(s[2 * k2][2], s[2 * k2][3]);
+        pa[2] = pack_bf2(s[2 * k2 + 1][0], s[2 * k2 + 1][1]);
+        pa[3] = pack_bf2(s[2 * k2 + 1][2], s[2 * k2 + 1][3]);
+      }
       const int vrow = k2 * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
       for (int dt = 0; dt < HD / 16; ++dt) {
@@ -185,6 +247,14 @@ template <int HD, bool F32> __global__ void __launch_bounds__(kThreads) flash_ke
         ldsm_x4_t(vr, Vs + vrow * LD + dt * 16 + (lane >> 4) * 8);
         mma_bf16(o[2 * dt], pa, vr[0], vr[1]);
         mma_bf16(o[2 * dt + 1], pa, vr[2], vr[3]);
+        if constexpr (SPLIT) {
+          uint32_t vlr[4];
+          ldsm_x4_t(vlr, Vl + vrow * LD + dt * 16 + (lane >> 4) * 8);
+          mma_bf16(o[2 * dt], pa, vlr[0], vlr[1]);
+          mma_bf16(o[2 * dt + 1], pa, vlr[2], vlr[3]);
+          mma_bf16(o[2 * dt], pl, vr[0], vr[1]);
+          mma_bf16(o[2 * dt + 1], pl, vr[2], vr[3]);
+        }
       }
     }
   }
@@ -213,19 +283,22 @@ template <int HD, bool F32> __global__ void __launch_bounds__(kThreads) flash_ke
   }
 }
 
-template <int HD> constexpr size_t flash_smem() { return size_t(BQ + 2 * BKV) * (HD + 8) * 2; }
+template <int HD, bool SPLIT> constexpr size_t flash_smem() { return size_t(BQ + 2 * BKV) * (HD + 8) * 2 * (SPLIT ? 2 : 1); }
 
 template <int HD> Status launch_flash(const AttnPrefillArgs& a, cudaStream_t s) {
   dim3 grid((a.M + BQ - 1) / BQ, a.nh);
-  if (a.kv_f32)
-    flash_kernel<HD, true><<<grid, kThreads, flash_smem<HD>(), s>>>(a);
+  if (a.kv_f32 && a.terms == 3)
+    flash_kernel<HD, true, true><<<grid, kThreads, flash_smem<HD, true>(), s>>>(a);
+  else if (a.kv_f32)
+    flash_kernel<HD, true, false><<<grid, kThreads, flash_smem<HD, false>(), s>>>(a);
   else
-    flash_kernel<HD, false><<<grid, kThreads, flash_smem<HD>(), s>>>(a);
+    flash_kernel<HD, false, false><<<grid, kThreads, flash_smem<HD, false>(), s>>>(a);
   return launch_status("pf::flash");
 }
 template <int HD> Status init_hd() {
-  LILY_CU_TRY(cudaFuncSetAttribute(flash_kernel<HD, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(flash_smem<HD>())));
-  LILY_CU_TRY(cudaFuncSetAttribute(flash_kernel<HD, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(flash_smem<HD>())));
+  LILY_CU_TRY(cudaFuncSetAttribute(flash_kernel<HD, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(flash_smem<HD, true>())));
+  LILY_CU_TRY(cudaFuncSetAttribute(flash_kernel<HD, true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(flash_smem<HD, false>())));
+  LILY_CU_TRY(cudaFuncSetAttribute(flash_kernel<HD, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(flash_smem<HD, false>())));
   return Status::ok();
 }
 
@@ -247,6 +320,8 @@ Status attn_prefill(const AttnPrefillArgs& a, Stream stream) {
   if (a.rot > a.hd || a.rot % 2 != 0 || a.rot <= 0) return cu_err("pf::attn_prefill: rotary dim {} unsupported", a.rot);
   if (a.nkv <= 0 || a.nh % a.nkv != 0) return cu_err("pf::attn_prefill: {} heads / {} kv heads", a.nh, a.nkv);
   if (a.pos0 < 0 || a.pos0 + a.M > a.max_seq) return cu_err("pf::attn_prefill: positions {}+{} exceed the cache", a.pos0, a.M);
+  if (a.terms != 1 && a.terms != 3) return cu_err("pf::attn_prefill: terms {} (1 or 3)", a.terms);
+  if (a.terms == 3 && !a.kv_f32) return cu_err("pf::attn_prefill: split operands (terms 3) need fp32 caches");
   if (a.M <= 0) return Status::ok();
   prep_kernel<<<dim3(a.M, a.nh + a.nkv), a.hd, a.hd * sizeof(float), s>>>(a);
   LILY_TRY(launch_status("pf::attn_prep"));

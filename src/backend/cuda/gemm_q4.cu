@@ -240,6 +240,46 @@ template <int BITS, int TERMS, bool SWIGLU> __global__ void __launch_bounds__(kT
   }
 }
 
+// Reference path (terms = 0): fp32 on CUDA cores, one thread per output column, rows looped; the
+// same arguments as the tensor-core kernel. For A/B checks of the tensor-core numerics only.
+__device__ __forceinline__ float ref_dot(const QW& w, size_t row, const float* x, int K) {
+  const uint32_t* codes = reinterpret_cast<const uint32_t*>(w.codes) + row * (size_t(K) * w.bits / 32);
+  const uint32_t* sb = reinterpret_cast<const uint32_t*>(w.sb) + row * (K / 64);
+  const int per = 32 / w.bits;
+  const uint32_t mask = (1u << w.bits) - 1u;
+  float acc = 0.f;
+  for (int gi = 0; gi < K / 64; ++gi) {
+    float sq = 0.f, sx = 0.f;
+    for (int k = gi * 64; k < gi * 64 + 64; ++k) {
+      const uint32_t q = (codes[k / per] >> (w.bits * (k % per))) & mask;
+      sq = fmaf(float(q), x[k], sq);
+      sx += x[k];
+    }
+    const uint32_t v = sb[gi];
+    acc += __uint_as_float(v << 16) * sq + __uint_as_float(v & 0xFFFF0000u) * sx;
+  }
+  return acc;
+}
+__global__ void gemm_ref_kernel(GemmArgs p) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= p.n_out) return;
+  int m0, m1, base1, base2;
+  if (p.tiles) {
+    const int4 tl = reinterpret_cast<const int4*>(p.tiles)[blockIdx.y];
+    if (tl.y >= tl.z) return;
+    m0 = tl.y, m1 = tl.z, base1 = p.row0 + tl.x * p.n_out, base2 = p.row0_2 + tl.x * p.n_out;
+  } else {
+    m0 = blockIdx.y * BM, m1 = min(p.M, m0 + BM), base1 = p.row0, base2 = p.row0_2;
+  }
+  const int K = p.w.cols;
+  for (int m = m0; m < m1; ++m) {
+    const float* x = p.a + size_t(p.a_rows ? p.a_rows[m] : m) * p.lda;
+    float y = ref_dot(p.w, size_t(base1) + n, x, K);
+    if (p.swiglu) y = silu(y) * ref_dot(p.w2, size_t(base2) + n, x, K);
+    p.y[size_t(m) * p.ldy + n] = y;
+  }
+}
+
 constexpr size_t kSmem = 2 * sizeof(Buf);
 static_assert(kSmem >= size_t(BM) * (BN + 4) * sizeof(float), "SwiGLU epilogue tile must fit");
 
@@ -266,7 +306,12 @@ Status gemm(const GemmArgs& a, Stream stream) {
   if (a.tiles && a.max_tiles > 65535) return cu_err("pf::gemm: {} tiles exceed the grid", a.max_tiles);
   if (!a.tiles && (a.M + BM - 1) / BM > 65535) return cu_err("pf::gemm: M={} too large", a.M);
   if (a.swiglu && (a.w2.cols != a.w.cols || a.w2.bits != a.w.bits)) return cu_err("pf::gemm: SwiGLU weights differ in shape");
-  if (a.terms != 1 && a.terms != 2) return cu_err("pf::gemm: terms {} (1 or 2)", a.terms);
+  if (a.terms < 0 || a.terms > 2) return cu_err("pf::gemm: terms {} (0, 1 or 2)", a.terms);
+  if (a.terms == 0) {
+    dim3 grid((a.n_out + 127) / 128, a.tiles ? a.max_tiles : (a.M + BM - 1) / BM);
+    gemm_ref_kernel<<<grid, 128, 0, s>>>(a);
+    return launch_status("pf::gemm_ref");
+  }
   if (a.w.bits == 8) {
     if (a.swiglu) return cu_err("pf::gemm: 8-bit SwiGLU unsupported");
     return a.terms == 2 ? launch<8, 2, false>(a, s) : launch<8, 1, false>(a, s);

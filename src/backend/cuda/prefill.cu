@@ -64,7 +64,7 @@ Status CudaBackend::pf_alloc(int chunk) {
   p.beta = dalloc<float>(M * nv, owned_);
   p.o_raw = dalloc<float>(M * wide, owned_);
   p.o = dalloc<float>(M * wide, owned_);
-  p.qb = dalloc<uint16_t>(M * size_t(c.num_attention_heads) * c.head_dim, owned_);
+  p.qb = dalloc<uint16_t>(2 * M * size_t(c.num_attention_heads) * c.head_dim, owned_);  // q hi, lo
   p.rl = dalloc<float>(M * (E + 1), owned_);
   p.topk_ids = dalloc<int32_t>(M * k, owned_);
   p.topk_w = dalloc<float>(M * (k + 1), owned_);
@@ -92,7 +92,12 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   const int E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
   const int pos0 = st.n + t0;
   const float eps = c.rms_norm_eps;
-  const int terms = env_int("LILY_PREFILL_TERMS", 2, 1, 2);
+  // A/B knobs (numerics): LILY_PREFILL_TERMS (GEMM x: 2 fp16 hi+lo, 1 fp16, 0 fp32 CUDA-core reference),
+  // LILY_PREFILL_ATTN_TERMS (3: q/K/V/P as bf16 hi+lo, 1: bf16).
+  const int terms = env_int("LILY_PREFILL_TERMS", 2, 0, 2), t2 = terms == 0 ? 0 : 2;
+  // LILY_PREFILL_ATTN_TERMS=0 runs the decode attention kernels token by token (slow; A/B only).
+  int attn_terms = env_int("LILY_PREFILL_ATTN_TERMS", 3, 0, 3);
+  if (attn_terms == 2 || (attn_terms == 3 && !st.f32)) attn_terms = 1;
   auto gemm = [&](const QW& w, const float* a, int lda, int m, float* y, int ldy, int tm) {
     pf::GemmArgs g{};
     g.w = w, g.n_out = w.rows, g.a = a, g.lda = lda, g.M = m, g.y = y, g.ldy = ldy, g.terms = tm;
@@ -128,10 +133,30 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
       mark("attn: [q|k|v] gemm", s);
       pf::AttnPrefillArgs a{};
       a.u = p.u, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = L.q_norm, a.k_norm = L.k_norm;
-      a.kc = SL.kc, a.vc = SL.vc, a.kv_f32 = st.f32, a.qb = p.qb, a.out = p.o, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
+      a.kc = SL.kc, a.vc = SL.vc, a.kv_f32 = st.f32, a.terms = attn_terms, a.qb = p.qb, a.out = p.o, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
       a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim(), a.max_seq = st.cap;
       a.theta = c.rope_theta, a.eps = eps;
-      LILY_TRY(pf::attn_prefill(a, s));
+      if (attn_terms == 0) {
+        // A/B: the decode kernels token by token (fp32 q/K/V, split-K over the cache).
+        LILY_CU_TRY(cudaStreamSynchronize(s));
+        *p.pos_host = pos0;
+        LILY_CU_TRY(cudaMemcpyAsync(&st.ctl->pos, p.pos_host, 4, cudaMemcpyHostToDevice, s));
+        AttnArgs d{};
+        d.q_norm = L.q_norm, d.k_norm = L.k_norm, d.q = q_, d.kc = SL.kc, d.vc = SL.vc, d.kv_f32 = st.f32;
+        d.partial = attn_partial_, d.ctl = st.ctl, d.nh = c.num_attention_heads, d.nkv = c.num_key_value_heads;
+        d.hd = c.head_dim, d.qw = a.qw, d.rot = c.rotary_dim(), d.max_seq = st.cap, d.n_split = attn_max_splits();
+        d.theta = c.rope_theta, d.eps = eps;
+        const int od = c.num_attention_heads * c.head_dim;
+        for (int m = 0; m < M; ++m) {
+          d.qkv = p.u + size_t(m) * ldu, d.out = p.o + size_t(m) * od;
+          LILY_TRY(attn_prep(d, s));
+          LILY_TRY(attn_decode(d, s));
+          LILY_TRY(bump_pos(st.ctl, s));
+        }
+        LILY_CU_TRY(cudaStreamSynchronize(s));  // pos_host is reused
+      } else {
+        LILY_TRY(pf::attn_prefill(a, s));
+      }
       mark("attn: prep+flash", s);
       const int od = c.num_attention_heads * c.head_dim;
       LILY_TRY(gemm(L.o_proj, p.o, od, M, p.mix, H, terms));
@@ -140,7 +165,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     LILY_TRY(pf::add_rmsnorm_rows(p.x, p.mix, L.post_norm, M, H, eps, p.hn, s));
     mark("add+rmsnorm", s);
     // MoE: router (8-bit, + shared gate row) → device routing → grouped gate/up+SwiGLU → down.
-    LILY_TRY(gemm(L.router, p.hn, H, M, p.rl, E + 1, 2));
+    LILY_TRY(gemm(L.router, p.hn, H, M, p.rl, E + 1, t2));
     mark("moe: router gemm (q8)", s);
     pf::RouteArgs r{};
     r.logits = p.rl, r.M = M, r.E = E, r.top_k = k, r.norm_topk = c.norm_topk_prob, r.topk_ids = p.topk_ids;
@@ -173,7 +198,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     // Final add + norm of the last row only, then the lm_head (fp32 logits).
     const size_t off = size_t(M - 1) * H;
     LILY_TRY(pf::add_rmsnorm_rows(p.x + off, p.mix + off, d_.final_norm, 1, H, eps, p.hn, s));
-    LILY_TRY(gemm(d_.lm_head, p.hn, H, 1, logits_, c.vocab_size, 2));
+    LILY_TRY(gemm(d_.lm_head, p.hn, H, 1, logits_, c.vocab_size, t2));
     mark("final norm+lm_head", s);
   }
   return Status::ok();

@@ -12,7 +12,7 @@ namespace lily::cuda::pf {
 // ---- tensor-core GEMM over the packed MLX layout (gemm_q4.cu) --------------------------------
 // y[m, n] = Σ_g s[n,g]·Σ_{k∈g} q[n,k]·x[m,k] + b[n,g]·Σ_{k∈g} x[m,k]   (fp32 accumulation)
 // q enters the MMA as exact fp16 integers; x as fp16 (terms = 1) or fp16 hi + lo (terms = 2,
-// ~22-bit x); Σx is taken from the fp32 x. W rows used: row0 + [0, n_out) (+ expert·n_out).
+// ~22-bit x); Σx is taken from the fp32 x. terms = 0: fp32 on CUDA cores (slow; A/B reference). W rows used: row0 + [0, n_out) (+ expert·n_out).
 // swiglu: y[m, j] = silu(W·x)[j]·(W2·x)[j] with W2 rows row0_2 + j (gate/up of one expert).
 // Grouped (tiles != null): tile i = {expert, m0, m1, 0}; rows m0..m1 of A (slot order) against
 // expert's rows; m0 == m1 marks an unused tile. a_rows (optional) gathers A rows: A row of
@@ -94,9 +94,11 @@ Status gdn_prefill(const GdnPrefillArgs& a, Stream s);
 // ---- attention prefill (attn_prefill.cu) -----------------------------------------------------
 // u: fp32 [M, ldu] = [q (nh·qw, per head [q | gate] when qw = 2hd) | k (nkv·hd) | v (nkv·hd)].
 // Writes K/V of positions pos0..pos0+M-1 into kc/vc ([nkv, max_seq, hd], fp32 when kv_f32 else
-// bf16; the MMAs read them as bf16) after k RMSNorm +
+// bf16) after k RMSNorm +
 // RoPE, then causal GQA flash attention of the M queries over positions 0..pos0+m, output gate
-// applied: out fp32 [M, nh·hd]. qb: scratch bf16 [M, nh, hd].
+// applied: out fp32 [M, nh·hd]. qb: scratch bf16 [terms == 3 ? 2 : 1][M, nh, hd] (q hi, q lo).
+// terms = 3 (fp32 caches only): q, K, V and P enter the MMAs as bf16 hi + lo, three MMAs per
+// product (~16-bit operands); terms = 1: plain bf16 operands.
 struct AttnPrefillArgs {
   const float* u = nullptr;
   int ldu = 0, M = 0, pos0 = 0;
@@ -108,6 +110,7 @@ struct AttnPrefillArgs {
   float* out = nullptr;
   int nh = 0, nkv = 0, hd = 0, qw = 0, rot = 0, max_seq = 0;
   bool kv_f32 = true;
+  int terms = 3;
   double theta = 1e7;
   float eps = 1e-6f;
 };
