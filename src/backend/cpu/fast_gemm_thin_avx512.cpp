@@ -39,6 +39,11 @@ struct Buf {
   ~Buf() { std::free(p); }
 };
 
+// Up to 16 bf16 (mask m) → fp32.
+LILY_AVX512 inline __m512 load_bf16x16(__mmask16 m, const bf16* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+
 // Rows r, r+1 (R of them) over groups [g0, g1) for T tokens. codes: row r's words; sb, bb: row r's
 // fp32 scales/biases (row stride G); xb: packed tokens [T][K]; part: R·T parked sums.
 template <int R, int T>
@@ -114,21 +119,36 @@ LILY_AVX512 void q4_gemm_thin_avx512(const QArgs& a) {
     const TileFn f1 = tile_for<1>(T, std::make_integer_sequence<int, kThinMaxTokens>{});
     for (int rg = a.r0; rg < a.r1; rg += kRows) {
       const int nr = std::min(kRows, a.r1 - rg);
-      for (int l = 0; l < nr; ++l)
-        for (int g = 0; g < G; ++g) {
-          sb[size_t(l) * G + g] = bf16_to_f32(w.scales[size_t(rg + l) * G + g]);
-          bb[size_t(l) * G + g] = bf16_to_f32(w.biases[size_t(rg + l) * G + g]);
-        }
+      // The group's scales and biases are contiguous ([rows][G] bf16): convert them 16 at a time.
+      const size_t nsb = size_t(nr) * G, sb0 = size_t(rg) * G;
+      for (size_t i = 0; i < nsb; i += 16) {
+        const __mmask16 m = nsb - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (nsb - i)) - 1);
+        _mm512_mask_storeu_ps(sb + i, m, load_bf16x16(m, w.scales + sb0 + i));
+        _mm512_mask_storeu_ps(bb + i, m, load_bf16x16(m, w.biases + sb0 + i));
+      }
       for (int k0 = 0; k0 < K; k0 += kKb) {
         const int g0 = k0 / 64, g1 = std::min(G, (k0 + kKb) / 64);
         const bool first = k0 == 0, last = k0 + kKb >= K;
         for (int l = 0; l < nr; l += 2) {
           const int R = std::min(2, nr - l);
-          // The next k block of these rows' codes, while this one runs.
-          if (!last)
-            for (int rr = 0; rr < R; ++rr)
-              for (int off = 0; off < kKb / 8; off += 16)
-                _mm_prefetch(reinterpret_cast<const char*>(w.codes + size_t(rg + l + rr) * wpr + size_t(k0 + kKb) / 8 + off), _MM_HINT_T0);
+          // Software prefetch 8 rows ahead in the traversal order (rows of this k block, then the
+          // group's next k block, then the next group's first block: past the task, within the
+          // weight), because each task's stream is too short for the hardware prefetchers.
+          {
+            int pr = rg + l + 8, pk = k0;
+            if (l + 8 >= nr) pr -= nr, pk = last ? 0 : k0 + kKb, pr += last ? nr : 0;
+            if (pr + 1 < w.rows) {
+              for (int rr = 0; rr < 2; ++rr) {
+                const uint32_t* p = w.codes + size_t(pr + rr) * wpr + pk / 8;
+                for (int off = 0; off < std::min(kKb, K - pk) / 8; off += 16)
+                  _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
+              }
+              if (pk == 0 && (pr & 7) == 0) {  // the scales and biases of rows pr..pr+7
+                _mm_prefetch(reinterpret_cast<const char*>(w.scales + size_t(pr) * G), _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(w.biases + size_t(pr) * G), _MM_HINT_T0);
+              }
+            }
+          }
           float* yr[kThinMaxTokens];
           for (int t = 0; t < T; ++t) yr[t] = a.y + size_t(i0 + t) * a.ldy + rg + l;
           (R == 2 ? f2 : f1)(w.codes + size_t(rg + l) * wpr, wpr, sb + size_t(l) * G, bb + size_t(l) * G, G, g0, g1, xb, K,
