@@ -1,6 +1,6 @@
 // AVX-512 prefill GEMM for 4-bit weights and few tokens (the routed experts: ~8 tokens each at a
 // 256-token prefill), k in lanes: 16 consecutive columns of a row are dequantized in registers
-// (vpbroadcastq of two code words, vpsrlvd, float(q) by vpermps of {0..15}, fma(scale, q, bias))
+// (vpbroadcastq of two code words, vpsrlvd, then vpermps from the group's table scale·{0..15} + bias)
 // and multiplied into 2 rows x T ≤ 12 tokens of accumulators; no gathers and no panel stores. The
 // lane order this gives, lane l = column 8·(l&1) + (l>>1) of its 16, is applied to the packed
 // activations instead. k runs in blocks of 512 so the packed tokens stay in L1, with the partial
@@ -56,9 +56,12 @@ LILY_AVX512 void thin_tile(const uint32_t* codes, int wpr, const float* sb, cons
   for (int i = 0; i < R * T; ++i)
     acc[i / T][i % T] = first ? _mm512_setzero_ps() : _mm512_load_ps(part + size_t(i) * 16);
   for (int g = g0; g < g1; ++g) {
-    __m512 s[R], b[R];
+    // The group's 16 possible weights of each row, tab[q] = scale·q + bias: a vpermps of the codes
+    // then dequantizes exactly as fma(scale, q, bias) would, without an FMA per 16 weights.
+    __m512 tab[R];
 #pragma GCC unroll 2
-    for (int rr = 0; rr < R; ++rr) s[rr] = _mm512_set1_ps(sb[size_t(rr) * G + g]), b[rr] = _mm512_set1_ps(bb[size_t(rr) * G + g]);
+    for (int rr = 0; rr < R; ++rr)
+      tab[rr] = _mm512_fmadd_ps(_mm512_set1_ps(sb[size_t(rr) * G + g]), iota, _mm512_set1_ps(bb[size_t(rr) * G + g]));
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
       __m512 wv[R];
@@ -67,7 +70,7 @@ LILY_AVX512 void thin_tile(const uint32_t* codes, int wpr, const float* sb, cons
         long long two;
         std::memcpy(&two, codes + size_t(rr) * wpr + size_t(g) * 8 + 2 * c, 8);
         const __m512i q = _mm512_srlv_epi32(_mm512_set1_epi64(two), shifts);
-        wv[rr] = _mm512_fmadd_ps(s[rr], _mm512_permutexvar_ps(q, iota), b[rr]);
+        wv[rr] = _mm512_permutexvar_ps(q, tab[rr]);
       }
       const float* xc = xb + size_t(g) * 64 + c * 16;
 #pragma GCC unroll 12
