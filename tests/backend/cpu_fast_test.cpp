@@ -136,7 +136,7 @@ TEST_P(FastKernels, Q4GemmRealShapes) {
   check_matmul(32, 2048, 4, 256, false, false, 25, true);  // in_proj_a/b at a 256-token prefill
 }
 
-// Few-token jobs (the routed experts) take the thin AVX-512 kernel (≤ 10 tokens, ≤ 12 when K ≤ 1024):
+// Few-token jobs (the routed experts) take the thin AVX-512 kernel (≤ 12 tokens):
 // k blocks of 512 with parked partial sums (K = 576, 2048), row pairs and 32-row groups with tails.
 TEST_P(FastKernels, Q4GemmThinShapes) {
   for (int rows : {1, 33, 70})

@@ -11,7 +11,7 @@ void q4_gemm_scalar(const QArgs& a);
 void q4_gemm_avx2(const QArgs& a);
 void q4_gemm_avx512(const QArgs& a);
 // Few tokens (≤ kThinMaxTokens; the routed experts), k in lanes, dequant in registers
-// (fast_gemm_thin_avx512.cpp); q4_gemm_avx512 hands it jobs of ≤ 10 tokens (≤ 12 when K ≤ 1024).
+// (fast_gemm_thin_avx512.cpp); q4_gemm_avx512 hands it jobs of ≤ 12 tokens.
 constexpr int kThinMaxTokens = 12;
 void q4_gemm_thin_avx512(const QArgs& a);
 

@@ -153,19 +153,19 @@ LILY_AVX512 void pack_x(const QArgs& a, int i0, int T, int K, float* xb) {
 
 }  // namespace
 
-// Jobs of up to this many tokens take the thin kernel: 10 (measured at 1 thread on 256 random
-// experts, K = 2048: 53 vs 42 GMAC/s at 8 tokens, 55 vs 47 at 10, 48 vs 52 at 12), 12 when
-// K ≤ 1024 (53 vs 39 at 12 for the experts' down_proj, K = 512). LILY_CPU_THIN overrides both (0: never).
-inline int thin_max(int K) {
+// Jobs of up to 12 tokens take the thin kernel (measured at 1 thread on 256 random experts, K = 2048:
+// 57 vs 42 GMAC/s at 8 tokens, 51 vs 47 at 11, 49 vs 49 at 12; K = 512: 53 vs 39 at 12).
+// LILY_CPU_THIN overrides (0: never).
+inline int thin_max() {
   static const int v = [] {
     const char* e = std::getenv("LILY_CPU_THIN");
-    return e ? std::min(std::atoi(e), kThinMaxTokens) : -1;
+    return e ? std::min(std::atoi(e), kThinMaxTokens) : kThinMaxTokens;
   }();
-  return v >= 0 ? v : K <= 1024 ? 12 : 10;
+  return v;
 }
 
 LILY_AVX512 void q4_gemm_avx512(const QArgs& a) {
-  if (a.n <= thin_max(a.w->cols)) {
+  if (a.n <= thin_max()) {
     q4_gemm_thin_avx512(a);
     return;
   }
