@@ -4,7 +4,7 @@
 // 129, 300), from a zero and a non-zero state, and continuing a prefill from the state it left.
 // Stated tolerances (fp32, different summation order and the WY algebra):
 //   chunked DeltaNet outputs and state: |Δ| ≤ 2e-5·(1 + |ref|) (measured 1.9e-6, printed);
-//   conv + SiLU, gated norm, SwiGLU: |Δ| ≤ 2e-6·(1 + |ref|) (vector expf within a few ulp).
+//   conv + SiLU, gated norm, SwiGLU, RMSNorm: |Δ| ≤ 2e-6·(1 + |ref|) (vector expf within a few ulp).
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -176,6 +176,21 @@ TEST_P(FastGdn, SiluMulMatchesFormula) {
   for (size_t i = 0; i < n; ++i) ref[i] = float(double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i]);
   fast::silu_mul(g.data(), u.data(), n);
   EXPECT_LE(max_rel(g, ref), 2e-6f);
+}
+
+TEST_P(FastGdn, RmsnormMatchesReference) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> n01(0, 1);
+  for (int n : {2048, 200}) {  // 200: not a multiple of 16, the reference path
+    const int M = 37;
+    std::vector<float> x(size_t(M) * n), o1(x.size()), o2(x.size(), -1.0f);
+    std::vector<bf16> gain(static_cast<size_t>(n));
+    for (auto& v : x) v = 3.0f * n01(rng);
+    for (auto& v : gain) v = f32_to_bf16(1.0f + 0.2f * n01(rng));
+    rmsnorm(x.data(), M, n, gain.data(), 1e-6f, o1.data());
+    fast::rmsnorm(x.data(), M, n, gain.data(), 1e-6f, o2.data());
+    EXPECT_LE(max_rel(o2, o1), 2e-6f) << "n " << n;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, FastGdn, ::testing::ValuesIn(available_isas()),

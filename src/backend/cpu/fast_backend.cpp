@@ -130,7 +130,7 @@ class FastCpuBackend final : public Backend {
   // h = RMS(x)·gain, then px_ = int16 form of h for the 4-bit projections.
   void norm_and_prepare(const float* x, int M, const bf16* gain, float* h) {
     ProfileScope p(Op::kNorm, 0);
-    rmsnorm(x, M, cfg_.hidden_size, gain, cfg_.rms_norm_eps, h);
+    fast::rmsnorm(x, M, cfg_.hidden_size, gain, cfg_.rms_norm_eps, h);
     if (prep_) fast::prepare_x(h, M, cfg_.hidden_size, cfg_.hidden_size, px_);
   }
 

@@ -100,4 +100,19 @@ void silu_mul(float* g, const float* u, size_t n) {
   });
 }
 
+void rmsnorm(const float* x, int M, int n, const bf16* gain, float eps, float* out) {
+  if (bf16_storage() || n % 16 != 0) {
+    cpu::rmsnorm(x, M, n, gain, eps, out);
+    return;
+  }
+  std::vector<float> gf(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) gf[size_t(i)] = bf16_to_f32(gain[i]);
+  const KernelTable& kt = kernels();
+  constexpr int kRows = 16;  // rows per item
+  parallel_dynamic((M + kRows - 1) / kRows, [&](int b) {
+    const int r0 = b * kRows, nr = std::min(M, r0 + kRows) - r0;
+    kt.rmsnorm(x + size_t(r0) * n, nr, n, gf.data(), eps, out + size_t(r0) * n);
+  });
+}
+
 }  // namespace lily::cpu::fast

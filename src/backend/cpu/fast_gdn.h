@@ -27,4 +27,8 @@ void gated_norm(float* o, const float* z, const bf16* w, int rows, int dv, float
 // The MoE's SwiGLU product in place: g[i] = store(SiLU(store(g[i]))·store(u[i])), over the pool.
 void silu_mul(float* g, const float* u, size_t n);
 
+// ref_ops::rmsnorm's contract (store() on the outputs), rows over the pool; the vector kernel when
+// storage is fp32 and n is a multiple of 16, else the reference.
+void rmsnorm(const float* x, int M, int n, const bf16* gain, float eps, float* out);
+
 }  // namespace lily::cpu::fast

@@ -61,5 +61,8 @@ LILY_TGT void gated_norm_avx512(float* o, const float* z, const bf16* w, int row
   gated_norm_impl(o, z, w, rows, dv, eps);
 }
 LILY_TGT void silu_mul_avx512(float* g, const float* u, size_t n) { silu_mul_impl(g, u, n); }
+LILY_TGT void rmsnorm_avx512(const float* x, int rows, int n, const float* gain, float eps, float* out) {
+  rmsnorm_impl(x, rows, n, gain, eps, out);
+}
 
 }  // namespace lily::cpu::fast

@@ -40,5 +40,8 @@ void gated_norm_scalar(float* o, const float* z, const bf16* w, int rows, int dv
   gated_norm_impl(o, z, w, rows, dv, eps);
 }
 void silu_mul_scalar(float* g, const float* u, size_t n) { silu_mul_impl(g, u, n); }
+void rmsnorm_scalar(const float* x, int rows, int n, const float* gain, float eps, float* out) {
+  rmsnorm_impl(x, rows, n, gain, eps, out);
+}
 
 }  // namespace lily::cpu::fast

@@ -110,6 +110,8 @@ struct KernelTable {
   void (*gated_norm)(float* o, const float* z, const bf16* w, int rows, int dv, float eps);
   // MoE SwiGLU (model-spec §1.4.3): g[i] = SiLU(g[i])·u[i], fp32 storage.
   void (*silu_mul)(float* g, const float* u, size_t n);
+  // out[r] = x[r]·rsqrt(mean(x[r]²)+eps)·gain, rows of n (a multiple of 16), gain fp32, fp32 storage.
+  void (*rmsnorm)(const float* x, int rows, int n, const float* gain, float eps, float* out);
 };
 
 const KernelTable& scalar_table();

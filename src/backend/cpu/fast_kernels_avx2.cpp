@@ -204,7 +204,8 @@ LILY_AVX2 void gdn_step(float* S, const float* q, const float* k, const float* v
 
 const KernelTable* avx2_table() {
   static const KernelTable t{"avx2", q4_rows, q4_gemm_avx2, q8_rows, dot, axpy, gdn_step,
-                             gdn_chunk_avx2, conv4_silu_avx2, gated_norm_avx2, silu_mul_avx2};
+                             gdn_chunk_avx2, conv4_silu_avx2, gated_norm_avx2, silu_mul_avx2,
+                             rmsnorm_avx2};
   return &t;
 }
 

@@ -256,7 +256,8 @@ LILY_AVX512 void gdn_step(float* S, const float* q, const float* k, const float*
 
 const KernelTable* avx512_table() {
   static const KernelTable t{"avx512-vnni", q4_rows, q4_gemm_avx512, q8_rows, dot, axpy, gdn_step,
-                             gdn_chunk_avx512, conv4_silu_avx512, gated_norm_avx512, silu_mul_avx512};
+                             gdn_chunk_avx512, conv4_silu_avx512, gated_norm_avx512, silu_mul_avx512,
+                             rmsnorm_avx512};
   return &t;
 }
 
