@@ -40,6 +40,14 @@ void store_all(float* p, size_t n) {
     for (size_t i = 0; i < n; ++i) p[i] = store(p[i]);
 }
 
+// x += y at a storage point of the residual stream (one bf16_storage() test, not one per element).
+void add_stored(std::vector<float>& x, const std::vector<float>& y) {
+  if (bf16_storage())
+    for (size_t j = 0; j < x.size(); ++j) x[j] = store(x[j] + y[j]);
+  else
+    for (size_t j = 0; j < x.size(); ++j) x[j] += y[j];
+}
+
 // A job over all rows of w for activation rows ids[0..n).
 QJob job(const QWeight& w, const PreparedX& x, const float* xf, int ldxf, const int32_t* ids, int n, float* y, int ldy) {
   QJob j;
@@ -94,10 +102,10 @@ class FastCpuBackend final : public Backend {
         attention(L.attn, st->layers[i], st->n, M, h.data(), mix.data());
       else
         gdn(L.gdn, st->layers[i], M, h.data(), mix.data());
-      for (size_t j = 0; j < x.size(); ++j) x[j] = store(x[j] + mix[j]);
+      add_stored(x, mix);
       norm_and_prepare(x.data(), M, L.post_norm, h.data());
       moe(L.moe, M, h.data(), mix.data());
-      for (size_t j = 0; j < x.size(); ++j) x[j] = store(x[j] + mix[j]);
+      add_stored(x, mix);
     }
     st->n += M;
     if (!logits.empty()) {
