@@ -6,7 +6,7 @@
 # Usage: B=build-prefill/dev scripts/device/prefill_check.sh [ab|verify]
 # Writes $OUT/summary.txt, $OUT/bench_full.json and $OUT/logs.tgz (every log; the device returns
 # at most 8 files).
-# Env: CTXS (bench contexts), PROF (profile context, "none" to skip), AB_LIST (golden A/B variants,
+# Env: CTXS (bench contexts), BENCH_AB (';'-separated env settings benched at CTXS_AB), PROF (profile context, "none" to skip), AB_LIST (golden A/B variants,
 #      ';'-separated env assignments; "default" = no knob), FULL_ENVS (extra full-size runs, ';'-separated).
 set -uo pipefail
 B=${B:-build-prefill/dev}
@@ -73,6 +73,14 @@ log "bench full (contexts ${CTXS:-256,8192,32768})"
 timeout ${BENCH_TIMEOUT:-150} "$B/lily" bench --model /tmp/full --backend cuda --contexts ${CTXS:-256,8192,32768} \
   --json "$RES/bench_full.json" > "$OUT/bench_full.txt" 2>&1
 grep -v uploading "$OUT/bench_full.txt" | tail -12 | say
+if [[ -n "${BENCH_AB:-}" ]]; then  # extra bench runs: "ENV=V ...;..." at contexts CTXS_AB
+  IFS=';' read -ra BA <<< "$BENCH_AB"
+  for v in "${BA[@]}"; do
+    log "bench full [$v] (contexts ${CTXS_AB:-8192,32768})"
+    env $v timeout 90 "$B/lily" bench --model /tmp/full --backend cuda --contexts ${CTXS_AB:-8192,32768} 2>&1 \
+      | grep -E '^\| [0-9]' | say
+  done
+fi
 if [[ ${PROF:-8192} != none ]]; then
   log "prefill profile at ${PROF:-8192} tokens"
   LILY_PREFILL_PROFILE=1 timeout 60 "$B/lily" bench --model /tmp/full --backend cuda --contexts ${PROF:-8192} \

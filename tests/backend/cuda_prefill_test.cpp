@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -158,7 +159,19 @@ std::string dims(std::initializer_list<long> d) {
 }
 
 // ------------------------------------------------------------------------------- GEMM
-void gemm_case(int M, int N, int K, int bits, int terms) {
+// A split into fp16 hi/lo planes + group sums on the device (pf::split_rows), for the pipelined GEMM.
+struct DevSplit {
+  DBuf<uint16_t> hi, lo;
+  DBuf<float> xs;
+  DevSplit(const float* a, int lda, int rows, int K)
+      : hi(size_t(rows) * K), lo(size_t(rows) * K), xs(size_t(rows) * K / 64) {
+    EXPECT_TRUE(cuda::pf::split_rows(a, lda, rows, K, hi.p, lo.p, xs.p, nullptr).is_ok());
+  }
+  void use(cuda::pf::GemmArgs& g) const { g.ah = hi.p, g.al = lo.p, g.axs = xs.p; }
+};
+
+// pipe: A pre-split, the pipelined kernel (gemm_q4_pipe.cu); else the register-prefetch kernel.
+void gemm_case(int M, int N, int K, int bits, int terms, bool pipe = false) {
   HostQ W(N, K, bits);
   DevQ D(W.w);
   auto x = randv(size_t(M) * K);
@@ -167,9 +180,12 @@ void gemm_case(int M, int N, int K, int bits, int terms) {
   DBuf<float> dx(x), dy(size_t(M) * N);
   cuda::pf::GemmArgs a{};
   a.w = D.q, a.n_out = N, a.a = dx.p, a.lda = K, a.M = M, a.y = dy.p, a.ldy = N, a.terms = terms;
+  std::unique_ptr<DevSplit> sp;
+  if (pipe) sp = std::make_unique<DevSplit>(dx.p, K, M, K), sp->use(a);
   ASSERT_TRUE(cuda::pf::gemm(a, nullptr).is_ok());
   const float tol = terms == 0 ? 1e-4f : terms == 2 ? 2e-4f : 4e-3f;
-  check(fmt::format("gemm q{} x{}", bits, terms == 0 ? "f32 ref" : terms == 2 ? "f16 hi+lo" : "f16"), dims({M, N, K}), dy.down(), ref, tol, tol);
+  check(fmt::format("gemm q{} x{}{}", bits, terms == 0 ? "f32 ref" : terms == 2 ? "f16 hi+lo" : "f16", pipe ? " pipe" : ""),
+        dims({M, N, K}), dy.down(), ref, tol, tol);
 }
 TEST(CudaPrefill, Gemm) {
   REQUIRE_GPU();
@@ -181,12 +197,20 @@ TEST(CudaPrefill, Gemm) {
     gemm_case(65, 257, 2048, 8, terms);     // router + shared gate (8-bit)
   }
   gemm_case(4097, 256, 256, 4, 2);
+  // Pipelined kernel (pre-split A): tile edges in M and N, K one and many tiles, real shapes.
+  for (int M : {1, 2, 7, 63, 64, 65, 129}) gemm_case(M, 200, 512, 4, 2, true);
+  gemm_case(257, 12352, 2048, 4, 2, true);  // [qkv|z|a|b]
+  gemm_case(130, 2048, 4096, 4, 2, true);   // out_proj / o_proj
+  gemm_case(130, 2048, 512, 4, 2, true);    // down
+  gemm_case(65, 257, 2048, 8, 2, true);     // router + shared gate (8-bit)
+  gemm_case(9, 136, 64, 8, 2, true);        // one k tile, 8-bit
+  gemm_case(4097, 256, 256, 4, 2, true);
   gemm_case(65, 257, 2048, 8, 0);  // fp32 reference path (A/B knob LILY_PREFILL_TERMS=0)
   gemm_case(130, 2048, 512, 4, 0);
 }
 
 // ------------------------------------------------------------------------------- MoE layer
-void moe_case(int M, int H, int E, int k, int I, int terms = 2) {
+void moe_case(int M, int H, int E, int k, int I, int terms = 2, bool pipe = false) {
   HostQ gate(E * I, H, 4), up(E * I, H, 4), down(E * H, I, 4), shgu(2 * I, H, 4), shd(H, I, 4), router(E + 1, H, 8, 3.f);
   DevQ dg(gate.w), du(up.w), dd(down.w), dsgu(shgu.w), dsd(shd.w), dr(router.w);
   auto x = randv(size_t(M) * H);
@@ -237,6 +261,8 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 2) {
   DBuf<int32_t> dids(static_cast<size_t>(S)), dslot_tok(S), dslot_of(S), dtiles(size_t(T) * 4), dscr(cuda::pf::moe_route_scratch_ints(E));
   cuda::pf::GemmArgs ra{};
   ra.w = dr.q, ra.n_out = E + 1, ra.a = dx.p, ra.lda = H, ra.M = M, ra.y = drl.p, ra.ldy = E + 1, ra.terms = terms;
+  std::unique_ptr<DevSplit> sx;
+  if (pipe) sx = std::make_unique<DevSplit>(dx.p, H, M, H), sx->use(ra);
   ASSERT_TRUE(cuda::pf::gemm(ra, nullptr).is_ok());
   cuda::pf::RouteArgs r{};
   r.logits = drl.p, r.M = M, r.E = E, r.top_k = k, r.topk_ids = dids.p, r.topk_w = dtw.p, r.slot_tok = dslot_tok.p;
@@ -245,16 +271,22 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 2) {
   cuda::pf::GemmArgs gu{};
   gu.w = dg.q, gu.w2 = du.q, gu.n_out = I, gu.a = dx.p, gu.lda = H, gu.a_rows = dslot_tok.p, gu.y = dact.p, gu.ldy = I;
   gu.swiglu = true, gu.tiles = dtiles.p, gu.max_tiles = T, gu.terms = terms;
+  if (pipe) sx->use(gu);
   ASSERT_TRUE(cuda::pf::gemm(gu, nullptr).is_ok());
   cuda::pf::GemmArgs dn{};
   dn.w = dd.q, dn.n_out = H, dn.a = dact.p, dn.lda = I, dn.y = dyd.p, dn.ldy = H, dn.tiles = dtiles.p, dn.max_tiles = T, dn.terms = terms;
+  std::unique_ptr<DevSplit> sa;
+  if (pipe) sa = std::make_unique<DevSplit>(dact.p, I, S, I), sa->use(dn);
   ASSERT_TRUE(cuda::pf::gemm(dn, nullptr).is_ok());
   cuda::pf::GemmArgs sg{};
   sg.w = dsgu.q, sg.w2 = dsgu.q, sg.row0_2 = I, sg.n_out = I, sg.a = dx.p, sg.lda = H, sg.M = M, sg.y = dsact.p, sg.ldy = I;
   sg.swiglu = true, sg.terms = terms;
+  if (pipe) sx->use(sg);
   ASSERT_TRUE(cuda::pf::gemm(sg, nullptr).is_ok());
   cuda::pf::GemmArgs sd{};
   sd.w = dsd.q, sd.n_out = H, sd.a = dsact.p, sd.lda = I, sd.M = M, sd.y = dsy.p, sd.ldy = H, sd.terms = terms;
+  std::unique_ptr<DevSplit> ss;
+  if (pipe) ss = std::make_unique<DevSplit>(dsact.p, I, M, I), ss->use(sd);
   ASSERT_TRUE(cuda::pf::gemm(sd, nullptr).is_ok());
   ASSERT_TRUE(cuda::pf::moe_combine(dyd.p, dsy.p, dslot_of.p, dtw.p, M, H, k, dout.p, nullptr).is_ok());
   // Routing: ids must match except at near-ties of the reference (those tokens are skipped).
@@ -270,7 +302,7 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 2) {
     }
   }
   std::printf("| moe routing              | %-34s | %d of %d tokens differ (all near-ties) |\n", dims({M, E, k}).c_str(), flips, M);
-  check("moe (router..combine)", dims({M, H, E, k, I}), dout.down(), ref, 5e-4f, 1e-3f, &skip, H);
+  check(pipe ? "moe (router..comb.) pipe" : "moe (router..combine)", dims({M, H, E, k, I}), dout.down(), ref, 5e-4f, 1e-3f, &skip, H);
 }
 TEST(CudaPrefill, Moe) {
   REQUIRE_GPU();
@@ -278,6 +310,10 @@ TEST(CudaPrefill, Moe) {
   moe_case(300, 2048, 256, 8, 512);  // real shapes
   moe_case(4097, 256, 64, 8, 128);   // many tiles, skewed counts
   moe_case(129, 256, 16, 4, 256, /*terms=*/0);  // fp32 reference GEMM (A/B path), grouped + SwiGLU
+  // Pipelined GEMMs (pre-split A), as the prefill runs them by default.
+  for (int M : {1, 9, 129}) moe_case(M, 256, 16, 4, 256, 2, /*pipe=*/true);
+  moe_case(300, 2048, 256, 8, 512, 2, true);
+  moe_case(4097, 256, 64, 8, 128, 2, true);
 }
 
 // ------------------------------------------------------------------------------- DeltaNet

@@ -2,7 +2,7 @@
 // cache (fp32 or bf16) at their positions, q to a bf16 scratch (hi, and lo = q − hi when split);
 // (2) causal GQA flash attention on tensor cores (mma.sync m16n8k16 bf16 → f32): a block = 64
 // query tokens of one head, 4 warps × 16 rows, key tiles of 64 from the cache (positions
-// 0..pos0+m), online softmax in fp32 (exp2), P as A fragments straight from the S accumulators,
+// 0..pos0+m; split: 128 queries, 8 warps, key tiles of 32; the latest query blocks first), online softmax in fp32 (exp2), P as A fragments straight from the S accumulators,
 // V via ldmatrix.trans; the sigmoid output gate is applied in the epilogue (fp32 out [M, nh·hd]).
 // Split (terms = 3, fp32 caches): every operand x enters as bf16 hi + lo (lo = bf16(x − hi)) and
 // each product as hi·hi + hi·lo + lo·hi, ~16-bit operands instead of 8 (one bf16 rounding of K/V
@@ -15,7 +15,9 @@
 namespace lily::cuda::pf {
 namespace {
 
-constexpr int BQ = 64, BKV = 64, kThreads = 128;
+// Query rows per block / threads: flash_kernel's own (64 and 128; 128 and 256 when split).
+template <bool SPLIT> constexpr int kBQ = SPLIT ? 128 : 64;
+template <bool SPLIT> constexpr int kBKV = SPLIT ? 32 : 64;
 
 __global__ void prep_kernel(AttnPrefillArgs a) {
   extern __shared__ float xsh[];
@@ -105,8 +107,11 @@ __device__ __forceinline__ void load8_split(const void* base, size_t idx, uint4&
 }
 
 // SPLIT: shared memory holds Q, K, V hi and lo planes (F32 caches only).
-template <int HD, bool F32, bool SPLIT> __global__ void __launch_bounds__(kThreads) flash_kernel(AttnPrefillArgs a) {
+template <int HD, bool F32, bool SPLIT> __global__ void __launch_bounds__(SPLIT ? 256 : 128) flash_kernel(AttnPrefillArgs a) {
   static_assert(!SPLIT || F32, "split operands need fp32 caches");
+  // Split: 8 warps × 16 query rows and 32-key tiles (the hi/lo planes double shared memory;
+  // 128 queries per block halve the K/V conversion per query). Plain: 4 warps, 64-key tiles.
+  constexpr int BQ = kBQ<SPLIT>, BKV = kBKV<SPLIT>, kThreads = BQ / 16 * 32, NKT = BKV / 8;
   constexpr int LD = HD + 8, NT = HD / 8, NP = SPLIT ? 2 : 1;
   extern __shared__ __align__(16) uint16_t sm[];
   uint16_t* Qs = sm;
@@ -116,7 +121,7 @@ template <int HD, bool F32, bool SPLIT> __global__ void __launch_bounds__(kThrea
   uint16_t* Kl = Ks + BKV * LD;
   uint16_t* Vl = Vs + BKV * LD;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  const int m0 = blockIdx.x * BQ, h = blockIdx.y, kvh = h / (a.nh / a.nkv);
+  const int m0 = (gridDim.x - 1 - blockIdx.x) * BQ, h = blockIdx.y, kvh = h / (a.nh / a.nkv);
   const int kend = a.pos0 + min(m0 + BQ, a.M);
   constexpr int CPR = HD / 8;  // uint4 per row
   for (int idx = tid; idx < BQ * CPR; idx += kThreads) {
@@ -161,9 +166,9 @@ template <int HD, bool F32, bool SPLIT> __global__ void __launch_bounds__(kThrea
       }
     }
     __syncthreads();
-    float s[8][4];
+    float s[NKT][4];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    for (int i = 0; i < NKT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
       const int c0 = kk * 16 + 2 * t;
@@ -180,7 +185,7 @@ template <int HD, bool F32, bool SPLIT> __global__ void __launch_bounds__(kThrea
         fl[3] = *reinterpret_cast<const uint32_t*>(Ql + (ra + 8) * LD + c0 + 8);
       }
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
+      for (int nt = 0; nt < NKT; ++nt) {
         const uint16_t* kr = Ks + (nt * 8 + g) * LD + c0;
         const uint32_t b0 = *reinterpret_cast<const uint32_t*>(kr), b1 = *reinterpret_cast<const uint32_t*>(kr + 8);
         mma_bf16(s[nt], fa, b0, b1);
@@ -194,7 +199,7 @@ template <int HD, bool F32, bool SPLIT> __global__ void __launch_bounds__(kThrea
     // Mask, scale (log2 domain), online softmax.
     float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < NKT; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int key = j0 + nt * 8 + 2 * t + (i & 1), hr = i >> 1;
@@ -213,7 +218,7 @@ template <int HD, bool F32, bool SPLIT> __global__ void __launch_bounds__(kThrea
     }
     float ls[2] = {0.f, 0.f};
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < NKT; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int hr = i >> 1;
@@ -283,16 +288,18 @@ template <int HD, bool F32, bool SPLIT> __global__ void __launch_bounds__(kThrea
   }
 }
 
-template <int HD, bool SPLIT> constexpr size_t flash_smem() { return size_t(BQ + 2 * BKV) * (HD + 8) * 2 * (SPLIT ? 2 : 1); }
+template <int HD, bool SPLIT> constexpr size_t flash_smem() {
+  return size_t(kBQ<SPLIT> + 2 * kBKV<SPLIT>) * (HD + 8) * 2 * (SPLIT ? 2 : 1);
+}
 
 template <int HD> Status launch_flash(const AttnPrefillArgs& a, cudaStream_t s) {
-  dim3 grid((a.M + BQ - 1) / BQ, a.nh);
+  auto grid = [&](bool split) { return dim3((a.M + (split ? kBQ<true> : kBQ<false>) - 1) / (split ? kBQ<true> : kBQ<false>), a.nh); };
   if (a.kv_f32 && a.terms == 3)
-    flash_kernel<HD, true, true><<<grid, kThreads, flash_smem<HD, true>(), s>>>(a);
+    flash_kernel<HD, true, true><<<grid(true), kBQ<true> * 2, flash_smem<HD, true>(), s>>>(a);
   else if (a.kv_f32)
-    flash_kernel<HD, true, false><<<grid, kThreads, flash_smem<HD, false>(), s>>>(a);
+    flash_kernel<HD, true, false><<<grid(false), kBQ<false> * 2, flash_smem<HD, false>(), s>>>(a);
   else
-    flash_kernel<HD, false, false><<<grid, kThreads, flash_smem<HD, false>(), s>>>(a);
+    flash_kernel<HD, false, false><<<grid(false), kBQ<false> * 2, flash_smem<HD, false>(), s>>>(a);
   return launch_status("pf::flash");
 }
 template <int HD> Status init_hd() {
@@ -325,12 +332,15 @@ Status attn_prefill(const AttnPrefillArgs& a, Stream stream) {
   if (a.M <= 0) return Status::ok();
   prep_kernel<<<dim3(a.M, a.nh + a.nkv), a.hd, a.hd * sizeof(float), s>>>(a);
   LILY_TRY(launch_status("pf::attn_prep"));
+  if (a.prof) a.prof(a.prof_ctx, "attn: q/k norm+rope+cache (prep)");
   LILY_TRY(attn_prefill_init());
   switch (a.hd) {
-    case 64: return launch_flash<64>(a, s);
-    case 128: return launch_flash<128>(a, s);
-    default: return launch_flash<256>(a, s);
+    case 64: LILY_TRY(launch_flash<64>(a, s)); break;
+    case 128: LILY_TRY(launch_flash<128>(a, s)); break;
+    default: LILY_TRY(launch_flash<256>(a, s)); break;
   }
+  if (a.prof) a.prof(a.prof_ctx, a.terms == 3 ? "attn: flash (split operands)" : "attn: flash");
+  return Status::ok();
 }
 
 }  // namespace lily::cuda::pf

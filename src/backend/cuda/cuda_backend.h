@@ -339,6 +339,8 @@ class CudaBackend final : public Backend {
     float *g = nullptr, *beta = nullptr, *o_raw = nullptr, *o = nullptr, *rl = nullptr, *topk_w = nullptr;
     float *act = nullptr, *yd = nullptr, *sact = nullptr, *sy = nullptr;
     uint16_t* qb = nullptr;
+    uint16_t *ah = nullptr, *al = nullptr;  // GEMM A split into fp16 hi/lo planes (prefill.cu)
+    float* axs = nullptr;
     int32_t* pos_host = nullptr;
     int tok_cap = 0, max_tiles = 0;
   } pf_;

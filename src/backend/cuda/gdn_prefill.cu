@@ -172,14 +172,22 @@ Status gdn_prefill(const GdnPrefillArgs& a, Stream stream) {
   if (a.K < 2 || a.K > 9) return cu_err("pf::gdn_prefill: conv kernel {} unsupported", a.K);
   if (a.M <= 0) return Status::ok();
   const int C = 2 * a.nk * kD + a.nv * kD;
+  auto prof = [&](const char* what) {
+    if (a.prof) a.prof(a.prof_ctx, what);
+  };
   prep_kernel<<<dim3(a.M, 2 * a.nk + a.nv), kD, 0, s>>>(a);
   LILY_TRY(launch_status("pf::gdn_prep"));
+  prof("gdn: conv+L2+gates (prep)");
   window_kernel<<<(C + 255) / 256, 256, 0, s>>>(a, C);
   LILY_TRY(launch_status("pf::gdn_window"));
+  prof("gdn: conv window");
   scan_kernel<<<a.nv * kSlices, kWarps * 32, 0, s>>>(a);
   LILY_TRY(launch_status("pf::gdn_scan"));
+  prof("gdn: recurrence scan");
   gated_norm_kernel<<<a.M, 256, 0, s>>>(a, C);
-  return launch_status("pf::gdn_gated_norm");
+  LILY_TRY(launch_status("pf::gdn_gated_norm"));
+  prof("gdn: gated norm");
+  return Status::ok();
 }
 
 }  // namespace lily::cuda::pf

@@ -64,6 +64,10 @@ Status CudaBackend::pf_alloc(int chunk) {
   p.beta = dalloc<float>(M * nv, owned_);
   p.o_raw = dalloc<float>(M * wide, owned_);
   p.o = dalloc<float>(M * wide, owned_);
+  const size_t split_el = std::max({M * H, M * wide, M * k * I, M * size_t(c.shared_expert_intermediate_size)});
+  p.ah = dalloc<uint16_t>(split_el, owned_);
+  p.al = dalloc<uint16_t>(split_el, owned_);
+  p.axs = dalloc<float>(split_el / 64, owned_);
   p.qb = dalloc<uint16_t>(2 * M * size_t(c.num_attention_heads) * c.head_dim, owned_);  // q hi, lo
   p.rl = dalloc<float>(M * (E + 1), owned_);
   p.topk_ids = dalloc<int32_t>(M * k, owned_);
@@ -77,7 +81,7 @@ Status CudaBackend::pf_alloc(int chunk) {
   p.yd = dalloc<float>(M * k * H, owned_);
   p.sact = dalloc<float>(M * c.shared_expert_intermediate_size, owned_);
   p.sy = dalloc<float>(M * H, owned_);
-  if (!p.sy || !p.yd || !p.act || !p.u) return cu_err("cuda prefill: out of device memory for a {}-token chunk", chunk);
+  if (!p.sy || !p.yd || !p.act || !p.u || !p.ah || !p.al || !p.axs) return cu_err("cuda prefill: out of device memory for a {}-token chunk", chunk);
   LILY_CU_TRY(cudaHostAlloc(&p.pos_host, 16, cudaHostAllocDefault));
   pf_cap_ = chunk;
   return Status::ok();
@@ -98,10 +102,29 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   // LILY_PREFILL_ATTN_TERMS=0 runs the decode attention kernels token by token (slow; A/B only).
   int attn_terms = env_int("LILY_PREFILL_ATTN_TERMS", 3, 0, 3);
   if (attn_terms == 2 || (attn_terms == 3 && !st.f32)) attn_terms = 1;
-  auto gemm = [&](const QW& w, const float* a, int lda, int m, float* y, int ldy, int tm) {
+  // Pipelined GEMM (default; LILY_PREFILL_GEMM=1 keeps the register-prefetch kernel): each GEMM
+  // input is split once into fp16 hi/lo planes + group sums (p.ah/al/axs), then read by every
+  // GEMM on that input (e.g. router, expert gate/up and shared gate/up all read one split of hn).
+  const bool pipe = terms == 2 && env_int("LILY_PREFILL_GEMM", 2, 1, 2) == 2;
+  auto split = [&](const float* a, int lda, int rows, int K) -> Status {
+    if (!pipe) return Status::ok();
+    LILY_TRY(pf::split_rows(a, lda, rows, K, p.ah, p.al, p.axs, s));
+    mark("gemm A split (fp16 hi/lo + sums)", s);
+    return Status::ok();
+  };
+  auto with_split = [&](pf::GemmArgs& g) {
+    if (pipe) g.ah = p.ah, g.al = p.al, g.axs = p.axs;
+  };
+  auto gemm = [&](const QW& w, const float* a, int lda, int m, float* y, int ldy, int tm, bool use_split = true) {
     pf::GemmArgs g{};
     g.w = w, g.n_out = w.rows, g.a = a, g.lda = lda, g.M = m, g.y = y, g.ldy = ldy, g.terms = tm;
+    if (use_split) with_split(g);
     return pf::gemm(g, s);
+  };
+  // Sub-kernel marks of the DeltaNet and attention groups (profiling only; mark() is a no-op otherwise).
+  auto prof_cb = +[](void* ctx, const char* what) {
+    auto* be = static_cast<CudaBackend*>(ctx);
+    be->mark(what, be->stream_);
   };
   LILY_TRY(pf::embed_rows(d_.embed, p.tok + t0, M, p.x, s));
   mark("embed rows", s);
@@ -113,6 +136,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     mark("add+rmsnorm", s);
     if (!L.attn) {
       const int ldu = L.in_proj.rows;
+      LILY_TRY(split(p.hn, H, M, H));
       LILY_TRY(gemm(L.in_proj, p.hn, H, M, p.u, ldu, terms));
       mark("gdn: [qkv|z|a|b] gemm", s);
       pf::GdnPrefillArgs g{};
@@ -123,12 +147,14 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
       g.conv_w = L.conv_w, g.A_log = L.A_log, g.dt_bias = L.dt_bias, g.gnorm = L.gnorm, g.S = SL.S;
       g.nk = c.linear_num_key_heads, g.nv = nv, g.K = c.linear_conv_kernel_dim, g.eps = eps;
       g.qn = p.qn, g.kn = p.kn, g.v = p.v, g.g = p.g, g.beta = p.beta, g.o_raw = p.o_raw, g.o = p.o;
+      g.prof = prof_cb, g.prof_ctx = this;
       LILY_TRY(pf::gdn_prefill(g, s));
-      mark("gdn: conv+scan+gated norm", s);
+      LILY_TRY(split(p.o, vd, M, vd));
       LILY_TRY(gemm(L.out_proj, p.o, vd, M, p.mix, H, terms));
       mark("gdn: out_proj gemm", s);
     } else {
       const int ldu = L.qkv.rows;
+      LILY_TRY(split(p.hn, H, M, H));
       LILY_TRY(gemm(L.qkv, p.hn, H, M, p.u, ldu, terms));
       mark("attn: [q|k|v] gemm", s);
       pf::AttnPrefillArgs a{};
@@ -154,17 +180,20 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
           LILY_TRY(bump_pos(st.ctl, s));
         }
         LILY_CU_TRY(cudaStreamSynchronize(s));  // pos_host is reused
+        mark("attn: prep+flash (decode kernels)", s);
       } else {
+        a.prof = prof_cb, a.prof_ctx = this;
         LILY_TRY(pf::attn_prefill(a, s));
       }
-      mark("attn: prep+flash", s);
       const int od = c.num_attention_heads * c.head_dim;
+      LILY_TRY(split(p.o, od, M, od));
       LILY_TRY(gemm(L.o_proj, p.o, od, M, p.mix, H, terms));
       mark("attn: o_proj gemm", s);
     }
     LILY_TRY(pf::add_rmsnorm_rows(p.x, p.mix, L.post_norm, M, H, eps, p.hn, s));
     mark("add+rmsnorm", s);
     // MoE: router (8-bit, + shared gate row) → device routing → grouped gate/up+SwiGLU → down.
+    LILY_TRY(split(p.hn, H, M, H));  // router, expert gate/up and shared gate/up read this split
     LILY_TRY(gemm(L.router, p.hn, H, M, p.rl, E + 1, t2));
     mark("moe: router gemm (q8)", s);
     pf::RouteArgs r{};
@@ -176,18 +205,25 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     pf::GemmArgs gu{};
     gu.w = L.gate, gu.w2 = L.up, gu.n_out = I, gu.a = p.hn, gu.lda = H, gu.a_rows = p.slot_tok, gu.y = p.act, gu.ldy = I;
     gu.swiglu = true, gu.tiles = p.tiles, gu.max_tiles = r.max_tiles, gu.terms = terms;
+    with_split(gu);
     LILY_TRY(pf::gemm(gu, s));
     mark("moe: grouped gate+up+swiglu", s);
     pf::GemmArgs dn{};
     dn.w = L.down, dn.n_out = H, dn.a = p.act, dn.lda = I, dn.y = p.yd, dn.ldy = H, dn.tiles = p.tiles;
     dn.max_tiles = r.max_tiles, dn.terms = terms;
-    LILY_TRY(pf::gemm(dn, s));
-    mark("moe: grouped down", s);
+    with_split(dn);
+    // The shared expert's gate/up reads hn's split before act's split replaces it.
     const int Is = c.shared_expert_intermediate_size;
     pf::GemmArgs sg{};
     sg.w = L.sh_gate_up, sg.w2 = L.sh_gate_up, sg.row0 = 0, sg.row0_2 = Is, sg.n_out = Is, sg.a = p.hn, sg.lda = H;
     sg.M = M, sg.y = p.sact, sg.ldy = Is, sg.swiglu = true, sg.terms = terms;
+    with_split(sg);
     LILY_TRY(pf::gemm(sg, s));
+    mark("moe: shared expert gemms", s);
+    LILY_TRY(split(p.act, I, M * k, I));
+    LILY_TRY(pf::gemm(dn, s));
+    mark("moe: grouped down", s);
+    LILY_TRY(split(p.sact, Is, M, Is));
     LILY_TRY(gemm(L.sh_down, p.sact, Is, M, p.sy, H, terms));
     mark("moe: shared expert gemms", s);
     LILY_TRY(pf::moe_combine(p.yd, p.sy, p.slot_of, p.topk_w, M, H, k, p.mix, s));
@@ -198,7 +234,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     // Final add + norm of the last row only, then the lm_head (fp32 logits).
     const size_t off = size_t(M - 1) * H;
     LILY_TRY(pf::add_rmsnorm_rows(p.x + off, p.mix + off, d_.final_norm, 1, H, eps, p.hn, s));
-    LILY_TRY(gemm(d_.lm_head, p.hn, H, 1, logits_, c.vocab_size, t2));
+    LILY_TRY(gemm(d_.lm_head, p.hn, H, 1, logits_, c.vocab_size, t2, /*use_split=*/false));
     mark("final norm+lm_head", s);
   }
   return Status::ok();

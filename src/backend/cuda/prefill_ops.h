@@ -30,8 +30,16 @@ struct GemmArgs {
   const int32_t* tiles = nullptr;  // [max_tiles, 4]
   int max_tiles = 0;
   int terms = 2;
+  // Pre-split A (split_rows; terms 2 only): fp16 hi/lo planes [rows, K] and Σx [rows, K/64],
+  // indexed like a's rows. When set, gemm() runs the pipelined kernel (gemm_q4_pipe.cu).
+  const uint16_t* ah = nullptr;
+  const uint16_t* al = nullptr;
+  const float* axs = nullptr;
 };
 Status gemm(const GemmArgs& a, Stream s);
+// hi = fp16(a), lo = fp16(a − hi) (row-compact [M, K]) and xs = Σ a per 64-group [M, K/64].
+Status split_rows(const float* a, int lda, int M, int K, uint16_t* hi, uint16_t* lo, float* xs, Stream s);
+Status gemm_pipe(const GemmArgs& a, Stream s);
 constexpr int kGemmBM = 64;  // rows per tile (grouped tiles must use this)
 
 // ---- row-wise helpers (prefill_elem.cu) ------------------------------------------------------
@@ -88,6 +96,9 @@ struct GdnPrefillArgs {
   // scratch: qn, kn fp32 [M, nk·128]; v fp32 [M, nv·128]; g, beta fp32 [M, nv]; o_raw [M, nv·128]
   float *qn = nullptr, *kn = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr, *o_raw = nullptr;
   float* o = nullptr;
+  // Profiling: called after each kernel launch with its name (prefill's per-op profile).
+  void (*prof)(void* ctx, const char* what) = nullptr;
+  void* prof_ctx = nullptr;
 };
 Status gdn_prefill(const GdnPrefillArgs& a, Stream s);
 
@@ -113,6 +124,8 @@ struct AttnPrefillArgs {
   int terms = 3;
   double theta = 1e7;
   float eps = 1e-6f;
+  void (*prof)(void* ctx, const char* what) = nullptr;  // as GdnPrefillArgs::prof
+  void* prof_ctx = nullptr;
 };
 Status attn_prefill(const AttnPrefillArgs& a, Stream s);
 Status attn_prefill_init();
