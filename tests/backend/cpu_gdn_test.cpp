@@ -61,10 +61,20 @@ float max_rel(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
+// The kernels' contract is fp32 storage (bf16 storage takes the reference paths): pin it, whatever
+// LILY_CPU_STORAGE says, and restore it afterwards.
 class FastGdn : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { ASSERT_TRUE(select_isa(GetParam())) << GetParam(); }
-  void TearDown() override { select_isa(available_isas().front()); }
+  void SetUp() override {
+    bf16_ = bf16_storage();
+    set_bf16_storage(false);
+    ASSERT_TRUE(select_isa(GetParam())) << GetParam();
+  }
+  void TearDown() override {
+    select_isa(available_isas().front());
+    set_bf16_storage(bf16_);
+  }
+  bool bf16_ = false;
 };
 
 // Real head dims (128), 2 key heads x 2 value heads each.
