@@ -4,7 +4,10 @@
 # kernels), then the full-size synthetic checkpoint: CUDA vs CPU reference (and, if that fails, a
 # per-depth bisect) and the bench sweep. Built here, packed by scripts/device/pack.sh into <build>/dev.
 # Usage: B=build-x/dev scripts/device/cuda_check.sh [phase1|phase2|all]   (logs under $OUT)
-# Env: CTXS (fp32-state bench contexts), CTXS_BF16 (bf16-state contexts), FULL_STEPS, AB=1 (PDL/small-GEMV A/B).
+# Env: CTXS (fp32-state bench contexts), CTXS_BF16 (bf16-state contexts), FULL_STEPS, AB=1 (A/B list AB_VARS,
+# each a comma-joined env list, at AB_CTX; AB_PROFILE=1 adds the per-op graph profile), BASE_XZ (an xz'd
+# baseline lily binary benched at AB_CTX with the profile). All logs end up in $OUT/logs.tgz (the device
+# returns at most 8 files) beside summary.txt.
 set -uo pipefail
 B=${B:-build-main/dev}   # lily, lily_tests, rt/*.so (made by scripts/device/pack.sh)
 OUT=${OUT:-/tmp/out}
@@ -30,6 +33,14 @@ if [[ $phase == phase1 || $phase == all ]]; then
   run_t ops 150 'CudaOps.*'
   grep -cE '^\| .*\| ok \|' "$OUT/ops.txt" | sed 's/^/ok rows: /'
   grep -E 'FAIL|PASSED|SKIPPED|rc ' "$OUT/ops.txt" | tail -12
+  n=0
+  for v in ${OPS_EXTRA:-}; do  # Suite.Test@VAR=x,VAR2=y: that part of the op table again under the env
+    n=$((n + 1)); f=${v%%@*}; e=${v#*@}
+    log "ops $f with ${e//,/ }"
+    run_t ops_extra$n 100 "$f" ${e//,/ }
+    grep -cE '^\| .*\| ok \|' "$OUT/ops_extra$n.txt" | sed 's/^/ok rows: /'
+    grep -E 'FAIL|PASSED|rc ' "$OUT/ops_extra$n.txt" | tail -4
+  done
   if [[ ${ATTN_OLD:-0} == 1 ]]; then
     log "attention ops, per-position split kernel (LILY_ATTN_TILE=0)"
     run_t ops_attn_old 100 'CudaOps.Attention' LILY_ATTN_TILE=0
@@ -49,6 +60,13 @@ if [[ $phase == phase1 || $phase == all ]]; then
   log "golden (LILY_BACKEND=cuda, decode graph only: LILY_PREFILL_MIN=1000000)"
   run_t golden_decode 120 '*Golden*' LILY_BACKEND=cuda LILY_PREFILL_MIN=1000000
   grep -E '\[golden\]|FAIL|PASSED|rc ' "$OUT/golden_decode.txt" | tail -16
+  n=0
+  for v in ${GOLDEN_EXTRA:-}; do  # comma-joined env lists: the decode-graph golden again with each
+    n=$((n + 1))
+    log "golden (decode graph only) with ${v//,/ }"
+    run_t golden_extra$n 120 '*Golden*' LILY_BACKEND=cuda LILY_PREFILL_MIN=1000000 ${v//,/ }
+    grep -E 'FAIL|PASSED|rc ' "$OUT/golden_extra$n.txt" | tail -4
+  done
   if [[ ${GOLDEN_BF16:-0} == 1 ]]; then
     log "golden (LILY_BACKEND=cuda, LILY_CUDA_KV=bf16: prefill kernels + bf16 K/V)"
     run_t golden_bf16kv 120 '*Golden*' LILY_BACKEND=cuda LILY_CUDA_KV=bf16
@@ -73,11 +91,23 @@ if [[ $phase == phase2 || $phase == all ]]; then
     LILY_CUDA_KV=bf16 LILY_CUDA_PROFILE=1 timeout ${BF16_TIMEOUT:-100} "$B/lily" bench --model /tmp/full --backend cuda \
       --contexts ${CTXS_BF16:-32768} --json "$OUT/bench_bf16kv.json" 2>&1 >/dev/null | tee "$OUT/bench_bf16kv.txt" | tail -40
   fi
+  if [[ -n ${BASE_XZ:-} && -f ${BASE_XZ:-} ]]; then
+    xz -dc "$BASE_XZ" > /tmp/base-lily && chmod +x /tmp/base-lily
+    log "baseline binary at ${AB_CTX:-256} (profile)"
+    LILY_CUDA_PROFILE=1 timeout 90 /tmp/base-lily bench --model /tmp/full --backend cuda --contexts ${AB_CTX:-256} \
+      2>&1 >/dev/null | tee "$OUT/ab_base.txt" | grep -E '^\| [0-9]|whole step|sum of op'
+  fi
   if [[ ${AB:-0} == 1 ]]; then
+    n=0
     for v in ${AB_VARS:-LILY_CUDA_PDL=0 LILY_CUDA_CARVEOUT=0 LILY_GEMV_SMALL=0}; do
-      log "A/B at ${AB_CTX:-256}: $v"
-      env $v timeout 60 "$B/lily" bench --model /tmp/full --backend cuda --contexts ${AB_CTX:-256} 2>&1 >/dev/null | grep -E '^\| [0-9]'
+      n=$((n + 1))
+      ctx=${AB_CTX:-256}
+      if [[ $v == *@* ]]; then ctx=${v%%@*}; v=${v#*@}; fi  # CTX@VAR=x,VAR2=y
+      log "A/B at $ctx: $v"
+      env ${v//,/ } LILY_CUDA_PROFILE=${AB_PROFILE:-0} timeout 90 "$B/lily" bench --model /tmp/full --backend cuda \
+        --contexts $ctx 2>&1 >/dev/null | tee "$OUT/ab_$n.txt" | grep -E '^\| [0-9]|whole step|sum of op|split-K'
     done
   fi
 fi
 log "done"
+( cd "$OUT" && tar czf /tmp/logs.tgz --exclude=logs.tgz . && find . -type f ! -name summary.txt -delete && mv /tmp/logs.tgz . )

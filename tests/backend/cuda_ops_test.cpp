@@ -192,6 +192,12 @@ void gemv_plain_case(int rows, int cols, int bits) {
   a.w = D.q, a.in = dx.p, a.y = dy.p;
   ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
   check(fmt::format("gemv q{} fp32", bits), dims({rows, cols}), dy.down(), ref, 1e-4f, 1e-3f);
+  // Again with an L2 prefetch hint over its own weights (odd byte counts are rounded down): same result.
+  a.pf.add(D.q.codes, uint64_t(rows) * cols * bits / 8);
+  a.pf.add(D.q.sb, uint64_t(rows) * (cols / 64) * 4);
+  cudaMemset(dy.p, 0xFF, size_t(rows) * 4);
+  ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
+  check(fmt::format("gemv q{} fp32 + L2 prefetch", bits), dims({rows, cols}), dy.down(), ref, 1e-4f, 1e-3f);
 }
 TEST(CudaOps, GemvPlain) {
   REQUIRE_GPU();
@@ -320,8 +326,9 @@ void router_case(int E, int H, int k) {
   a.w = D.q, a.pro = cuda::Pro::kPlain, a.in = dx.p, a.y = dl.p, a.epi = cuda::Epi::kTopK;
   a.ctl = ctl.p, a.n_experts = E, a.top_k = k, a.topk_ids = di.p, a.topk_w = dw.p;
   for (int rep = 0; rep < 2; ++rep) {  // twice: the last-block counter must reset itself
+    if (rep == 1) a.pfx_gate = D.q, a.pfx_up = D.q, a.pfx_I = 1;  // replay also prefetches the chosen rows
     ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
-    const std::string sh = dims({E + 1, H}) + " k" + std::to_string(k) + (rep ? " (replay)" : "");
+    const std::string sh = dims({E + 1, H}) + " k" + std::to_string(k) + (rep ? " (replay, expert prefetch)" : "");
     check("router q8 logits fp32", sh, dl.down(), l, 1e-3f, 1e-3f);
     auto ids = di.down();
     check("router top-k ids", sh, std::vector<float>(ids.begin(), ids.end()), ref_ids, 0, 0);
@@ -472,6 +479,15 @@ void moe_case(int E, int H, int I, int Is, int k) {
                          std::to_string(Is) + " k" + std::to_string(k);
   check("moe gate+up+swiglu (k+shared)", sh, dact.down(), ref_act, 1e-4f, 1e-3f);
   check("moe down+combine+σ·shared", sh, dout.down(), out, 1e-4f, 1e-3f);
+  // Again with the L2 prefetch hints the decode step uses (chosen experts' down rows, later weights).
+  a.pf_down = true;
+  a.pf.add(dG.q.codes, uint64_t(dG.q.rows) * H / 2);
+  a.pf.add(dSD.q.sb, uint64_t(H) * (Is / 64) * 4);
+  cudaMemset(dact.p, 0xFF, dact.n * 4), cudaMemset(dout.p, 0xFF, dout.n * 4);
+  ASSERT_TRUE(cuda::moe_gate_up(a, nullptr).is_ok());
+  ASSERT_TRUE(cuda::moe_down_combine(a, nullptr).is_ok());
+  check("moe gate+up + L2 prefetch", sh, dact.down(), ref_act, 1e-4f, 1e-3f);
+  check("moe down + L2 prefetch", sh, dout.down(), out, 1e-4f, 1e-3f);
 }
 TEST(CudaOps, Moe) {
   REQUIRE_GPU();
@@ -494,7 +510,9 @@ void gdn_case(int nk, int nv, int dk, int dv, int steps) {
   auto dt = rand_bf16(nv);
   std::vector<float> win(size_t(C) * (K - 1), 0.f), S(size_t(nv) * dk * dv, 0.f);
   DBuf<uint16_t> dconv_w(to_bits(conv_w)), ddt(to_bits(dt));
-  DBuf<float> dA(A_log), dS(S.size()), dwin(size_t(2) * C * (K - 1)), dout(vd);
+  DBuf<float> dA(A_log), dS(S.size()), dwin(size_t(2) * C * (K - 1)), dout(vd), dog(vd);
+  const auto gnorm = rand_bf16(dv, 0.2f, 1.f);
+  DBuf<uint16_t> dgn(to_bits(gnorm));
   cudaMemset(dwin.p, 0, dwin.n * 4);
   cudaMemset(dS.p, 0, dS.n * 4);
   for (int t = 0; t < steps; ++t) {
@@ -512,12 +530,25 @@ void gdn_case(int nk, int nv, int dk, int dv, int steps) {
     cuda::GdnArgs a{};
     a.u = du.p, a.conv_w = dconv_w.p, a.conv = dwin.p, a.win_f32 = true, a.S = dS.p, a.A_log = dA.p, a.dt_bias = ddt.p;
     a.o = dout.p, a.pos = t, a.nk = nk, a.nv = nv, a.dk = dk, a.dv = dv, a.K = K;
+    // Fused gated RMSNorm (clusters of dv/32 blocks): z is the z projection inside u, as in the step.
+    a.z = du.p + C, a.gnorm = dgn.p, a.og = dog.p, a.eps = 1e-6f;
     ASSERT_TRUE(cuda::gdn_step(a, nullptr).is_ok());
     const std::string sh = "nk" + std::to_string(nk) + " nv" + std::to_string(nv) + " d" + std::to_string(dk) + "x" +
                            std::to_string(dv) + " step " + std::to_string(t);
     if (t == 0 || t == steps - 1) {
       check("gdn step: readout o (fp32)", sh, dout.down(), o, 1e-4f, 1e-3f);
       check("gdn step: state S (fp32)", sh, dS.down(), S, 1e-5f, 1e-4f);
+      std::vector<float> og(vd);  // model-spec gated RMSNorm of the reference readout
+      for (int h = 0; h < nv; ++h) {
+        float ss = 0;
+        for (int d = 0; d < dv; ++d) ss += o[h * dv + d] * o[h * dv + d];
+        const float inv = 1.0f / std::sqrt(ss / dv + 1e-6f);
+        for (int d = 0; d < dv; ++d) {
+          const float zz = u[C + h * dv + d];
+          og[h * dv + d] = gnorm[d] * o[h * dv + d] * inv * (zz / (1.0f + std::exp(-zz)));
+        }
+      }
+      check("gdn step: + gated rmsnorm", sh, dog.down(), og, 1e-4f, 1e-3f);
     } else {
       cudaDeviceSynchronize();
     }

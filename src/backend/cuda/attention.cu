@@ -19,6 +19,7 @@ template <typename KT> __global__ void attn_prep_kernel(AttnArgs a) {
   extern __shared__ float xsh[];
   __shared__ float red[32];
   const int b = blockIdx.x, d = threadIdx.x, hd = a.hd;
+  l2_prefetch(a.pf);
   pdl_wait();
   pdl_trigger();
   const int pos = a.ctl ? a.ctl->pos : a.pos;
@@ -78,25 +79,28 @@ template <int DPL> __device__ __forceinline__ void load_row(const uint16_t* p, f
   }
 }
 
-__device__ __forceinline__ int n_splits_for(int n, int n_split) {
-  const int want = (n + kMinPerSplit - 1) / kMinPerSplit;
+__device__ __forceinline__ int n_splits_for(int n, int n_split, int min_per) {
+  const int want = (n + min_per - 1) / min_per;
   return want < n_split ? want : n_split;
 }
 
 template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThreads) attn_decode_kernel(AttnArgs a) {
   extern __shared__ float sm[];  // [kWarps][G][hd + 2]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = DPL * 32;
-  const int split = blockIdx.x, kvh = blockIdx.y;
+  // The GQA group's Gt query heads may be split over Gt/G blocks (head slices hs of one split are
+  // adjacent in x, so the second reads the K/V rows from L2): fewer registers, more warps per SM.
+  const int Gt = a.nh / a.nkv, n_hs = Gt / G;
+  const int split = blockIdx.x / n_hs, hs = blockIdx.x % n_hs, kvh = blockIdx.y;
   pdl_wait();
   pdl_trigger();
-  const int n = a.ctl->pos + 1, nse = n_splits_for(n, a.n_split);
+  const int n = a.ctl->pos + 1, nse = n_splits_for(n, a.n_split, a.min_per_split > 0 ? a.min_per_split : kMinPerSplit);
   if (split >= nse) return;
   const int len = (n + nse - 1) / nse, t0 = split * len, t1 = min(n, t0 + len);
   const float scale = 1.0f / sqrtf(float(hd));
 
   float q[G][DPL];
 #pragma unroll
-  for (int g = 0; g < G; ++g) load_row<DPL>(a.q + (kvh * G + g) * hd + lane * DPL, q[g]);
+  for (int g = 0; g < G; ++g) load_row<DPL>(a.q + (kvh * Gt + hs * G + g) * hd + lane * DPL, q[g]);
   float m[G], l[G], o[G][DPL];
 #pragma unroll
   for (int g = 0; g < G; ++g) {
@@ -141,7 +145,7 @@ template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThread
     if (lane == 0) dst[hd] = m[g], dst[hd + 1] = l[g];
   }
   __syncthreads();
-  float* part = a.partial + (size_t(kvh) * a.n_split + split) * ws;
+  float* part = a.partial + (size_t(kvh) * a.n_split + split) * (Gt * (hd + 2)) + hs * ws;
   for (int idx = threadIdx.x; idx < G * (hd + 2); idx += kThreads) {
     const int g = idx / (hd + 2), d = idx % (hd + 2);
     float M = -INFINITY;
@@ -178,7 +182,7 @@ template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThread
   const int split = blockIdx.x, kvh = blockIdx.y;
   pdl_wait();
   pdl_trigger();
-  const int n = a.ctl->pos + 1, nse = n_splits_for(n, a.n_split);
+  const int n = a.ctl->pos + 1, nse = n_splits_for(n, a.n_split, a.min_per_split > 0 ? a.min_per_split : kMinPerSplit);
   if (split >= nse) return;
   const int len = (n + nse - 1) / nse, t0 = split * len, t1 = min(n, t0 + len);
   const int ws = G * (HD + 2);
@@ -306,7 +310,7 @@ __global__ void __launch_bounds__(256) attn_merge_kernel(AttnArgs a) {
   const int hd = a.hd, G = a.nh / a.nkv, h = blockIdx.x, kvh = h / G, g = h % G, d = threadIdx.x;
   pdl_wait();
   pdl_trigger();
-  const int n = a.ctl->pos + 1, nse = n_splits_for(n, a.n_split), ws = G * (hd + 2);
+  const int n = a.ctl->pos + 1, nse = n_splits_for(n, a.n_split, a.min_per_split > 0 ? a.min_per_split : kMinPerSplit), ws = G * (hd + 2);
   const float* pk = a.partial + size_t(kvh) * a.n_split * ws + g * (hd + 2);
   float m = -INFINITY;
   for (int sp = d; sp < nse; sp += blockDim.x) {
@@ -337,7 +341,31 @@ __global__ void __launch_bounds__(256) attn_merge_kernel(AttnArgs a) {
   a.out[h * hd + d] = val;
 }
 
+// Query heads per split block: the GQA group split in LILY_ATTN_HSPLIT (1, 2 or 4) slices when it
+// divides evenly.
+int head_slices() {
+  static const int v = [] {
+    const char* e = std::getenv("LILY_ATTN_HSPLIT");
+    const int n = e && *e ? std::atoi(e) : 1;
+    return n == 2 || n == 4 ? n : 1;
+  }();
+  return v;
+}
+
+template <int DPL, int G, int GS, typename KT> Status launch_decode_sliced(const AttnArgs& a, cudaStream_t s) {
+  constexpr int NH = G / GS;
+  const size_t smem = size_t(kWarps) * GS * (DPL * 32 + 2) * sizeof(float);
+  LILY_TRY(launch_k("attn_decode", attn_decode_kernel<DPL, GS, KT>, dim3(a.n_split * NH, a.nkv), dim3(kThreads), smem, s, a));
+  return launch_k("attn_merge", attn_merge_kernel, dim3(a.nh), dim3(a.hd), 0, s, a);
+}
+
 template <int DPL, int G, typename KT> Status launch_decode(const AttnArgs& a, cudaStream_t s) {
+  if constexpr (G % 2 == 0) {
+    if (!tile_enabled() && head_slices() == 2) return launch_decode_sliced<DPL, G, G / 2, KT>(a, s);
+  }
+  if constexpr (G % 4 == 0) {
+    if (!tile_enabled() && head_slices() == 4) return launch_decode_sliced<DPL, G, G / 4, KT>(a, s);
+  }
   if (tile_enabled()) {
     LILY_TRY(launch_k("attn_decode", attn_decode_tile_kernel<DPL, G, KT>, dim3(a.n_split, a.nkv), dim3(kThreads),
                       tile_smem<DPL, G>(), s, a));

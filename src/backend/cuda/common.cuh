@@ -143,18 +143,52 @@ __device__ __forceinline__ uint4 load_chunk(const QW& w, int r, int c, int nch) 
 }
 
 // Stage fp32 x [K] (K a multiple of 32) into padded shared memory xs and per-chunk sums xcs
-// (whole block).
-template <int BITS> __device__ void stage_plain(const float* x, int K, float* xs, float* xcs) {
-  constexpr int CC = Chunk<BITS>::kCodes;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  for (int base = warp * 32; base < K; base += nw * 32) {
-    const float v = x[base + lane];
-    xs[xs_index<BITS>(base + lane)] = v;
-    float s = v;
+// (whole block). Each thread issues its (up to 8) loads before the first use (L2, not L1: x was
+// written by an earlier kernel), so the staging costs one load latency, not K/blockDim of them.
+template <int BITS> __device__ __forceinline__ void stage_plain(const float* __restrict__ x, int K, float* xs, float* xcs) {
+  constexpr int CC = Chunk<BITS>::kCodes, U = 8;
+  const int lane = threadIdx.x & 31, nt = blockDim.x;
+  for (int e0 = threadIdx.x; e0 < K; e0 += U * nt) {
+    float v[U];
 #pragma unroll
-    for (int o = CC / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane % CC == 0) xcs[(base + lane) / CC] = s;
+    for (int u = 0; u < U; ++u) v[u] = e0 + u * nt < K ? __ldcg(x + e0 + u * nt) : 0.f;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int e = e0 + u * nt;  // warp-uniform bound: K and nt are multiples of 32
+      if (e - lane < K) {
+        xs[xs_index<BITS>(e)] = v[u];
+        float s = v[u];
+#pragma unroll
+        for (int o = CC / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane % CC == 0) xcs[e / CC] = s;
+      }
+    }
   }
+}
+
+// ---- L2 prefetch of later kernels' weights ----------------------------------------------------
+// Every block of the grid issues cp.async.bulk.prefetch.L2 for its 1/nblocks share of each range,
+// in pieces of up to 16 KB, from warp 0. Pure hint: no registers, nothing waits on it.
+// Block b of nb; thread t of nt issues every nt-th piece of the block's share.
+__device__ __forceinline__ void l2_prefetch_range(const void* p, uint64_t n, int b, int nb, int t = threadIdx.x & 31,
+                                                  int nt = 32) {
+  if (!p || n < 16) return;
+  constexpr uint64_t kPiece = 16384;
+  const uint64_t per = ((n + nb - 1) / nb + 15) & ~uint64_t(15);
+  const uint64_t lo = uint64_t(b) * per, hi = lo + per < n ? lo + per : n;
+  // The instruction needs a 16-byte aligned address and size: the share is shrunk to that.
+  const uintptr_t a0 = (reinterpret_cast<uintptr_t>(p) + lo + 15) & ~uintptr_t(15);
+  const uintptr_t a1 = (reinterpret_cast<uintptr_t>(p) + hi) & ~uintptr_t(15);
+  for (uintptr_t o = a0 + uint64_t(t) * kPiece; o < a1; o += uint64_t(nt) * kPiece) {
+    const uint32_t sz = uint32_t(a1 - o < kPiece ? a1 - o : kPiece);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(o), "r"(sz) : "memory");
+  }
+}
+__device__ __forceinline__ void l2_prefetch(const L2Pf& pf) {
+  if (threadIdx.x >= 32) return;
+  const int nb = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) l2_prefetch_range(pf.p[i], pf.n[i], b, nb);
 }
 
 // ---- programmatic dependent launch ------------------------------------------------------------
@@ -186,25 +220,40 @@ inline bool carveout_enabled() {
 
 // Launches kernel k with the programmatic-stream-serialization attribute (when enabled and on a
 // created stream), so it may start while the previous kernel finishes.
+// launch_kc: the same with thread-block clusters of cluster_x blocks along x (0 = none).
 template <typename... KArgs, typename... Args>
-Status launch_k(const char* what, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-                Args&&... args) {
+Status launch_kc(const char* what, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                 int cluster_x, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2];
+  int na = 0;
+  if (cluster_x > 0) {
+    attr[na].id = cudaLaunchAttributeClusterDimension;
+    attr[na].val.clusterDim.x = cluster_x, attr[na].val.clusterDim.y = 1, attr[na].val.clusterDim.z = 1;
+    ++na;
+  }
+  if (pdl_enabled() && s != nullptr) {  // not on the legacy default stream (tests)
+    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[na].val.programmaticStreamSerializationAllowed = 1;
+    ++na;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() && s != nullptr ? 1 : 0;  // not on the legacy default stream (tests)
+  cfg.numAttrs = na;
   if (carveout_enabled())
     cudaFuncSetAttribute(reinterpret_cast<const void*>(k), cudaFuncAttributePreferredSharedMemoryCarveout,
                          int(cudaSharedmemCarveoutMaxShared));
   const cudaError_t e = cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
   if (e != cudaSuccess) return cu_err("CUDA launch of {} failed: {}", what, cudaGetErrorString(e));
   return launch_status(what);
+}
+template <typename... KArgs, typename... Args>
+Status launch_k(const char* what, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                Args&&... args) {
+  return launch_kc(what, k, grid, block, smem, s, 0, std::forward<Args>(args)...);
 }
 
 }  // namespace lily::cuda

@@ -17,6 +17,59 @@ namespace {
 double qbytes(const QW& w, double rows = -1) {
   return (rows < 0 ? w.rows : rows) * (double(w.cols) * w.bits / 8 + double(w.cols) / 64 * 4);
 }
+// Adds a whole quantized matrix (codes and interleaved scale/bias) to an L2 prefetch list.
+void pf_add(L2Pf& pf, const QW& w) {
+  if (!w.codes) return;
+  pf.add(w.codes, uint64_t(w.rows) * w.cols * w.bits / 8);
+  pf.add(w.sb, uint64_t(w.rows) * (w.cols / 64) * 4);
+}
+// LILY_CUDA_L2PF: bit 0 = each kernel asks the L2 for a later kernel's weights (in-projection →
+// out_proj/o_proj; GDN step / attention prep → router + shared [gate|up]; gate+up → the chosen
+// experts' down rows; down → the next layer's in-projection), bit 1 = the next layer's
+// in-projection from gate+up instead of down (further ahead), bit 2 = the router's last block
+// prefetches the chosen experts' gate/up rows. Default 0: measured on the H200 (2026-12-03, 256
+// context) 1 → 380 tok/s, 3 → 376, 5 → 243 against 389 with it off (the GEMVs' own pre-wait
+// loads already overlap their predecessor; one SM issuing 9 MB of prefetches stalls the router).
+int l2pf_mode() {
+  static const int v = [] {
+    const char* e = std::getenv("LILY_CUDA_L2PF");
+    return e && *e ? std::atoi(e) : 0;
+  }();
+  return v;
+}
+// Positions per attention split at least (LILY_ATTN_MINSPLIT, default 64).
+int attn_min_per_split() {
+  static const int v = [] {
+    const char* e = std::getenv("LILY_ATTN_MINSPLIT");
+    const int n = e && *e ? std::atoi(e) : 64;
+    return n >= 1 ? n : 64;
+  }();
+  return v;
+}
+// The DeltaNet gated RMSNorm at the end of the GDN step kernel (clusters), out_proj staging a
+// plain input; LILY_GDN_FUSED_NORM=0 keeps it in out_proj's staging.
+bool gdn_fused_norm() {
+  static const bool on = [] {
+    const char* e = std::getenv("LILY_GDN_FUSED_NORM");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+// LILY_GEMV_DBG (timing decomposition only, results wrong): 1 = GEMVs skip weight loads, 2 = skip
+// the input staging, 3 = both.
+int gemv_dbg() {
+  static const int v = [] {
+    const char* e = std::getenv("LILY_GEMV_DBG");
+    return e && *e ? std::atoi(e) : 0;
+  }();
+  return v;
+}
+// Boundary probe for the profiler: waits for its predecessor (PDL), lets the next one launch, and
+// does nothing else.
+__global__ void empty_pdl_kernel() {
+  pdl_wait();
+  pdl_trigger();
+}
 }  // namespace
 
 Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_logits) {
@@ -35,6 +88,12 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
     }
     return Status::ok();
   };
+  const int pfm = l2pf_mode(), dbg = gemv_dbg();
+  const bool pf_on = pfm & 1;
+  auto in_proj_of = [&](int li) -> const QW* {
+    if (li >= c.num_hidden_layers) return nullptr;
+    return d_.layers[li].attn ? &d_.layers[li].qkv : &d_.layers[li].in_proj;
+  };
   mark("start", s);
   LILY_TRY(op("embed", qbytes(d_.embed, 1), [&] { return embed_row(d_.embed, st.ctl, 0, xres_[0], s); }));
   int p = 0;
@@ -44,20 +103,32 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
     auto& SL = st.layers[i];
     GemvArgs in{};
     in.pro = Pro::kAddNorm, in.in = xres_[p], in.mix = mix, in.gain = L.in_norm, in.res_out = xres_[p ^ 1];
-    in.eps = c.rms_norm_eps, in.y = u_;
+    in.eps = c.rms_norm_eps, in.y = u_, in.dbg = dbg;
+    if (pf_on) pf_add(in.pf, L.attn ? L.o_proj : L.out_proj);
+    L2Pf pf_mid;  // GDN step / attention prep: router + shared [gate|up]
+    if (pf_on) pf_add(pf_mid, L.router), pf_add(pf_mid, L.sh_gate_up);
     if (!L.attn) {
       in.w = L.in_proj;
       LILY_TRY(op("gdn: add+norm+[qkv|z|a|b] gemv", qbytes(L.in_proj), [&] { return gemv(in, s); }));
       GdnArgs g{};
       g.u = u_, g.conv_w = L.conv_w, g.conv = SL.conv, g.S = SL.S, g.A_log = L.A_log, g.dt_bias = L.dt_bias;
       g.o = o_, g.ctl = st.ctl, g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.win_f32 = st.f32;
-      g.dk = c.linear_key_head_dim, g.dv = c.linear_value_head_dim, g.K = c.linear_conv_kernel_dim;
+      g.dk = c.linear_key_head_dim, g.dv = c.linear_value_head_dim, g.K = c.linear_conv_kernel_dim, g.pf = pf_mid;
+      const bool fuse_gn = gdn_fused_norm() && g.dv <= 256;
+      if (fuse_gn) g.z = u_ + C, g.gnorm = L.gnorm, g.og = og_, g.eps = c.rms_norm_eps;
       const double gb = 2.0 * SL.S_bytes + 1.5 * SL.conv_bytes + double(C) * g.K * 2;
-      LILY_TRY(op("gdn: step (conv..readout)", gb, [&] { return gdn_step(g, s); }));
+      LILY_TRY(op(fuse_gn ? "gdn: step (conv..readout+gated norm)" : "gdn: step (conv..readout)", gb,
+                  [&] { return gdn_step(g, s); }));
       GemvArgs out{};
-      out.w = L.out_proj, out.pro = Pro::kGatedNorm, out.in = o_, out.z = u_ + C, out.gain = L.gnorm;
-      out.gn_dv = c.linear_value_head_dim, out.eps = c.rms_norm_eps, out.y = mix_;
-      LILY_TRY(op("gdn: gated norm+out_proj gemv", qbytes(L.out_proj), [&] { return gemv(out, s); }));
+      out.w = L.out_proj, out.y = mix_, out.dbg = dbg;
+      if (fuse_gn) {
+        out.pro = Pro::kPlain, out.in = og_;
+      } else {
+        out.pro = Pro::kGatedNorm, out.in = o_, out.z = u_ + C, out.gain = L.gnorm;
+        out.gn_dv = c.linear_value_head_dim, out.eps = c.rms_norm_eps;
+      }
+      LILY_TRY(op(fuse_gn ? "gdn: out_proj gemv" : "gdn: gated norm+out_proj gemv", qbytes(L.out_proj),
+                  [&] { return gemv(out, s); }));
     } else {
       in.w = L.qkv;
       LILY_TRY(op("attn: add+norm+[q|k|v] gemv", qbytes(L.qkv), [&] { return gemv(in, s); }));
@@ -66,12 +137,13 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
       a.kv_f32 = st.f32;
       a.partial = attn_partial_, a.ctl = st.ctl, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
       a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim();
-      a.max_seq = st.cap, a.n_split = attn_max_splits(), a.theta = c.rope_theta, a.eps = c.rms_norm_eps;
+      a.max_seq = st.cap, a.n_split = attn_max_splits(), a.theta = c.rope_theta, a.eps = c.rms_norm_eps, a.pf = pf_mid;
+      a.min_per_split = attn_min_per_split();
       LILY_TRY(op("attn: qk norm+rope+cache", 0, [&] { return attn_prep(a, s); }));
       const double kvb = 2.0 * a.nkv * a.hd * es * (st.n + 1);
       LILY_TRY(op("attn: split-K decode+gate", kvb, [&] { return attn_decode(a, s); }));
       GemvArgs out{};
-      out.w = L.o_proj, out.pro = Pro::kPlain, out.in = o_, out.y = mix_;
+      out.w = L.o_proj, out.pro = Pro::kPlain, out.in = o_, out.y = mix_, out.dbg = dbg;
       LILY_TRY(op("attn: o_proj gemv", qbytes(L.o_proj), [&] { return gemv(out, s); }));
     }
     p ^= 1;
@@ -79,24 +151,30 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
     r.w = L.router, r.pro = Pro::kAddNorm, r.in = xres_[p], r.mix = mix_, r.gain = L.post_norm;
     r.res_out = xres_[p ^ 1], r.n_out = hn_, r.eps = c.rms_norm_eps, r.y = rl_;
     r.epi = Epi::kTopK, r.ctl = st.ctl, r.n_experts = c.num_experts, r.top_k = c.num_experts_per_tok;
-    r.topk_ids = topk_ids_, r.topk_w = topk_w_, r.norm_topk = c.norm_topk_prob;
+    r.topk_ids = topk_ids_, r.topk_w = topk_w_, r.norm_topk = c.norm_topk_prob, r.dbg = dbg;
+    if (pfm & 4) r.pfx_gate = L.gate, r.pfx_up = L.up, r.pfx_I = c.moe_intermediate_size;
     LILY_TRY(op("moe: add+norm+router q8+top-k", qbytes(L.router), [&] { return gemv(r, s); }));
     p ^= 1;
     MoeArgs m{};
     m.gate = L.gate, m.up = L.up, m.down = L.down, m.sh_gate_up = L.sh_gate_up, m.sh_down = L.sh_down;
     m.topk_ids = topk_ids_, m.topk_w = topk_w_, m.top_k = c.num_experts_per_tok, m.H = H;
     m.I = c.moe_intermediate_size, m.Is = c.shared_expert_intermediate_size, m.x = hn_, m.act = act_, m.out = mix_;
+    MoeArgs md = m;
+    if (pf_on) {
+      m.pf_down = true;
+      if (const QW* nx = in_proj_of(i + 1)) pf_add((pfm & 2) ? m.pf : md.pf, *nx);
+    }
     const double k = m.top_k;
     LILY_TRY(op("moe: gate+up+swiglu (k+shared)", 2 * k * qbytes(L.gate, m.I) + qbytes(L.sh_gate_up),
                 [&] { return moe_gate_up(m, s); }));
-    LILY_TRY(op("moe: down+combine+shared", k * qbytes(L.down, H) + qbytes(L.sh_down), [&] { return moe_down_combine(m, s); }));
+    LILY_TRY(op("moe: down+combine+shared", k * qbytes(L.down, H) + qbytes(L.sh_down), [&] { return moe_down_combine(md, s); }));
     mix = mix_;
   }
   if (!with_logits) return only_ ? Status::ok() : bump_pos(st.ctl, s);
   GemvArgs lm{};
   lm.w = d_.lm_head, lm.pro = Pro::kAddNorm, lm.in = xres_[p], lm.mix = mix_, lm.gain = d_.final_norm;
   lm.eps = c.rms_norm_eps, lm.y = logits_, lm.epi = Epi::kArgmax, lm.ctl = st.ctl;
-  lm.tok_out = st.tok_dev, lm.partial = am_partial_;
+  lm.tok_out = st.tok_dev, lm.partial = am_partial_, lm.dbg = dbg;
   return op("lm_head gemv+argmax", qbytes(d_.lm_head), [&] { return gemv(lm, s); });
 }
 
@@ -168,6 +246,33 @@ Status CudaBackend::profile_graphs(CudaSeqState& st) {
   if (s)
     std::fprintf(stderr, "| sum of op graphs | %.3f | | %.1f | %.0f | %.3f |\n| whole step graph | %.3f | | | %.0f | |\n", sum,
                  bytes / 1e6, bytes / (sum * 1e-3) / 1e9, bytes / 4.1e12 * 1e3, full_ms, bytes / (full_ms * 1e-3) / 1e9);
+  // Cost of a kernel boundary alone: graphs of 100 empty PDL kernels at several grid sizes.
+  for (int blocks : {1, 132, 528, 1056}) {
+    if (!s) break;
+    cudaGraph_t g = nullptr;
+    LILY_CU_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    Status s1 = Status::ok();
+    for (int i = 0; i < 100 && s1; ++i) s1 = launch_k("empty", empty_pdl_kernel, dim3(blocks), dim3(256), 0, stream_);
+    cudaError_t ce = cudaStreamEndCapture(stream_, &g);
+    LILY_TRY(s1);
+    if (ce != cudaSuccess) return cu_err("profile: capture failed: {}", cudaGetErrorString(ce));
+    cudaGraphExec_t ex = nullptr;
+    LILY_CU_TRY(cudaGraphInstantiate(&ex, g, 0));
+    cudaGraphDestroy(g);
+    double tot = 0;
+    for (int r = 0; r < 4; ++r) {
+      LILY_CU_TRY(cudaEventRecord(e0, stream_));
+      LILY_CU_TRY(cudaGraphLaunch(ex, stream_));
+      LILY_CU_TRY(cudaEventRecord(e1, stream_));
+      LILY_CU_TRY(cudaStreamSynchronize(stream_));
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      if (r > 0) tot += ms;
+    }
+    cudaGraphExecDestroy(ex);
+    std::fprintf(stderr, "| empty PDL kernel, %d blocks x 256 threads | %.2f us per kernel (100 in a graph) |\n", blocks,
+                 tot / 3 / 100 * 1e3);
+  }
   cudaEventDestroy(e0), cudaEventDestroy(e1);
   cudaFree(backup);
   return s;

@@ -277,6 +277,7 @@ class CudaBackend final : public Backend {
     hn_ = dalloc<float>(H, owned_);
     u_ = dalloc<float>(urows, owned_);
     o_ = dalloc<float>(std::max(vd, c.num_attention_heads * c.head_dim), owned_);
+    og_ = dalloc<float>(vd, owned_);
     q_ = dalloc<float>(size_t(c.num_attention_heads) * c.head_dim, owned_);
     rl_ = dalloc<float>(c.num_experts + 1, owned_);
     topk_ids_ = dalloc<int32_t>(c.num_experts_per_tok, owned_);
@@ -322,8 +323,9 @@ class CudaBackend final : public Backend {
   cudaEvent_t ev_[2] = {};
   std::vector<void*> owned_;
   // Decode activations, fp32: residual (ping-pong), FFN/mixer output, normed input, projections
-  // [qkv|z|a|b] or [q|k|v], mixer readout, attention q, MoE intermediate [k·I + Is].
+  // [qkv|z|a|b] or [q|k|v], mixer readout, attention q, MoE intermediate [k·I + Is], gated readout.
   float *xres_[2] = {}, *mix_ = nullptr, *hn_ = nullptr, *u_ = nullptr, *o_ = nullptr, *q_ = nullptr, *act_ = nullptr;
+  float* og_ = nullptr;  // GDN readout after the fused gated RMSNorm (fp32 [nv·dv])
   // Set by prefill.cu once its kernels read and write fp32 K/V caches and conv windows; until
   // then fp32 states (the default) are prefilled by replaying the decode graph.
   bool pf_f32_ok_ = true;  // the prefill kernels write fp32 K/V and conv windows (prefill.cu)

@@ -4,6 +4,8 @@
 // 128, 32 heads) give 128 blocks sharing the 2 MiB/layer state traffic. Activations fp32; the
 // conv window fp32 or bf16 (template WT). The gated RMSNorm runs in the out_proj GEMV's input
 // staging (needs the whole head).
+#include <cooperative_groups.h>
+
 #include "backend/cuda/common.cuh"
 
 namespace lily::cuda {
@@ -47,6 +49,7 @@ template <typename WT> __global__ void __launch_bounds__(kMaxDk) gdn_step_kernel
   const int ch_q = kh * dk + t, ch_k = kd + kh * dk + t, ch_v = 2 * kd + h * dv + slice * kSlice + t;
   const float old_q = conv_old(ch_q), old_k = conv_old(ch_k), old_v = t < kSlice ? conv_old(ch_v) : 0.f;
   const float A = a.A_log[h], dtb = bf(static_cast<const uint16_t*>(a.dt_bias)[h]);
+  l2_prefetch(a.pf);
   pdl_wait();
   pdl_trigger();
   auto conv = [&](int ch, float acc, bool write) {
@@ -93,10 +96,29 @@ template <typename WT> __global__ void __launch_bounds__(kMaxDk) gdn_step_kernel
   }
   os[warp][lane] = o;
   __syncthreads();
+  __shared__ float ss_slice;
+  float osum = 0.f;
   if (warp == 0) {
-    float osum = 0.f;
     for (int ww = 0; ww < nw; ++ww) osum += os[ww][lane];
     a.o[h * dv + col] = osum;
+    if (a.og) {
+      const float s2 = warp_sum(osum * osum);
+      if (lane == 0) ss_slice = s2;
+    }
+  }
+  if (a.og) {  // kernel-uniform: launched as clusters of n_slices blocks (one head)
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    if (warp == 0) {
+      float tot = 0.f;
+      for (int sl = 0; sl < n_slices; ++sl) tot += *cluster.map_shared_rank(&ss_slice, sl);
+      const float inv = 1.0f / sqrtf(tot / float(dv) + a.eps);
+      const float zz = a.z[h * dv + col];
+      const float g = bf(static_cast<const uint16_t*>(a.gnorm)[col]);
+      a.og[h * dv + col] = g * osum * inv * silu(zz);
+    }
+    cluster.sync();  // no block leaves while another reads its shared memory
   }
 }
 
@@ -108,10 +130,13 @@ Status gdn_step(const GdnArgs& a, Stream s) {
   if (a.nk <= 0 || a.nv % a.nk != 0) return cu_err("gdn_step: {} value heads not a multiple of {} key heads", a.nv, a.nk);
   if (a.K < 2 || a.K > 8) return cu_err("gdn_step: conv kernel {} unsupported", a.K);
   if (!a.ctl && a.pos < 0) return cu_err("gdn_step: no position");
-  const dim3 grid(a.nv * (a.dv / kSlice)), block(a.dk);
+  const int n_slices = a.dv / kSlice;
+  if (a.og && (n_slices > 8 || !a.z || !a.gnorm)) return cu_err("gdn_step: fused gated norm needs dv ≤ 256, z and gain (dv={})", a.dv);
+  const dim3 grid(a.nv * n_slices), block(a.dk);
   auto st = static_cast<cudaStream_t>(s);
-  if (a.win_f32) return launch_k("gdn_step", gdn_step_kernel<float>, grid, block, 0, st, a);
-  return launch_k("gdn_step", gdn_step_kernel<uint16_t>, grid, block, 0, st, a);
+  const int cl = a.og ? n_slices : 0;
+  if (a.win_f32) return launch_kc("gdn_step", gdn_step_kernel<float>, grid, block, 0, st, cl, a);
+  return launch_kc("gdn_step", gdn_step_kernel<uint16_t>, grid, block, 0, st, cl, a);
 }
 
 }  // namespace lily::cuda

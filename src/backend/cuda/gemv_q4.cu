@@ -17,50 +17,100 @@ namespace {
 
 constexpr int kMaxWarps = 8;
 
-template <int BITS, Pro PRO> __device__ void stage_x(const GemvArgs& a, int K, float* xs, float* xcs, float* red,
-                                                    float* hs) {
+// Input staging. Every thread issues all its loads (up to U = 16 elements: K ≤ 4096 with 256
+// threads) before the first use and the norm gains are loaded before the PDL wait (weights), so a
+// block pays about one L2 latency per pass instead of one per element (the loops used to store to
+// global memory between loads, which the compiler may not reorder).
+constexpr int kU = 16;  // most elements per thread (K ≤ 4096)
+// Elements per thread for a GEMV with CPL chunks per lane: K ≤ 32·CPL·128/BITS.
+template <int BITS, int CPL> constexpr int stage_u() { return CPL * 16 / BITS < kU ? CPL * 16 / BITS : kU; }
+template <int U> struct StageRegs {
+  float g[U];  // norm gain of this thread's elements (bf16 → fp32), loaded before the PDL wait
+};
+template <Pro PRO, int kU> __device__ __forceinline__ void stage_pre(const GemvArgs& a, int K, StageRegs<kU>& r) {
+  if constexpr (PRO == Pro::kPlain) return;
+  const uint16_t* gain = static_cast<const uint16_t*>(a.gain);
+  const int nt = blockDim.x;
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int e = threadIdx.x + u * nt;
+    const int d = PRO == Pro::kGatedNorm ? e % a.gn_dv : e;
+    r.g[u] = e < K ? bf(__ldg(gain + d)) : 0.f;
+  }
+}
+
+template <int BITS> __device__ __forceinline__ void put_x(int e, float x, float* xs, float* xcs) {
   constexpr int CC = Chunk<BITS>::kCodes;
+  const int lane = threadIdx.x & 31;
+  xs[xs_index<BITS>(e)] = x;
+  float s = x;
+#pragma unroll
+  for (int o = CC / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (lane % CC == 0) xcs[e / CC] = s;
+}
+
+// Needs K ≤ kU·blockDim.x (checked at launch). Elements of thread t: t + u·blockDim.x.
+template <int BITS, Pro PRO, int kU>
+__device__ __forceinline__ void stage_x(const GemvArgs& a, int K, float* xs, float* xcs, float* red, float* hs,
+                                        const StageRegs<kU>& r) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nt = blockDim.x;
-  const float* in = a.in;
+  const float* __restrict__ in = a.in;
   if constexpr (PRO == Pro::kPlain) {
     stage_plain<BITS>(in, K, xs, xcs);
   } else if constexpr (PRO == Pro::kAddNorm) {
-    const float* mix = a.mix;
-    const uint16_t* gain = static_cast<const uint16_t*>(a.gain);
-    float* res_out = blockIdx.x == 0 ? a.res_out : nullptr;
-    float* n_out = blockIdx.x == 0 ? a.n_out : nullptr;
+    const float* __restrict__ mix = a.mix;
+    float v[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int e = threadIdx.x + u * nt;
+      v[u] = e < K ? __ldcg(in + e) : 0.f;
+    }
+    if (mix) {
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int e = threadIdx.x + u * nt;
+        if (e < K) v[u] += __ldcg(mix + e);
+      }
+    }
     float ss = 0.f;
-    for (int e = warp * 32 + lane; e < K; e += nt) {
-      float v = in[e];
-      if (mix) v += mix[e];
-      xs[xs_index<BITS>(e)] = v;
-      ss += v * v;
-      if (res_out) res_out[e] = v;
+#pragma unroll
+    for (int u = 0; u < kU; ++u) ss += v[u] * v[u];  // zeros past K
+    if (blockIdx.x == 0 && a.res_out) {
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+        if (threadIdx.x + u * nt < K) a.res_out[threadIdx.x + u * nt] = v[u];
     }
     ss = block_sum(ss, red);
     const float inv = 1.0f / sqrtf(ss / float(K) + a.eps);
-    for (int base = warp * 32; base < K; base += nt) {
-      const int e = base + lane;
-      const float x = xs[xs_index<BITS>(e)] * inv * bf(gain[e]);
-      xs[xs_index<BITS>(e)] = x;
-      if (n_out) n_out[e] = x;
-      float s = x;
+    float* n_out = blockIdx.x == 0 ? a.n_out : nullptr;
 #pragma unroll
-      for (int o = CC / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      if (lane % CC == 0) xcs[e / CC] = s;
+    for (int u = 0; u < kU; ++u) {
+      const int e = threadIdx.x + u * nt;
+      if (e - lane < K) {  // warp-uniform (K, nt multiples of 32)
+        const float x = v[u] * inv * r.g[u];
+        if (n_out) n_out[e] = x;
+        put_x<BITS>(e, x, xs, xcs);
+      }
     }
   } else {  // kGatedNorm
-    const float* z = a.z;
-    const uint16_t* gain = static_cast<const uint16_t*>(a.gain);
+    const float* __restrict__ z = a.z;
     // Per-32 partial sums of squares, then per-head sums in a fixed order (deterministic).
     const int dv = a.gn_dv, nh = K / dv;
     float* part = hs + 64;  // [K/32]
-    for (int base = warp * 32; base < K; base += nt) {
-      const int e = base + lane;
-      const float v = in[e];
-      xs[xs_index<BITS>(e)] = v;
-      const float s = warp_sum(v * v);
-      if (lane == 0) part[base / 32] = s;
+    float v[kU], zv[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int e = threadIdx.x + u * nt;
+      v[u] = e < K ? __ldcg(in + e) : 0.f;
+      zv[u] = e < K ? __ldcg(z + e) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int e = threadIdx.x + u * nt;
+      if (e - lane < K) {
+        const float s = warp_sum(v[u] * v[u]);
+        if (lane == 0) part[e / 32] = s;
+      }
     }
     __syncthreads();
     for (int h = threadIdx.x; h < nh; h += nt) {
@@ -69,16 +119,15 @@ template <int BITS, Pro PRO> __device__ void stage_x(const GemvArgs& a, int K, f
       hs[h] = t;
     }
     __syncthreads();
-    for (int base = warp * 32; base < K; base += nt) {
-      const int e = base + lane, h = e / dv, d = e % dv;
-      const float inv = 1.0f / sqrtf(hs[h] / float(dv) + a.eps);
-      const float x = bf(gain[d]) * xs[xs_index<BITS>(e)] * inv * silu(z[e]);
-      xs[xs_index<BITS>(e)] = x;
-      float s = x;
 #pragma unroll
-      for (int o = CC / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      if (lane % CC == 0) xcs[e / CC] = s;
+    for (int u = 0; u < kU; ++u) {
+      const int e = threadIdx.x + u * nt;
+      if (e - lane < K) {
+        const float inv = 1.0f / sqrtf(hs[e / dv] / float(dv) + a.eps);
+        put_x<BITS>(e, r.g[u] * v[u] * inv * silu(zv[u]), xs, xcs);
+      }
     }
+    (void)warp;
   }
 }
 
@@ -131,6 +180,15 @@ __device__ void router_topk(const GemvArgs& a, float* p) {
     a.topk_w[lane] = a.norm_topk ? chosen_p / tsum : chosen_p;
   }
   if (lane == 0 && a.w.rows > E) a.topk_w[a.top_k] = sigmoid(__ldcg(l + E));
+  if (a.pfx_I > 0 && lane < a.top_k) {
+    // The next kernel (gate+up) reads these rows right after this block: start their DRAM reads now.
+    const size_t I = a.pfx_I;
+    for (const QW* q : {&a.pfx_gate, &a.pfx_up}) {
+      const size_t cb = size_t(q->cols) * q->bits / 8, sbb = size_t(q->cols) / 64 * 4;
+      l2_prefetch_range(reinterpret_cast<const char*>(q->codes) + chosen * I * cb, I * cb, 0, 1, 0, 1);
+      l2_prefetch_range(reinterpret_cast<const char*>(q->sb) + chosen * I * sbb, I * sbb, 0, 1, 0, 1);
+    }
+  }
 }
 
 template <int BITS, int CPL, int R, Pro PRO, Epi EPI> __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
@@ -162,10 +220,19 @@ template <int BITS, int CPL, int R, Pro PRO, Epi EPI> __global__ void __launch_b
       }
   };
   int rb = (blockIdx.x * nw + warp) * R;
-  load_tile(rb);  // weights only: may overlap the previous kernel
+  StageRegs<stage_u<BITS, CPL>()> sr;
+  if (!(a.dbg & 1)) load_tile(rb);  // weights only: may overlap the previous kernel
+  else load_tile(rows);             // (timing decomposition: no weight loads)
+  stage_pre<PRO>(a, K, sr);  // (K ≤ 32·CPL·128/BITS = stage_u·256 by the dispatch)
+  l2_prefetch(a.pf);
   pdl_wait();
   pdl_trigger();
-  stage_x<BITS, PRO>(a, K, xs, xcs, red, hs);
+  if (!(a.dbg & 2)) {
+    stage_x<BITS, PRO>(a, K, xs, xcs, red, hs, sr);
+  } else {
+    for (int i = threadIdx.x; i < nch * CS; i += blockDim.x) xs[i] = 0.f;
+    for (int i = threadIdx.x; i < nch; i += blockDim.x) xcs[i] = 0.f;
+  }
   __syncthreads();
 
   float bv = -FLT_MAX;
@@ -173,12 +240,19 @@ template <int BITS, int CPL, int R, Pro PRO, Epi EPI> __global__ void __launch_b
   for (; rb < rows; rb += rstep) {
     float acc[R];
 #pragma unroll
-    for (int j = 0; j < R; ++j) {
-      acc[j] = 0.f;
+    for (int j = 0; j < R; ++j) acc[j] = 0.f;
+    // Each chunk's x (shared memory) is read once for all R rows.
 #pragma unroll
-      for (int i = 0; i < CPL; ++i) {
-        const int c = lane + 32 * i;
-        if (c < nch) acc[j] += chunk_term<BITS>(wv[j][i], sbv[j][i], xs, xcs, c);
+    for (int i = 0; i < CPL; ++i) {
+      const int c = lane + 32 * i;
+      if (c < nch) {
+        const float* xc = xs + c * CS;
+        const float xsum = xcs[c];
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+          const float d = chunk_dot<BITS>(wv[j][i], xc);
+          acc[j] += fmaf(__uint_as_float(sbv[j][i] << 16), d, __uint_as_float(sbv[j][i] & 0xFFFF0000u) * xsum);
+        }
       }
     }
     const int next = rb + rstep;
@@ -264,16 +338,23 @@ int blocks_per_sm() {
   return v;
 }
 
-// Small matrices (fewer than 2 16-row tiles per SM: out_proj/o_proj, the router) use blocks of n
-// warps with 1 row per warp (twice the blocks). n = 8 by default (LILY_GEMV_SMALL=n: 1, 2, 4, 8;
-// 0 = off). Measured on the H200: n = 8 +1.4% decode at 256 over off; n = 1..4 far worse (each
-// block's input staging is serial work over the whole K: router 34 µs vs 13).
+// Small matrices (fewer than 2 16-row tiles per SM: out_proj/o_proj, the router) use 8-warp blocks
+// with 1 row per warp (twice the blocks); LILY_GEMV_SMALL=0 turns that off. Measured on the H200:
+// +1.4% decode at 256 over off; 1–4-warp blocks were far worse (each block's input staging is work
+// over the whole K: router 34 µs vs 13) and are gone (the staging assumes 256 threads).
 int small_warps_setting() {
   static const int v = [] {
     const char* e = std::getenv("LILY_GEMV_SMALL");
-    if (!e || !*e) return 8;
-    const int n = std::atoi(e);
-    return n == 1 || n == 2 || n == 4 || n == 8 ? n : 0;
+    return e && e[0] == '0' ? 0 : 8;
+  }();
+  return v;
+}
+
+// Rows per warp of the lm_head (argmax) GEMV: LILY_LMHEAD_R=4 (else 2).
+int lmhead_rows() {
+  static const int v = [] {
+    const char* e = std::getenv("LILY_LMHEAD_R");
+    return e && e[0] == '4' ? 4 : 2;
   }();
   return v;
 }
@@ -296,6 +377,12 @@ template <int BITS, int CPL, Pro PRO, Epi EPI> Status launch(const GemvArgs& a, 
     const int cap = a.max_blocks > 0 ? a.max_blocks : resident_blocks(kern, 32 * nw, smem);
     const int need1 = (a.w.rows + nw - 1) / nw;
     return launch_k("gemv", kern, dim3(need1 < cap ? need1 : cap), dim3(32 * nw), smem, s, a);
+  }
+  if (EPI == Epi::kArgmax && lmhead_rows() == 4) {  // 4 rows per warp in flight (lm_head A/B)
+    auto kern = gemv_kernel<BITS, CPL, 4, PRO, EPI>;
+    const int cap = a.max_blocks > 0 ? a.max_blocks : resident_blocks(kern, 256, smem);
+    const int need4 = (a.w.rows + 31) / 32;
+    return launch_k("gemv", kern, dim3(need4 < cap ? need4 : cap), dim3(256), smem, s, a);
   }
   auto kern = gemv_kernel<BITS, CPL, 2, PRO, EPI>;
   const int cap = a.max_blocks > 0 ? a.max_blocks : resident_blocks(kern, 256, smem);
@@ -329,6 +416,8 @@ Status gemv(const GemvArgs& a, Stream stream) {
   if (w.cols % 64 != 0 || w.cols <= 0) return cu_err("gemv: K={} must be a positive multiple of 64", w.cols);
   if (!a.in || !a.y) return cu_err("gemv: null input or output");
   if (w.rows <= 0) return cu_err("gemv: no rows");
+  if (a.pro != Pro::kPlain && w.cols > kU * 256)
+    return cu_err("gemv: K={} too large for the normed input staging", w.cols);
   if (a.pro == Pro::kGatedNorm && (a.gn_dv % 32 != 0 || w.cols / a.gn_dv > 64 || w.cols % a.gn_dv != 0))
     return cu_err("gemv: gated norm head dim {} unsupported for K={}", a.gn_dv, w.cols);
   if (a.epi != Epi::kNone && !a.ctl) return cu_err("gemv: epilogue needs the step control block");

@@ -19,6 +19,21 @@ struct QW {
   int rows = 0, cols = 0, bits = 4;
 };
 
+// Weight ranges a kernel asks the L2 to fetch for a LATER kernel (cp.async.bulk.prefetch.L2),
+// issued before its PDL wait; each block issues its share. Weights only (never written), so the
+// hint is safe at any time. n: bytes (rounded down to 16); p: 16-byte aligned.
+struct L2Pf {
+  const void* p[4] = {};
+  uint64_t n[4] = {};
+  void add(const void* ptr, uint64_t bytes) {
+    for (int i = 0; i < 4; ++i)
+      if (!p[i] || !n[i]) {
+        p[i] = ptr, n[i] = bytes & ~uint64_t(15);
+        return;
+      }
+  }
+};
+
 // Per-sequence control block in device memory: the step reads pos/tok here and the last
 // kernel of a step writes the next tok and advances pos, so the host never feeds the loop.
 struct StepCtl {
@@ -66,6 +81,13 @@ struct GemvArgs {
   int32_t* tok_out = nullptr;   // [max_seq] host-mapped: tok_out[pos] = argmax
   void* partial = nullptr;      // scratch: [grid] (value, index) pairs
   int max_blocks = 0;           // grid cap (0 = default)
+  L2Pf pf;                      // weights of later kernels to prefetch into L2
+  // kTopK: prefetch the chosen experts' rows of these [E·I, H] matrices into L2 (last block).
+  QW pfx_gate, pfx_up;
+  int pfx_I = 0;                // 0 = off
+  // Timing decomposition only (results are wrong): 1 = no weight loads (zeros), 2 = no input
+  // staging (zeros), 3 = both.
+  int dbg = 0;
 };
 Status gemv(const GemvArgs& a, Stream s);
 // Grid cap of gemv (the kArgmax scratch needs this many (value, index) pairs).
@@ -90,6 +112,8 @@ struct MoeArgs {
   const float* x = nullptr;   // fp32 [H] normed input
   float* act = nullptr;       // fp32 [top_k·I + Is]
   float* out = nullptr;       // fp32 [H] = Σ w_k·(down_k·act_k) + σ·(sdown·act_s)
+  L2Pf pf;                    // weights of later kernels to prefetch into L2
+  bool pf_down = false;       // gate_up: prefetch the selected experts' down rows into L2
 };
 Status moe_gate_up(const MoeArgs& a, Stream s);
 Status moe_down_combine(const MoeArgs& a, Stream s);
@@ -110,6 +134,15 @@ struct GdnArgs {
   const StepCtl* ctl = nullptr;
   int pos = -1;                  // when ctl is null
   int nk = 0, nv = 0, dk = 128, dv = 128, K = 4;
+  L2Pf pf;                       // weights of later kernels to prefetch into L2
+  // Gated RMSNorm fused at the end (off when og is null; needs dv ≤ 256): the dv/32 blocks of a
+  // head form a thread-block cluster and share its sum of squares through distributed shared
+  // memory. og fp32 [nv, dv] = gain[d]·o·rsqrt(mean_d o² + eps)·silu(z[h, d]); z fp32 [nv·dv]
+  // (the z projection), gnorm bf16 [dv]. The same summation order as the GEMV's kGatedNorm staging.
+  const float* z = nullptr;
+  const void* gnorm = nullptr;
+  float* og = nullptr;
+  float eps = 1e-6f;
 };
 Status gdn_step(const GdnArgs& a, Stream s);
 
@@ -131,8 +164,10 @@ struct AttnArgs {
   StepCtl* ctl = nullptr;
   int pos = -1;              // when ctl is null (prep only; decode needs ctl for counters)
   int nh = 0, nkv = 0, hd = 0, qw = 0, rot = 0, max_seq = 0, n_split = 64;
+  int min_per_split = 64;    // positions per split at least (short contexts use fewer splits)
   double theta = 1e7;
   float eps = 1e-6f;
+  L2Pf pf;                   // attn_prep: weights of later kernels to prefetch into L2
 };
 Status attn_prep(const AttnArgs& a, Stream s);
 Status attn_decode(const AttnArgs& a, Stream s);
