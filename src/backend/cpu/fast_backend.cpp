@@ -87,6 +87,43 @@ class FastCpuBackend final : public Backend {
     const int M = int(tokens.size());
     gemm_ = M > 1;    // prefill: fp32 GEMM for the 4-bit jobs
     prep_ = M <= 64;  // int16 activations too, for jobs of ≤ 2 tokens (experts of a short prompt)
+    const Seg seg{st, 0, M, st->n};
+    return run_rows({&seg, 1}, tokens, logits, /*all_logits=*/false);
+  }
+
+  // One decode token for each of B sequences: every projection and expert runs once over the B
+  // rows (the int16 matvec of decode, which computes each row as it does alone, so a row's result
+  // does not depend on the batch); conv, DeltaNet and attention run per sequence on its own state.
+  Status forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
+                       std::span<float> logits) override {
+    const int B = int(states.size());
+    if (tokens.size() != size_t(B)) return errorf("forward_batch: {} states but {} tokens", B, tokens.size());
+    if (B == 0) return Status::ok();
+    if (logits.size() != size_t(B) * size_t(cfg_.vocab_size))
+      return errorf("forward_batch: logits span has {} entries, expected {} rows x vocab {}", logits.size(), B, cfg_.vocab_size);
+    std::vector<Seg> segs;
+    for (int b = 0; b < B; ++b) {
+      if (!states[b]) return errorf("forward_batch: row {} has no state", b);
+      LILY_ASSIGN_OR_RETURN(CpuSeqState* st, check_forward_args(cfg_, *states[b], tokens.subspan(size_t(b), 1), {}));
+      for (const Seg& o : segs)
+        if (o.st == st) return errorf("forward_batch: rows {} and {} share one state", o.row0, b);
+      segs.push_back(Seg{st, b, 1, st->n});
+    }
+    gemm_ = false, prep_ = true;
+    return run_rows(segs, tokens, logits, /*all_logits=*/true);
+  }
+
+ private:
+  // Rows [row0, row0 + len) of a forward belong to one sequence, at positions pos0, pos0 + 1, ….
+  struct Seg {
+    CpuSeqState* st;
+    int row0, len, pos0;
+  };
+
+  // The forward pass over M rows made of segments (one segment: a prefill or decode of one
+  // sequence; many of length 1: a batched decode step). logits: the last row's, or every row's.
+  Status run_rows(std::span<const Seg> segs, std::span<const int32_t> tokens, std::span<float> logits, bool all_logits) {
+    const int M = int(tokens.size());
 
     const int H = cfg_.hidden_size;
     ensure_iota(std::max(M * cfg_.num_experts_per_tok, M));
@@ -99,26 +136,26 @@ class FastCpuBackend final : public Backend {
       const LayerWeights& L = w_.layers[i];
       norm_and_prepare(x.data(), M, L.input_norm, h.data());
       if (L.full_attention)
-        attention(L.attn, st->layers[i], st->n, M, h.data(), mix.data());
+        attention(L.attn, i, segs, M, h.data(), mix.data());
       else
-        gdn(L.gdn, st->layers[i], M, h.data(), mix.data());
+        gdn(L.gdn, i, segs, M, h.data(), mix.data());
       add_stored(x, mix);
       norm_and_prepare(x.data(), M, L.post_norm, h.data());
       moe(L.moe, M, h.data(), mix.data());
       add_stored(x, mix);
     }
-    st->n += M;
+    for (const Seg& sg : segs) sg.st->n += sg.len;
     if (!logits.empty()) {
-      std::vector<float> last(H);
-      rmsnorm(x.data() + size_t(M - 1) * H, 1, H, w_.final_norm, cfg_.rms_norm_eps, last.data());
-      fast::prepare_x(last.data(), 1, H, H, px_);
-      const QJob j = job(w_.lm_head, px_, last.data(), H, iota_.data(), 1, logits.data(), cfg_.vocab_size);
+      const int r0 = all_logits ? 0 : M - 1, n = M - r0;
+      std::vector<float> last(size_t(n) * H);
+      rmsnorm(x.data() + size_t(r0) * H, n, H, w_.final_norm, cfg_.rms_norm_eps, last.data());
+      fast::prepare_x(last.data(), n, H, H, px_);
+      const QJob j = job(w_.lm_head, px_, last.data(), H, iota_.data(), n, logits.data(), cfg_.vocab_size);
       run(Op::kLmHead, {&j, 1});
     }
     return Status::ok();
   }
 
- private:
   // A job of this forward: the int16 matvec at decode, the fp32 GEMM (no PreparedX) at prefill.
   QJob qj(const QWeight& w, const PreparedX& x, const float* xf, int ldxf, const int32_t* ids, int n, float* y, int ldy) {
     QJob j = job(w, x, xf, ldxf, ids, n, y, ldy);
@@ -142,8 +179,9 @@ class FastCpuBackend final : public Backend {
     if (prep_) fast::prepare_x(h, M, cfg_.hidden_size, cfg_.hidden_size, px_);
   }
 
-  // Gated full attention (model-spec §1.4.1) for M tokens at positions pos0..pos0+M-1.
-  void attention(const AttnWeights& A, CpuSeqState::Layer& S, int pos0, int M, const float* h, float* out) {
+  // Gated full attention (model-spec §1.4.1) of layer li for M rows; each segment's rows attend
+  // to their own sequence's cache, causally.
+  void attention(const AttnWeights& A, int li, std::span<const Seg> segs, int M, const float* h, float* out) {
     const int H = cfg_.hidden_size, nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads;
     const int hd = cfg_.head_dim, qw = A.q_proj.rows / nh;
     std::vector<float> qg(size_t(M) * A.q_proj.rows), k(size_t(M) * nkv * hd), v(size_t(M) * nkv * hd);
@@ -155,27 +193,38 @@ class FastCpuBackend final : public Backend {
     }
     store_all(qg.data(), qg.size()), store_all(k.data(), k.size()), store_all(v.data(), v.size());
     ProfileScope prof(Op::kAttention, 0);
+    // Row m: its sequence's layer state and position.
+    std::vector<CpuSeqState::Layer*> row_S(static_cast<size_t>(M));
+    std::vector<int> row_pos(static_cast<size_t>(M));
+    for (const Seg& sg : segs)
+      for (int r = 0; r < sg.len; ++r) row_S[size_t(sg.row0 + r)] = &sg.st->layers[size_t(li)], row_pos[size_t(sg.row0 + r)] = sg.pos0 + r;
     std::vector<float> q(size_t(M) * nh * hd);
     for (int m = 0; m < M; ++m) {
+      const int pos = row_pos[size_t(m)];
       for (int hh = 0; hh < nh; ++hh)
         rmsnorm(&qg[(size_t(m) * nh + hh) * qw], 1, hd, A.q_norm, cfg_.rms_norm_eps, &q[(size_t(m) * nh + hh) * hd]);
       rmsnorm(&k[size_t(m) * nkv * hd], nkv, hd, A.k_norm, cfg_.rms_norm_eps, &k[size_t(m) * nkv * hd]);
-      rope_neox(&q[size_t(m) * nh * hd], nh, hd, cfg_.rotary_dim(), pos0 + m, cfg_.rope_theta);
-      rope_neox(&k[size_t(m) * nkv * hd], nkv, hd, cfg_.rotary_dim(), pos0 + m, cfg_.rope_theta);
+      rope_neox(&q[size_t(m) * nh * hd], nh, hd, cfg_.rotary_dim(), pos, cfg_.rope_theta);
+      rope_neox(&k[size_t(m) * nkv * hd], nkv, hd, cfg_.rotary_dim(), pos, cfg_.rope_theta);
     }
     store_all(q.data(), q.size());
-    S.k.resize(size_t(pos0 + M) * nkv * hd);
-    S.v.resize(size_t(pos0 + M) * nkv * hd);
-    for (size_t j = 0; j < size_t(M) * nkv * hd; ++j) {
-      S.k[size_t(pos0) * nkv * hd + j] = store(k[j]);
-      S.v[size_t(pos0) * nkv * hd + j] = store(v[j]);
+    for (const Seg& sg : segs) {
+      CpuSeqState::Layer& S = sg.st->layers[size_t(li)];
+      const size_t at = size_t(sg.pos0) * nkv * hd, n = size_t(sg.len) * nkv * hd, from = size_t(sg.row0) * nkv * hd;
+      S.k.resize(at + n);
+      S.v.resize(at + n);
+      for (size_t j = 0; j < n; ++j) {
+        S.k[at + j] = store(k[from + j]);
+        S.v[at + j] = store(v[from + j]);
+      }
     }
     std::vector<float> o(size_t(M) * nh * hd);
     const float scale = 1.0f / std::sqrt(float(hd));
     const int group = nh / nkv;
     const fast::KernelTable& kt = fast::kernels();
     fast::parallel_dynamic(M * nh, [&](int a) {
-      const int m = a / nh, hh = a % nh, kvh = hh / group, n_ctx = pos0 + m + 1;
+      const int m = a / nh, hh = a % nh, kvh = hh / group, n_ctx = row_pos[size_t(m)] + 1;
+      const CpuSeqState::Layer& S = *row_S[size_t(m)];
       std::vector<float> p(static_cast<size_t>(n_ctx));
       const float* qv = &q[(size_t(m) * nh + hh) * hd];
       float mx = -INFINITY;
@@ -202,9 +251,9 @@ class FastCpuBackend final : public Backend {
     store_all(out, size_t(M) * H);
   }
 
-  // Gated DeltaNet (model-spec §1.4.2) for M tokens: the chunked form for prefill, the recurrent
-  // step for decode.
-  void gdn(const GdnWeights& G, CpuSeqState::Layer& S, int M, const float* h, float* out) {
+  // Gated DeltaNet (model-spec §1.4.2) of layer li for M rows: the chunked form for a prefill
+  // segment, the recurrent step for decode rows; conv window and state per segment.
+  void gdn(const GdnWeights& G, int li, std::span<const Seg> segs, int M, const float* h, float* out) {
     const int H = cfg_.hidden_size, C = cfg_.gdn_conv_dim(), kd = cfg_.gdn_key_dim(), vd = cfg_.gdn_value_dim();
     const int nk = cfg_.linear_num_key_heads, nv = cfg_.linear_num_value_heads;
     const int dk = cfg_.linear_key_head_dim, dv = cfg_.linear_value_head_dim;
@@ -220,34 +269,46 @@ class FastCpuBackend final : public Backend {
     store_all(b.data(), b.size()), store_all(a.data(), a.size());
     ProfileScope prof(Op::kGdn, 0);
     std::vector<float> c(size_t(M) * C);
-    fast::conv_silu(u.data(), M, C, C, cfg_.linear_conv_kernel_dim, G.conv1d, S.conv.data(), c.data());
+    for (const Seg& sg : segs)
+      fast::conv_silu(u.data() + size_t(sg.row0) * C, sg.len, C, C, cfg_.linear_conv_kernel_dim, G.conv1d,
+                sg.st->layers[size_t(li)].conv.data(), c.data() + size_t(sg.row0) * C);
     std::vector<float> q(size_t(M) * kd), k(size_t(M) * kd), v(size_t(M) * vd);
     gdn_split_qkv(GdnDims{nk, nv, dk, dv}, M, c.data(), q.data(), k.data(), v.data());
     std::vector<float> g(size_t(M) * nv), beta(size_t(M) * nv);
     gdn_gates(M, nv, a.data(), b.data(), G.A_log.data(), G.dt_bias, g.data(), beta.data());
     std::vector<float> o(size_t(M) * vd);
     const GdnDims dims{nk, nv, dk, dv};
-    if (M >= 2 && fast::gdn_chunked_ok(dims)) {
-      // A prefill: the chunked (WY) form, chunk 64, key heads over the pool (fast_gdn.h).
-      fast::gdn_chunked(dims, M, q.data(), k.data(), v.data(), g.data(), beta.data(), S.S.data(), o.data());
-    } else {
-      // Decode: the fused recurrent step. Columns of a head's state evolve independently: for several
-      // tokens, blocks of 64 columns (128×64 fp32 = 32 KiB, L1) run through all M tokens; a decode
-      // row takes whole heads (two threads on the two halves of one head's rows ran 3.5x slower:
-      // 14 vs 4 ms per token). Heads × blocks over the pool.
-      const int ratio = nv / nk;
-      const fast::KernelTable& kt = fast::kernels();
-      const int cb = M > 1 && dv % 64 == 0 ? 64 : dv, nb = dv / cb;
-      fast::parallel_dynamic(nv * nb, [&](int item) {
-        const int hh = item / nb, j0 = (item % nb) * cb;
-        float* Sh = S.S.data() + size_t(hh) * dk * dv + j0;
-        const int kh = hh / ratio;
-        for (int t = 0; t < M; ++t)
-          kt.gdn_step(Sh, &q[(size_t(t) * nk + kh) * dk], &k[(size_t(t) * nk + kh) * dk],
-                      &v[(size_t(t) * nv + hh) * dv + j0], std::exp(g[size_t(t) * nv + hh]), beta[size_t(t) * nv + hh],
-                      &o[(size_t(t) * nv + hh) * dv + j0], dk, cb, dv);
-      });
+    // A prefill (segment of ≥ 2 rows): the chunked (WY) form, chunk 64, key heads over the pool
+    // (fast_gdn.h). Decode rows: the fused recurrent step.
+    std::vector<const Seg*> step_segs;
+    for (const Seg& sg : segs) {
+      if (sg.len >= 2 && fast::gdn_chunked_ok(dims)) {
+        const size_t r = size_t(sg.row0);
+        fast::gdn_chunked(dims, sg.len, &q[r * kd], &k[r * kd], &v[r * vd], &g[r * nv], &beta[r * nv],
+                          sg.st->layers[size_t(li)].S.data(), &o[r * vd]);
+      } else {
+        step_segs.push_back(&sg);
+      }
     }
+    const int ratio = nv / nk;
+    const fast::KernelTable& kt = fast::kernels();
+    // Columns of a head's state evolve independently: for several tokens, blocks of 64 columns
+    // (128×64 fp32 = 32 KiB, L1) run through the segment's tokens; a decode row takes whole heads
+    // (two threads on the two halves of one head's rows ran 3.5x slower: 14 vs 4 ms per token).
+    bool multi = false;
+    for (const Seg* sg : step_segs) multi = multi || sg->len > 1;
+    const int cb = multi && dv % 64 == 0 ? 64 : dv, nb = dv / cb;
+    fast::parallel_dynamic(int(step_segs.size()) * nv * nb, [&](int item) {
+      const Seg& sg = *step_segs[size_t(item / (nv * nb))];
+      item %= nv * nb;
+      const int hh = item / nb, j0 = (item % nb) * cb;
+      float* Sh = sg.st->layers[size_t(li)].S.data() + size_t(hh) * dk * dv + j0;
+      const int kh = hh / ratio;
+      for (int t = sg.row0; t < sg.row0 + sg.len; ++t)
+        kt.gdn_step(Sh, &q[(size_t(t) * nk + kh) * dk], &k[(size_t(t) * nk + kh) * dk], &v[(size_t(t) * nv + hh) * dv + j0],
+                    std::exp(g[size_t(t) * nv + hh]), beta[size_t(t) * nv + hh], &o[(size_t(t) * nv + hh) * dv + j0], dk, cb,
+                    dv);
+    });
     fast::gated_norm(o.data(), z.data(), G.norm, M * nv, dv, cfg_.rms_norm_eps);
     prof.stop();
     if (prep_) fast::prepare_x(o.data(), M, vd, vd, pmix_);
