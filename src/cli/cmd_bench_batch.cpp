@@ -1,0 +1,134 @@
+// `lily bench-batch`: batched decode throughput of one backend (issue 7's scaling table). For each
+// batch size B: B sequences, each prefilled with its own prompt of --context tokens (token i of
+// sequence s = (((i + 7919·s)·2654435761) mod 2^32) mod vocab, so rows route to different
+// experts), one untimed warm-up step, then --steps timed Model::forward_batch steps feeding each
+// row its argmax. JSON: per B the aggregate tok/s, per-stream tok/s, median step time and the
+// speed-up over B = 1. The engine's scheduler runs the same forward_batch call.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "model/logits.h"
+#include "model/model.h"
+
+namespace lily::cli {
+namespace {
+
+struct BenchBatchArgs {
+  std::string model, backend = "cpu", batches = "1,2,4,8,16", json_out, label;
+  int context = 256, steps = 16, threads = 0;
+};
+
+Result<std::vector<int>> parse_list(const std::string& s) {
+  std::vector<int> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const int n = std::atoi(item.c_str());
+    if (n <= 0 || n > 4096) return errorf("--batches: '{}' is not a batch size in [1, 4096]", item);
+    v.push_back(n);
+  }
+  if (v.empty()) return errorf("--batches: empty list");
+  return v;
+}
+
+int fail(const std::string& msg) {
+  std::fprintf(stderr, "error: %s\n", msg.c_str());
+  return 1;
+}
+
+int run_bench_batch(const BenchBatchArgs& a) {
+  auto bs = parse_list(a.batches);
+  if (!bs) return fail(bs.message());
+  if (a.context <= 0 || a.steps <= 0) return fail("--context and --steps must be positive");
+  ModelOptions mo;
+  mo.backend = a.backend;
+  mo.threads = a.threads;
+  auto model_r = Model::load(a.model, mo);
+  if (!model_r) return fail(model_r.message());
+  Model& model = **model_r;
+  const int V = model.config().vocab_size;
+  nlohmann::json out;
+  out["backend"] = model.backend_name();
+  out["hardware"] = model.hardware();
+  out["model"] = model.dir();
+  out["label"] = a.label;
+  out["context"] = a.context;
+  out["steps"] = a.steps;
+  out["results"] = nlohmann::json::array();
+  std::fprintf(stderr, "bench-batch: %s on %s, context %d, %d timed steps\n", model.backend_name(), model.hardware().c_str(),
+               a.context, a.steps);
+  std::fprintf(stderr, "| batch | aggregate tok/s | per stream tok/s | ms/step (median) | vs batch 1 |\n|---:|---:|---:|---:|---:|\n");
+  using clk = std::chrono::steady_clock;
+  double base = 0;
+  for (int B : *bs) {
+    std::vector<std::unique_ptr<SeqState>> states;
+    std::vector<int32_t> next(static_cast<size_t>(B));
+    std::vector<float> logits(static_cast<size_t>(V));
+    for (int s = 0; s < B; ++s) {
+      auto st = model.new_state(a.context + a.steps + 2);
+      if (!st) return fail(st.message());
+      std::vector<int32_t> p(static_cast<size_t>(a.context));
+      for (int i = 0; i < a.context; ++i)
+        p[size_t(i)] = int32_t(uint64_t(uint32_t(uint64_t(i + 7919 * s) * 2654435761ull)) % uint64_t(V));
+      if (Status r = model.forward(**st, p, logits); !r) return fail(r.message());
+      next[size_t(s)] = argmax(logits);
+      states.push_back(std::move(*st));
+    }
+    std::vector<SeqState*> rows;
+    for (auto& s : states) rows.push_back(s.get());
+    std::vector<float> lb(size_t(B) * size_t(V));
+    std::vector<double> ms;
+    for (int step = 0; step <= a.steps; ++step) {  // step 0: warm-up at the exact shape
+      const auto t0 = clk::now();
+      if (Status r = model.forward_batch(rows, next, lb); !r) return fail(r.message());
+      for (int s = 0; s < B; ++s)
+        next[size_t(s)] = argmax(std::span<const float>(lb.data() + size_t(s) * size_t(V), size_t(V)));
+      if (step > 0) ms.push_back(1e3 * std::chrono::duration<double>(clk::now() - t0).count());
+    }
+    double total = 0;
+    for (double x : ms) total += x;
+    std::vector<double> sorted = ms;
+    std::sort(sorted.begin(), sorted.end());
+    const double agg = B * a.steps / (total / 1e3);
+    if (base == 0 && B == 1) base = agg;
+    nlohmann::json r;
+    r["batch"] = B;
+    r["aggregate_tok_s"] = agg;
+    r["per_stream_tok_s"] = agg / B;
+    r["step_ms_median"] = sorted[sorted.size() / 2];
+    r["step_ms"] = ms;
+    r["speedup_vs_batch1"] = base > 0 ? nlohmann::json(agg / base) : nlohmann::json(nullptr);
+    out["results"].push_back(r);
+    std::fprintf(stderr, "| %d | %.1f | %.2f | %.2f | %s |\n", B, agg, agg / B, sorted[sorted.size() / 2],
+                 base > 0 ? std::to_string(agg / base).substr(0, 5).c_str() : "-");
+  }
+  const std::string text = out.dump(1);
+  if (!a.json_out.empty()) std::ofstream(a.json_out) << text << "\n";
+  std::printf("%s\n", text.c_str());
+  return 0;
+}
+
+Registrar reg("bench-batch", "Batched decode throughput: aggregate tok/s of Model::forward_batch per batch size, JSON out",
+              [](CLI::App& app) -> RunFn {
+                auto a = std::make_shared<BenchBatchArgs>();
+                app.add_option("--model", a->model, "Checkpoint directory")->required();
+                app.add_option("--backend", a->backend, "cpu, cpu-ref or cuda");
+                app.add_option("--batches", a->batches, "Comma-separated batch sizes");
+                app.add_option("--context", a->context, "Prompt length of every sequence");
+                app.add_option("--steps", a->steps, "Timed decode steps per batch size");
+                app.add_option("--threads", a->threads, "CPU threads (0: all cores)");
+                app.add_option("--json", a->json_out, "Also write the JSON to this file");
+                app.add_option("--label", a->label, "Free text recorded in the JSON (commit, notes)");
+                return [a] { return run_bench_batch(*a); };
+              });
+
+}  // namespace
+}  // namespace lily::cli
