@@ -70,6 +70,18 @@ int32_t Sampler::draw(std::span<float> logits) {
     if ((double(logits[i]) - mx) * inv_t > -40.0) idx_.push_back(i);
   auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   size_t n = idx_.size();
+  if (!(p_.top_k > 0 && size_t(p_.top_k) < n) && p_.min_p <= 0.0f && p_.top_p >= 1.0f) {
+    // Nothing to cut: draw in id order, no sort (a flat distribution keeps the whole vocabulary).
+    double total = 0.0;
+    w_.resize(n);
+    for (size_t i = 0; i < n; ++i) total += (w_[i] = std::exp((double(logits[idx_[i]]) - mx) * inv_t));
+    double u = uniform01(rng_) * total;
+    for (size_t i = 0; i < n; ++i) {
+      u -= w_[i];
+      if (u < 0.0) return idx_[i];
+    }
+    return idx_[n - 1];
+  }
   if (p_.top_k > 0 && size_t(p_.top_k) < n) {
     std::partial_sort(idx_.begin(), idx_.begin() + p_.top_k, idx_.end(), better);
     n = size_t(p_.top_k);

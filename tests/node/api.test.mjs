@@ -31,7 +31,7 @@ async function startServer(args) {
       if (m) resolve(Number(m[1]));
     });
     proc.on('exit', (code) => reject(new Error(`lily serve exited (${code}): ${stderr}`)));
-    setTimeout(() => reject(new Error(`lily serve did not start: ${stderr}`)), 120000);
+    setTimeout(() => reject(new Error(`lily serve did not start: ${stderr}`)), 120000).unref();
   });
   const base = `http://127.0.0.1:${port}`;
   for (let i = 0; i < 100; i++) {

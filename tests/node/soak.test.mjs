@@ -35,13 +35,19 @@ test.before(async () => {
       if (m) resolve(Number(m[1]));
     });
     server.on('exit', (code) => reject(new Error(`lily serve exited (${code}): ${stderr}`)));
-    setTimeout(() => reject(new Error(`lily serve did not start: ${stderr}`)), 120000);
+    setTimeout(() => reject(new Error(`lily serve did not start: ${stderr}`)), 120000).unref();
   });
   base = `http://127.0.0.1:${port}`;
 });
 
-test.after(() => {
-  server?.kill('SIGTERM');
+test.after(async () => {
+  if (server && server.exitCode === null) {
+    const t = Date.now();
+    const exited = new Promise((r) => server.on('exit', r));
+    server.kill('SIGTERM');
+    await exited;
+    console.log(`server exited ${((Date.now() - t) / 1000).toFixed(1)} s after SIGTERM`);
+  }
   if (dir) fs.rmSync(dir, { recursive: true, force: true });
 });
 
@@ -56,13 +62,17 @@ async function drained() {
 test('200 requests from 16 clients with disconnects: all answered or cancelled, memory back to baseline', { skip, timeout: 600000 },
   async () => {
     const shape = { url: base, clients: 16, maxTokens: 24, promptWords: 40, followUps: 1, disconnect: 0.2, nonStream: 0.2 };
+    const t0 = Date.now();
+    const log = (what) => console.log(`[soak +${((Date.now() - t0) / 1000).toFixed(1)} s] ${what}`);
     const warm = await runLoad({ ...shape, requests: 48, seed: 1 });
+    log('warm-up done');
     assert.deepEqual(warm.failed, []);
     assert.ok(await drained(), 'requests still running after the warm-up');
     const rss0 = await metric(base, 'process_resident_memory_bytes');
     assert.ok(rss0 > 0);
 
     const rep = await runLoad({ ...shape, requests: 200, seed: 2 });
+    log('200 requests done');
     const { results, ...summary } = rep;
     console.log(JSON.stringify(summary));
     assert.equal(results.length, 200);
@@ -73,6 +83,7 @@ test('200 requests from 16 clients with disconnects: all answered or cancelled, 
     assert.ok(rep.completed + rep.aborted === 200);
     assert.ok(rep.cache_hit_rate > 0, 'follow-up turns hit the prefix cache');
     assert.ok(await drained(), 'disconnected requests must leave the batch');
+    log('drained');
     const steps = await metric(base, 'lily_decode_steps_total');
     const rows = await metric(base, 'lily_decode_rows_total');
     assert.ok(rows / steps > 2, `requests decoded together (mean batch ${rows / steps})`);
