@@ -20,6 +20,7 @@ void add_runtime_options(CLI::App& app, RuntimeArgs& a) {
   app.add_option("--threads", a.threads, "CPU threads (0 = all cores)");
   app.add_option("--max-queue", a.max_queue, "requests that may wait for the engine before 503");
   app.add_option("--parallel", a.parallel, "requests decoded together (continuous batching); more wait in the queue");
+  app.add_option("--interleave-ms", a.interleave_ms, "while others decode, a step prefills newcomers for about this long (0: fixed 128-token chunks)");
   app.add_option("--max-cached", a.max_cached, "conversations whose model state is kept for reuse");
   app.add_option("--cache-mb", a.cache_mb, "memory budget of the cached states, MiB");
 }
@@ -73,6 +74,7 @@ std::unique_ptr<Runtime> load_runtime(const RuntimeArgs& a) {
   eo.max_seq = a.max_seq > 0 ? std::min(a.max_seq, model_max) : std::min(8192, model_max);
   eo.max_queue = std::max(1, a.max_queue);
   eo.max_batch = std::max(1, a.parallel);
+  eo.interleave_ms = std::max(0, a.interleave_ms);
   eo.max_cached_states = std::max(1, a.max_cached);
   eo.cache_budget_bytes = size_t(std::max(1, a.cache_mb)) << 20;
   rt->engine = std::make_unique<Engine>(*rt->model, *rt->tok, eo);

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 
 #include <spdlog/spdlog.h>
 
@@ -104,10 +106,19 @@ void Engine::step() {
       retire(*s, true);
     }
   drop_finished();
+  using clk = std::chrono::steady_clock;
+  const auto t0 = clk::now();
+  const uint64_t rows0 = stats_.decode_rows;
   const bool prefilled = prefill_some();
   drop_finished();
+  const auto t1 = clk::now();
   decode_all();
   drop_finished();
+  if (trace_)  // LILY_ENGINE_TRACE=1: one line per step on stderr
+    std::fprintf(stderr, "engine step: prefill %.1f ms (budget/token %.2f ms), decode %llu rows %.1f ms, %zu active\n",
+                 std::chrono::duration<double, std::milli>(t1 - t0).count(), prefill_s_per_token_ * 1e3,
+                 (unsigned long long)(stats_.decode_rows - rows0), std::chrono::duration<double, std::milli>(clk::now() - t1).count(),
+                 active_.size());
   if (!prefilled) {
     int delay = 0;
     for (auto& s : active_) delay = std::max(delay, s->req().step_delay_ms);
@@ -155,20 +166,41 @@ Result<CacheEntry> Engine::checkout(const GenRequest& req, int& n_cached) {
   return e;
 }
 
+size_t Engine::interleave_budget() const {
+  const int cap = opts_.interleave_chunk;
+  if (opts_.interleave_ms <= 0) return size_t(cap);
+  if (prefill_s_per_token_ <= 0) return size_t(std::min(cap, 32));  // speed not measured yet
+  const double n = opts_.interleave_ms * 1e-3 / prefill_s_per_token_;
+  return size_t(std::clamp(int(std::min(n, 1e6)), std::min(cap, 16), cap));
+}
+
 bool Engine::prefill_some() {
   bool others_decoding = false;
   for (auto& q : active_) others_decoding |= q->decoding();
   // Token budget of this step's prefill: small while others decode (their inter-token latency
   // is one decode step plus this), a whole chunk otherwise. Oldest request first.
-  size_t budget = size_t(others_decoding ? opts_.interleave_chunk : opts_.prefill_chunk);
+  size_t budget = size_t(others_decoding ? interleave_budget() : opts_.prefill_chunk), used = 0;
   bool did = false;
   for (auto& q : active_) {
+    // A request that finished its prompt in this step decodes in it too: the rest is interleaved.
+    if (!others_decoding && q.get() != active_.front().get())
+      for (auto& d : active_)
+        if (d->decoding()) {
+          others_decoding = true;
+          const size_t cap = interleave_budget();
+          budget = std::min(budget, cap > used ? cap - used : 0);
+          break;
+        }
     if (budget == 0) break;
     Sequence* s = q.get();
     if (s->finished() || s->decoding()) continue;
     if (!s->has_state()) {
       int n_cached = 0;
+      const auto tc = std::chrono::steady_clock::now();
       auto e = checkout(s->req(), n_cached);
+      if (trace_)
+        std::fprintf(stderr, "engine: checkout %.1f ms (cached %d tokens)\n",
+                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - tc).count(), n_cached);
       if (!e) {
         // No memory for another state: wait for a running request to leave, unless none runs.
         if (others_decoding || did) break;
@@ -180,10 +212,19 @@ bool Engine::prefill_some() {
     }
     auto chunk = s->next_chunk(budget);
     budget -= chunk.size();
+    used += chunk.size();
     did = true;
     const bool last = chunk.size() == s->prompt_left();
     std::span<float> out = last ? std::span<float>(logits_.data(), size_t(model_.config().vocab_size)) : std::span<float>();
+    const auto t0 = std::chrono::steady_clock::now();
     Status st = model_.forward(s->state(), chunk, out);
+    if (trace_)
+      std::fprintf(stderr, "engine: prefill chunk %zu tokens %.1f ms (budget left %zu)\n", chunk.size(),
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), budget);
+    if (st && chunk.size() >= 8) {
+      const double per = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(chunk.size());
+      prefill_s_per_token_ = prefill_s_per_token_ > 0 ? 0.7 * prefill_s_per_token_ + 0.3 * per : per;
+    }
     if (!st) {
       s->finish(FinishReason::kError, "", st.message());
       retire(*s, false);

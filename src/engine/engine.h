@@ -6,6 +6,7 @@
 // sampler and stop rules; states come from and go back to the prefix cache.
 #pragma once
 #include <atomic>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -77,7 +78,11 @@ struct EngineOptions {
   int max_cached_states = 8;        // prefix cache entries (Lily keeps 2)
   size_t cache_budget_bytes = size_t(8) << 30;
   int prefill_chunk = 512;          // tokens per forward during prefill (cancel checked between)
-  int interleave_chunk = 128;       // prefill tokens per step while others decode (bounds their latency)
+  int interleave_chunk = 128;       // at most this many prefill tokens per step while others decode
+  // While others decode, a step's prefill takes about this long (from the measured prefill speed;
+  // at least 16 tokens), so their inter-token latency stays bounded on slow backends too. 0: always
+  // interleave_chunk tokens.
+  int interleave_ms = 100;
 };
 
 struct EngineStats {
@@ -108,6 +113,7 @@ class Engine {
   void worker();
   void step();                     // one scheduling step over the running batch
   bool prefill_some();             // prompt chunks of the prefilling requests, within a token budget
+  size_t interleave_budget() const;  // prefill tokens of a step while others decode (interleave_ms)
   void decode_all();               // one token for every decoding request
   void retire(Sequence& s, bool ok);  // state back to the cache
   void drop_finished();
@@ -122,6 +128,8 @@ class Engine {
   std::vector<float> logits_;  // [max_batch, vocab] fp32
   std::vector<std::unique_ptr<Sequence>> active_;  // the running batch, oldest first (worker only)
   size_t state_bytes_ = 0;     // size of one state, known after the first allocation
+  const bool trace_ = [] { const char* e = std::getenv("LILY_ENGINE_TRACE"); return e && *e == '1'; }();
+  double prefill_s_per_token_ = 0;  // moving average over prefill chunks of ≥ 8 tokens (0: none yet)
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
