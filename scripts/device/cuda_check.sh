@@ -78,6 +78,11 @@ if [[ $phase == phase2 || $phase == all ]]; then
   log "full CUDA vs CPU reference (fp32)"
   run_t full_model ${FULL_TIMEOUT:-170} 'CudaModel.FullSize*Matches*' LILY_FULL_CKPT=/tmp/full LILY_FULL_STEPS=${FULL_STEPS:-3} ${FULL_ENV:-}
   tail -14 "$OUT/full_model.txt"
+  if [[ -n ${FULL_ENV2:-} ]]; then  # the full-size comparison again under other knobs (comma-joined)
+    log "full CUDA vs CPU reference (fp32) with ${FULL_ENV2//,/ }"
+    run_t full_model2 ${FULL_TIMEOUT:-170} 'CudaModel.FullSize*Matches*' LILY_FULL_CKPT=/tmp/full LILY_FULL_STEPS=${FULL_STEPS:-3} ${FULL_ENV2//,/ }
+    grep -E 'step|greedy|pipeline|PASSED|FAILED|rc ' "$OUT/full_model2.txt" | tail -8
+  fi
   if [[ ${BISECT:-1} == 1 ]] && ! grep -q '^\[  PASSED  \] 1 test' "$OUT/full_model.txt"; then
     log "full-size bisect by depth"
     run_t full_bisect 200 'CudaModel.FullSizeLayerBisect' LILY_FULL_CKPT=/tmp/full LILY_FULL_BISECT=1
