@@ -81,5 +81,17 @@ TEST(HostileTemplate, SliceInsideTupleSubscriptIsALoadError) {
   EXPECT_TRUE(render("{{ 'abcdef'[5:][::-2] }}").is_ok());
 }
 
+
+// Found by jinja_fuzz (UBSan: float -> int64 out of range): '1e23'|int is 99999999999999991611392 in
+// Python's unbounded ints (jinja2 3.1); ours are int64, so it is an error, never undefined behaviour.
+TEST(HostileTemplate, IntOfHugeFloatIsAnError) {
+  EXPECT_FALSE(render("{{ '1e23'|int }}").is_ok());
+  EXPECT_FALSE(render("{{ 1e23|int }}").is_ok());
+  EXPECT_FALSE(render("{{ (-9223372036854775807 - 1) | abs }}").is_ok());
+  auto r = render("{{ '1e3'|int }} {{ '-12'|int }} {{ 2.7|int }} {{ -2.7|int }}");  // jinja2: 1000 -12 2 -2
+  ASSERT_TRUE(r.is_ok()) << r.message();
+  EXPECT_EQ(*r, "1000 -12 2 -2");
+}
+
 }  // namespace
 }  // namespace lily

@@ -2,6 +2,7 @@
 // HF's tojson override (json.dumps, ensure_ascii=False, no key sorting, no HTML escaping).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include <fmt/format.h>
@@ -173,6 +174,15 @@ std::optional<double> parse_float(const std::string& text) {
   return d;
 }
 
+// A float's integer part as int64 (Python's ints are unbounded; ours stop at int64).
+int64_t float_to_int(double d) {
+  if (!std::isfinite(d)) throw Error("OverflowError: cannot convert float infinity or NaN to integer");
+  const double t = std::trunc(d);
+  if (!(t >= -9223372036854775808.0 && t < 9223372036854775808.0))
+    throw Error("OverflowError: integer out of the 64-bit range");
+  return static_cast<int64_t>(t);
+}
+
 Value f_int(Interp&, const Value& v, CallArgs& a) {
   Sig s(a, "int", {"default", "base"});
   Value dflt = s.get(0, Value::integer(0));
@@ -181,15 +191,10 @@ Value f_int(Interp&, const Value& v, CallArgs& a) {
     case Kind::Undefined: fail_undefined(v);
     case Kind::Bool:
     case Kind::Int: return Value::integer(v.as_int());
-    case Kind::Float:
-      if (!std::isfinite(v.f)) throw Error("OverflowError: cannot convert float infinity or NaN to integer");
-      return Value::integer(static_cast<int64_t>(std::trunc(v.f)));
+    case Kind::Float: return Value::integer(float_to_int(v.f));
     case Kind::String: {
       if (auto i = parse_int(v.s)) return Value::integer(*i);
-      if (auto d = parse_float(v.s)) {
-        if (!std::isfinite(*d)) throw Error("OverflowError: cannot convert float infinity or NaN to integer");
-        return Value::integer(static_cast<int64_t>(std::trunc(*d)));
-      }
+      if (auto d = parse_float(v.s)) return Value::integer(float_to_int(*d));
       return dflt;
     }
     default: return dflt;
@@ -358,7 +363,10 @@ Value f_sum(Interp& in, const Value& v, CallArgs& a) {
 Value f_abs(Interp&, const Value& v, CallArgs& a) {
   Sig(a, "abs", {});
   if (v.kind == Kind::Float) return Value::real(std::fabs(v.f));
-  if (v.is_int_like()) return Value::integer(std::llabs(v.as_int()));
+  if (v.is_int_like()) {
+    if (v.as_int() == std::numeric_limits<int64_t>::min()) throw Error("OverflowError: integer out of the 64-bit range");
+    return Value::integer(std::llabs(v.as_int()));
+  }
   throw Error("TypeError: bad operand type for abs(): '" + type_name(v) + "'");
 }
 Value f_round(Interp&, const Value& v, CallArgs& a) {
@@ -372,7 +380,7 @@ Value f_round(Interp&, const Value& v, CallArgs& a) {
   else if (method == "ceil") r = std::ceil(x * m) / m;
   else if (method == "floor") r = std::floor(x * m) / m;
   else throw Error("FilterArgumentError: method must be common, ceil or floor");
-  if (v.is_int_like() && method == "common") return Value::integer(static_cast<int64_t>(r));
+  if (v.is_int_like() && method == "common") return Value::integer(float_to_int(r));
   return Value::real(r);
 }
 Value f_indent(Interp&, const Value& v, CallArgs& a) {
