@@ -88,6 +88,13 @@ TEST(HostileTemplate, IntOfHugeFloatIsAnError) {
   EXPECT_FALSE(render("{{ '1e23'|int }}").is_ok());
   EXPECT_FALSE(render("{{ 1e23|int }}").is_ok());
   EXPECT_FALSE(render("{{ (-9223372036854775807 - 1) | abs }}").is_ok());
+  // Decimal strings past int64 (found by jinja_fuzz: signed overflow in the digit loop).
+  EXPECT_FALSE(render("{{ '18446744073709551615'|int }}").is_ok());
+  EXPECT_FALSE(render("{{ '-99999999999999999999'|int }}").is_ok());
+  EXPECT_TRUE(render("{{ [{'a': 1}]|map(attribute='18446744073709551615')|list|length }}").is_ok());
+  auto big = render("{{ '9223372036854775807'|int }} {{ '-9223372036854775808'|int }}");
+  ASSERT_TRUE(big.is_ok()) << big.message();
+  EXPECT_EQ(*big, "9223372036854775807 -9223372036854775808");
   auto r = render("{{ '1e3'|int }} {{ '-12'|int }} {{ 2.7|int }} {{ -2.7|int }}");  // jinja2: 1000 -12 2 -2
   ASSERT_TRUE(r.is_ok()) << r.message();
   EXPECT_EQ(*r, "1000 -12 2 -2");

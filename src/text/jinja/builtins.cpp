@@ -130,6 +130,9 @@ std::optional<int64_t> parse_int(const std::string& text) {
       continue;
     }
     if (!std::isdigit(static_cast<unsigned char>(t[k]))) return std::nullopt;
+    // Past int64 (Python's ints are unbounded): not an int64 — int() then takes the float path,
+    // which says OverflowError; an attribute path part is then a name.
+    if (v > (std::numeric_limits<int64_t>::max() - (t[k] - '0')) / 10) return std::nullopt;
     v = v * 10 + (t[k] - '0');
     prev_digit = true;
   }
