@@ -100,5 +100,23 @@ TEST(HostileTemplate, IntOfHugeFloatIsAnError) {
   EXPECT_EQ(*r, "1000 -12 2 -2");
 }
 
+
+// Found by jinja_fuzz (ASan stack-overflow): a macro calling itself with the same argument, each
+// call through a long unary chain, overflowed the C++ stack before the 256-call limit. jinja2 says
+// RecursionError; so do we, and deep nesting in the source is a syntax error.
+TEST(HostileTemplate, DeepRecursionIsAnErrorNotACrash) {
+  const std::string plus(70, '+');
+  expect_error("{% macro f(n) %}{% if n > 0 %}{{ f(n-2) }}None{{" + plus + " f(n-0) }}{% endif %}{% endmacro %}{{ f(6.0) }}",
+               "RecursionError");
+  expect_error("{{ " + std::string(100000, '-') + "1 }}", "nested deeper");
+  expect_error("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}", "nested deeper");
+  std::string blocks;
+  for (int i = 0; i < 2000; ++i) blocks += "{% if true %}";
+  expect_error(blocks, "nested deeper");
+  auto ok = render("{{ " + std::string(100, '-') + "1 }} {{ " + std::string(50, '(') + "2" + std::string(50, ')') + " }}");
+  ASSERT_TRUE(ok.is_ok()) << ok.message();  // jinja2: "1 2"
+  EXPECT_EQ(*ok, "1 2");
+}
+
 }  // namespace
 }  // namespace lily

@@ -44,6 +44,7 @@ static FramePtr child(const FramePtr& parent) {
 }
 
 Flow Interp::exec(const Stmt& s, const FramePtr& f, std::string& out) {
+  DepthGuard guard(depth_);
   try {
     switch (s.kind) {
       case StmtKind::Text: out += s.text; check_size(out.size()); break;
@@ -319,7 +320,20 @@ std::vector<Value> Interp::iterate(const Value& v) {
   throw Error("TypeError: '" + type_name(v) + "' object is not iterable");
 }
 
+// Python's default recursion limit is 1000 frames, and jinja2 spends several per level, so no
+// template that jinja2 renders comes near this; it keeps the C++ stack (8 MiB threads, ASan's larger
+// frames included) from overflowing.
+constexpr int kMaxDepth = 1000;
+
+Interp::DepthGuard::DepthGuard(int& x) : d(x) {
+  if (++d > kMaxDepth) {
+    --d;
+    throw Error("RecursionError: maximum recursion depth exceeded");
+  }
+}
+
 Value Interp::eval(const Expr& e, const FramePtr& f) {
+  DepthGuard guard(depth_);
   switch (e.kind) {
     case ExprKind::Literal: return e.literal;
     case ExprKind::Name: {

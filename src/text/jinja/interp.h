@@ -50,6 +50,12 @@ class Interp {
   int64_t steps_ = 0;   // loop iterations + macro calls so far, bounded by kMaxRenderSteps
   void step(int64_t n = 1);
   int call_depth_ = 0;  // macro nesting; bounded so a runaway recursion is an error, not a crash
+  int depth_ = 0;       // eval/exec recursion in all, bounded (kMaxDepth) for the same reason
+  struct DepthGuard {
+    int& d;
+    explicit DepthGuard(int& x);
+    ~DepthGuard() { --d; }
+  };
   Flow exec_body(const Body& body, const FramePtr& f, std::string& out);
   Flow exec(const Stmt& s, const FramePtr& f, std::string& out);
   void exec_for(const Stmt& s, const FramePtr& f, std::string& out);

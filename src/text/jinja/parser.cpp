@@ -22,6 +22,20 @@ class Parser {
   const std::vector<Token>& t_;
   size_t p_ = 0;
   int loop_depth_ = 0;
+  // Nesting of blocks and expressions (the parser and the renderer recurse on it): bounded so a
+  // hostile template is a syntax error, not a stack overflow.
+  static constexpr int kMaxNesting = 256;
+  int nesting_ = 0;
+  struct Nest {
+    Parser& p;
+    explicit Nest(Parser& q) : p(q) {
+      if (++p.nesting_ > kMaxNesting) {
+        --p.nesting_;
+        p.fail(fmt::format("blocks or expressions nested deeper than {}", kMaxNesting));
+      }
+    }
+    ~Nest() { --p.nesting_; }
+  };
 
   const Token& cur() const { return t_[p_]; }
   const Token& look(size_t k = 1) const { return t_[std::min(p_ + k, t_.size() - 1)]; }
@@ -70,6 +84,7 @@ class Parser {
 
   // ---- statements ----
   Body subparse(const std::vector<std::string>& end_names) {
+    Nest nest(*this);
     Body body;
     while (cur().type != Tok::Eof) {
       const Token& tk = cur();
@@ -263,7 +278,10 @@ class Parser {
     return e;
   }
 
-  ExprPtr parse_expression(bool with_condexpr) { return with_condexpr ? parse_condexpr() : parse_or(); }
+  ExprPtr parse_expression(bool with_condexpr) {
+    Nest nest(*this);
+    return with_condexpr ? parse_condexpr() : parse_or();
+  }
 
   ExprPtr parse_condexpr() {
     int line = cur().line;
@@ -298,6 +316,7 @@ class Parser {
     return left;
   }
   ExprPtr parse_not() {
+    Nest nest(*this);
     if (is_name("not")) {
       int line = next().line;
       auto e = node(ExprKind::Unary, line);
@@ -360,6 +379,7 @@ class Parser {
     return left;
   }
   ExprPtr parse_unary(bool with_filter) {
+    Nest nest(*this);
     int line = cur().line;
     ExprPtr n;
     if (is_op("-") || is_op("+")) {
