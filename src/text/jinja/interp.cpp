@@ -2,6 +2,8 @@
 // statement being executed stamps its line on errors that lack one.
 #include "text/jinja/interp.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "text/jinja/pystr.h"
@@ -15,6 +17,12 @@ Interp::Interp(const Value& context) {
   root_->parent = globals;
   if (context.is_dict())
     for (auto& [k, v] : context.dict->items) root_->vars[k] = v;
+}
+
+Interp::~Interp() {
+  // `{% set ns.me = ns %}` makes a namespace own itself; Python's collector frees that, shared_ptr
+  // does not. Only assignment into a namespace can close such a cycle, so emptying those breaks all.
+  for (auto& d : assigned_namespaces_) d->items.clear();
 }
 
 std::string Interp::render(const Body& body) {
@@ -142,6 +150,8 @@ void Interp::assign(const Expr& target, const Value& v, const FramePtr& f) {
     const Value* ns = f->lookup(target.args[0]->name);
     if (!ns || !ns->is_dict() || !ns->is_namespace)
       throw Error("TemplateRuntimeError: cannot assign attribute on non-namespace object", target.line);
+    if (std::find(assigned_namespaces_.begin(), assigned_namespaces_.end(), ns->dict) == assigned_namespaces_.end())
+      assigned_namespaces_.push_back(ns->dict);
     ns->dict->set(target.name, v);
     return;
   }

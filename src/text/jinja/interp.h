@@ -32,6 +32,9 @@ class Interp {
   // context: the render variables (a Dict value); globals (range, namespace, raise_exception,
   // strftime_now, dict) sit beneath them.
   explicit Interp(const Value& context);
+  ~Interp();  // empties the namespaces assigned to, which may hold themselves (a reference cycle)
+  Interp(const Interp&) = delete;
+  Interp& operator=(const Interp&) = delete;
 
   std::string render(const Body& body);
 
@@ -49,6 +52,7 @@ class Interp {
   FramePtr root_;
   int64_t steps_ = 0;   // loop iterations + macro calls so far, bounded by kMaxRenderSteps
   void step(int64_t n = 1);
+  std::vector<std::shared_ptr<Dict>> assigned_namespaces_;  // see ~Interp
   int call_depth_ = 0;  // macro nesting; bounded so a runaway recursion is an error, not a crash
   int depth_ = 0;       // eval/exec recursion in all, bounded (kMaxDepth) for the same reason
   struct DepthGuard {
