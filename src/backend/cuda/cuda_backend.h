@@ -343,6 +343,7 @@ class CudaBackend final : public Backend {
     uint16_t* qb = nullptr;
     uint16_t *ah = nullptr, *al = nullptr;  // GEMM A split into fp16 hi/lo planes (prefill.cu)
     float* axs = nullptr;
+    float* wy = nullptr;  // chunked DeltaNet WY scratch (gdn_chunk.cu)
     int32_t* pos_host = nullptr;
     int tok_cap = 0, max_tiles = 0;
   } pf_;
