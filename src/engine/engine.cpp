@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/thread_pool.h"
 #include "engine/sequence.h"
 
 namespace lily {
@@ -265,10 +266,18 @@ void Engine::decode_all() {
     }
     return;
   }
+  // Sampling reads a whole vocabulary row per sequence: the rows are sampled in parallel (each
+  // touches only its own sampler), then delivered in order on this thread.
+  std::vector<GenToken> chosen(B);
+  auto choose = [&](size_t b0, size_t b1) {
+    for (size_t b = b0; b < b1; ++b) chosen[b] = rows[b]->choose(all.subspan(b * V, V));
+  };
+  if (B >= 2 && ThreadPool::global().size() > 1) ThreadPool::global().parallel_for(B, 1, choose);
+  else choose(0, B);
   for (size_t b = 0; b < B; ++b) {
     Sequence* s = rows[b];
     s->fed(std::span<const int32_t>(&toks[b], 1));
-    if (!s->on_logits(all.subspan(b * V, V))) retire(*s, true);
+    if (!s->deliver(std::move(chosen[b]))) retire(*s, true);
   }
 }
 

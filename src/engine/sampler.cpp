@@ -8,24 +8,21 @@
 #include <numeric>
 
 #include "core/status.h"
+#include "engine/sample_math.h"
 
 namespace lily {
 
 void compute_logprobs(std::span<const float> logits, int32_t id, int k, SampleResult& out) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (float v : logits) mx = std::max(mx, v);
+  // Exact double log-sum-exp (these values are what the API reports).
+  const float mx = logits[size_t(argmax_fast(logits))];
   double sum = 0.0;
   for (float v : logits) sum += std::exp(double(v) - mx);
-  const double log_z = mx + std::log(sum);
+  const double log_z = double(mx) + std::log(sum);
   out.logprob = float(double(logits[id]) - log_z);
   out.top.clear();
   k = std::clamp(k, 0, 20);
   if (k == 0) return;
-  std::vector<int32_t> idx(logits.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), better);
-  for (int i = 0; i < k; ++i) out.top.push_back({idx[i], float(double(logits[idx[i]]) - log_z)});
+  for (int32_t i : top_k_ids(logits, k)) out.top.push_back({i, float(double(logits[i]) - log_z)});
 }
 
 Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt) : p_(params) {
@@ -60,28 +57,43 @@ void Sampler::apply_penalties(std::span<float> logits) const {
 static double uniform01(std::mt19937_64& rng) { return double(rng() >> 11) * 0x1.0p-53; }
 
 int32_t Sampler::draw(std::span<float> logits) {
-  if (p_.temperature <= 0.0f || p_.top_k == 1) return argmax(logits);
-  const int32_t best = argmax(logits);
-  const double mx = logits[best];
-  const double inv_t = 1.0 / p_.temperature;
+  if (p_.temperature <= 0.0f || p_.top_k == 1) return argmax_fast(logits);
+  const int32_t best = argmax_fast(logits);
+  const float mx = logits[best];
+  const float inv_t = 1.0f / p_.temperature;
+  const size_t V = logits.size();
+  if ((p_.top_k <= 0 || size_t(p_.top_k) >= V) && p_.min_p <= 0.0f && p_.top_p >= 1.0f) {
+    // Nothing to cut: draw in id order with no sort (a flat distribution keeps the whole
+    // vocabulary). Weights exp((l - max)/T) in float, zero below e^-40; sums in double by blocks.
+    constexpr size_t kBlock = 256;
+    wf_.resize(V);
+    softmax_weights(logits, mx, inv_t, -40.0f, wf_.data());
+    const size_t nb = (V + kBlock - 1) / kBlock;
+    w_.resize(nb);
+    block_sums(wf_.data(), V, kBlock, w_.data());
+    double total = 0.0;
+    for (double s : w_) total += s;
+    double u = uniform01(rng_) * total;
+    for (size_t b = 0; b < nb; ++b) {
+      if (u >= w_[b] && b + 1 < nb) {
+        u -= w_[b];
+        continue;
+      }
+      // Within the block (summed in another order, so u may run past its end by rounding:
+      // then the next block continues).
+      for (size_t i = b * kBlock; i < std::min(V, b * kBlock + kBlock); ++i) {
+        u -= wf_[i];
+        if (u < 0.0 && wf_[i] > 0.0f) return int32_t(i);
+      }
+    }
+    return best;
+  }
   // Candidates: everything with a non-negligible weight.
   idx_.clear();
-  for (int32_t i = 0; i < int32_t(logits.size()); ++i)
-    if ((double(logits[i]) - mx) * inv_t > -40.0) idx_.push_back(i);
+  for (int32_t i = 0; i < int32_t(V); ++i)
+    if ((logits[i] - mx) * inv_t > -40.0f) idx_.push_back(i);
   auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   size_t n = idx_.size();
-  if (!(p_.top_k > 0 && size_t(p_.top_k) < n) && p_.min_p <= 0.0f && p_.top_p >= 1.0f) {
-    // Nothing to cut: draw in id order, no sort (a flat distribution keeps the whole vocabulary).
-    double total = 0.0;
-    w_.resize(n);
-    for (size_t i = 0; i < n; ++i) total += (w_[i] = std::exp((double(logits[idx_[i]]) - mx) * inv_t));
-    double u = uniform01(rng_) * total;
-    for (size_t i = 0; i < n; ++i) {
-      u -= w_[i];
-      if (u < 0.0) return idx_[i];
-    }
-    return idx_[n - 1];
-  }
   if (p_.top_k > 0 && size_t(p_.top_k) < n) {
     std::partial_sort(idx_.begin(), idx_.begin() + p_.top_k, idx_.end(), better);
     n = size_t(p_.top_k);
@@ -90,7 +102,7 @@ int32_t Sampler::draw(std::span<float> logits) {
   }
   std::vector<double> w(n);
   double total = 0.0;
-  for (size_t i = 0; i < n; ++i) total += (w[i] = std::exp((double(logits[idx_[i]]) - mx) * inv_t));
+  for (size_t i = 0; i < n; ++i) total += (w[i] = std::exp((double(logits[idx_[i]]) - mx) * double(inv_t)));
   // min-p: drop tokens less likely than min_p times the best one (w[0] is the best, = 1).
   if (p_.min_p > 0.0f) {
     size_t keep = 1;

@@ -58,7 +58,8 @@ class Sampler {
   std::unordered_map<int32_t, int> generated_counts_;  // for presence/frequency
   std::unordered_map<int32_t, int> seen_;               // prompt + generated, for repetition
   std::vector<int32_t> idx_;                            // scratch: candidate ids
-  std::vector<double> w_;                               // scratch: candidate weights
+  std::vector<float> wf_;                               // scratch: weight of every id
+  std::vector<double> w_;                               // scratch: block sums of the weights
 };
 
 // log_softmax of `logits` at `id`, and the top `k` entries (k <= 20), from raw logits.

@@ -67,10 +67,7 @@ CacheEntry Sequence::release(bool ok) {
   return e;
 }
 
-bool Sequence::on_logits(std::span<float> logits) {
-  auto emit = [&](GenEvent&& ev) {
-    if (req_->on_event) req_->on_event(std::move(ev));
-  };
+GenToken Sequence::choose(std::span<float> logits) {
   GenToken tok;
   if (!pending_.empty()) {
     tok.id = pending_.front();
@@ -92,6 +89,15 @@ bool Sequence::on_logits(std::span<float> logits) {
       injected_ = true;
     }
   }
+  return tok;
+}
+
+bool Sequence::on_logits(std::span<float> logits) { return deliver(choose(logits)); }
+
+bool Sequence::deliver(GenToken tok) {
+  auto emit = [&](GenEvent&& ev) {
+    if (req_->on_event) req_->on_event(std::move(ev));
+  };
   usage_.completion_tokens++;
   stats_.completion_tokens++;
   const int32_t id = tok.id;

@@ -48,6 +48,11 @@ class Sequence {
   // Logits of the last fed token: choose the next token, emit its event, and either keep going
   // (next_token() set) or finish (the final event emitted). Returns !finished().
   bool on_logits(std::span<float> logits);
+  // on_logits in two halves: choose() touches only this sequence's sampler and pending tokens
+  // (so the engine runs it for several sequences at once); deliver() emits the event, applies
+  // the stop rules and usage (engine thread, one sequence at a time).
+  GenToken choose(std::span<float> logits);
+  bool deliver(GenToken tok);
   // Ends the request now with the final event (text flushed only for kStop/kLength).
   void finish(FinishReason why, std::string text = {}, std::string error = {});
   // Hands the state back (for the prefix cache): with its tokens if ok, emptied if not.
