@@ -19,6 +19,23 @@ Status Backend::forward_batch(std::span<SeqState* const> states, std::span<const
   return Status::ok();
 }
 
+Status Backend::decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,
+                            std::span<const DrawSpec> spec, std::span<Drawn> out) {
+  const size_t B = states.size();
+  if (tokens.size() != B || spec.size() != B || out.size() != B)
+    return errorf("decode_draw: {} states, {} tokens, {} specs, {} outputs", B, tokens.size(), spec.size(), out.size());
+  if (B == 0) return Status::ok();
+  if (vocab_size() <= 0) return errorf("decode_draw: backend {} does not report its vocabulary size", name());
+  const size_t V = size_t(vocab_size());
+  std::vector<float> logits(B * V);
+  if (B == 1) LILY_TRY(forward(*states[0], tokens, logits));
+  else LILY_TRY(forward_batch(states, tokens, logits));
+  std::vector<float> w;
+  std::vector<double> sums;
+  for (size_t b = 0; b < B; ++b) draw_row(std::span<const float>(logits.data() + b * V, V), spec[b], out[b], w, sums);
+  return Status::ok();
+}
+
 Status Backend::decode_greedy(SeqState& state, int32_t first, int n_steps, std::vector<int32_t>& out,
                               std::vector<double>* avail_s) {
   using clock = std::chrono::steady_clock;

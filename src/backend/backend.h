@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/draw.h"
 #include "model/model.h"
 #include "model/weights.h"
 
@@ -27,6 +28,11 @@ class Backend {
   // forward() per row; backends override it to read each weight once for all rows.
   virtual Status forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
                                std::span<float> logits);
+  // One decode step for rows as forward_batch, each row's next token drawn as spec[b] says
+  // (model/draw.h) where the logits are, instead of returning them. Default: forward (one row) or
+  // forward_batch into host logits, then draw_row on the host. CUDA draws on the device.
+  virtual Status decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,
+                             std::span<const DrawSpec> spec, std::span<Drawn> out);
   // Greedy decode loop: feeds `first`, then each step's argmax (lowest id on ties), for n_steps
   // steps; out[i] = argmax after step i, so the state consumes first, out[0..n-2]. If `avail_s`
   // is given it receives, per step, the seconds from the call until out[i] was on the host.

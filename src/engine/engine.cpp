@@ -244,26 +244,56 @@ bool Engine::prefill_some() {
   return did;
 }
 
+void Engine::fail_rows(const std::vector<Sequence*>& rows, const Status& st) {
+  spdlog::error("decode step of {} rows failed: {}", rows.size(), st.message());
+  for (Sequence* s : rows) {
+    s->finish(FinishReason::kError, "", st.message());
+    retire(*s, false);
+  }
+}
+
 void Engine::decode_all() {
   std::vector<Sequence*> rows;
   for (auto& s : active_)
     if (s->decoding()) rows.push_back(s.get());
   if (rows.empty()) return;
   const size_t V = size_t(model_.config().vocab_size), B = rows.size();
-  if (logits_.size() < B * V) logits_.resize(B * V);
   std::vector<SeqState*> states(B);
   std::vector<int32_t> toks(B);
   for (size_t b = 0; b < B; ++b) states[b] = &rows[b]->state(), toks[b] = rows[b]->next_token();
+  // Rows whose requests need nothing but the raw logits are drawn by the backend where the logits
+  // are (a GPU returns a few bytes per row); a step with any other row takes whole logits rows.
+  static const bool host_only = [] {
+    const char* e = std::getenv("LILY_HOST_SAMPLING");
+    return e && *e == '1';
+  }();
+  bool all_drawable = !host_only;
+  for (size_t b = 0; b < B && all_drawable; ++b) all_drawable = rows[b]->device_drawable();
+  if (all_drawable) {
+    std::vector<DrawSpec> spec(B);
+    std::vector<Drawn> drawn(B);
+    for (size_t b = 0; b < B; ++b) spec[b] = rows[b]->device_spec();
+    Status st = model_.decode_draw(states, toks, spec, drawn);
+    stats_.decode_steps++;
+    stats_.decode_rows += B;
+    if (!st) {
+      fail_rows(rows, st);
+      return;
+    }
+    for (size_t b = 0; b < B; ++b) {
+      Sequence* s = rows[b];
+      s->fed(std::span<const int32_t>(&toks[b], 1));
+      if (!s->deliver_drawn(drawn[b])) retire(*s, true);
+    }
+    return;
+  }
+  if (logits_.size() < B * V) logits_.resize(B * V);
   std::span<float> all(logits_.data(), B * V);
   Status st = B == 1 ? model_.forward(*states[0], toks, all) : model_.forward_batch(states, toks, all);
   stats_.decode_steps++;
   stats_.decode_rows += B;
   if (!st) {
-    spdlog::error("decode step of {} rows failed: {}", B, st.message());
-    for (Sequence* s : rows) {
-      s->finish(FinishReason::kError, "", st.message());
-      retire(*s, false);
-    }
+    fail_rows(rows, st);
     return;
   }
   // Sampling reads a whole vocabulary row per sequence: the rows are sampled in parallel (each

@@ -8,16 +8,12 @@
 #include <numeric>
 
 #include "core/status.h"
-#include "engine/sample_math.h"
+#include "core/sample_math.h"
 
 namespace lily {
 
 void compute_logprobs(std::span<const float> logits, int32_t id, int k, SampleResult& out) {
-  // Exact double log-sum-exp (these values are what the API reports).
-  const float mx = logits[size_t(argmax_fast(logits))];
-  double sum = 0.0;
-  for (float v : logits) sum += std::exp(double(v) - mx);
-  const double log_z = double(mx) + std::log(sum);
+  const double log_z = log_sum_exp(logits);  // exact, in double: these values are what the API reports
   out.logprob = float(double(logits[id]) - log_z);
   out.top.clear();
   k = std::clamp(k, 0, 20);
@@ -62,32 +58,7 @@ int32_t Sampler::draw(std::span<float> logits) {
   const float mx = logits[best];
   const float inv_t = 1.0f / p_.temperature;
   const size_t V = logits.size();
-  if ((p_.top_k <= 0 || size_t(p_.top_k) >= V) && p_.min_p <= 0.0f && p_.top_p >= 1.0f) {
-    // Nothing to cut: draw in id order with no sort (a flat distribution keeps the whole
-    // vocabulary). Weights exp((l - max)/T) in float, zero below e^-40; sums in double by blocks.
-    constexpr size_t kBlock = 256;
-    wf_.resize(V);
-    softmax_weights(logits, mx, inv_t, -40.0f, wf_.data());
-    const size_t nb = (V + kBlock - 1) / kBlock;
-    w_.resize(nb);
-    block_sums(wf_.data(), V, kBlock, w_.data());
-    double total = 0.0;
-    for (double s : w_) total += s;
-    double u = uniform01(rng_) * total;
-    for (size_t b = 0; b < nb; ++b) {
-      if (u >= w_[b] && b + 1 < nb) {
-        u -= w_[b];
-        continue;
-      }
-      // Within the block (summed in another order, so u may run past its end by rounding:
-      // then the next block continues).
-      for (size_t i = b * kBlock; i < std::min(V, b * kBlock + kBlock); ++i) {
-        u -= wf_[i];
-        if (u < 0.0 && wf_[i] > 0.0f) return int32_t(i);
-      }
-    }
-    return best;
-  }
+  if (plain_draw()) return draw_inverse_cdf(logits, best, inv_t, uniform01(rng_), wf_, w_);
   // Candidates: everything with a non-negligible weight.
   idx_.clear();
   for (int32_t i = 0; i < int32_t(V); ++i)
@@ -127,6 +98,24 @@ int32_t Sampler::draw(std::span<float> logits) {
     if (u < 0.0) return idx_[i];
   }
   return idx_[n - 1];
+}
+
+bool Sampler::plain_draw() const { return p_.top_k <= 0 && p_.min_p <= 0.0f && p_.top_p >= 1.0f; }
+
+bool Sampler::device_drawable() const {
+  const bool no_penalty = p_.repetition_penalty == 1.0f && p_.presence_penalty == 0.0f && p_.frequency_penalty == 0.0f;
+  const bool greedy = p_.temperature <= 0.0f || p_.top_k == 1;
+  return no_penalty && (greedy || plain_draw()) && p_.top_logprobs <= kMaxDrawTop;
+}
+
+DrawSpec Sampler::device_spec() {
+  DrawSpec d;
+  d.top_logprobs = p_.top_logprobs;
+  if (!(p_.temperature <= 0.0f || p_.top_k == 1)) {
+    d.inv_t = 1.0f / p_.temperature;
+    d.u = uniform01(rng_);  // the draw sample() would take from the stream
+  }
+  return d;
 }
 
 SampleResult Sampler::sample(std::span<float> logits) {

@@ -2,6 +2,7 @@
 // seeded draw. Temperature 0 is greedy (ties to the lowest id, like the model's argmax), so a
 // request with a seed, or at temperature 0, is reproducible run to run.
 #pragma once
+#include "model/draw.h"
 #include "model/logits.h"  // argmax: ties go to the lowest id
 #include <cstdint>
 #include <optional>
@@ -49,8 +50,18 @@ class Sampler {
   // Records a token that was fed without sampling (forced output), for the penalties.
   void accept(int32_t id);
 
+  // Whether this request's draws need nothing but the raw logits (no penalties, no top-k/top-p/
+  // min-p cut, at most kMaxDrawTop log-probabilities), so a backend can make them where the
+  // logits are (model/draw.h).
+  bool device_drawable() const;
+  // The spec of the next draw (requires device_drawable()), taking the uniform from this
+  // sampler's generator exactly as sample() would: the same seed gives the same tokens either
+  // way. Call accept() with the drawn id after.
+  DrawSpec device_spec();
+
  private:
   void apply_penalties(std::span<float> logits) const;
+  bool plain_draw() const;  // a temperature draw with no cut: draw_inverse_cdf
   int32_t draw(std::span<float> logits);
 
   SamplingParams p_;

@@ -84,12 +84,28 @@ GenToken Sequence::choose(std::span<float> logits) {
     tok.id = r.id;
     tok.logprob = r.logprob;
     tok.top = std::move(r.top);
-    if (!injected_ && req_->inject_after && r.id == *req_->inject_after) {
-      pending_.assign(req_->inject_tokens.begin(), req_->inject_tokens.end());
-      injected_ = true;
-    }
+    sampled(r.id);
   }
   return tok;
+}
+
+void Sequence::sampled(int32_t id) {
+  if (!injected_ && req_->inject_after && id == *req_->inject_after) {
+    pending_.assign(req_->inject_tokens.begin(), req_->inject_tokens.end());
+    injected_ = true;
+  }
+}
+
+bool Sequence::deliver_drawn(const Drawn& d) {
+  GenToken tok;
+  tok.id = d.id;
+  if (req_->sampling.top_logprobs >= 0) {
+    tok.logprob = d.logprob;
+    for (int i = 0; i < d.n_top; ++i) tok.top.push_back({d.top_id[i], d.top_logprob[i]});
+  }
+  sampler_.accept(d.id);
+  sampled(d.id);
+  return deliver(std::move(tok));
 }
 
 bool Sequence::on_logits(std::span<float> logits) { return deliver(choose(logits)); }

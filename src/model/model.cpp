@@ -67,6 +67,20 @@ Status Model::forward_batch(std::span<SeqState* const> states, std::span<const i
   return impl_->backend->forward_batch(states, tokens, logits);
 }
 
+Status Model::decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,
+                          std::span<const DrawSpec> spec, std::span<Drawn> out) {
+  if (states.size() != tokens.size() || spec.size() != states.size() || out.size() != states.size())
+    return errorf("decode_draw: {} states, {} tokens, {} specs, {} outputs", states.size(), tokens.size(), spec.size(),
+                  out.size());
+  for (size_t i = 0; i < states.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (states[i] == states[j]) return errorf("decode_draw: rows {} and {} share one state", j, i);
+  for (const auto& d : spec)
+    if (!(d.inv_t >= 0.0f) || !(d.u >= 0.0 && d.u < 1.0) || d.top_logprobs > kMaxDrawTop)
+      return errorf("decode_draw: bad spec (inv_t {}, u {}, top_logprobs {})", d.inv_t, d.u, d.top_logprobs);
+  return impl_->backend->decode_draw(states, tokens, spec, out);
+}
+
 Status Model::decode_greedy(SeqState& state, int32_t first, int n_steps, std::vector<int32_t>& out,
                             std::vector<double>* avail_s) {
   if (impl_->backend->vocab_size() > 0) return impl_->backend->decode_greedy(state, first, n_steps, out, avail_s);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/draw.h"
 #include "io/config.h"
 
 namespace lily {
@@ -51,6 +52,10 @@ class Model {
   // *states[b]; logits is [B, vocab] fp32. Rows are independent: each gets what forward() would
   // give it alone.
   Status forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens, std::span<float> logits);
+  // One decode step as forward_batch, drawing each row's next token as spec[b] says (model/draw.h)
+  // where the logits are; out[b] receives it. Same rows-are-independent contract.
+  Status decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens, std::span<const DrawSpec> spec,
+                     std::span<Drawn> out);
   // Greedy loop on the backend (CUDA: depth-2 pipelined graph replays): feeds `first`, then each
   // step's argmax, n_steps times; out[i] = argmax after step i. avail_s (optional): per step, the
   // seconds from the call until out[i] reached the host.

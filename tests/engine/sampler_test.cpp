@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
 
 #include "engine/sampler.h"
@@ -72,6 +73,47 @@ TEST(Sampler, UnfilteredDrawFollowsSoftmaxAcrossBlocks) {
   for (auto& [id, c] : h)
     if (std::find(std::begin(heavy), std::end(heavy), id) == std::end(heavy)) others += c;
   EXPECT_NEAR(others / double(n), rest, 4 * std::sqrt(rest * (1 - rest) / n) + 1e-3);
+}
+
+TEST(Sampler, DeviceSpecDrawsWhatSampleDraws) {
+  // A backend drawing with device_spec() + draw_row must give the same ids, log-probabilities
+  // and alternatives as sample() for the same seed, greedy and at a temperature; requests with
+  // penalties or cuts are not device-drawable.
+  std::mt19937 g(11);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  for (float temp : {0.0f, 0.8f, 1.3f}) {
+    SamplingParams p;
+    p.temperature = temp;
+    p.seed = 99;
+    p.top_logprobs = 3;
+    Sampler host(p, {}), dev(p, {});
+    ASSERT_TRUE(dev.device_drawable());
+    std::vector<float> w;
+    std::vector<double> sums;
+    for (int step = 0; step < 40; ++step) {
+      std::vector<float> l(5000);
+      for (auto& v : l) v = nd(g);
+      auto lh = l;
+      const SampleResult r = host.sample(lh);
+      Drawn d;
+      draw_row(l, dev.device_spec(), d, w, sums);
+      dev.accept(d.id);
+      ASSERT_EQ(d.id, r.id) << "temp " << temp << " step " << step;
+      ASSERT_TRUE(r.logprob);
+      EXPECT_FLOAT_EQ(d.logprob, *r.logprob);
+      ASSERT_EQ(d.n_top, int(r.top.size()));
+      for (int i = 0; i < d.n_top; ++i) EXPECT_EQ(d.top_id[i], r.top[size_t(i)].id);
+    }
+  }
+  for (auto tweak : {0, 1, 2, 3, 4}) {
+    SamplingParams p;
+    if (tweak == 0) p.top_p = 0.9f;
+    if (tweak == 1) p.top_k = 40;
+    if (tweak == 2) p.presence_penalty = 0.5f;
+    if (tweak == 3) p.repetition_penalty = 1.1f;
+    if (tweak == 4) p.top_logprobs = kMaxDrawTop + 1;
+    EXPECT_FALSE(Sampler(p, {}).device_drawable()) << tweak;
+  }
 }
 
 TEST(Sampler, TopKAndTopPAndMinP) {

@@ -9,7 +9,7 @@
 #include <numeric>
 #include <random>
 
-#include "engine/sample_math.h"
+#include "core/sample_math.h"
 
 namespace lily {
 namespace {

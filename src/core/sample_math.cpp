@@ -1,10 +1,15 @@
 // See sample_math.h. Four-lane GCC vector extensions: SSE2 on the baseline x86-64 build; the
 // results do not depend on the lane count.
-#include "engine/sample_math.h"
+#include "core/sample_math.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
+
+// Every product and sum separately rounded (no FMA contraction where the target has FMA), as the
+// CUDA draw kernel computes them with __fmul_rn / __fadd_rn.
+#pragma GCC optimize("fp-contract=off")
 
 namespace lily {
 namespace {
@@ -130,6 +135,40 @@ std::vector<int32_t> top_k_ids(std::span<const float> x, int k) {
     if (int(best.size()) == k) kth = x[size_t(best.back())];
   }
   return best;
+}
+
+double log_sum_exp(std::span<const float> x) {
+  if (x.empty()) return -INFINITY;
+  const double mx = x[size_t(argmax_fast(x))];
+  double sum = 0.0;
+  for (float v : x) sum += std::exp(double(v) - mx);
+  return mx + std::log(sum);
+}
+
+int32_t draw_inverse_cdf(std::span<const float> logits, int32_t argmax_id, float inv_t, double u, std::vector<float>& w,
+                         std::vector<double>& sums) {
+  const size_t V = logits.size();
+  w.resize(V);
+  softmax_weights(logits, logits[size_t(argmax_id)], inv_t, -40.0f, w.data());
+  const size_t nb = (V + kDrawBlock - 1) / kDrawBlock;
+  sums.resize(nb);
+  block_sums(w.data(), V, kDrawBlock, sums.data());
+  double total = 0.0;
+  for (double s : sums) total += s;
+  u *= total;
+  for (size_t b = 0; b < nb; ++b) {
+    if (u >= sums[b] && b + 1 < nb) {
+      u -= sums[b];
+      continue;
+    }
+    // Within the block (summed in another order, so u may run past its end by rounding: then
+    // the next block continues).
+    for (size_t i = b * kDrawBlock; i < std::min(V, b * kDrawBlock + kDrawBlock); ++i) {
+      u -= w[i];
+      if (u < 0.0 && w[i] > 0.0f) return int32_t(i);
+    }
+  }
+  return argmax_id;
 }
 
 }  // namespace lily
