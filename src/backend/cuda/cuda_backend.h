@@ -231,6 +231,11 @@ class CudaBackend final : public Backend {
     return 2.0 * n * reps / (ms * 1e-3) / 1e9;
   }
 
+  // One decode step drawing each row's next token on the device (draw_backend.cu): one row
+  // replays the decode graph, then draw.cu's kernel reads the logits where they are.
+  Status decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,
+                     std::span<const DrawSpec> spec, std::span<Drawn> out) override;
+
   // Appends M >= 1 validated tokens to st (advancing st.n) and, if logits is non-empty, writes
   // the last token's logits. Defined in prefill.cu.
   Status prefill(CudaSeqState& st, std::span<const int32_t> tokens, std::span<float> logits);
@@ -334,6 +339,11 @@ class CudaBackend final : public Backend {
   int32_t* feed_ = nullptr;
   int feed_cap_ = 0;
   int32_t* pinned_tok_ = nullptr;
+  // decode_draw (draw_backend.cu): device specs and results for up to draw_cap_ rows, weights scratch.
+  DrawSpec* draw_spec_ = nullptr;
+  Drawn* draw_out_ = nullptr;
+  void* draw_scratch_ = nullptr;
+  int draw_cap_ = 0;
   // Prefill scratch (prefill.cu), allocated on first use for chunks of up to pf_cap_ tokens.
   struct PfScratch {
     int32_t *tok = nullptr, *topk_ids = nullptr, *slot_tok = nullptr, *slot_of = nullptr, *tiles = nullptr, *rscratch = nullptr;

@@ -1,0 +1,165 @@
+// Decode tokens drawn on the GPU (src/backend/cuda/draw.cu) against model/draw.cpp's host draw_row
+// on the same logits: the id must be identical (the kernel computes the host's weights and double
+// sums op for op), log-probabilities within 2e-6 and the alternatives' ids identical. Rows: the real
+// vocabulary (248,320) and edge sizes, random / flat / tied / peaked logits, greedy and three
+// temperatures, u from 0 to 1 − 2^-53, 0 / 5 / 20 log-probabilities. Then the backend path: a tiny
+// model's CUDA decode_draw equals CUDA forward + host draw_row step for step. Skips loudly
+// without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/draw.h"
+#include "model/synthetic_weights.h"
+
+#ifdef LILY_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "backend/cuda/draw.h"
+#endif
+
+namespace lily {
+namespace {
+
+#ifdef LILY_HAVE_CUDA
+bool gpu(std::string& why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    why = e != cudaSuccess ? cudaGetErrorString(e) : "0 devices";
+    return false;
+  }
+  return true;
+}
+
+void draw_case(int V, int B, int kind, uint32_t seed, int* rows_checked) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd(0.f, 3.f);
+  std::uniform_real_distribution<double> ud(0.0, 1.0);
+  std::vector<float> l(size_t(B) * V);
+  for (auto& v : l) v = nd(g);
+  if (kind == 1) std::fill(l.begin(), l.end(), 0.25f);  // flat: every id a candidate, ties everywhere
+  if (kind == 2)                                         // peaked with a tie at the top
+    for (int b = 0; b < B; ++b) l[size_t(b) * V + size_t(V / 3)] = l[size_t(b) * V + size_t(V / 2)] = 60.f;
+  std::vector<DrawSpec> spec(size_t(B));
+  const float temps[4] = {0.0f, 0.7f, 1.0f, 1.6f};
+  const int tops[3] = {-1, 5, 20};
+  for (int b = 0; b < B; ++b) {
+    spec[size_t(b)].inv_t = temps[b % 4] > 0 ? 1.0f / temps[b % 4] : 0.0f;
+    spec[size_t(b)].u = b == 1 ? 0.0 : b == 2 ? 1.0 - 0x1.0p-53 : ud(g);
+    spec[size_t(b)].top_logprobs = std::min(tops[(b / 4) % 3], V);
+  }
+  float* dl = nullptr;
+  DrawSpec* ds = nullptr;
+  Drawn* dout = nullptr;
+  void* scratch = nullptr;
+  ASSERT_EQ(cudaMalloc(&dl, l.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&ds, spec.size() * sizeof(DrawSpec)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dout, size_t(B) * sizeof(Drawn)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&scratch, cuda::draw_scratch_bytes(B, V)), cudaSuccess);
+  cudaMemcpy(dl, l.data(), l.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(ds, spec.data(), spec.size() * sizeof(DrawSpec), cudaMemcpyHostToDevice);
+  Status st = cuda::draw_rows(dl, B, V, ds, dout, scratch, nullptr);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  std::vector<Drawn> got(size_t(B));
+  ASSERT_EQ(cudaMemcpy(got.data(), dout, size_t(B) * sizeof(Drawn), cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(dl), cudaFree(ds), cudaFree(dout), cudaFree(scratch);
+  std::vector<float> w;
+  std::vector<double> sums;
+  for (int b = 0; b < B; ++b) {
+    Drawn want;
+    draw_row(std::span<const float>(l.data() + size_t(b) * V, size_t(V)), spec[size_t(b)], want, w, sums);
+    const Drawn& d = got[size_t(b)];
+    const std::string what = "V " + std::to_string(V) + " kind " + std::to_string(kind) + " row " + std::to_string(b) +
+                             " inv_t " + std::to_string(spec[size_t(b)].inv_t) + " u " + std::to_string(spec[size_t(b)].u);
+    ASSERT_EQ(d.id, want.id) << what;
+    if (spec[size_t(b)].top_logprobs >= 0) {
+      EXPECT_NEAR(d.logprob, want.logprob, 2e-6) << what;
+      ASSERT_EQ(d.n_top, want.n_top) << what;
+      for (int i = 0; i < d.n_top; ++i) {
+        EXPECT_EQ(d.top_id[i], want.top_id[i]) << what << " top " << i;
+        EXPECT_NEAR(d.top_logprob[i], want.top_logprob[i], 2e-6) << what << " top " << i;
+      }
+    }
+    ++*rows_checked;
+  }
+}
+#endif
+
+TEST(CudaDraw, DeviceDrawEqualsHostDrawRow) {
+#ifndef LILY_HAVE_CUDA
+  GTEST_SKIP() << "no CUDA device: lily was built without the CUDA backend (no nvcc)";
+#else
+  std::string why;
+  if (!gpu(why)) GTEST_SKIP() << "no CUDA device: " << why;
+  int rows = 0;
+  for (int kind = 0; kind < 3; ++kind) {
+    draw_case(248320, 24, kind, 1 + kind, &rows);
+    draw_case(1000, 24, kind, 7 + kind, &rows);
+    draw_case(257, 12, kind, 9 + kind, &rows);
+    draw_case(3, 12, kind, 11 + kind, &rows);
+  }
+  for (uint32_t s = 0; s < 8; ++s) draw_case(248320, 64, 0, 100 + s, &rows);  // many u on the real vocabulary
+  std::printf("device draw == host draw_row: %d rows\n", rows);
+#endif
+}
+
+TEST(CudaDraw, BackendDecodeDrawEqualsForwardPlusHostDraw) {
+#ifndef LILY_HAVE_CUDA
+  GTEST_SKIP() << "no CUDA device: lily was built without the CUDA backend (no nvcc)";
+#else
+  std::string why;
+  if (!gpu(why)) GTEST_SKIP() << "no CUDA device: " << why;
+  auto cfg = synthetic_config("tiny");
+  ASSERT_TRUE(cfg.is_ok());
+  auto sw = make_synthetic_weights(*cfg, 7);
+  auto be = make_cuda_backend(sw->w, false);
+  ASSERT_TRUE(be.is_ok()) << be.message();
+  const int V = cfg->vocab_size;
+  for (int B : {1, 3}) {
+    std::vector<std::unique_ptr<SeqState>> a, r;
+    std::vector<SeqState*> pa, pr;
+    std::vector<int32_t> tok(size_t(B));
+    std::vector<float> lg(size_t(V));
+    for (int b = 0; b < B; ++b) {
+      a.push_back(std::move((*be)->new_state(64).value()));
+      r.push_back(std::move((*be)->new_state(64).value()));
+      std::vector<int32_t> prompt = {int32_t(11 + b), 502, int32_t(1000 + 7 * b), 9, 77};
+      ASSERT_TRUE((*be)->forward(*a.back(), prompt, {}).is_ok());
+      ASSERT_TRUE((*be)->forward(*r.back(), prompt, {}).is_ok());
+      pa.push_back(a.back().get()), pr.push_back(r.back().get());
+      tok[size_t(b)] = int32_t(300 + b);
+    }
+    std::mt19937 g(5);
+    std::uniform_real_distribution<double> ud(0.0, 1.0);
+    std::vector<float> w;
+    std::vector<double> sums;
+    for (int step = 0; step < 8; ++step) {
+      std::vector<DrawSpec> spec(size_t(B));
+      for (int b = 0; b < B; ++b) {
+        spec[size_t(b)].inv_t = (step + b) % 3 == 0 ? 0.0f : 1.0f / (0.5f + 0.3f * float(b));
+        spec[size_t(b)].u = ud(g);
+        spec[size_t(b)].top_logprobs = (step + b) % 2 ? 4 : -1;
+      }
+      std::vector<Drawn> got(size_t(B));
+      Status st = (*be)->decode_draw(pa, tok, spec, got);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      for (int b = 0; b < B; ++b) {
+        ASSERT_TRUE((*be)->forward(*pr[size_t(b)], std::span<const int32_t>(&tok[size_t(b)], 1), lg).is_ok());
+        Drawn want;
+        draw_row(lg, spec[size_t(b)], want, w, sums);
+        ASSERT_EQ(got[size_t(b)].id, want.id) << "B " << B << " step " << step << " row " << b;
+        if (spec[size_t(b)].top_logprobs >= 0) EXPECT_NEAR(got[size_t(b)].logprob, want.logprob, 2e-6);
+        tok[size_t(b)] = want.id;
+      }
+    }
+  }
+#endif
+}
+
+}  // namespace
+}  // namespace lily
