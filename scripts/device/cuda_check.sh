@@ -42,8 +42,8 @@ if [[ $phase == phase1 || $phase == all ]]; then
     grep -E 'FAIL|PASSED|rc ' "$OUT/ops_extra$n.txt" | tail -4
   done
   if [[ ${ATTN_OLD:-0} == 1 ]]; then
-    log "attention ops, per-position split kernel (LILY_ATTN_TILE=0)"
-    run_t ops_attn_old 100 'CudaOps.Attention' LILY_ATTN_TILE=0
+    log "attention ops, per-position split kernel (LILY_ATTN_CHUNK=0)"
+    run_t ops_attn_old 100 'CudaOps.Attention' LILY_ATTN_CHUNK=0
     grep -E 'FAIL|PASSED|rc ' "$OUT/ops_attn_old.txt" | tail -4
   fi
   log "tiny model (fp32 and bf16 K/V states)"

@@ -430,13 +430,40 @@ TEST(CudaOps, TopKLogprobs) {
 }
 
 // ---------------------------------------------------------------- MoE gate_up + down_combine
-void moe_case(int E, int H, int I, int Is, int k) {
+// Reference routing (as the CPU forward): softmax fp32 over l[0..E), top-k by p (ties → lowest id),
+// renormalized when norm; w[k] = σ(l[E]) (the shared-expert gate).
+void ref_route(const std::vector<float>& l, int E, int k, bool norm, std::vector<int32_t>& ids, std::vector<float>& w) {
+  const float mx = *std::max_element(l.begin(), l.begin() + E);
+  std::vector<float> p(E);
+  float sum = 0;
+  for (int e = 0; e < E; ++e) sum += (p[e] = std::exp(l[e] - mx));
+  for (int e = 0; e < E; ++e) p[e] /= sum;
+  std::vector<int> idx(E);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+  float tsum = 0;
+  for (int j = 0; j < k; ++j) tsum += p[idx[j]];
+  ids.assign(idx.begin(), idx.begin() + k);
+  w.resize(k + 1);
+  for (int j = 0; j < k; ++j) w[j] = norm ? p[idx[j]] / tsum : p[idx[j]];
+  w[k] = 1.0f / (1.0f + std::exp(-l[E]));
+}
+
+// route: 0 = expert ids and weights given (the router epilogue's path); 1 = routing in the MoE
+// kernels from random router logits; 2 = the same with tied logits (lowest id first) and no
+// renormalization.
+void moe_case(int E, int H, int I, int Is, int k, int route = 0) {
   HostQ G(E * I, H, 4), U(E * I, H, 4), Dn(E * H, I, 4, 0.5f), SG(Is, H, 4), SU(Is, H, 4), SD(H, Is, 4, 0.5f);
   DevQ dG({&G.w}), dU({&U.w}), dD({&Dn.w}), dSGU({&SG.w, &SU.w}), dSD({&SD.w});
   auto x = rand_bf16(H);
   std::vector<int32_t> ids(k);
-  std::vector<float> wts(k + 1);
-  {
+  std::vector<float> wts(k + 1), logits;
+  if (route) {
+    logits = rand_bf16(E + 1, 2.f);
+    if (route == 2)  // ties: the top logit again at lower ids, and a tied pair further down
+      for (int j = 0; j < std::min(k, E / 2); j += 2) logits[j] = *std::max_element(logits.begin(), logits.begin() + E);
+    ref_route(logits, E, k, route == 1, ids, wts);
+  } else {
     std::vector<int> perm(E);
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng());
@@ -469,16 +496,29 @@ void moe_case(int E, int H, int I, int Is, int k) {
 
   DBuf<float> dx(x), dact(size_t(k) * I + Is), dout(H);
   DBuf<int32_t> di(ids);
-  DBuf<float> dw(wts);
+  DBuf<float> dw(wts), dl(std::max<size_t>(logits.size(), 1));
   cuda::MoeArgs a{};
   a.gate = dG.q, a.up = dU.q, a.down = dD.q, a.sh_gate_up = dSGU.q, a.sh_down = dSD.q;
   a.topk_ids = di.p, a.topk_w = dw.p, a.top_k = k, a.H = H, a.I = I, a.Is = Is, a.x = dx.p, a.act = dact.p, a.out = dout.p;
+  if (route) {  // ids/weights buffers poisoned: the kernels must route from the logits
+    dl.up(logits);
+    cudaMemset(di.p, 0xFF, di.n * 4), cudaMemset(dw.p, 0xFF, dw.n * 4);
+    a.logits = dl.p, a.n_experts = E, a.norm_topk = route == 1, a.ids_out = di.p, a.w_out = dw.p;
+  }
   ASSERT_TRUE(cuda::moe_gate_up(a, nullptr).is_ok());
   ASSERT_TRUE(cuda::moe_down_combine(a, nullptr).is_ok());
   const std::string sh = "E" + std::to_string(E) + " H" + std::to_string(H) + " I" + std::to_string(I) + " Is" +
-                         std::to_string(Is) + " k" + std::to_string(k);
+                         std::to_string(Is) + " k" + std::to_string(k) +
+                         (route == 1 ? " routed here" : route == 2 ? " routed here, ties, no renorm" : "");
   check("moe gate+up+swiglu (k+shared)", sh, dact.down(), ref_act, 1e-4f, 1e-3f);
   check("moe down+combine+σ·shared", sh, dout.down(), out, 1e-4f, 1e-3f);
+  if (route) {
+    auto gi = di.down();
+    check("moe routing: top-k ids (down block 0)", sh, std::vector<float>(gi.begin(), gi.end()),
+          std::vector<float>(ids.begin(), ids.end()), 0, 0);
+    check("moe routing: weights+σ(shared)", sh, dw.down(), wts, 1e-6f, 1e-5f);
+    return;
+  }
   // Again with the L2 prefetch hints the decode step uses (chosen experts' down rows, later weights).
   a.pf_down = true;
   a.pf.add(dG.q.codes, uint64_t(dG.q.rows) * H / 2);
@@ -498,6 +538,19 @@ TEST(CudaOps, Moe) {
   moe_case(16, 320, 64, 128, 4);   // wide-seed23 golden: shared width ≠ expert width
   moe_case(16, 256, 128, 128, 4);  // golden-small-seed7
   moe_case(32, 256, 64, 192, 16);  // top-k 16
+}
+// Routing inside the MoE kernels from the router's logits (the decode default).
+TEST(CudaOps, MoeRoutedHere) {
+  REQUIRE_GPU();
+  moe_case(256, 2048, 512, 512, 8, 1);
+  moe_case(256, 2048, 512, 512, 8, 2);
+  moe_case(256, 256, 64, 64, 10, 1);   // k > warps holding experts: every expert a candidate
+  moe_case(200, 256, 64, 64, 8, 1);    // E not a multiple of 32
+  moe_case(16, 256, 256, 256, 4, 1);
+  moe_case(4, 256, 64, 64, 2, 2);      // small-seed11 golden
+  moe_case(16, 320, 64, 128, 4, 1);    // wide-seed23 golden
+  moe_case(32, 256, 64, 192, 16, 2);   // top-k 16
+  moe_case(8, 256, 64, 64, 8, 1);      // k = E
 }
 
 // ---------------------------------------------------------------- GDN step (several tokens)
@@ -679,6 +732,10 @@ TEST(CudaOps, Attention) {
   attn_case(6, 2, 64, 37, 64);    // wide-seed23 golden: GQA group 3
   attn_case(4, 2, 128, 50, 64);   // golden-small-seed7
   attn_case(4, 2, 128, 50, 64, false);
+  attn_case(16, 2, 256, 66, 128);          // chunk tails (67 positions)
+  attn_case(16, 2, 256, 32766, 32768);     // the 32k bench context
+  attn_case(12, 2, 128, 1001, 1024);       // GQA group 6 (24 scores per chunk)
+  attn_case(2, 2, 64, 2, 8);               // group 1, 3 positions
 }
 
 }  // namespace

@@ -163,21 +163,47 @@ template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThread
   }
 }
 
-// Tiled variant of the split kernel (opt-in, slower today: see tile_enabled): each warp takes tiles
-// of 32 positions. Scores: lane j owns
-// position tile+j and forms all G dot products from q in shared memory (no shuffles); one warp
-// max/sum per head and tile for the online softmax (instead of one per position); then P·V with
-// lanes over dims (V rows coalesced). Same partial layout as attn_decode_kernel.
-template <typename KT> __device__ __forceinline__ void load32b(const KT* p, float* out);
-template <> __device__ __forceinline__ void load32b<float>(const float* p, float* out) { load_row<8>(p, out); }
-template <> __device__ __forceinline__ void load32b<uint16_t>(const uint16_t* p, float* out) {
-  load_row<8>(p, out);
-  load_row<8>(p + 8, out + 8);
+// Chunked split kernel (default; LILY_ATTN_CHUNK=0 selects the per-position kernel above): each warp
+// takes chunks of P = 4 consecutive positions (K and V rows of all P loaded before the first use).
+// The G·P partial dot products of a chunk (lanes over dims, q from shared memory) are summed over
+// the warp by one transposing butterfly (G·P values in 31 shuffles instead of 5 per value; lane l
+// ends up with value l >> SH), the online softmax is updated once per chunk (one rescale of o per
+// head instead of one per position), and the chunk's probabilities go through shared memory to
+// every lane for P·V. Same partial layout and the same fp32 math as the per-position kernel up to
+// summation order.
+// Transposing warp sum: v[0..C) per lane → lane l holds Σ_lanes v[l >> (5 − log2 C)] in v[0].
+template <int C, int O> __device__ __forceinline__ void xpose_sum(float* v, int lane) {
+  if constexpr (O >= 1) {
+    if constexpr (C > 1) {
+      const bool up = lane & O;
+#pragma unroll
+      for (int j = 0; j < C / 2; ++j) {
+        const float send = up ? v[j] : v[j + C / 2], keep = up ? v[j + C / 2] : v[j];
+        v[j] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+      }
+      xpose_sum<C / 2, O / 2>(v, lane);
+    } else {
+      v[0] += __shfl_xor_sync(0xffffffffu, v[0], O);
+      xpose_sum<1, O / 2>(v, lane);
+    }
+  }
+}
+constexpr int kChunkP = 4;
+template <int G> struct ChunkShape {
+  static constexpr int NV = G * kChunkP;
+  static constexpr int NVP = NV <= 4 ? 4 : NV <= 8 ? 8 : NV <= 16 ? 16 : 32;  // padded to a power of 2
+  static constexpr int SH = NVP == 4 ? 3 : NVP == 8 ? 2 : NVP == 16 ? 1 : 0;  // lane l holds value l >> SH
+};
+template <int DPL, int G> constexpr size_t chunk_smem() {
+  // partials [kWarps][G][hd + 2] | q [G][hd] | per warp: probabilities [32] + chunk maxima [8]
+  return (size_t(kWarps) * G * (DPL * 32 + 2) + size_t(G) * DPL * 32 + size_t(kWarps) * 40) * sizeof(float);
 }
 
-template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThreads) attn_decode_tile_kernel(AttnArgs a) {
-  extern __shared__ float sm[];  // [kWarps][G][hd + 2] partials | q·scale [G][hd] | p [kWarps][G][32]
-  constexpr int HD = DPL * 32, CE = 32 / sizeof(KT);  // elements per 32-byte step of a K row
+template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThreads) attn_decode_chunk_kernel(AttnArgs a) {
+  static_assert(G * kChunkP <= 32, "GQA group too large for one transposing sum");
+  extern __shared__ float sm[];
+  using CS = ChunkShape<G>;
+  constexpr int P = kChunkP, HD = DPL * 32, VW = DPL >= 4 ? 4 : 2;  // q read as float4 (float2 at hd 64)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int split = blockIdx.x, kvh = blockIdx.y;
   pdl_wait();
@@ -186,11 +212,15 @@ template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThread
   if (split >= nse) return;
   const int len = (n + nse - 1) / nse, t0 = split * len, t1 = min(n, t0 + len);
   const int ws = G * (HD + 2);
-  float* qs = sm + kWarps * ws;
-  float* pw = qs + G * HD + warp * G * 32;
-  const float scale = 1.0f / sqrtf(float(HD));
-  for (int i = threadIdx.x; i < G * HD; i += kThreads) qs[i] = a.q[size_t(kvh) * G * HD + i] * scale;
+  float* qs = sm + kWarps * ws;           // [G][DPL/VW][32 lanes][VW]: lane-contiguous vector reads
+  float* pw = qs + G * HD + warp * 40;     // [32] chunk probabilities, [8] chunk maxima per head
+  // q of the group, lane l's dims l·DPL.. stored so that lane reads are contiguous.
+  for (int i = threadIdx.x; i < G * HD; i += kThreads) {
+    const int g = i / HD, d = i % HD, l = d / DPL, j = d % DPL;
+    qs[((g * (DPL / VW) + j / VW) * 32 + l) * VW + j % VW] = __ldcg(a.q + size_t(kvh) * G * HD + i);
+  }
   __syncthreads();
+  const float scale = 1.0f / sqrtf(float(HD));
   float m[G], l[G], o[G][DPL];
 #pragma unroll
   for (int g = 0; g < G; ++g) {
@@ -198,56 +228,72 @@ template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThread
 #pragma unroll
     for (int i = 0; i < DPL; ++i) o[g][i] = 0.f;
   }
-  const KT* kb = static_cast<const KT*>(a.kc) + size_t(kvh) * a.max_seq * HD;
-  const KT* vb = static_cast<const KT*>(a.vc) + size_t(kvh) * a.max_seq * HD;
-  for (int tile = t0 + 32 * warp; tile < t1; tile += 32 * kWarps) {
-    const int tp = tile + lane;
-    const bool valid = tp < t1;
-    float sc[G];
+  const KT* kbase = static_cast<const KT*>(a.kc) + size_t(kvh) * a.max_seq * HD + lane * DPL;
+  const KT* vbase = static_cast<const KT*>(a.vc) + size_t(kvh) * a.max_seq * HD + lane * DPL;
+  const int idx = lane >> CS::SH, g_me = idx / P, p_me = idx % P;
+  for (int tc = t0 + warp * P; tc < t1; tc += kWarps * P) {
+    float kr[P][DPL], vr[P][DPL];
 #pragma unroll
-    for (int g = 0; g < G; ++g) sc[g] = 0.f;
-    if (valid) {
-      const KT* kr = kb + size_t(tp) * HD;
-      for (int c = 0; c < HD; c += CE) {
-        float kv[CE];
-        load32b<KT>(kr + c, kv);
+    for (int p = 0; p < P; ++p) {
+      if (tc + p < t1) {
+        load_row<DPL>(kbase + size_t(tc + p) * HD, kr[p]);
+        load_row<DPL>(vbase + size_t(tc + p) * HD, vr[p]);
+      } else {
 #pragma unroll
-        for (int g = 0; g < G; ++g) {
-          const float* qg = qs + g * HD + c;
-#pragma unroll
-          for (int i = 0; i < CE; i += 4) {
-            const float4 q4 = *reinterpret_cast<const float4*>(qg + i);
-            sc[g] = fmaf(q4.x, kv[i], sc[g]);
-            sc[g] = fmaf(q4.y, kv[i + 1], sc[g]);
-            sc[g] = fmaf(q4.z, kv[i + 2], sc[g]);
-            sc[g] = fmaf(q4.w, kv[i + 3], sc[g]);
-          }
-        }
+        for (int i = 0; i < DPL; ++i) kr[p][i] = vr[p][i] = 0.f;
       }
     }
+    float sv[CS::NVP];
+#pragma unroll
+    for (int j = CS::NV; j < CS::NVP; ++j) sv[j] = 0.f;
 #pragma unroll
     for (int g = 0; g < G; ++g) {
-      const float sv = valid ? sc[g] : -INFINITY;
-      const float mn = fmaxf(m[g], warp_max(sv));
-      const float c = expf(m[g] - mn);
-      const float p = valid ? expf(sv - mn) : 0.f;
-      l[g] = l[g] * c + warp_sum(p);
+      float qv[DPL];
 #pragma unroll
-      for (int i = 0; i < DPL; ++i) o[g][i] *= c;
-      m[g] = mn;
-      pw[g * 32 + lane] = p;
+      for (int j = 0; j < DPL / VW; ++j) {
+        const float* src = qs + ((g * (DPL / VW) + j) * 32 + lane) * VW;
+        if constexpr (VW == 4) {
+          const float4 t = *reinterpret_cast<const float4*>(src);
+          qv[4 * j] = t.x, qv[4 * j + 1] = t.y, qv[4 * j + 2] = t.z, qv[4 * j + 3] = t.w;
+        } else {
+          const float2 t = *reinterpret_cast<const float2*>(src);
+          qv[2 * j] = t.x, qv[2 * j + 1] = t.y;
+        }
+      }
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        float s = 0.f;
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) s += qv[i] * kr[p][i];
+        sv[g * P + p] = s;
+      }
+    }
+    xpose_sum<CS::NVP, 16>(sv, lane);
+    // Lane holds score (g_me, p_me); the P lanes-groups of one head reduce their maximum.
+    const bool valid = idx < CS::NV && tc + p_me < t1;
+    const float s = valid ? sv[0] * scale : -INFINITY;
+    float cm = s;
+#pragma unroll
+    for (int o2 = 1; o2 < P; o2 <<= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o2 << CS::SH));
+    float mo = -INFINITY;
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+      if (g == g_me) mo = m[g];
+    const float mn = fmaxf(mo, cm);
+    if ((lane & ((1 << CS::SH) - 1)) == 0 && idx < CS::NV) {
+      pw[idx] = valid ? expf(s - mn) : 0.f;
+      if (p_me == 0) pw[32 + g_me] = mn;
     }
     __syncwarp();
-    const int nt = min(32, t1 - tile);
-    for (int j = 0; j < nt; ++j) {
-      float vv[DPL];
-      load_row<DPL>(vb + size_t(tile + j) * HD + lane * DPL, vv);
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-        const float p = pw[g * 32 + j];
+    for (int g = 0; g < G; ++g) {
+      const float mg = pw[32 + g], c = expf(m[g] - mg);
+      const float4 e = *reinterpret_cast<const float4*>(pw + g * P);
+      l[g] = l[g] * c + ((e.x + e.y) + (e.z + e.w));
 #pragma unroll
-        for (int i = 0; i < DPL; ++i) o[g][i] = fmaf(p, vv[i], o[g][i]);
-      }
+      for (int i = 0; i < DPL; ++i)
+        o[g][i] = fmaf(e.w, vr[3][i], fmaf(e.z, vr[2][i], fmaf(e.y, vr[1][i], fmaf(e.x, vr[0][i], o[g][i] * c))));
+      m[g] = mg;
     }
     __syncwarp();
   }
@@ -260,8 +306,8 @@ template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThread
   }
   __syncthreads();
   float* part = a.partial + (size_t(kvh) * a.n_split + split) * ws;
-  for (int idx = threadIdx.x; idx < ws; idx += kThreads) {
-    const int g = idx / (HD + 2), d = idx % (HD + 2);
+  for (int idx2 = threadIdx.x; idx2 < ws; idx2 += kThreads) {
+    const int g = idx2 / (HD + 2), d = idx2 % (HD + 2);
     float M = -INFINITY;
     for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm[w * ws + g * (HD + 2) + HD]);
     float acc = 0.f;
@@ -273,23 +319,35 @@ template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThread
         if (mw != -INFINITY) acc += sm[w * ws + g * (HD + 2) + d] * expf(mw - M);
       }
     }
-    part[idx] = acc;
+    part[idx2] = acc;
   }
 }
 
-// Split kernel: per-position (default) or tiled (LILY_ATTN_TILE=1). Measured on the H200
-// (2026-12-03, fp32 K/V): the tiled kernel is slower, 25 vs 15 µs/layer at 256, 43 vs 22 at 4k,
-// 129 vs 84 at 32k (its per-lane K rows are not coalesced and its 82 KB of shared memory allow 2
-// blocks per SM); kept for the next attempt (tensor-core QKᵀ).
-bool tile_enabled() {
+// Split kernel: chunked (default) or per-position (LILY_ATTN_CHUNK=0, for A/B; the per-position
+// kernel also serves the GQA head slices of LILY_ATTN_HSPLIT). The earlier tiled variant (lanes over
+// positions) measured slower than the per-position kernel on the H200 and is gone.
+bool wave_cap_enabled() {
   static const bool on = [] {
-    const char* e = std::getenv("LILY_ATTN_TILE");
-    return e && e[0] == '1';
+    const char* e = std::getenv("LILY_ATTN_WAVECAP");
+    return !(e && e[0] == '0');
   }();
   return on;
 }
-template <int DPL, int G> constexpr size_t tile_smem() {
-  return (size_t(kWarps) * G * (DPL * 32 + 2) + size_t(G) * DPL * 32 + size_t(kWarps) * G * 32) * sizeof(float);
+int attn_num_sms() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v > 0 ? v : 132;
+  }();
+  return n;
+}
+bool chunk_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("LILY_ATTN_CHUNK");
+    return !(e && e[0] == '0');
+  }();
+  return on;
 }
 
 __device__ __forceinline__ float block_max(float v, float* red) {
@@ -329,6 +387,18 @@ __global__ void __launch_bounds__(256) attn_merge_kernel(AttnArgs a) {
   __syncthreads();
   float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
   int sp = 0;
+  for (; sp + 16 <= nse; sp += 16) {  // 16 loads in flight per pass
+    float v[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) v[j] = __ldcg(pk + (sp + j) * ws + d);
+#pragma unroll
+    for (int j = 0; j < 16; j += 4) {
+      o0 = fmaf(wsp[sp + j], v[j], o0);
+      o1 = fmaf(wsp[sp + j + 1], v[j + 1], o1);
+      o2 = fmaf(wsp[sp + j + 2], v[j + 2], o2);
+      o3 = fmaf(wsp[sp + j + 3], v[j + 3], o3);
+    }
+  }
   for (; sp + 4 <= nse; sp += 4) {
     o0 = fmaf(wsp[sp], __ldcg(pk + sp * ws + d), o0);
     o1 = fmaf(wsp[sp + 1], __ldcg(pk + (sp + 1) * ws + d), o1);
@@ -361,15 +431,28 @@ template <int DPL, int G, int GS, typename KT> Status launch_decode_sliced(const
 
 template <int DPL, int G, typename KT> Status launch_decode(const AttnArgs& a, cudaStream_t s) {
   if constexpr (G % 2 == 0) {
-    if (!tile_enabled() && head_slices() == 2) return launch_decode_sliced<DPL, G, G / 2, KT>(a, s);
+    if (head_slices() == 2) return launch_decode_sliced<DPL, G, G / 2, KT>(a, s);
   }
   if constexpr (G % 4 == 0) {
-    if (!tile_enabled() && head_slices() == 4) return launch_decode_sliced<DPL, G, G / 4, KT>(a, s);
+    if (head_slices() == 4) return launch_decode_sliced<DPL, G, G / 4, KT>(a, s);
   }
-  if (tile_enabled()) {
-    LILY_TRY(launch_k("attn_decode", attn_decode_tile_kernel<DPL, G, KT>, dim3(a.n_split, a.nkv), dim3(kThreads),
-                      tile_smem<DPL, G>(), s, a));
-    return launch_k("attn_merge", attn_merge_kernel, dim3(a.nh), dim3(a.hd), 0, s, a);
+  if (chunk_enabled()) {
+    // Splits capped so that all nkv·splits blocks are resident at once (one wave): measured on the
+    // H200 at 32k (fp32 K/V), 66 splits (132 blocks) against 128 (256 blocks, two waves): attention
+    // 0.87 → 0.58 ms per step. LILY_ATTN_WAVECAP=0 turns the cap off.
+    auto kern = attn_decode_chunk_kernel<DPL, G, KT>;
+    static const int per_sm = [&] {
+      int n = 0;
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, kThreads, chunk_smem<DPL, G>()) != cudaSuccess || n < 1) n = 1;
+      return n;
+    }();
+    AttnArgs b = a;
+    if (wave_cap_enabled()) {
+      const int cap = attn_num_sms() * per_sm / a.nkv;
+      if (cap >= 1 && cap < b.n_split) b.n_split = cap;
+    }
+    LILY_TRY(launch_k("attn_decode", kern, dim3(b.n_split, b.nkv), dim3(kThreads), chunk_smem<DPL, G>(), s, b));
+    return launch_k("attn_merge", attn_merge_kernel, dim3(b.nh), dim3(b.hd), 0, s, b);
   }
   const size_t smem = size_t(kWarps) * G * (DPL * 32 + 2) * sizeof(float);
   LILY_TRY(launch_k("attn_decode", attn_decode_kernel<DPL, G, KT>, dim3(a.n_split, a.nkv), dim3(kThreads), smem, s, a));
@@ -408,12 +491,12 @@ template <int DPL, typename KT> static Status init_g() {
   LILY_TRY(set(attn_decode_kernel<DPL, 4, KT>, 4));
   LILY_TRY(set(attn_decode_kernel<DPL, 6, KT>, 6));
   LILY_TRY(set(attn_decode_kernel<DPL, 8, KT>, 8));
-  LILY_TRY(set_t(attn_decode_tile_kernel<DPL, 1, KT>, tile_smem<DPL, 1>()));
-  LILY_TRY(set_t(attn_decode_tile_kernel<DPL, 2, KT>, tile_smem<DPL, 2>()));
-  LILY_TRY(set_t(attn_decode_tile_kernel<DPL, 3, KT>, tile_smem<DPL, 3>()));
-  LILY_TRY(set_t(attn_decode_tile_kernel<DPL, 4, KT>, tile_smem<DPL, 4>()));
-  LILY_TRY(set_t(attn_decode_tile_kernel<DPL, 6, KT>, tile_smem<DPL, 6>()));
-  LILY_TRY(set_t(attn_decode_tile_kernel<DPL, 8, KT>, tile_smem<DPL, 8>()));
+  LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 1, KT>, chunk_smem<DPL, 1>()));
+  LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 2, KT>, chunk_smem<DPL, 2>()));
+  LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 3, KT>, chunk_smem<DPL, 3>()));
+  LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 4, KT>, chunk_smem<DPL, 4>()));
+  LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 6, KT>, chunk_smem<DPL, 6>()));
+  LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 8, KT>, chunk_smem<DPL, 8>()));
   return Status::ok();
 }
 

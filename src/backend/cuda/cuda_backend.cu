@@ -46,12 +46,32 @@ int attn_min_per_split() {
   }();
   return v;
 }
+// Attention splits at most (LILY_ATTN_MAXSPLIT, 1..attn_max_splits(); default the maximum, 128):
+// for A/B of the split kernel's wave count at long contexts (nkv·splits blocks).
+int attn_split_cap() {
+  static const int v = [] {
+    const char* e = std::getenv("LILY_ATTN_MAXSPLIT");
+    const int n = e && *e ? std::atoi(e) : 0;
+    return n >= 1 && n <= attn_max_splits() ? n : attn_max_splits();
+  }();
+  return v;
+}
 // The DeltaNet gated RMSNorm at the end of the GDN step kernel (clusters), out_proj staging a
 // plain input; LILY_GDN_FUSED_NORM=0 keeps it in out_proj's staging.
 bool gdn_fused_norm() {
   static const bool on = [] {
     const char* e = std::getenv("LILY_GDN_FUSED_NORM");
     return !(e && e[0] == '0');
+  }();
+  return on;
+}
+// Router top-k in the MoE kernels (default: the router GEMV writes only logits; every gate_up block of
+// a routed slot and every down block computes the top-k itself) or in the router's last block
+// (LILY_MOE_TOPK=router, the earlier path; also taken when E > 256).
+bool moe_topk_in_consumers() {
+  static const bool on = [] {
+    const char* e = std::getenv("LILY_MOE_TOPK");
+    return !(e && std::strcmp(e, "router") == 0);
   }();
   return on;
 }
@@ -89,6 +109,7 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
     return Status::ok();
   };
   const int pfm = l2pf_mode(), dbg = gemv_dbg();
+  const bool topk_here = moe_topk_in_consumers() && c.num_experts <= 256 && !(pfm & 4);
   const bool pf_on = pfm & 1;
   auto in_proj_of = [&](int li) -> const QW* {
     if (li >= c.num_hidden_layers) return nullptr;
@@ -137,7 +158,7 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
       a.kv_f32 = st.f32;
       a.partial = attn_partial_, a.ctl = st.ctl, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
       a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim();
-      a.max_seq = st.cap, a.n_split = attn_max_splits(), a.theta = c.rope_theta, a.eps = c.rms_norm_eps, a.pf = pf_mid;
+      a.max_seq = st.cap, a.n_split = attn_split_cap(), a.theta = c.rope_theta, a.eps = c.rms_norm_eps, a.pf = pf_mid;
       a.min_per_split = attn_min_per_split();
       LILY_TRY(op("attn: qk norm+rope+cache", 0, [&] { return attn_prep(a, s); }));
       const double kvb = 2.0 * a.nkv * a.hd * es * (st.n + 1);
@@ -153,12 +174,15 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
     r.epi = Epi::kTopK, r.ctl = st.ctl, r.n_experts = c.num_experts, r.top_k = c.num_experts_per_tok;
     r.topk_ids = topk_ids_, r.topk_w = topk_w_, r.norm_topk = c.norm_topk_prob, r.dbg = dbg;
     if (pfm & 4) r.pfx_gate = L.gate, r.pfx_up = L.up, r.pfx_I = c.moe_intermediate_size;
-    LILY_TRY(op("moe: add+norm+router q8+top-k", qbytes(L.router), [&] { return gemv(r, s); }));
+    if (topk_here) r.epi = Epi::kNone;
+    LILY_TRY(op(topk_here ? "moe: add+norm+router q8" : "moe: add+norm+router q8+top-k", qbytes(L.router),
+                [&] { return gemv(r, s); }));
     p ^= 1;
     MoeArgs m{};
     m.gate = L.gate, m.up = L.up, m.down = L.down, m.sh_gate_up = L.sh_gate_up, m.sh_down = L.sh_down;
     m.topk_ids = topk_ids_, m.topk_w = topk_w_, m.top_k = c.num_experts_per_tok, m.H = H;
     m.I = c.moe_intermediate_size, m.Is = c.shared_expert_intermediate_size, m.x = hn_, m.act = act_, m.out = mix_;
+    if (topk_here) m.logits = rl_, m.n_experts = c.num_experts, m.norm_topk = c.norm_topk_prob;
     MoeArgs md = m;
     if (pf_on) {
       m.pf_down = true;

@@ -392,6 +392,7 @@ template <int BITS, int CPL, Pro PRO, Epi EPI> Status launch(const GemvArgs& a, 
 template <int BITS, int CPL> Status dispatch_pe(const GemvArgs& a, cudaStream_t s) {
   if constexpr (BITS == 8) {
     if (a.pro == Pro::kAddNorm && a.epi == Epi::kTopK) return launch<8, CPL, Pro::kAddNorm, Epi::kTopK>(a, s);
+    if (a.pro == Pro::kAddNorm && a.epi == Epi::kNone) return launch<8, CPL, Pro::kAddNorm, Epi::kNone>(a, s);
     if (a.pro == Pro::kPlain && a.epi == Epi::kNone) return launch<8, CPL, Pro::kPlain, Epi::kNone>(a, s);
     if (a.pro == Pro::kPlain && a.epi == Epi::kTopK) return launch<8, CPL, Pro::kPlain, Epi::kTopK>(a, s);
   } else {

@@ -4,13 +4,68 @@
 // Activations fp32. PDL: every kernel triggers its dependents only after its own wait, so a kernel's
 // pre-wait code may read anything written two or more kernels back. gate_up loads the shared
 // expert before its wait (the routed rows need the router, the previous kernel); down loads all its
-// rows before its wait (the router is two kernels back).
+// rows before its wait (the router is two kernels back). The expert ids come either from the
+// router's top-k epilogue (topk_ids/topk_w) or, by default, from the router's logits: each block
+// computes the top-k itself (block_router_topk), so the router needs no last-block tail.
 #include "backend/cuda/common.cuh"
 
 namespace lily::cuda {
 namespace {
 
 constexpr int kThreads = 256, kWarps = 8;
+constexpr int kTopkScratch = 2 * kWarps + 1 + 2 * kThreads;  // floats of block_router_topk's scratch
+
+// Router top-k of the whole block from the logits [E + 1] (E ≤ 256 = blockDim.x; lv = logit of
+// expert threadIdx.x, -inf past E, loaded by the caller so its latency overlaps other loads):
+// p = softmax, the top_k experts by (p desc, id asc) into ids[rank], weights (renormalized when
+// norm) into w[rank], w[top_k] = σ(logit E). Candidates: with ≥ k warps holding experts, only p ≥
+// p(smallest warp maximum) can be in the top k (the k warp maxima are at least that), so the ranks
+// are taken among few candidates instead of all E. Shared memory: sc [kWarps·2 + 1 + 2·256].
+__device__ void block_router_topk(float lv, float lg, int E, int k, bool norm, float* sc, int* ids, float* w) {
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  float* wm = sc;                                   // [kWarps] warp maxima
+  float* wsum = sc + kWarps;                        // [kWarps] Σ exp(l − warp max)
+  int* cnt = reinterpret_cast<int*>(sc + 2 * kWarps);
+  float* cp = sc + 2 * kWarps + 1;                  // [256] candidate p
+  int* ci = reinterpret_cast<int*>(cp + kThreads);  // [256] candidate ids
+  if (t == 0) *cnt = 0;
+  const float m = warp_max(lv);
+  const float s = warp_sum(m == -INFINITY ? 0.f : expf(lv - m));
+  if (lane == 0) wm[warp] = m, wsum[warp] = s;
+  __syncthreads();
+  const int nw_data = (E + 31) / 32;  // warps holding experts (E ≤ 256)
+  float mx = -INFINITY, mmin = INFINITY;
+  for (int w2 = 0; w2 < nw_data; ++w2) mx = fmaxf(mx, wm[w2]), mmin = fminf(mmin, wm[w2]);
+  float sum = 0.f;
+  for (int w2 = 0; w2 < nw_data; ++w2) sum += wsum[w2] * expf(wm[w2] - mx);
+  const float p = t < E ? expf(lv - mx) / sum : -1.f;
+  const float thr = nw_data >= k ? expf(mmin - mx) / sum : -1.f;
+  if (t < E && p >= thr) {
+    const int at = atomicAdd(cnt, 1);
+    cp[at] = p, ci[at] = t;
+  }
+  __syncthreads();
+  const int nc = *cnt;
+  if (t < nc) {
+    const float pm = cp[t];
+    const int im = ci[t];
+    int rank = 0;
+    for (int j = 0; j < nc; ++j) {
+      const float pj = cp[j];
+      rank += pj > pm || (pj == pm && ci[j] < im);
+    }
+    if (rank < k) ids[rank] = im, w[rank] = pm;
+  }
+  __syncthreads();
+  if (t <= k) {
+    float tsum = 0.f;
+    for (int j = 0; j < k; ++j) tsum += w[j];  // in rank order, as the router epilogue
+    const float v = t == k ? sigmoid(lg) : (norm ? w[t] / tsum : w[t]);
+    __syncwarp(0x1FFFF & ((2u << k) - 1));
+    w[t] = v;
+  }
+  __syncthreads();
+}
 
 template <int CPL> __global__ void __launch_bounds__(kThreads) gate_up_kernel(MoeArgs a) {
   extern __shared__ float sm[];
@@ -40,7 +95,19 @@ template <int CPL> __global__ void __launch_bounds__(kThreads) gate_up_kernel(Mo
   pdl_wait();
   pdl_trigger();
   int e = -1;
-  if (!shared) {
+  const bool route_here = !shared && a.logits;
+  if (route_here) {
+    // Routing here (the router, the previous kernel, wrote only its logits); the logit and x loads
+    // are in flight together.
+    float* sc = xcs + nch;
+    int* ids = reinterpret_cast<int*>(sc + kTopkScratch);
+    float* tw = reinterpret_cast<float*>(ids + 16);
+    const float lv = threadIdx.x < a.n_experts ? __ldcg(a.logits + threadIdx.x) : -INFINITY;
+    stage_plain<4>(a.x, H, xs, xcs);
+    block_router_topk(lv, 0.f, a.n_experts, a.top_k, a.norm_topk, sc, ids, tw);
+    e = ids[slot];
+    load(a.gate, a.up, e * I + r, e * I + r);
+  } else if (!shared) {
     e = a.topk_ids[slot];
     load(a.gate, a.up, e * I + r, e * I + r);
   }
@@ -51,7 +118,7 @@ template <int CPL> __global__ void __launch_bounds__(kThreads) gate_up_kernel(Mo
     l2_prefetch_range(reinterpret_cast<const char*>(d.codes) + row0 * cb, a.H * cb, blockIdx.x, gridDim.x);
     l2_prefetch_range(reinterpret_cast<const char*>(d.sb) + row0 * sbb, a.H * sbb, blockIdx.x, gridDim.x);
   }
-  stage_plain<4>(a.x, H, xs, xcs);
+  if (!route_here) stage_plain<4>(a.x, H, xs, xcs);
   __syncthreads();
   if (r >= width) return;
   float ag = 0.f, au = 0.f;
@@ -83,6 +150,20 @@ template <int P> __global__ void __launch_bounds__(kThreads) down_kernel(MoeArgs
   // The expert ids and weights come from the router, two kernels back (complete once the previous
   // kernel passed its own wait), so the down rows are loaded before this kernel's wait; only act
   // (from gate_up, the previous kernel) is read after it.
+  const int32_t* tids = a.topk_ids;
+  const float* tw = a.topk_w;
+  if (a.logits) {  // routing here, before the wait (off the critical path)
+    float* sc = xcs + n_items;
+    int* ids = reinterpret_cast<int*>(sc + kTopkScratch);
+    float* ws = reinterpret_cast<float*>(ids + 16);
+    const float lv = threadIdx.x < a.n_experts ? __ldcg(a.logits + threadIdx.x) : -INFINITY;
+    block_router_topk(lv, __ldcg(a.logits + a.n_experts), a.n_experts, k, a.norm_topk, sc, ids, ws);
+    if (blockIdx.x == 0 && threadIdx.x <= k) {
+      if (a.ids_out && threadIdx.x < k) a.ids_out[threadIdx.x] = ids[threadIdx.x];
+      if (a.w_out) a.w_out[threadIdx.x] = ws[threadIdx.x];
+    }
+    tids = ids, tw = ws;
+  }
   uint4 w[P];
   uint32_t sb[P];
   float wt[P];
@@ -92,13 +173,13 @@ template <int P> __global__ void __launch_bounds__(kThreads) down_kernel(MoeArgs
     w[p] = make_uint4(0, 0, 0, 0), sb[p] = 0, wt[p] = 0.f;
     if (it < n_items && row < H) {
       if (it < k * CHr) {
-        const int j = it / CHr, c = it % CHr, e = a.topk_ids[j];
+        const int j = it / CHr, c = it % CHr, e = tids[j];
         w[p] = load_chunk(a.down, e * H + row, c, CHr), sb[p] = load_sb<4>(a.down, e * H + row, c);
-        wt[p] = a.topk_w[j];
+        wt[p] = tw[j];
       } else {
         const int c = it - k * CHr;
         w[p] = load_chunk(a.sh_down, row, c, CHs), sb[p] = load_sb<4>(a.sh_down, row, c);
-        wt[p] = a.topk_w[k];
+        wt[p] = tw[k];
       }
     }
   }
@@ -131,7 +212,9 @@ Status moe_gate_up(const MoeArgs& a0, Stream stream) {
   if (a.sh_gate_up.rows != 2 * a.Is) return cu_err("moe_gate_up: shared [gate|up] has {} rows, want 2·{}", a.sh_gate_up.rows, a.Is);
   if (a.top_k < 1 || a.top_k > 16) return cu_err("moe_gate_up: top_k={} unsupported (1..16)", a.top_k);
   const int nch = a.H / 32, cpl = (nch + 31) / 32;
-  const size_t smem = size_t(nch * Chunk<4>::kStride + nch) * sizeof(float);
+  if (a.logits && (a.n_experts < a.top_k || a.n_experts > kThreads))
+    return cu_err("moe_gate_up: routing in the kernel needs top_k ≤ E ≤ {} (E={})", kThreads, a.n_experts);
+  const size_t smem = size_t(nch * Chunk<4>::kStride + nch + (a.logits ? kTopkScratch + 16 + 17 : 0)) * sizeof(float);
   const int wmax = a.I > a.Is ? a.I : a.Is;
   dim3 grid((wmax + kWarps - 1) / kWarps, a.top_k + 1);
   if (cpl == 1) return launch_k("moe_gate_up", gate_up_kernel<1>, grid, dim3(kThreads), smem, s, a);
@@ -147,7 +230,9 @@ Status moe_down_combine(const MoeArgs& a0, Stream stream) {
   if (a.I % 32 != 0 || a.Is % 32 != 0 || a.I <= 0) return cu_err("moe_down_combine: widths I={} Is={} must be multiples of 32", a.I, a.Is);
   if (a.sh_down.cols != a.Is || a.down.cols != a.I) return cu_err("moe_down_combine: down widths {} / {} differ from I={} / Is={}", a.down.cols, a.sh_down.cols, a.I, a.Is);
   const int n_items = a.top_k * (a.I / 32) + a.Is / 32, P = (n_items + 31) / 32;
-  const size_t smem = size_t(n_items * Chunk<4>::kStride + n_items) * sizeof(float);
+  if (a.logits && (a.n_experts < a.top_k || a.n_experts > kThreads))
+    return cu_err("moe_down_combine: routing in the kernel needs top_k ≤ E ≤ {} (E={})", kThreads, a.n_experts);
+  const size_t smem = size_t(n_items * Chunk<4>::kStride + n_items + (a.logits ? kTopkScratch + 16 + 17 : 0)) * sizeof(float);
   if (smem > 200 * 1024) return cu_err("moe_down_combine: {} chunks per row exceed shared memory", n_items);
   const dim3 grid((a.H + kWarps - 1) / kWarps), block(kThreads);
   auto go = [&](auto kern) -> Status {

@@ -114,6 +114,16 @@ struct MoeArgs {
   float* out = nullptr;       // fp32 [H] = Σ w_k·(down_k·act_k) + σ·(sdown·act_s)
   L2Pf pf;                    // weights of later kernels to prefetch into L2
   bool pf_down = false;       // gate_up: prefetch the selected experts' down rows into L2
+  // Routing in the consumers (when logits is set; topk_ids/topk_w are then not read): the router
+  // GEMV only writes logits fp32 [n_experts + 1] (row E = shared-expert gate), and every gate_up
+  // block of a routed slot (after its wait) and every down block (before its wait: the router is
+  // two kernels back) computes the top-k itself: softmax, top_k by (p desc, id asc), renormalized
+  // when norm_topk, σ(shared gate). n_experts ≤ 256. down's block 0 writes ids_out/w_out if set.
+  const float* logits = nullptr;
+  int n_experts = 0;
+  bool norm_topk = true;
+  int32_t* ids_out = nullptr;  // [top_k] or null
+  float* w_out = nullptr;      // [top_k + 1] or null
 };
 Status moe_gate_up(const MoeArgs& a, Stream s);
 Status moe_down_combine(const MoeArgs& a, Stream s);
