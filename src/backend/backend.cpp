@@ -3,6 +3,7 @@
 
 #include <chrono>
 
+#include "core/thread_pool.h"
 #include "model/logits.h"
 
 namespace lily {
@@ -30,9 +31,14 @@ Status Backend::decode_draw(std::span<SeqState* const> states, std::span<const i
   std::vector<float> logits(B * V);
   if (B == 1) LILY_TRY(forward(*states[0], tokens, logits));
   else LILY_TRY(forward_batch(states, tokens, logits));
-  std::vector<float> w;
-  std::vector<double> sums;
-  for (size_t b = 0; b < B; ++b) draw_row(std::span<const float>(logits.data() + b * V, V), spec[b], out[b], w, sums);
+  // Rows drawn in parallel (each reads its own 1 MB row).
+  auto draw = [&](size_t b0, size_t b1) {
+    std::vector<float> w;
+    std::vector<double> sums;
+    for (size_t b = b0; b < b1; ++b) draw_row(std::span<const float>(logits.data() + b * V, V), spec[b], out[b], w, sums);
+  };
+  if (B >= 2 && ThreadPool::global().size() > 1) ThreadPool::global().parallel_for(B, 1, draw);
+  else draw(0, B);
   return Status::ok();
 }
 
