@@ -57,7 +57,10 @@ int Engine::vocab_size() const { return model_.config().vocab_size; }
 bool Engine::submit(std::shared_ptr<GenRequest> req) {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (stopping_ || int(queue_.size()) >= opts_.max_queue) return false;
+    // max_queue counts requests waiting beyond the free slots: ones the worker is about to admit
+    // (submitted together to an idle engine, say) do not fill the waiting room.
+    const int free_slots = std::max(0, opts_.max_batch - running_.load());
+    if (stopping_ || int(queue_.size()) >= opts_.max_queue + free_slots) return false;
     queue_.push_back(std::move(req));
   }
   cv_.notify_one();

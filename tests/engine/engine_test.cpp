@@ -145,6 +145,33 @@ TEST_F(EngineTest, CancelStopsBetweenSteps) {
   EXPECT_EQ(next.tokens.size(), 2u);
 }
 
+TEST_F(EngineTest, QueueLimitCountsOnlyRequestsBeyondFreeSlots) {
+  // Two requests submitted at once to an idle engine with two slots and no waiting room are both
+  // taken (the worker may not have picked the first up yet); a third, while both run, is refused.
+  EngineOptions eo;
+  eo.max_seq = 256;
+  eo.max_batch = 2;
+  eo.max_queue = 0;
+  for (int rep = 0; rep < 8; ++rep) {
+    Engine e(*model_, *tok_, eo);
+    std::vector<std::shared_ptr<std::promise<void>>> done;
+    std::vector<std::shared_ptr<GenRequest>> reqs;
+    for (int i = 0; i < 3; ++i) {
+      auto r = greedy(tok_->encode("Count slowly:"), 12);
+      r->step_delay_ms = 5;
+      auto d = std::make_shared<std::promise<void>>();
+      r->on_event = [d](GenEvent&& ev) {
+        if (ev.done) d->set_value();
+      };
+      reqs.push_back(r), done.push_back(d);
+    }
+    ASSERT_TRUE(e.submit(reqs[0])) << rep;
+    ASSERT_TRUE(e.submit(reqs[1])) << rep;
+    EXPECT_FALSE(e.submit(reqs[2])) << rep;
+    for (int i = 0; i < 2; ++i) done[size_t(i)]->get_future().wait();
+  }
+}
+
 TEST_F(EngineTest, ForcedOutputAndStopStrings) {
   EngineOptions eo;
   eo.max_seq = 256;
