@@ -387,18 +387,6 @@ __global__ void __launch_bounds__(256) attn_merge_kernel(AttnArgs a) {
   __syncthreads();
   float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
   int sp = 0;
-  for (; sp + 16 <= nse; sp += 16) {  // 16 loads in flight per pass
-    float v[16];
-#pragma unroll
-    for (int j = 0; j < 16; ++j) v[j] = __ldcg(pk + (sp + j) * ws + d);
-#pragma unroll
-    for (int j = 0; j < 16; j += 4) {
-      o0 = fmaf(wsp[sp + j], v[j], o0);
-      o1 = fmaf(wsp[sp + j + 1], v[j + 1], o1);
-      o2 = fmaf(wsp[sp + j + 2], v[j + 2], o2);
-      o3 = fmaf(wsp[sp + j + 3], v[j + 3], o3);
-    }
-  }
   for (; sp + 4 <= nse; sp += 4) {
     o0 = fmaf(wsp[sp], __ldcg(pk + sp * ws + d), o0);
     o1 = fmaf(wsp[sp + 1], __ldcg(pk + (sp + 1) * ws + d), o1);
