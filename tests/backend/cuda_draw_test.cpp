@@ -45,7 +45,7 @@ void draw_case(int V, int B, int kind, uint32_t seed, int* rows_checked) {
   if (kind == 1) std::fill(l.begin(), l.end(), 0.25f);  // flat: every id a candidate, ties everywhere
   if (kind == 2)                                         // peaked with a tie at the top
     for (int b = 0; b < B; ++b) l[size_t(b) * V + size_t(V / 3)] = l[size_t(b) * V + size_t(V / 2)] = 60.f;
-  std::vector<DrawSpec> spec(size_t(B));
+  std::vector<DrawSpec> spec(static_cast<size_t>(B));
   const float temps[4] = {0.0f, 0.7f, 1.0f, 1.6f};
   const int tops[3] = {-1, 5, 20};
   for (int b = 0; b < B; ++b) {
@@ -65,7 +65,7 @@ void draw_case(int V, int B, int kind, uint32_t seed, int* rows_checked) {
   cudaMemcpy(ds, spec.data(), spec.size() * sizeof(DrawSpec), cudaMemcpyHostToDevice);
   Status st = cuda::draw_rows(dl, B, V, ds, dout, scratch, nullptr);
   ASSERT_TRUE(st.is_ok()) << st.message();
-  std::vector<Drawn> got(size_t(B));
+  std::vector<Drawn> got(static_cast<size_t>(B));
   ASSERT_EQ(cudaMemcpy(got.data(), dout, size_t(B) * sizeof(Drawn), cudaMemcpyDeviceToHost), cudaSuccess);
   cudaFree(dl), cudaFree(ds), cudaFree(dout), cudaFree(scratch);
   std::vector<float> w;
@@ -123,8 +123,8 @@ TEST(CudaDraw, BackendDecodeDrawEqualsForwardPlusHostDraw) {
   for (int B : {1, 3}) {
     std::vector<std::unique_ptr<SeqState>> a, r;
     std::vector<SeqState*> pa, pr;
-    std::vector<int32_t> tok(size_t(B));
-    std::vector<float> lg(size_t(V));
+    std::vector<int32_t> tok(static_cast<size_t>(B));
+    std::vector<float> lg(static_cast<size_t>(V));
     for (int b = 0; b < B; ++b) {
       a.push_back(std::move((*be)->new_state(64).value()));
       r.push_back(std::move((*be)->new_state(64).value()));
@@ -139,13 +139,13 @@ TEST(CudaDraw, BackendDecodeDrawEqualsForwardPlusHostDraw) {
     std::vector<float> w;
     std::vector<double> sums;
     for (int step = 0; step < 8; ++step) {
-      std::vector<DrawSpec> spec(size_t(B));
+      std::vector<DrawSpec> spec(static_cast<size_t>(B));
       for (int b = 0; b < B; ++b) {
         spec[size_t(b)].inv_t = (step + b) % 3 == 0 ? 0.0f : 1.0f / (0.5f + 0.3f * float(b));
         spec[size_t(b)].u = ud(g);
         spec[size_t(b)].top_logprobs = (step + b) % 2 ? 4 : -1;
       }
-      std::vector<Drawn> got(size_t(B));
+      std::vector<Drawn> got(static_cast<size_t>(B));
       Status st = (*be)->decode_draw(pa, tok, spec, got);
       ASSERT_TRUE(st.is_ok()) << st.message();
       for (int b = 0; b < B; ++b) {
@@ -153,7 +153,9 @@ TEST(CudaDraw, BackendDecodeDrawEqualsForwardPlusHostDraw) {
         Drawn want;
         draw_row(lg, spec[size_t(b)], want, w, sums);
         ASSERT_EQ(got[size_t(b)].id, want.id) << "B " << B << " step " << step << " row " << b;
-        if (spec[size_t(b)].top_logprobs >= 0) EXPECT_NEAR(got[size_t(b)].logprob, want.logprob, 2e-6);
+        if (spec[size_t(b)].top_logprobs >= 0) {
+          EXPECT_NEAR(got[size_t(b)].logprob, want.logprob, 2e-6);
+        }
         tok[size_t(b)] = want.id;
       }
     }
