@@ -6,7 +6,7 @@
 # Usage: B=build-prefill/dev scripts/device/prefill_check.sh [ab|verify]
 # Writes $OUT/summary.txt, $OUT/bench_full.json and $OUT/logs.tgz (every log; the device returns
 # at most 8 files).
-# Env: CTXS (bench contexts), BENCH_AB (';'-separated env settings benched at CTXS_AB), PROF (profile context, "none" to skip), AB_LIST (golden A/B variants,
+# Env: FULL=0 (skip the model checks), PAR=1 (full-size check beside the op table), CTXS (bench contexts), BENCH_AB (';'-separated env settings benched at CTXS_AB), PROF (profile context, "none" to skip), AB_LIST (golden A/B variants,
 #      ';'-separated env assignments; "default" = no knob), FULL_ENVS (extra full-size runs, ';'-separated).
 set -uo pipefail
 B=${B:-build-prefill/dev}
@@ -15,6 +15,8 @@ RES=$OUT
 OUT=/tmp/pflogs
 mkdir -p "$OUT" "$RES"
 export LD_LIBRARY_PATH="$PWD/$B/rt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The binaries may travel xz'd (<B>/lily.xz, lily_tests.xz) to stay under the 64 MiB carry limit.
+for f in lily lily_tests; do [[ -x $B/$f ]] || { xz -dc "$B/$f.xz" > "$B/$f" && chmod +x "$B/$f"; }; done
 mode=${1:-verify}
 [[ -e /work/main ]] || { mkdir -p /work && ln -s "$PWD" /work/main; }
 log() { echo "== $* ($(date -u +%T))" | tee -a "$OUT/summary.txt"; }
@@ -22,6 +24,34 @@ say() { tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | say
 ( timeout 120 "$B/lily" synth --preset qwen3.6-35b-a3b --out /tmp/full > "$OUT/synth.txt" 2>&1; echo "synth rc $?" >> "$OUT/synth.txt" ) &
 SYN=$!
+
+full_check() {
+log "full-size CUDA vs CPU reference (default)"
+LILY_FULL_CKPT=/tmp/full LILY_FULL_STEPS=${FULL_STEPS:-3} timeout ${FULL_TIMEOUT:-170} "$B/lily_tests" \
+  --gtest_filter='CudaModel.FullSizeCheckpoint*' > "$OUT/full.txt" 2>&1; echo "rc $?" >> "$OUT/full.txt"
+grep -E '^\| step|greedy|pipeline|FAILED  \]|PASSED|rc ' "$OUT/full.txt" | say
+# A failing default also runs with every stage on its precise path (is the rest prefill at all?).
+if ! grep -q '^\[  PASSED  \] 1 test' "$OUT/full.txt" && [[ $mode == ab ]]; then
+  FULL_ENVS="${FULL_ENVS:+$FULL_ENVS;}LILY_PREFILL_TERMS=0 LILY_PREFILL_ATTN_TERMS=0"
+fi
+if [[ -n "${FULL_ENVS:-}" ]]; then
+  IFS=';' read -ra FE <<< "$FULL_ENVS"
+  j=0
+  for v in "${FE[@]}"; do
+    j=$((j + 1))
+    log "full-size CUDA vs CPU reference [$v]"
+    env $v LILY_FULL_CKPT=/tmp/full LILY_FULL_STEPS=${FULL_STEPS:-3} timeout ${FULL_TIMEOUT:-170} "$B/lily_tests" \
+      --gtest_filter='CudaModel.FullSizeCheckpoint*' > "$OUT/full_$j.txt" 2>&1; echo "rc $?" >> "$OUT/full_$j.txt"
+    grep -E '^\| step|greedy|FAILED  \]|PASSED|rc ' "$OUT/full_$j.txt" | say
+  done
+fi
+}
+# PAR=1: the full-size check runs beside the op table and the goldens (correctness only; the
+# bench runs alone afterwards).
+if [[ ${PAR:-0} == 1 && ${FULL:-1} != 0 ]]; then
+  ( while ! grep -q "synth rc" "$OUT/synth.txt" 2>/dev/null; do sleep 2; done; tail -1 "$OUT/synth.txt" | say; full_check ) &
+  FULLJOB=$!
+fi
 
 log "op table CudaPrefill.*"
 timeout ${OPS_TIMEOUT:-240} "$B/lily_tests" --gtest_filter='CudaPrefill.*' > "$OUT/ops.txt" 2>&1; echo "rc $?" >> "$OUT/ops.txt"
@@ -44,30 +74,16 @@ for v in "${AB[@]}"; do
   grep -E '\[golden\]|FAILED  \]|PASSED|rc ' "$OUT/golden_$i.txt" | say
 done
 
+if [[ ${FULL:-1} != 0 ]]; then  # FULL=0: skip the tiny and full-size model checks (a speed-only call)
 log "CudaModel.Tiny* (CUDA vs CPU, prefill + decode)"
 timeout 150 "$B/lily_tests" --gtest_filter='CudaModel.Tiny*' > "$OUT/model_tiny.txt" 2>&1; echo "rc $?" >> "$OUT/model_tiny.txt"
 grep -E '^\| step|greedy|pipeline|FAILED  \]|PASSED|rc ' "$OUT/model_tiny.txt" | tail -12 | say
 
+if [[ ${PAR:-0} == 1 ]]; then wait $FULLJOB; else
 wait $SYN; tail -1 "$OUT/synth.txt" | say
-log "full-size CUDA vs CPU reference (default)"
-LILY_FULL_CKPT=/tmp/full LILY_FULL_STEPS=${FULL_STEPS:-3} timeout ${FULL_TIMEOUT:-170} "$B/lily_tests" \
-  --gtest_filter='CudaModel.FullSizeCheckpoint*' > "$OUT/full.txt" 2>&1; echo "rc $?" >> "$OUT/full.txt"
-grep -E '^\| step|greedy|pipeline|FAILED  \]|PASSED|rc ' "$OUT/full.txt" | say
-# A failing default also runs with every stage on its precise path (is the rest prefill at all?).
-if ! grep -q '^\[  PASSED  \] 1 test' "$OUT/full.txt" && [[ $mode == ab ]]; then
-  FULL_ENVS="${FULL_ENVS:+$FULL_ENVS;}LILY_PREFILL_TERMS=0 LILY_PREFILL_ATTN_TERMS=0"
+full_check
 fi
-if [[ -n "${FULL_ENVS:-}" ]]; then
-  IFS=';' read -ra FE <<< "$FULL_ENVS"
-  j=0
-  for v in "${FE[@]}"; do
-    j=$((j + 1))
-    log "full-size CUDA vs CPU reference [$v]"
-    env $v LILY_FULL_CKPT=/tmp/full LILY_FULL_STEPS=${FULL_STEPS:-3} timeout ${FULL_TIMEOUT:-170} "$B/lily_tests" \
-      --gtest_filter='CudaModel.FullSizeCheckpoint*' > "$OUT/full_$j.txt" 2>&1; echo "rc $?" >> "$OUT/full_$j.txt"
-    grep -E '^\| step|greedy|FAILED  \]|PASSED|rc ' "$OUT/full_$j.txt" | say
-  done
-fi
+else wait $SYN; tail -1 "$OUT/synth.txt" | say; fi
 
 log "bench full (contexts ${CTXS:-256,8192,32768})"
 timeout ${BENCH_TIMEOUT:-150} "$B/lily" bench --model /tmp/full --backend cuda --contexts ${CTXS:-256,8192,32768} \

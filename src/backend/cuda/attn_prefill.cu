@@ -96,16 +96,6 @@ __device__ __forceinline__ void split2(float x0, float x1, uint32_t& hi, uint32_
   hi = *reinterpret_cast<const uint32_t*>(&h);
   lo = pack_bf2(x0 - hf.x, x1 - hf.y);
 }
-// 8 fp32 cache values at p → bf16 hi and lo, packed.
-__device__ __forceinline__ void load8_split(const void* base, size_t idx, uint4& hi, uint4& lo) {
-  const float4* f = reinterpret_cast<const float4*>(static_cast<const float*>(base) + idx);
-  const float4 x = f[0], y = f[1];
-  split2(x.x, x.y, hi.x, lo.x);
-  split2(x.z, x.w, hi.y, lo.y);
-  split2(y.x, y.y, hi.z, lo.z);
-  split2(y.z, y.w, hi.w, lo.w);
-}
-
 // SPLIT: shared memory holds Q, K, V hi and lo planes (F32 caches only).
 template <int HD, bool F32, bool SPLIT> __global__ void __launch_bounds__(SPLIT ? 256 : 128) flash_kernel(AttnPrefillArgs a) {
   static_assert(!SPLIT || F32, "split operands need fp32 caches");
@@ -146,23 +136,46 @@ template <int HD, bool F32, bool SPLIT> __global__ void __launch_bounds__(SPLIT 
 
   for (int j0 = 0; j0 < kend; j0 += BKV) {
     __syncthreads();
-    for (int idx = tid; idx < BKV * CPR; idx += kThreads) {
-      const int r = idx / CPR, cc = idx % CPR, j = j0 + r;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = kv, kl = kv, vl = kv;
-      if (j < kend) {
-        if constexpr (SPLIT) {
-          load8_split(a.kc, kvbase + size_t(j) * HD + cc * 8, kv, kl);
-          load8_split(a.vc, kvbase + size_t(j) * HD + cc * 8, vv, vl);
-        } else {
+    if constexpr (SPLIT) {
+      // Every fp32 K/V load of the tile in flight before the first conversion (one L2 round
+      // trip per tile instead of one per 8-column group).
+      constexpr int IT = BKV * CPR / kThreads;
+      static_assert(BKV * CPR % kThreads == 0, "tile loads per thread");
+      float4 kx[IT][2], vx[IT][2];
+#pragma unroll
+      for (int it = 0; it < IT; ++it) {
+        const int idx = tid + it * kThreads, r = idx / CPR, cc = idx % CPR, j = j0 + r;
+        const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+        kx[it][0] = kx[it][1] = vx[it][0] = vx[it][1] = z;
+        if (j < kend) {
+          const float4* kf = reinterpret_cast<const float4*>(static_cast<const float*>(a.kc) + kvbase + size_t(j) * HD + cc * 8);
+          const float4* vf = reinterpret_cast<const float4*>(static_cast<const float*>(a.vc) + kvbase + size_t(j) * HD + cc * 8);
+          kx[it][0] = kf[0], kx[it][1] = kf[1], vx[it][0] = vf[0], vx[it][1] = vf[1];
+        }
+      }
+#pragma unroll
+      for (int it = 0; it < IT; ++it) {
+        const int idx = tid + it * kThreads, r = idx / CPR, cc = idx % CPR;
+        uint4 kv, kl, vv, vl;
+        split2(kx[it][0].x, kx[it][0].y, kv.x, kl.x), split2(kx[it][0].z, kx[it][0].w, kv.y, kl.y);
+        split2(kx[it][1].x, kx[it][1].y, kv.z, kl.z), split2(kx[it][1].z, kx[it][1].w, kv.w, kl.w);
+        split2(vx[it][0].x, vx[it][0].y, vv.x, vl.x), split2(vx[it][0].z, vx[it][0].w, vv.y, vl.y);
+        split2(vx[it][1].x, vx[it][1].y, vv.z, vl.z), split2(vx[it][1].z, vx[it][1].w, vv.w, vl.w);
+        *reinterpret_cast<uint4*>(Ks + r * LD + cc * 8) = kv;
+        *reinterpret_cast<uint4*>(Vs + r * LD + cc * 8) = vv;
+        *reinterpret_cast<uint4*>(Kl + r * LD + cc * 8) = kl;
+        *reinterpret_cast<uint4*>(Vl + r * LD + cc * 8) = vl;
+      }
+    } else {
+      for (int idx = tid; idx < BKV * CPR; idx += kThreads) {
+        const int r = idx / CPR, cc = idx % CPR, j = j0 + r;
+        uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+        if (j < kend) {
           kv = load8<F32>(a.kc, kvbase + size_t(j) * HD + cc * 8);
           vv = load8<F32>(a.vc, kvbase + size_t(j) * HD + cc * 8);
         }
-      }
-      *reinterpret_cast<uint4*>(Ks + r * LD + cc * 8) = kv;
-      *reinterpret_cast<uint4*>(Vs + r * LD + cc * 8) = vv;
-      if constexpr (SPLIT) {
-        *reinterpret_cast<uint4*>(Kl + r * LD + cc * 8) = kl;
-        *reinterpret_cast<uint4*>(Vl + r * LD + cc * 8) = vl;
+        *reinterpret_cast<uint4*>(Ks + r * LD + cc * 8) = kv;
+        *reinterpret_cast<uint4*>(Vs + r * LD + cc * 8) = vv;
       }
     }
     __syncthreads();

@@ -3,7 +3,10 @@
 // window (bf16, decode layout); (3) the delta-rule recurrence over all M tokens in one launch:
 // one warp per (value head, 2 value columns), each lane holding 8 state rows of one column in
 // registers (fp32), token inputs staged through shared memory 32 at a time; (4) the gated
-// RMSNorm with SiLU(z), giving the out_proj input.
+// RMSNorm with SiLU(z), giving the out_proj input. With a.wy set, (3) is the chunked WY form on
+// tensor cores instead (gdn_chunk.cu; LILY_GDN_CHUNK=0 keeps the scan).
+#include <cstdlib>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/prefill_ops.h"
 
@@ -181,9 +184,17 @@ Status gdn_prefill(const GdnPrefillArgs& a, Stream stream) {
   window_kernel<<<(C + 255) / 256, 256, 0, s>>>(a, C);
   LILY_TRY(launch_status("pf::gdn_window"));
   prof("gdn: conv window");
-  scan_kernel<<<a.nv * kSlices, kWarps * 32, 0, s>>>(a);
-  LILY_TRY(launch_status("pf::gdn_scan"));
-  prof("gdn: recurrence scan");
+  static const bool chunked = [] {
+    const char* e = std::getenv("LILY_GDN_CHUNK");
+    return !(e && e[0] == '0');
+  }();
+  if (a.wy && chunked) {
+    LILY_TRY(gdn_chunk_scan(a, stream));
+  } else {
+    scan_kernel<<<a.nv * kSlices, kWarps * 32, 0, s>>>(a);
+    LILY_TRY(launch_status("pf::gdn_scan"));
+    prof("gdn: recurrence scan");
+  }
   gated_norm_kernel<<<a.M, 256, 0, s>>>(a, C);
   LILY_TRY(launch_status("pf::gdn_gated_norm"));
   prof("gdn: gated norm");

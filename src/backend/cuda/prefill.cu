@@ -23,7 +23,7 @@ int env_int(const char* name, int def, int lo, int hi) {
 }
 
 // Per-op time table of one profiled prefill (events recorded by mark()).
-void print_profile(std::vector<std::pair<const char*, cudaEvent_t>>& ev, int M) {
+void print_pf_profile(std::vector<std::pair<const char*, cudaEvent_t>>& ev, int M) {
   std::vector<std::pair<std::string, std::pair<double, int>>> agg;
   double total = 0;
   for (size_t i = 1; i < ev.size(); ++i) {
@@ -81,7 +81,8 @@ Status CudaBackend::pf_alloc(int chunk) {
   p.yd = dalloc<float>(M * k * H, owned_);
   p.sact = dalloc<float>(M * c.shared_expert_intermediate_size, owned_);
   p.sy = dalloc<float>(M * H, owned_);
-  if (!p.sy || !p.yd || !p.act || !p.u || !p.ah || !p.al || !p.axs) return cu_err("cuda prefill: out of device memory for a {}-token chunk", chunk);
+  p.wy = dalloc<float>(pf::gdn_wy_floats(chunk, nv), owned_);
+  if (!p.sy || !p.wy || !p.yd || !p.act || !p.u || !p.ah || !p.al || !p.axs) return cu_err("cuda prefill: out of device memory for a {}-token chunk", chunk);
   LILY_CU_TRY(cudaHostAlloc(&p.pos_host, 16, cudaHostAllocDefault));
   pf_cap_ = chunk;
   return Status::ok();
@@ -147,6 +148,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
       g.conv_w = L.conv_w, g.A_log = L.A_log, g.dt_bias = L.dt_bias, g.gnorm = L.gnorm, g.S = SL.S;
       g.nk = c.linear_num_key_heads, g.nv = nv, g.K = c.linear_conv_kernel_dim, g.eps = eps;
       g.qn = p.qn, g.kn = p.kn, g.v = p.v, g.g = p.g, g.beta = p.beta, g.o_raw = p.o_raw, g.o = p.o;
+      g.wy = p.wy;
       g.prof = prof_cb, g.prof_ctx = this;
       LILY_TRY(pf::gdn_prefill(g, s));
       LILY_TRY(split(p.o, vd, M, vd));
@@ -277,7 +279,7 @@ Status CudaBackend::prefill(CudaSeqState& st, std::span<const int32_t> tokens, s
     if (prof) {
       prof_ = nullptr;
       LILY_CU_TRY(cudaStreamSynchronize(stream_));
-      print_profile(ev, M);
+      print_pf_profile(ev, M);
     }
     // The decode graph reads the position from the control block.
     LILY_CU_TRY(cudaStreamSynchronize(stream_));

@@ -96,11 +96,18 @@ struct GdnPrefillArgs {
   // scratch: qn, kn fp32 [M, nk·128]; v fp32 [M, nv·128]; g, beta fp32 [M, nv]; o_raw [M, nv·128]
   float *qn = nullptr, *kn = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr, *o_raw = nullptr;
   float* o = nullptr;
+  // Chunked (WY) recurrence scratch, gdn_wy_floats(M, nv) floats (gdn_chunk.cu); null, or
+  // LILY_GDN_CHUNK=0, runs the token-by-token scan instead.
+  float* wy = nullptr;
   // Profiling: called after each kernel launch with its name (prefill's per-op profile).
   void (*prof)(void* ctx, const char* what) = nullptr;
   void* prof_ctx = nullptr;
 };
 Status gdn_prefill(const GdnPrefillArgs& a, Stream s);
+// The recurrence alone in the chunked form (chunk 64, tensor cores, fp32 state): reads qn, kn, v,
+// g, beta, updates S, writes o_raw. Called by gdn_prefill when a.wy is set.
+size_t gdn_wy_floats(int M, int nv);
+Status gdn_chunk_scan(const GdnPrefillArgs& a, Stream s);
 
 // ---- attention prefill (attn_prefill.cu) -----------------------------------------------------
 // u: fp32 [M, ldu] = [q (nh·qw, per head [q | gate] when qw = 2hd) | k (nkv·hd) | v (nkv·hd)].
