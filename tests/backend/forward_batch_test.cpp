@@ -1,7 +1,7 @@
 // Model::forward_batch (one decode token for each of B sequences, weights read once per step)
 // against forward() on each sequence alone, on the golden checkpoints: sequences at different
 // lengths (so attention rows read caches of different sizes and DeltaNet rows different states),
-// B = 1, 3 and 7, several steps, rows leaving the batch between steps. Backends: cpu (the batched
+// B = 1, 3, 7 and 17, several steps, rows leaving the batch between steps. Backends: cpu (the batched
 // fast path), cpu-ref (the default per-row loop), and LILY_BACKEND's if set (cuda on the GPU
 // machine). Stated tolerance: every logit within 1e-5 + 1e-6·|alone| of the alone run (the fast
 // path computes each row as it does alone, so the measured difference is 0); bad arguments are
@@ -58,7 +58,7 @@ TEST(ForwardBatch, EqualsForwardAlone) {
     ASSERT_TRUE(m.is_ok()) << m.message();
     Model& model = **m;
     const int V = model.config().vocab_size;
-    for (int B : {1, 3, 7}) {
+    for (int B : {1, 3, 7, 17}) {
       SCOPED_TRACE(fmt::format("B = {}", B));
       // Two copies of every sequence: one decoded alone, one in the batch.
       std::vector<std::unique_ptr<SeqState>> alone, batched;
@@ -67,7 +67,7 @@ TEST(ForwardBatch, EqualsForwardAlone) {
       for (int s = 0; s < B; ++s) {
         const auto p = prompt_of(s, 1 + 13 * s, V);  // lengths 1, 14, 27, …
         for (auto* set : {&alone, &batched}) {
-          auto st = model.new_state(128);
+          auto st = model.new_state(256);
           ASSERT_TRUE(st.is_ok()) << st.message();
           ASSERT_TRUE(model.forward(**st, p, logits).is_ok());
           set->push_back(std::move(*st));

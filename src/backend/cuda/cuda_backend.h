@@ -31,6 +31,8 @@ template <typename T> T* dalloc(size_t n, std::vector<void*>& owned) {
 }
 
 class CudaBackend;
+struct BatchCtx;  // batched decode scratch, row table and graphs per batch size (batch.cu)
+void destroy_batch_ctx(BatchCtx* b);
 
 struct CudaSeqState final : SeqState {
   // K/V cache and conv window: fp32 when `f32` (default; LILY_CUDA_KV=bf16 at new_state gives
@@ -83,6 +85,7 @@ class CudaBackend final : public Backend {
   CudaBackend(const ModelWeights& w, bool verbose) : w_(w), cfg_(w.cfg), verbose_(verbose) {}
   ~CudaBackend() override {
     if (stream_) cudaStreamSynchronize(stream_);
+    destroy_batch_ctx(batch_);
     for (void* p : owned_) cudaFree(p);
     if (arena_) cudaFree(arena_);
     for (auto& e : ev_)
@@ -206,6 +209,10 @@ class CudaBackend final : public Backend {
     }
     return Status::ok();
   }
+
+  // One decode step for B sequences, weights read once for all rows (batch.cu).
+  Status forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
+                       std::span<float> logits) override;
 
   double copy_bandwidth_gbps() override {
     const size_t n = size_t(2) << 30;
@@ -359,6 +366,10 @@ class CudaBackend final : public Backend {
   } pf_;
   int pf_cap_ = 0;
   Status pf_alloc(int chunk);
+  BatchCtx* batch_ = nullptr;  // batch.cu
+  Status batch_alloc(int B);
+  Status enqueue_batch(int B, cudaStream_t s);
+  void print_profile(int B);
   Status pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool want_logits);
   std::vector<std::pair<const char*, cudaEvent_t>>* prof_ = nullptr;
   // Profiling: enqueue only the ops named only_ (per-op graphs); bytes each op reads, by name.

@@ -1,0 +1,312 @@
+// CudaBackend::forward_batch: one decode step for B sequences (issue 7). The step is the decode
+// graph's sequence of ops with every projection, expert and the lm_head applied to all B rows
+// (batch_gemv.cu, batch_moe.cu) and the mixers per row on each row's own state (batch_mixer.cu).
+// Per-row state pointers, positions and tokens live in one device table uploaded per step (one
+// H2D copy), so the step is captured once per batch size as a CUDA graph and replayed for any set
+// of sequences. Each row's logits equal what forward() gives that sequence alone (bit-identical:
+// the batched kernels copy the batch-1 kernels' arithmetic). Rows fall back to the per-row loop
+// where the batched kernels do not apply (bf16 K/V states, the A/B env knobs that change the
+// batch-1 arithmetic). B = 1 runs forward() (the batch-1 graph).
+#include <cstring>
+#include <map>
+
+#include "backend/cuda/batch_ops.h"
+#include "backend/cuda/cuda_backend.h"
+#include "core/thread_pool.h"
+
+namespace lily {
+namespace cuda {
+
+struct BatchCtx {
+  int cap = 0, L = 0;
+  std::vector<void*> owned;
+  // Activations, fp32, row-major per batch row.
+  float *xres[2] = {}, *mix = nullptr, *xn = nullptr, *u = nullptr, *og = nullptr, *o = nullptr, *q = nullptr;
+  float *rl = nullptr, *topk_w = nullptr, *act = nullptr, *logits = nullptr, *partial = nullptr;
+  int32_t* topk_ids = nullptr;
+  int urows = 0;
+  // Row table: [tok | pos | cap] int32 [cap] each, then pointers ctl [cap], p0 [L][cap], p1 [L][cap].
+  char* tab_dev = nullptr;
+  char* tab_host = nullptr;
+  float* host_logits = nullptr;  // pinned [cap][V] (LILY_BATCH_D2H=pinned)
+  size_t tab_bytes = 0, ptr_off = 0;
+  std::map<int, cudaGraphExec_t> graphs;
+  // LILY_BATCH_PROFILE=1: steps run uncaptured with an event after each op; the third step of
+  // each batch size prints the time per op kind (stderr).
+  std::vector<std::pair<const char*, cudaEvent_t>> ev;
+  bool prof = false;
+  std::map<int, int> prof_calls;
+  int32_t* tok() const { return reinterpret_cast<int32_t*>(tab_dev); }
+  int32_t* pos() const { return tok() + cap; }
+  int32_t* caps() const { return tok() + 2 * cap; }
+  void** ptrs(char* base) const { return reinterpret_cast<void**>(base + ptr_off); }
+  StepCtl* const* ctl() const { return reinterpret_cast<StepCtl* const*>(ptrs(tab_dev)); }
+  void* const* p0(int layer) const { return ptrs(tab_dev) + cap + size_t(layer) * cap; }
+  void* const* p1(int layer) const { return ptrs(tab_dev) + cap + size_t(L + layer) * cap; }
+  void release() {
+    for (auto& g : graphs) cudaGraphExecDestroy(g.second);
+    graphs.clear();
+    for (void* p : owned) cudaFree(p);
+    owned.clear();
+    if (tab_host) cudaFreeHost(tab_host);
+    if (host_logits) cudaFreeHost(host_logits);
+    tab_host = nullptr, host_logits = nullptr;
+    cap = 0;
+  }
+  ~BatchCtx() { release(); }
+};
+
+void destroy_batch_ctx(BatchCtx* b) { delete b; }
+
+namespace {
+bool env_is(const char* name, const char* val) {
+  const char* e = std::getenv(name);
+  return e && std::strcmp(e, val) == 0;
+}
+// The batch-1 step's arithmetic changes under these knobs; the batched kernels copy the default.
+bool batch_knobs_ok() {
+  const char* hs = std::getenv("LILY_ATTN_HSPLIT");
+  const char* dbg = std::getenv("LILY_GEMV_DBG");
+  return !env_is("LILY_GDN_FUSED_NORM", "0") && !env_is("LILY_ATTN_TILE", "1") && !env_is("LILY_CUDA_BATCH", "0") &&
+         !(hs && (hs[0] == '2' || hs[0] == '4')) && !(dbg && std::atoi(dbg) != 0);
+}
+int min_per_split_env() {
+  const char* e = std::getenv("LILY_ATTN_MINSPLIT");
+  const int n = e && *e ? std::atoi(e) : 64;
+  return n >= 1 ? n : 64;
+}
+bool graphs_on() { return !env_is("LILY_BATCH_GRAPH", "0"); }
+}  // namespace
+
+Status CudaBackend::batch_alloc(int B) {
+  if (!batch_) batch_ = new BatchCtx();
+  BatchCtx& x = *batch_;
+  if (B <= x.cap) return Status::ok();
+  LILY_CU_TRY(cudaStreamSynchronize(stream_));
+  x.release();
+  int cap = 8;
+  while (cap < B) cap *= 2;
+  const ModelConfig& c = cfg_;
+  const int H = c.hidden_size, C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nv = c.linear_num_value_heads;
+  const int qrows = c.num_attention_heads * (c.attn_output_gate ? 2 : 1) * c.head_dim + 2 * c.num_key_value_heads * c.head_dim;
+  x.urows = std::max(C + vd + 2 * nv, qrows);
+  const size_t Bc = size_t(cap), Is = c.shared_expert_intermediate_size > 0 ? c.shared_expert_intermediate_size : c.moe_intermediate_size;
+  for (int i = 0; i < 2; ++i) x.xres[i] = dalloc<float>(Bc * H, x.owned);
+  x.mix = dalloc<float>(Bc * H, x.owned);
+  x.xn = dalloc<float>(Bc * H, x.owned);
+  x.u = dalloc<float>(Bc * x.urows, x.owned);
+  x.og = dalloc<float>(Bc * vd, x.owned);
+  x.o = dalloc<float>(Bc * c.num_attention_heads * c.head_dim, x.owned);
+  x.q = dalloc<float>(Bc * c.num_attention_heads * c.head_dim, x.owned);
+  x.rl = dalloc<float>(Bc * (c.num_experts + 1), x.owned);
+  x.topk_ids = dalloc<int32_t>(Bc * c.num_experts_per_tok, x.owned);
+  x.topk_w = dalloc<float>(Bc * (c.num_experts_per_tok + 1), x.owned);
+  x.act = dalloc<float>(Bc * (size_t(c.num_experts_per_tok) * c.moe_intermediate_size + Is), x.owned);
+  x.logits = dalloc<float>(Bc * c.vocab_size, x.owned);
+  x.partial = dalloc<float>(Bc * battn_partial_floats(c.num_attention_heads, c.num_key_value_heads, c.head_dim, attn_max_splits()), x.owned);
+  x.L = c.num_hidden_layers;
+  x.ptr_off = (3 * Bc * 4 + 15) & ~size_t(15);
+  x.tab_bytes = x.ptr_off + (1 + 2 * size_t(x.L)) * Bc * sizeof(void*);
+  x.tab_dev = dalloc<char>(x.tab_bytes, x.owned);
+  if (!x.tab_dev || !x.partial || !x.logits || !x.act) {
+    x.release();
+    return cu_err("cuda forward_batch: out of device memory for {} rows", cap);
+  }
+  LILY_CU_TRY(cudaHostAlloc(&x.tab_host, x.tab_bytes, cudaHostAllocDefault));
+  std::memset(x.tab_host, 0, x.tab_bytes);
+  x.cap = cap;
+  return Status::ok();
+}
+
+// Rows of B in staging groups (each bgemv launch takes at most bgemv_group_rows(w) rows).
+static Status gemv_rows(const QW& w, const float* x, int ldx, float* y, int ldy, int B, cudaStream_t s) {
+  const int G = bgemv_group_rows(w);
+  const int ng = (B + G - 1) / G, per = (B + ng - 1) / ng;
+  for (int b0 = 0; b0 < B; b0 += per)
+    LILY_TRY(bgemv(w, x + size_t(b0) * ldx, ldx, y + size_t(b0) * ldy, ldy, std::min(per, B - b0), s));
+  return Status::ok();
+}
+
+Status CudaBackend::enqueue_batch(int B, cudaStream_t s) {
+  const ModelConfig& c = cfg_;
+  BatchCtx& x = *batch_;
+  // Profiling: an event after each op (names of op kinds; time is attributed to the op before).
+  auto mk = [&](const char* name) {
+    if (!x.prof) return;
+    cudaEvent_t e;
+    cudaEventCreate(&e);
+    cudaEventRecord(e, s);
+    x.ev.push_back({name, e});
+  };
+  mk("start");
+  const int H = c.hidden_size, C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), E = c.num_experts, k = c.num_experts_per_tok;
+  const int nhd = c.num_attention_heads * c.head_dim;
+  const float eps = c.rms_norm_eps;
+  LILY_TRY(bembed(d_.embed, x.tok(), x.xres[0], B, s));
+  mk("embed");
+  int p = 0;
+  const float* mix = nullptr;
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const DevLayer& L = d_.layers[i];
+    LILY_TRY(badd_norm(x.xres[p], mix, L.in_norm, H, eps, x.xres[p ^ 1], x.xn, B, s));
+    mk("add+norm");
+    if (!L.attn) {
+      LILY_TRY(gemv_rows(L.in_proj, x.xn, H, x.u, x.urows, B, s));
+      mk("gdn in_proj gemv");
+      BGdnArgs g{};
+      g.u = x.u, g.ldu = x.urows, g.conv_w = L.conv_w, g.conv = x.p0(i), g.S = reinterpret_cast<float* const*>(x.p1(i));
+      g.pos = x.pos(), g.A_log = L.A_log, g.dt_bias = L.dt_bias, g.gnorm = L.gnorm, g.og = x.og, g.ldo = vd;
+      g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.dk = c.linear_key_head_dim;
+      g.dv = c.linear_value_head_dim, g.K = c.linear_conv_kernel_dim, g.B = B, g.eps = eps;
+      LILY_TRY(bgdn_step(g, s));
+      mk("gdn step");
+      LILY_TRY(gemv_rows(L.out_proj, x.og, vd, x.mix, H, B, s));
+      mk("gdn out_proj gemv");
+    } else {
+      LILY_TRY(gemv_rows(L.qkv, x.xn, H, x.u, x.urows, B, s));
+      mk("attn qkv gemv");
+      BAttnArgs a{};
+      a.qkv = x.u, a.ldqkv = x.urows, a.q_norm = L.q_norm, a.k_norm = L.k_norm, a.q = x.q, a.kc = x.p0(i), a.vc = x.p1(i);
+      a.cap = x.caps(), a.pos = x.pos(), a.out = x.o, a.partial = x.partial, a.nh = c.num_attention_heads;
+      a.nkv = c.num_key_value_heads, a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim;
+      a.rot = c.rotary_dim(), a.n_split = attn_max_splits(), a.min_per_split = min_per_split_env(), a.B = B;
+      a.theta = c.rope_theta, a.eps = eps;
+      LILY_TRY(battn(a, s));
+      mk("attn prep+decode+merge");
+      LILY_TRY(gemv_rows(L.o_proj, x.o, nhd, x.mix, H, B, s));
+      mk("attn o_proj gemv");
+    }
+    p ^= 1;
+    LILY_TRY(badd_norm(x.xres[p], x.mix, L.post_norm, H, eps, x.xres[p ^ 1], x.xn, B, s));
+    mk("add+norm");
+    LILY_TRY(gemv_rows(L.router, x.xn, H, x.rl, E + 1, B, s));
+    LILY_TRY(brouter_topk(x.rl, E + 1, E, k, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, s));
+    mk("router gemv+top-k");
+    p ^= 1;
+    BMoeArgs m{};
+    m.gate = L.gate, m.up = L.up, m.down = L.down, m.sh_gate_up = L.sh_gate_up, m.sh_down = L.sh_down;
+    m.topk_ids = x.topk_ids, m.topk_w = x.topk_w, m.top_k = k, m.H = H, m.I = c.moe_intermediate_size;
+    m.Is = c.shared_expert_intermediate_size > 0 ? c.shared_expert_intermediate_size : c.moe_intermediate_size;
+    m.B = B, m.x = x.xn, m.act = x.act, m.out = x.mix;
+    LILY_TRY(bmoe_gate_up(m, s));
+    mk("moe gate+up");
+    LILY_TRY(bmoe_down(m, s));
+    mk("moe down+combine");
+    mix = x.mix;
+  }
+  LILY_TRY(badd_norm(x.xres[p], x.mix, d_.final_norm, H, eps, nullptr, x.xn, B, s));
+  LILY_TRY(gemv_rows(d_.lm_head, x.xn, H, x.logits, c.vocab_size, B, s));
+  mk("final norm+lm_head");
+  (void)C;
+  return bfinish(x.ctl(), x.pos(), B, s);
+}
+
+void CudaBackend::print_profile(int B) {
+  BatchCtx& x = *batch_;
+  std::vector<std::pair<std::string, std::pair<double, int>>> agg;
+  double total = 0;
+  for (size_t i = 1; i < x.ev.size(); ++i) {
+    float ms = 0;
+    cudaEventElapsedTime(&ms, x.ev[i - 1].second, x.ev[i].second);
+    total += ms;
+    auto it = std::find_if(agg.begin(), agg.end(), [&](auto& a) { return a.first == x.ev[i].first; });
+    if (it == agg.end()) agg.push_back({x.ev[i].first, {ms, 1}});
+    else it->second.first += ms, it->second.second += 1;
+  }
+  std::fprintf(stderr, "cuda forward_batch profile, B = %d (one un-captured step, events between ops):\n", B);
+  std::fprintf(stderr, "| op | launches | total ms | share |\n|---|---:|---:|---:|\n");
+  for (auto& a : agg)
+    std::fprintf(stderr, "| %s | %d | %.3f | %.1f%% |\n", a.first.c_str(), a.second.second, a.second.first, 100 * a.second.first / total);
+  std::fprintf(stderr, "| total | | %.3f | |\n", total);
+}
+
+Status CudaBackend::forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
+                                  std::span<float> logits) {
+  const int B = int(states.size());
+  const size_t V = size_t(cfg_.vocab_size);
+  if (tokens.size() != states.size()) return cu_err("forward_batch: {} states but {} tokens", B, tokens.size());
+  if (B == 0) return Status::ok();
+  if (logits.size() != size_t(B) * V) return cu_err("forward_batch: logits must hold {} rows of {}", B, V);
+  std::vector<CudaSeqState*> seqs(static_cast<size_t>(B));
+  bool batched = B >= 2 && batch_knobs_ok() && cfg_.linear_value_head_dim <= 256;
+  for (int b = 0; b < B; ++b) {
+    seqs[size_t(b)] = dynamic_cast<CudaSeqState*>(states[size_t(b)]);
+    CudaSeqState* r = seqs[size_t(b)];
+    if (!r || r->be != this) return cu_err("forward_batch: row {}'s state belongs to another backend", b);
+    if (r->n + 1 > r->cap) return cu_err("forward_batch: row {} is full ({} of max_seq {})", b, r->n, r->cap);
+    if (tokens[size_t(b)] < 0 || tokens[size_t(b)] >= cfg_.vocab_size)
+      return cu_err("forward_batch: row {}'s token {} outside the vocabulary", b, tokens[size_t(b)]);
+    for (int j = 0; j < b; ++j)
+      if (seqs[size_t(j)] == r) return cu_err("forward_batch: rows {} and {} share one state", j, b);
+    if (!r->f32) batched = false;
+  }
+  if (!batched) return Backend::forward_batch(states, tokens, logits);
+  LILY_TRY(batch_alloc(B));
+  BatchCtx& x = *batch_;
+  // Row table on the host (pinned), then one copy to the device.
+  auto* ti = reinterpret_cast<int32_t*>(x.tab_host);
+  void** tp = x.ptrs(x.tab_host);
+  for (int b = 0; b < B; ++b) {
+    CudaSeqState& r = *seqs[size_t(b)];
+    ti[b] = tokens[size_t(b)], ti[x.cap + b] = r.n, ti[2 * x.cap + b] = r.cap;
+    tp[b] = r.ctl;
+    for (int l = 0; l < x.L; ++l) {
+      const auto& SL = r.layers[size_t(l)];
+      tp[x.cap + size_t(l) * x.cap + b] = SL.kc ? static_cast<void*>(SL.kc) : static_cast<void*>(SL.conv);
+      tp[x.cap + size_t(x.L + l) * x.cap + b] = SL.vc ? static_cast<void*>(SL.vc) : static_cast<void*>(SL.S);
+    }
+  }
+  LILY_CU_TRY(cudaMemcpyAsync(x.tab_dev, x.tab_host, x.tab_bytes, cudaMemcpyHostToDevice, stream_));
+  x.prof = env_is("LILY_BATCH_PROFILE", "1");
+  if (x.prof) {
+    Status ps = enqueue_batch(B, stream_);
+    x.prof = false;
+    LILY_TRY(ps);
+  } else if (graphs_on()) {
+    auto it = x.graphs.find(B);
+    if (it == x.graphs.end()) {
+      cudaGraph_t g = nullptr;
+      LILY_CU_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      Status s = enqueue_batch(B, stream_);
+      cudaError_t e = cudaStreamEndCapture(stream_, &g);
+      if (!s) {
+        if (g) cudaGraphDestroy(g);
+        return s;
+      }
+      if (e != cudaSuccess) return cu_err("cuda forward_batch: graph capture failed: {}", cudaGetErrorString(e));
+      cudaGraphExec_t ex = nullptr;
+      LILY_CU_TRY(cudaGraphInstantiate(&ex, g, 0));
+      cudaGraphDestroy(g);
+      it = x.graphs.emplace(B, ex).first;
+    }
+    LILY_CU_TRY(cudaGraphLaunch(it->second, stream_));
+  } else {
+    LILY_TRY(enqueue_batch(B, stream_));
+  }
+  // Logits to the host: straight into the caller's (pageable) span, or (LILY_BATCH_D2H=pinned) into
+  // a pinned buffer at full link speed, then copied out by the thread pool, rows in parallel.
+  static const bool pinned = env_is("LILY_BATCH_D2H", "pinned");
+  if (pinned) {
+    if (!x.host_logits) LILY_CU_TRY(cudaHostAlloc(&x.host_logits, size_t(x.cap) * V * sizeof(float), cudaHostAllocDefault));
+    LILY_CU_TRY(cudaMemcpyAsync(x.host_logits, x.logits, size_t(B) * V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    LILY_CU_TRY(cudaStreamSynchronize(stream_));
+    const float* src = x.host_logits;
+    float* dst = logits.data();
+    ThreadPool::global().parallel_for(size_t(B), 1, [&](size_t b0, size_t b1) {
+      std::memcpy(dst + b0 * V, src + b0 * V, (b1 - b0) * V * sizeof(float));
+    });
+  } else {
+    LILY_CU_TRY(cudaMemcpyAsync(logits.data(), x.logits, size_t(B) * V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    LILY_CU_TRY(cudaStreamSynchronize(stream_));
+  }
+  for (CudaSeqState* r : seqs) r->n += 1;
+  if (!x.ev.empty()) {
+    if (++x.prof_calls[B] == 3) print_profile(B);
+    for (auto& e : x.ev) cudaEventDestroy(e.second);
+    x.ev.clear();
+  }
+  return Status::ok();
+}
+
+}  // namespace cuda
+}  // namespace lily

@@ -1,0 +1,92 @@
+// Host wrappers of the batched decode kernels (issue 7): B sequences decode one token each, every
+// weight read once per step for all rows. Each kernel's per-row arithmetic is a copy of the batch-1
+// decode kernel's (same chunk order, same reductions), so a row's result is bit-identical to the
+// sequence decoded alone. Per-row state comes from device pointer tables (one per layer), so one
+// captured CUDA graph per batch size serves any set of sequences. Pointers are device pointers.
+#pragma once
+#include <cstdint>
+
+#include "backend/cuda/ops.h"
+#include "core/status.h"
+
+namespace lily::cuda {
+
+// Rows of a batched GEMV staged in shared memory at once (the host splits B into groups of this).
+int bgemv_group_rows(const QW& w);
+
+// y[b·ldy + r] = Σ_c scale·Σq·x_b + bias·Σx_b for every row r of w and b < B, x fp32 [B][ldx]
+// (plain input). B ≤ bgemv_group_rows(w). Per (b, r) the same sums as gemv() with Pro::kPlain.
+Status bgemv(const QW& w, const float* x, int ldx, float* y, int ldy, int B, Stream s);
+
+// Per row b (B blocks): r = in_b + mix_b (mix may be null); res_out_b = r; n_out_b = rms(r)·gain
+// (the gemv kAddNorm staging's arithmetic). All fp32 [B][H], gain bf16 [H]; H ≤ 4096.
+Status badd_norm(const float* in, const float* mix, const void* gain, int H, float eps, float* res_out, float* n_out,
+                 int B, Stream s);
+
+// Router epilogue per row: logits fp32 [B][ld] (E routed + 1 shared-gate); ids [B][top_k],
+// w [B][top_k + 1] (renormalized weights, then sigmoid of the shared gate when has_shared).
+Status brouter_topk(const float* logits, int ld, int E, int top_k, bool norm_topk, bool has_shared, int32_t* ids,
+                    float* w, int B, Stream s);
+
+// Embedding rows: x[b] (fp32 [H]) = dequantized row tok[b].
+Status bembed(const QW& e, const int32_t* tok, float* x, int B, Stream s);
+
+// ctl[b]->pos = pos[b] + 1 (the state's control block follows the batched step).
+Status bfinish(StepCtl* const* ctl, const int32_t* pos, int B, Stream s);
+
+// MoE per row: gate+up+SwiGLU (x [B][H] → act [B][k·I + Is]) and down + combine + shared
+// (act → out [B][H]); ids [B][k], w [B][k+1]. Blocks of the same weight tile for all rows run
+// together, so an expert chosen by several rows is read from DRAM about once.
+struct BMoeArgs {
+  QW gate, up, down, sh_gate_up, sh_down;
+  const int32_t* topk_ids = nullptr;
+  const float* topk_w = nullptr;
+  int top_k = 8, H = 0, I = 0, Is = 0, B = 0;
+  const float* x = nullptr;
+  float* act = nullptr;
+  float* out = nullptr;
+};
+Status bmoe_gate_up(const BMoeArgs& a, Stream s);
+Status bmoe_down(const BMoeArgs& a, Stream s);
+
+// GDN decode step per row (fused gated norm), fp32 windows and state: row b reads u [b][ldu],
+// conv[b] ([2, C, K-1] fp32), S[b] ([nv, dk, dv] fp32), pos[b]; writes og [b][nv·dv].
+struct BGdnArgs {
+  const float* u = nullptr;
+  int ldu = 0;
+  const void* conv_w = nullptr;
+  void* const* conv = nullptr;  // [B] device table
+  float* const* S = nullptr;    // [B]
+  const int32_t* pos = nullptr; // [B]
+  const float* A_log = nullptr;
+  const void* dt_bias = nullptr;
+  const void* gnorm = nullptr;
+  float* og = nullptr;
+  int ldo = 0;
+  int nk = 0, nv = 0, dk = 128, dv = 128, K = 4, B = 0;
+  float eps = 1e-6f;
+};
+Status bgdn_step(const BGdnArgs& a, Stream s);
+
+// Attention decode per row with fp32 K/V: prep (q/k norm, rope, cache write at pos[b]), split-K
+// decode over 0..pos[b] (splits as attn_decode: min(n_split, ⌈n/min_per_split⌉)), merge + gate.
+struct BAttnArgs {
+  const float* qkv = nullptr;
+  int ldqkv = 0;
+  const void* q_norm = nullptr;
+  const void* k_norm = nullptr;
+  float* q = nullptr;          // [B][nh·hd]
+  void* const* kc = nullptr;   // [B] fp32 [nkv, cap_b, hd]
+  void* const* vc = nullptr;
+  const int32_t* cap = nullptr;  // [B] max_seq of each row's cache
+  const int32_t* pos = nullptr;  // [B]
+  float* out = nullptr;        // [B][nh·hd]
+  float* partial = nullptr;    // [B][nkv·n_split·G·(hd+2)]
+  int nh = 0, nkv = 0, hd = 0, qw = 0, rot = 0, n_split = 128, min_per_split = 64, B = 0;
+  double theta = 1e7;
+  float eps = 1e-6f;
+};
+Status battn(const BAttnArgs& a, Stream s);
+size_t battn_partial_floats(int nh, int nkv, int hd, int n_split);
+
+}  // namespace lily::cuda
