@@ -25,7 +25,7 @@ __device__ __forceinline__ void cp16(void* dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // x = hi + lo, both tf32 (hi = x rounded to 10 mantissa bits, lo = the rest rounded likewise).
 __device__ __forceinline__ void split(float x, uint32_t& hi, uint32_t& lo) {
@@ -74,9 +74,10 @@ __global__ void __launch_bounds__(256, 2) wy_kernel(GdnPrefillArgs a) {
   const int t0 = c * kC, n = min(kC, a.M - t0), kh = h / (a.nv / a.nk);
   const int kd = a.nk * kD, vd = a.nv * kD;
   float* out = a.wy + (size_t(h) * gridDim.x + c) * kPer;
-  // Q, K rows of the chunk (zero past n).
-  for (int idx = tid; idx < kC * (kD / 4); idx += 256) {
-    const int r = idx / (kD / 4), c4 = idx % (kD / 4);
+  // Q, K rows of the chunk (zero past n), every load of the thread in flight at once.
+#pragma unroll
+  for (int it = 0; it < kC * (kD / 4) / 256; ++it) {
+    const int idx = tid + it * 256, r = idx / (kD / 4), c4 = idx % (kD / 4);
     float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), qv = kv;
     if (r < n) {
       kv = *reinterpret_cast<const float4*>(a.kn + size_t(t0 + r) * kd + kh * kD + c4 * 4);
@@ -187,7 +188,9 @@ __global__ void __launch_bounds__(256, 1) state_kernel(GdnPrefillArgs a, int nch
     const int r = idx / (kCS / 4), c4 = idx % (kCS / 4);
     *reinterpret_cast<float4*>(Ss + r * kLdS + c4 * 4) = *reinterpret_cast<const float4*>(Sg + size_t(r) * kD + c4 * 4);
   }
-  // Loads of chunk c: part 0 = W, U slice, γ (read by step 1 and the decay setup); part 1 = Q, K, P.
+  // Loads of chunk c in three cp.async groups, each issued as soon as the previous chunk's last
+  // reader is done and waited for just before its first reader: G1 = W, U slice, γ (step 1 and the
+  // decay setup); G2 = Q, P (step 2); G3 = K (step 3). Empty groups keep the count uniform.
   auto load0 = [&](int c) {
     const float* src = a.wy + (size_t(h) * nch + c) * kPer;
     for (int idx = tid; idx < kC * (kD / 4); idx += 256) {
@@ -200,26 +203,34 @@ __global__ void __launch_bounds__(256, 1) state_kernel(GdnPrefillArgs a, int nch
     }
     if (tid < kC / 4) cp16(gam + tid * 4, src + kOffG + tid * 4, true);
   };
-  auto load1 = [&](int c) {
+  auto load_qp = [&](int c) {
     const float* src = a.wy + (size_t(h) * nch + c) * kPer;
     const int t0 = c * kC, n = min(kC, a.M - t0);
     for (int idx = tid; idx < kC * (kD / 4); idx += 256) {
       const int r = idx / (kD / 4), c4 = idx % (kD / 4);
-      const size_t off = size_t(t0 + (r < n ? r : 0)) * kd + kh * kD + c4 * 4;
-      cp16(Qs + r * kLdQ + c4 * 4, a.qn + off, r < n);
-      cp16(Ks + r * kLdK + c4 * 4, a.kn + off, r < n);
+      cp16(Qs + r * kLdQ + c4 * 4, a.qn + size_t(t0 + (r < n ? r : 0)) * kd + kh * kD + c4 * 4, r < n);
     }
     for (int idx = tid; idx < kC * (kC / 4); idx += 256) {
       const int r = idx / (kC / 4), c4 = idx % (kC / 4);
       cp16(Ps + r * kLdP + c4 * 4, src + kOffP + r * kC + c4 * 4, true);
     }
   };
+  auto load_k = [&](int c) {
+    const int t0 = c * kC, n = min(kC, a.M - t0);
+    for (int idx = tid; idx < kC * (kD / 4); idx += 256) {
+      const int r = idx / (kD / 4), c4 = idx % (kD / 4);
+      cp16(Ks + r * kLdK + c4 * 4, a.kn + size_t(t0 + (r < n ? r : 0)) * kd + kh * kD + c4 * 4, r < n);
+    }
+  };
   load0(0);
-  load1(0);
+  cp_commit();
+  load_qp(0);
+  cp_commit();
+  load_k(0);
   cp_commit();
   for (int c = 0; c < nch; ++c) {
     const int t0 = c * kC, n = min(kC, a.M - t0);
-    cp_wait_all();
+    cp_wait<2>();  // G1(c)
     __syncthreads();
     if (tid < kC) eg[tid] = expf(gam[tid]), ed[tid] = expf(gam[kC - 1] - gam[tid]);
     const float egn = expf(gam[kC - 1]);
@@ -248,8 +259,10 @@ __global__ void __launch_bounds__(256, 1) state_kernel(GdnPrefillArgs a, int nch
           Up[i * kLdU + col] = Us[i * kLdU + col] - acc[j][e];
         }
     }
+    cp_wait<1>();     // G2(c): Q, P
     __syncthreads();  // U' complete; W, U, γ free
-    if (c + 1 < nch) load0(c + 1), cp_commit();
+    if (c + 1 < nch) load0(c + 1);
+    cp_commit();
     // Step 2: O = diag(e^γ)·Q·S + P·U' (P lower triangular: k past the row tile is zero).
     {
       float acc[2][4] = {};
@@ -291,6 +304,10 @@ __global__ void __launch_bounds__(256, 1) state_kernel(GdnPrefillArgs a, int nch
                 make_float2(acc[j][2 * hr], acc[j][2 * hr + 1]);
         }
     }
+    cp_wait<1>();     // G3(c): K
+    __syncthreads();  // every read of Q and P done
+    if (c + 1 < nch) load_qp(c + 1);
+    cp_commit();
     // Step 3: S ← e^{γ_n}·S + Kdᵀ·U' (128×32, k = 64 tokens): warp → rows warp·16.., all 4 column tiles.
     float accS[4][4];
     {
@@ -314,8 +331,9 @@ __global__ void __launch_bounds__(256, 1) state_kernel(GdnPrefillArgs a, int nch
         }
       }
     }
-    __syncthreads();  // every read of S, Q, K, P, U', e^γ done
-    if (c + 1 < nch) load1(c + 1), cp_commit();
+    __syncthreads();  // every read of S, K, U', e^γ done
+    if (c + 1 < nch) load_k(c + 1);
+    cp_commit();
     {
       const int m0 = warp * 16;
 #pragma unroll

@@ -1,5 +1,6 @@
 // Gated DeltaNet prefill over M tokens: (1) conv + SiLU over the chunk with the carried window,
-// q/k L2 norms and q scale, gates (one block per token and 128-channel head); (2) the new conv
+// q/k L2 norms and q scale, gates (one block per 16 tokens and 128-channel head for kernel width 4,
+// LILY_GDN_PREP=0 or other widths: one block per token and head); (2) the new conv
 // window (bf16, decode layout); (3) the delta-rule recurrence over all M tokens in one launch:
 // one warp per (value head, 2 value columns), each lane holding 8 state rows of one column in
 // registers (fp32), token inputs staged through shared memory 32 at a time; (4) the gated
@@ -48,6 +49,68 @@ __global__ void __launch_bounds__(kD) prep_kernel(GdnPrefillArgs a) {
     a.beta[size_t(m) * a.nv + d] = 1.0f / (1.0f + expf(-bv));
     const float x = av + bf(static_cast<const uint16_t*>(a.dt_bias)[d]);
     a.g[size_t(m) * a.nv + d] = -expf(a.A_log[d]) * softplus(x);
+  }
+}
+
+// prep_kernel for kernel width 4 over kPT tokens per block: each thread keeps its channel's
+// inputs for tokens m0−3 .. m0+kPT−1 in registers (one load per token instead of four), and the
+// per-token L2 sums of a q/k head reduce kPT tokens at once.
+constexpr int kPT = 16;
+__global__ void __launch_bounds__(kD) prep4_kernel(GdnPrefillArgs a) {
+  __shared__ float red[kD / 32][kPT];
+  const int m0 = blockIdx.x * kPT, hb = blockIdx.y, d = threadIdx.x, lane = d & 31, warp = d >> 5;
+  const int kd = a.nk * kD, vd = a.nv * kD, C = 2 * kd + vd, ch = hb * kD + d, n = min(kPT, a.M - m0);
+  const uint16_t* w = static_cast<const uint16_t*>(a.conv_w);
+  const uint16_t* win = static_cast<const uint16_t*>(a.win_in);
+  const float* winf = static_cast<const float*>(a.win_in);
+  float x[kPT + 3];
+#pragma unroll
+  for (int j = 0; j < kPT + 3; ++j) {
+    const int tm = m0 - 3 + j;
+    float val = 0.f;
+    if (tm < 0) val = a.win_f32 ? winf[size_t(ch) * 3 + 3 + tm] : bf(win[size_t(ch) * 3 + 3 + tm]);
+    else if (tm < a.M) val = a.u[size_t(tm) * a.ldu + ch];
+    x[j] = val;
+  }
+  const float w0 = bf(w[ch * 4]), w1 = bf(w[ch * 4 + 1]), w2 = bf(w[ch * 4 + 2]), w3 = bf(w[ch * 4 + 3]);
+  float c[kPT];
+#pragma unroll
+  for (int i = 0; i < kPT; ++i) {
+    float acc = 0.f;
+    acc += w0 * x[i];
+    acc += w1 * x[i + 1];
+    acc += w2 * x[i + 2];
+    acc += w3 * x[i + 3];
+    c[i] = silu(acc);
+  }
+  if (hb < 2 * a.nk) {
+    float ss[kPT];
+#pragma unroll
+    for (int i = 0; i < kPT; ++i) ss[i] = warp_sum(c[i] * c[i]);
+    if (lane == 0)
+#pragma unroll
+      for (int i = 0; i < kPT; ++i) red[warp][i] = ss[i];
+    __syncthreads();
+    float* dst = hb < a.nk ? a.qn + hb * kD + d : a.kn + (hb - a.nk) * kD + d;
+    const float scale = hb < a.nk ? 1.0f / sqrtf(float(kD)) : 1.0f;
+#pragma unroll
+    for (int i = 0; i < kPT; ++i) {
+      const float tot = (red[0][i] + red[1][i]) + (red[2][i] + red[3][i]);
+      if (i < n) dst[size_t(m0 + i) * kd] = c[i] * (1.0f / sqrtf(tot + 1e-6f)) * scale;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPT; ++i)
+      if (i < n) a.v[size_t(m0 + i) * vd + (hb - 2 * a.nk) * kD + d] = c[i];
+  }
+  if (hb == 0 && d < a.nv) {
+    for (int i = 0; i < n; ++i) {
+      const int m = m0 + i;
+      const float av = a.u[size_t(m) * a.ldu + C + vd + d], bv = a.u[size_t(m) * a.ldu + C + vd + a.nv + d];
+      a.beta[size_t(m) * a.nv + d] = 1.0f / (1.0f + expf(-bv));
+      const float xx = av + bf(static_cast<const uint16_t*>(a.dt_bias)[d]);
+      a.g[size_t(m) * a.nv + d] = -expf(a.A_log[d]) * softplus(xx);
+    }
   }
 }
 
@@ -178,7 +241,14 @@ Status gdn_prefill(const GdnPrefillArgs& a, Stream stream) {
   auto prof = [&](const char* what) {
     if (a.prof) a.prof(a.prof_ctx, what);
   };
-  prep_kernel<<<dim3(a.M, 2 * a.nk + a.nv), kD, 0, s>>>(a);
+  static const bool prep4 = [] {
+    const char* e = std::getenv("LILY_GDN_PREP");
+    return !(e && e[0] == '0');
+  }();
+  if (a.K == 4 && prep4 && kD % 32 == 0 && kD / 32 == 4)
+    prep4_kernel<<<dim3((a.M + kPT - 1) / kPT, 2 * a.nk + a.nv), kD, 0, s>>>(a);
+  else
+    prep_kernel<<<dim3(a.M, 2 * a.nk + a.nv), kD, 0, s>>>(a);
   LILY_TRY(launch_status("pf::gdn_prep"));
   prof("gdn: conv+L2+gates (prep)");
   window_kernel<<<(C + 255) / 256, 256, 0, s>>>(a, C);
