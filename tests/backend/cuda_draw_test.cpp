@@ -3,10 +3,12 @@
 // sums op for op), log-probabilities within 2e-6 and the alternatives' ids identical. Rows: the real
 // vocabulary (248,320) and edge sizes, random / flat / tied / peaked logits, greedy and three
 // temperatures, u from 0 to 1 − 2^-53, 0 / 5 / 20 log-probabilities. Then the backend path: a tiny
-// model's CUDA decode_draw equals CUDA forward + host draw_row step for step. Skips loudly
+// model's CUDA decode_draw (one row: the decode graph; three: the batched step) equals the same
+// step's logits (forward / forward_batch) + host draw_row, step for step. Skips loudly
 // without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -120,7 +122,7 @@ TEST(CudaDraw, BackendDecodeDrawEqualsForwardPlusHostDraw) {
   auto be = make_cuda_backend(sw->w, false);
   ASSERT_TRUE(be.is_ok()) << be.message();
   const int V = cfg->vocab_size;
-  for (int B : {1, 3}) {
+  for (int B : {1, 3, 17}) {
     std::vector<std::unique_ptr<SeqState>> a, r;
     std::vector<SeqState*> pa, pr;
     std::vector<int32_t> tok(static_cast<size_t>(B));
@@ -148,8 +150,13 @@ TEST(CudaDraw, BackendDecodeDrawEqualsForwardPlusHostDraw) {
       std::vector<Drawn> got(static_cast<size_t>(B));
       Status st = (*be)->decode_draw(pa, tok, spec, got);
       ASSERT_TRUE(st.is_ok()) << st.message();
+      // The reference: the same step's logits to the host (forward for one row, forward_batch for
+      // several: the same kernels as decode_draw's), then the host draw.
+      std::vector<float> all(static_cast<size_t>(B) * size_t(V));
+      if (B == 1) ASSERT_TRUE((*be)->forward(*pr[0], std::span<const int32_t>(tok.data(), 1), all).is_ok());
+      else ASSERT_TRUE((*be)->forward_batch(pr, tok, all).is_ok());
       for (int b = 0; b < B; ++b) {
-        ASSERT_TRUE((*be)->forward(*pr[size_t(b)], std::span<const int32_t>(&tok[size_t(b)], 1), lg).is_ok());
+        std::copy(all.begin() + size_t(b) * size_t(V), all.begin() + size_t(b + 1) * size_t(V), lg.begin());
         Drawn want;
         draw_row(lg, spec[size_t(b)], want, w, sums);
         ASSERT_EQ(got[size_t(b)].id, want.id) << "B " << B << " step " << step << " row " << b;

@@ -222,11 +222,21 @@ void CudaBackend::print_profile(int B) {
 
 Status CudaBackend::forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
                                   std::span<float> logits) {
+  return batch_step(states, tokens, logits, {}, {});
+}
+
+// One batched step; the rows' logits go to `logits` (host), or, when `spec` is given, each row's
+// token is drawn on the device (draw_backend.cu) and only `out` comes back.
+Status CudaBackend::batch_step(std::span<SeqState* const> states, std::span<const int32_t> tokens,
+                               std::span<float> logits, std::span<const DrawSpec> spec, std::span<Drawn> out) {
   const int B = int(states.size());
   const size_t V = size_t(cfg_.vocab_size);
+  const bool draw = !spec.empty();
   if (tokens.size() != states.size()) return cu_err("forward_batch: {} states but {} tokens", B, tokens.size());
   if (B == 0) return Status::ok();
-  if (logits.size() != size_t(B) * V) return cu_err("forward_batch: logits must hold {} rows of {}", B, V);
+  if (!draw && logits.size() != size_t(B) * V) return cu_err("forward_batch: logits must hold {} rows of {}", B, V);
+  if (draw && (spec.size() != size_t(B) || out.size() != size_t(B)))
+    return cu_err("decode_draw: {} rows, {} specs, {} outputs", B, spec.size(), out.size());
   std::vector<CudaSeqState*> seqs(static_cast<size_t>(B));
   bool batched = B >= 2 && batch_knobs_ok() && cfg_.linear_value_head_dim <= 256;
   for (int b = 0; b < B; ++b) {
@@ -240,7 +250,7 @@ Status CudaBackend::forward_batch(std::span<SeqState* const> states, std::span<c
       if (seqs[size_t(j)] == r) return cu_err("forward_batch: rows {} and {} share one state", j, b);
     if (!r->f32) batched = false;
   }
-  if (!batched) return Backend::forward_batch(states, tokens, logits);
+  if (!batched) return draw ? Backend::decode_draw(states, tokens, spec, out) : Backend::forward_batch(states, tokens, logits);
   LILY_TRY(batch_alloc(B));
   BatchCtx& x = *batch_;
   // Row table on the host (pinned), then one copy to the device.
@@ -286,7 +296,9 @@ Status CudaBackend::forward_batch(std::span<SeqState* const> states, std::span<c
   // Logits to the host: straight into the caller's (pageable) span, or (LILY_BATCH_D2H=pinned) into
   // a pinned buffer at full link speed, then copied out by the thread pool, rows in parallel.
   static const bool pinned = env_is("LILY_BATCH_D2H", "pinned");
-  if (pinned) {
+  if (draw) {
+    LILY_TRY(draw_device(x.logits, B, spec, out));
+  } else if (pinned) {
     if (!x.host_logits) LILY_CU_TRY(cudaHostAlloc(&x.host_logits, size_t(x.cap) * V * sizeof(float), cudaHostAllocDefault));
     LILY_CU_TRY(cudaMemcpyAsync(x.host_logits, x.logits, size_t(B) * V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     LILY_CU_TRY(cudaStreamSynchronize(stream_));

@@ -368,6 +368,11 @@ class CudaBackend final : public Backend {
   Status pf_alloc(int chunk);
   BatchCtx* batch_ = nullptr;  // batch.cu
   Status batch_alloc(int B);
+  // forward_batch, or (spec given) decode_draw's rows drawn on the device (batch.cu).
+  Status batch_step(std::span<SeqState* const> states, std::span<const int32_t> tokens, std::span<float> logits,
+                    std::span<const DrawSpec> spec, std::span<Drawn> out);
+  // Draws B rows of device logits [B][V] as spec says into out (host), synchronising (draw_backend.cu).
+  Status draw_device(const float* logits, int B, std::span<const DrawSpec> spec, std::span<Drawn> out);
   Status enqueue_batch(int B, cudaStream_t s);
   void print_profile(int B);
   Status pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool want_logits);

@@ -1,22 +1,21 @@
 // CudaBackend::decode_draw: a decode step whose rows' next tokens are drawn on the device
 // (draw.cu) from the logits where the step left them; only the Drawn records come back. One row
-// replays the batch-1 decode graph; several rows take forward_batch and draw on the host for now.
+// replays the batch-1 decode graph; several rows take the batched step (batch.cu), drawn the same way.
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/draw.h"
 
 namespace lily::cuda {
+namespace {
+Status cu_sync(cudaStream_t s) {
+  LILY_CU_TRY(cudaStreamSynchronize(s));
+  return Status::ok();
+}
+}  // namespace
+}  // namespace lily::cuda
 
-Status CudaBackend::decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,
-                                std::span<const DrawSpec> spec, std::span<Drawn> out) {
-  const int B = int(states.size());
-  if (tokens.size() != states.size() || spec.size() != states.size() || out.size() != states.size())
-    return cu_err("decode_draw: {} states, {} tokens, {} specs, {} outputs", B, tokens.size(), spec.size(), out.size());
-  if (B == 0) return Status::ok();
-  if (B > 1) return Backend::decode_draw(states, tokens, spec, out);
-  auto* st = dynamic_cast<CudaSeqState*>(states[0]);
-  if (!st || st->be != this) return cu_err("decode_draw: state belongs to another backend");
-  if (st->n + 1 > st->cap) return cu_err("decode_draw: the state is full ({} of max_seq {})", st->n, st->cap);
-  if (tokens[0] < 0 || tokens[0] >= cfg_.vocab_size) return cu_err("decode_draw: token {} outside the vocabulary", tokens[0]);
+namespace lily::cuda {
+
+Status CudaBackend::draw_device(const float* logits, int B, std::span<const DrawSpec> spec, std::span<Drawn> out) {
   const int V = cfg_.vocab_size;
   if (draw_cap_ < B) {
     const int cap = std::max(B, 64);
@@ -26,14 +25,28 @@ Status CudaBackend::decode_draw(std::span<SeqState* const> states, std::span<con
     if (!draw_spec_ || !draw_out_ || !draw_scratch_) return cu_err("decode_draw: out of device memory for {} rows", cap);
     draw_cap_ = cap;
   }
+  LILY_CU_TRY(cudaMemcpyAsync(draw_spec_, spec.data(), size_t(B) * sizeof(DrawSpec), cudaMemcpyHostToDevice, stream_));
+  LILY_TRY(draw_rows(logits, B, V, draw_spec_, draw_out_, draw_scratch_, stream_));
+  LILY_CU_TRY(cudaMemcpyAsync(out.data(), draw_out_, size_t(B) * sizeof(Drawn), cudaMemcpyDeviceToHost, stream_));
+  return cu_sync(stream_);
+}
+
+Status CudaBackend::decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,
+                                std::span<const DrawSpec> spec, std::span<Drawn> out) {
+  const int B = int(states.size());
+  if (tokens.size() != states.size() || spec.size() != states.size() || out.size() != states.size())
+    return cu_err("decode_draw: {} states, {} tokens, {} specs, {} outputs", B, tokens.size(), spec.size(), out.size());
+  if (B == 0) return Status::ok();
+  if (B > 1) return batch_step(states, tokens, {}, spec, out);
+  auto* st = dynamic_cast<CudaSeqState*>(states[0]);
+  if (!st || st->be != this) return cu_err("decode_draw: state belongs to another backend");
+  if (st->n + 1 > st->cap) return cu_err("decode_draw: the state is full ({} of max_seq {})", st->n, st->cap);
+  if (tokens[0] < 0 || tokens[0] >= cfg_.vocab_size) return cu_err("decode_draw: token {} outside the vocabulary", tokens[0]);
   LILY_TRY(ensure_graphs(*st));
   *pinned_tok_ = tokens[0];
-  LILY_CU_TRY(cudaMemcpyAsync(draw_spec_, spec.data(), sizeof(DrawSpec), cudaMemcpyHostToDevice, stream_));
   LILY_CU_TRY(cudaMemcpyAsync(&st->ctl->tok, pinned_tok_, 4, cudaMemcpyHostToDevice, stream_));
   LILY_CU_TRY(cudaGraphLaunch(st->g_full, stream_));
-  LILY_TRY(draw_rows(logits_, 1, V, draw_spec_, draw_out_, draw_scratch_, stream_));
-  LILY_CU_TRY(cudaMemcpyAsync(out.data(), draw_out_, sizeof(Drawn), cudaMemcpyDeviceToHost, stream_));
-  LILY_CU_TRY(cudaStreamSynchronize(stream_));
+  LILY_TRY(draw_device(logits_, 1, spec, out));
   st->n += 1;
   return Status::ok();
 }
