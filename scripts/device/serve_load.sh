@@ -11,7 +11,7 @@
 set -uo pipefail
 RT=${RT:?set RT to the rt folder of a packed build}
 FINAL=${OUT:-/tmp/out}
-W=/tmp/load_out
+W=${W:-/tmp/load_out}
 CK=${CK:-/tmp/full}
 mkdir -p "$W" "$FINAL"
 export LD_LIBRARY_PATH="$PWD/$RT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
