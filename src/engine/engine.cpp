@@ -247,14 +247,6 @@ bool Engine::prefill_some() {
   return did;
 }
 
-void Engine::fail_rows(const std::vector<Sequence*>& rows, const Status& st) {
-  spdlog::error("decode step of {} rows failed: {}", rows.size(), st.message());
-  for (Sequence* s : rows) {
-    s->finish(FinishReason::kError, "", st.message());
-    retire(*s, false);
-  }
-}
-
 void Engine::decode_all() {
   std::vector<Sequence*> rows;
   for (auto& s : active_)
@@ -272,41 +264,37 @@ void Engine::decode_all() {
   }();
   bool all_drawable = !host_only;
   for (size_t b = 0; b < B && all_drawable; ++b) all_drawable = rows[b]->device_drawable();
+  std::vector<GenToken> chosen(B);
+  Status st = Status::ok();
   if (all_drawable) {
     std::vector<DrawSpec> spec(B);
     std::vector<Drawn> drawn(B);
     for (size_t b = 0; b < B; ++b) spec[b] = rows[b]->device_spec();
-    Status st = model_.decode_draw(states, toks, spec, drawn);
-    stats_.decode_steps++;
-    stats_.decode_rows += B;
-    if (!st) {
-      fail_rows(rows, st);
-      return;
-    }
-    for (size_t b = 0; b < B; ++b) {
-      Sequence* s = rows[b];
-      s->fed(std::span<const int32_t>(&toks[b], 1));
-      if (!s->deliver_drawn(drawn[b])) retire(*s, true);
-    }
-    return;
+    st = model_.decode_draw(states, toks, spec, drawn);
+    if (st)
+      for (size_t b = 0; b < B; ++b) chosen[b] = rows[b]->take_drawn(drawn[b]);
+  } else {
+    if (logits_.size() < B * V) logits_.resize(B * V);
+    std::span<float> all(logits_.data(), B * V);
+    st = B == 1 ? model_.forward(*states[0], toks, all) : model_.forward_batch(states, toks, all);
+    // Sampling reads a whole vocabulary row per sequence: the rows are sampled in parallel (each
+    // touches only its own sampler), then delivered in order on this thread.
+    auto choose = [&](size_t b0, size_t b1) {
+      for (size_t b = b0; b < b1; ++b) chosen[b] = rows[b]->choose(all.subspan(b * V, V));
+    };
+    if (st && B >= 2 && ThreadPool::global().size() > 1) ThreadPool::global().parallel_for(B, 1, choose);
+    else if (st) choose(0, B);
   }
-  if (logits_.size() < B * V) logits_.resize(B * V);
-  std::span<float> all(logits_.data(), B * V);
-  Status st = B == 1 ? model_.forward(*states[0], toks, all) : model_.forward_batch(states, toks, all);
   stats_.decode_steps++;
   stats_.decode_rows += B;
   if (!st) {
-    fail_rows(rows, st);
+    spdlog::error("decode step of {} rows failed: {}", B, st.message());
+    for (Sequence* s : rows) {
+      s->finish(FinishReason::kError, "", st.message());
+      retire(*s, false);
+    }
     return;
   }
-  // Sampling reads a whole vocabulary row per sequence: the rows are sampled in parallel (each
-  // touches only its own sampler), then delivered in order on this thread.
-  std::vector<GenToken> chosen(B);
-  auto choose = [&](size_t b0, size_t b1) {
-    for (size_t b = b0; b < b1; ++b) chosen[b] = rows[b]->choose(all.subspan(b * V, V));
-  };
-  if (B >= 2 && ThreadPool::global().size() > 1) ThreadPool::global().parallel_for(B, 1, choose);
-  else choose(0, B);
   for (size_t b = 0; b < B; ++b) {
     Sequence* s = rows[b];
     s->fed(std::span<const int32_t>(&toks[b], 1));

@@ -115,7 +115,6 @@ class Engine {
   bool prefill_some();             // prompt chunks of the prefilling requests, within a token budget
   size_t interleave_budget() const;  // prefill tokens of a step while others decode (interleave_ms)
   void decode_all();               // one token for every decoding request
-  void fail_rows(const std::vector<Sequence*>& rows, const Status& st);  // a decode step failed
   void retire(Sequence& s, bool ok);  // state back to the cache
   void drop_finished();
   Result<CacheEntry> checkout(const GenRequest& req, int& n_cached);

@@ -13,12 +13,12 @@
 namespace lily {
 
 void compute_logprobs(std::span<const float> logits, int32_t id, int k, SampleResult& out) {
-  const double log_z = log_sum_exp(logits);  // exact, in double: these values are what the API reports
-  out.logprob = float(double(logits[id]) - log_z);
+  Drawn d;  // the values the API reports: log-sum-exp in double (model/draw.h)
+  d.id = id;
+  set_logprobs(logits, k, d);
+  out.logprob = d.logprob;
   out.top.clear();
-  k = std::clamp(k, 0, 20);
-  if (k == 0) return;
-  for (int32_t i : top_k_ids(logits, k)) out.top.push_back({i, float(double(logits[i]) - log_z)});
+  for (int i = 0; i < d.n_top; ++i) out.top.push_back({d.top_id[i], d.top_logprob[i]});
 }
 
 Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt) : p_(params) {
@@ -53,7 +53,7 @@ void Sampler::apply_penalties(std::span<float> logits) const {
 static double uniform01(std::mt19937_64& rng) { return double(rng() >> 11) * 0x1.0p-53; }
 
 int32_t Sampler::draw(std::span<float> logits) {
-  if (p_.temperature <= 0.0f || p_.top_k == 1) return argmax_fast(logits);
+  if (greedy()) return argmax_fast(logits);
   const int32_t best = argmax_fast(logits);
   const float mx = logits[best];
   const float inv_t = 1.0f / p_.temperature;
@@ -100,18 +100,19 @@ int32_t Sampler::draw(std::span<float> logits) {
   return idx_[n - 1];
 }
 
+bool Sampler::greedy() const { return p_.temperature <= 0.0f || p_.top_k == 1; }
+
 bool Sampler::plain_draw() const { return p_.top_k <= 0 && p_.min_p <= 0.0f && p_.top_p >= 1.0f; }
 
 bool Sampler::device_drawable() const {
   const bool no_penalty = p_.repetition_penalty == 1.0f && p_.presence_penalty == 0.0f && p_.frequency_penalty == 0.0f;
-  const bool greedy = p_.temperature <= 0.0f || p_.top_k == 1;
-  return no_penalty && (greedy || plain_draw()) && p_.top_logprobs <= kMaxDrawTop;
+  return no_penalty && (greedy() || plain_draw()) && p_.top_logprobs <= kMaxDrawTop;
 }
 
 DrawSpec Sampler::device_spec() {
   DrawSpec d;
   d.top_logprobs = p_.top_logprobs;
-  if (!(p_.temperature <= 0.0f || p_.top_k == 1)) {
+  if (!greedy()) {
     d.inv_t = 1.0f / p_.temperature;
     d.u = uniform01(rng_);  // the draw sample() would take from the stream
   }

@@ -61,6 +61,7 @@ class Sampler {
 
  private:
   void apply_penalties(std::span<float> logits) const;
+  bool greedy() const;      // argmax: temperature 0 or top_k 1
   bool plain_draw() const;  // a temperature draw with no cut: draw_inverse_cdf
   int32_t draw(std::span<float> logits);
 

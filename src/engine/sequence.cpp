@@ -96,7 +96,7 @@ void Sequence::sampled(int32_t id) {
   }
 }
 
-bool Sequence::deliver_drawn(const Drawn& d) {
+GenToken Sequence::take_drawn(const Drawn& d) {
   GenToken tok;
   tok.id = d.id;
   if (req_->sampling.top_logprobs >= 0) {
@@ -105,7 +105,7 @@ bool Sequence::deliver_drawn(const Drawn& d) {
   }
   sampler_.accept(d.id);
   sampled(d.id);
-  return deliver(std::move(tok));
+  return tok;
 }
 
 bool Sequence::on_logits(std::span<float> logits) { return deliver(choose(logits)); }

@@ -54,10 +54,11 @@ class Sequence {
   GenToken choose(std::span<float> logits);
   bool deliver(GenToken tok);
   // The other way to the next token: when nothing is pending and the sampler allows it, the
-  // backend draws it where the logits are (device_spec() for the step, deliver_drawn() after).
+  // backend draws it where the logits are (device_spec() for the step; take_drawn() turns the
+  // result into what choose() would have returned, for deliver()).
   bool device_drawable() const { return pending_.empty() && sampler_.device_drawable(); }
   DrawSpec device_spec() { return sampler_.device_spec(); }
-  bool deliver_drawn(const Drawn& d);
+  GenToken take_drawn(const Drawn& d);
   // Ends the request now with the final event (text flushed only for kStop/kLength).
   void finish(FinishReason why, std::string text = {}, std::string error = {});
   // Hands the state back (for the prefix cache): with its tokens if ok, emptied if not.

@@ -25,6 +25,10 @@ struct Drawn {
   float top_logprob[kMaxDrawTop] = {};
 };
 
+// out.logprob = log_softmax(logits)[out.id] and the top min(k, kMaxDrawTop) alternatives, most
+// likely first, ties to the lower id (log-sum-exp in double).
+void set_logprobs(std::span<const float> logits, int k, Drawn& out);
+
 // The host definition (backends without a device draw use it; tests compare device draws with
 // it). w and sums are scratch.
 void draw_row(std::span<const float> logits, const DrawSpec& spec, Drawn& out, std::vector<float>& w,

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/sample_math.h"
+
 namespace lily {
 
 int32_t argmax(std::span<const float> logits) {
@@ -13,26 +15,12 @@ int32_t argmax(std::span<const float> logits) {
   return best;
 }
 
-static double log_sum_exp(std::span<const float> logits) {
-  double mx = -INFINITY;
-  for (float v : logits) mx = std::max(mx, double(v));
-  double s = 0;
-  for (float v : logits) s += std::exp(double(v) - mx);
-  return mx + std::log(s);
-}
-
 double logprob_of(std::span<const float> logits, int32_t id) { return double(logits[id]) - log_sum_exp(logits); }
 
 std::vector<std::pair<int32_t, double>> top_logprobs(std::span<const float> logits, int k) {
-  k = std::min<int>(k, int(logits.size()));
-  std::vector<int32_t> idx(logits.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
   const double lse = log_sum_exp(logits);
   std::vector<std::pair<int32_t, double>> out;
-  for (int i = 0; i < k; ++i) out.push_back({idx[i], double(logits[idx[i]]) - lse});
+  for (int32_t i : top_k_ids(logits, k)) out.push_back({i, double(logits[size_t(i)]) - lse});
   return out;
 }
 
