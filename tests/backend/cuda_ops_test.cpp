@@ -407,28 +407,6 @@ TEST(CudaOps, LmHeadArgmax) {
   lm_head_case(3, 256, false);
 }
 
-// ---------------------------------------------------------------- top-k logprobs
-TEST(CudaOps, TopKLogprobs) {
-  REQUIRE_GPU();
-  for (auto [n, k] : {std::pair{248320, 20}, std::pair{1000, 5}, std::pair{4096, 32}}) {
-    auto l = rand_bf16(n, 3.f);
-    l[n / 2] = l[n / 3] = 40.f;  // a tie at the top: lower id first
-    auto ref = top_logprobs(l, k);
-    DBuf<float> dl(l);
-    std::vector<uint8_t> dummy;
-    DBuf<uint8_t> scratch(cuda::topk_logprobs_scratch_bytes(n));
-    DBuf<int32_t> di(k);
-    DBuf<float> dp(k);
-    ASSERT_TRUE(cuda::topk_logprobs(dl.p, n, k, scratch.p, di.p, dp.p, nullptr).is_ok());
-    auto ids = di.down();
-    auto lps = dp.down();
-    std::vector<float> gi(ids.begin(), ids.end()), ri, rl;
-    for (auto& [id, lp] : ref) ri.push_back(float(id)), rl.push_back(float(lp));
-    check("top-k logprobs ids", dims({n}) + " k" + std::to_string(k), gi, ri, 0, 0);
-    check("top-k logprobs values", dims({n}) + " k" + std::to_string(k), lps, rl, 1e-4f, 1e-5f);
-  }
-}
-
 // ---------------------------------------------------------------- MoE gate_up + down_combine
 // Reference routing (as the CPU forward): softmax fp32 over l[0..E), top-k by p (ties → lowest id),
 // renormalized when norm; w[k] = σ(l[E]) (the shared-expert gate).

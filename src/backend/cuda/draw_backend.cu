@@ -5,15 +5,6 @@
 #include "backend/cuda/draw.h"
 
 namespace lily::cuda {
-namespace {
-Status cu_sync(cudaStream_t s) {
-  LILY_CU_TRY(cudaStreamSynchronize(s));
-  return Status::ok();
-}
-}  // namespace
-}  // namespace lily::cuda
-
-namespace lily::cuda {
 
 Status CudaBackend::draw_device(const float* logits, int B, std::span<const DrawSpec> spec, std::span<Drawn> out) {
   const int V = cfg_.vocab_size;
@@ -28,7 +19,8 @@ Status CudaBackend::draw_device(const float* logits, int B, std::span<const Draw
   LILY_CU_TRY(cudaMemcpyAsync(draw_spec_, spec.data(), size_t(B) * sizeof(DrawSpec), cudaMemcpyHostToDevice, stream_));
   LILY_TRY(draw_rows(logits, B, V, draw_spec_, draw_out_, draw_scratch_, stream_));
   LILY_CU_TRY(cudaMemcpyAsync(out.data(), draw_out_, size_t(B) * sizeof(Drawn), cudaMemcpyDeviceToHost, stream_));
-  return cu_sync(stream_);
+  LILY_CU_TRY(cudaStreamSynchronize(stream_));
+  return Status::ok();
 }
 
 Status CudaBackend::decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,

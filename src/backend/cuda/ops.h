@@ -187,9 +187,5 @@ Status attn_init();
 
 // ctl->pos += 1 (the step without logits).
 Status bump_pos(StepCtl* ctl, Stream s);
-// Device top-k log-probabilities of fp32 logits [n]: ids/logprobs [k], most likely first, ties
-// by lowest id (k ≤ 32). Two-stage: per-block top-k and sum of exp, then one block merges.
-Status topk_logprobs(const float* logits, int n, int k, void* scratch, int32_t* ids, float* logprobs, Stream s);
-size_t topk_logprobs_scratch_bytes(int n);
 
 }  // namespace lily::cuda
