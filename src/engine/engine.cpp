@@ -249,8 +249,18 @@ bool Engine::prefill_some() {
 
 void Engine::decode_all() {
   std::vector<Sequence*> rows;
-  for (auto& s : active_)
-    if (s->decoding()) rows.push_back(s.get());
+  for (auto& s : active_) {
+    if (!s->decoding()) continue;
+    // Room for this step's token first (a CUDA K/V cache grows here): a row that cannot grow
+    // (device memory exhausted) ends with that error alone; the others decode on.
+    if (Status r = s->state().reserve(s->state().n_tokens() + 1); !r) {
+      spdlog::warn("sequence cannot grow its state: {}", r.message());
+      s->finish(FinishReason::kError, "", r.message());
+      retire(*s, false);
+      continue;
+    }
+    rows.push_back(s.get());
+  }
   if (rows.empty()) return;
   const size_t V = size_t(model_.config().vocab_size), B = rows.size();
   std::vector<SeqState*> states(B);

@@ -49,6 +49,7 @@ const char* Model::backend_name() const { return impl_->backend->name(); }
 Result<std::unique_ptr<SeqState>> Model::new_state(int max_seq) { return impl_->backend->new_state(max_seq); }
 
 Status Model::forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) {
+  LILY_TRY(state.reserve(state.n_tokens() + int(tokens.size())));
   return impl_->backend->forward(state, tokens, logits);
 }
 
@@ -64,6 +65,7 @@ Status Model::forward_batch(std::span<SeqState* const> states, std::span<const i
   for (size_t i = 0; i < states.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (states[i] == states[j]) return errorf("forward_batch: rows {} and {} share one state", j, i);
+  for (SeqState* st : states) LILY_TRY(st->reserve(st->n_tokens() + 1));
   return impl_->backend->forward_batch(states, tokens, logits);
 }
 
@@ -78,11 +80,13 @@ Status Model::decode_draw(std::span<SeqState* const> states, std::span<const int
   for (const auto& d : spec)
     if (!(d.inv_t >= 0.0f) || !(d.u >= 0.0 && d.u < 1.0) || d.top_logprobs > kMaxDrawTop)
       return errorf("decode_draw: bad spec (inv_t {}, u {}, top_logprobs {})", d.inv_t, d.u, d.top_logprobs);
+  for (SeqState* st : states) LILY_TRY(st->reserve(st->n_tokens() + 1));
   return impl_->backend->decode_draw(states, tokens, spec, out);
 }
 
 Status Model::decode_greedy(SeqState& state, int32_t first, int n_steps, std::vector<int32_t>& out,
                             std::vector<double>* avail_s) {
+  if (n_steps > 0) LILY_TRY(state.reserve(state.n_tokens() + n_steps));
   if (impl_->backend->vocab_size() > 0) return impl_->backend->decode_greedy(state, first, n_steps, out, avail_s);
   // A backend without its own loop or vocab size: forward + argmax here.
   const auto t0 = std::chrono::steady_clock::now();

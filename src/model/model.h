@@ -23,10 +23,17 @@ class SeqState {
  public:
   virtual ~SeqState() = default;
   virtual int n_tokens() const = 0;    // tokens consumed so far (the next token's position)
-  virtual int max_seq() const = 0;     // capacity of the KV cache
+  virtual int max_seq() const = 0;     // most tokens this state may hold (its KV cache's limit)
   virtual size_t bytes() const = 0;    // memory held
   virtual std::unique_ptr<SeqState> clone() const = 0;  // deep copy (prefix-cache snapshot)
   virtual void reset() = 0;            // back to empty, keeps the allocation
+  // Makes room for n_tokens tokens in all (a backend whose cache grows on demand allocates here;
+  // nothing else may hold the old buffers). An error if n_tokens > max_seq() or memory runs out;
+  // the state is unchanged then.
+  virtual Status reserve(int n_tokens) {
+    if (n_tokens > max_seq()) return errorf("the sequence needs {} tokens; its limit (max_seq) is {}", n_tokens, max_seq());
+    return Status::ok();
+  }
 };
 
 struct ModelOptions {

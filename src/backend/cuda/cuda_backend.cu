@@ -350,25 +350,6 @@ Status CudaBackend::profile_step(CudaSeqState& st) {
   return Status::ok();
 }
 
-std::unique_ptr<SeqState> CudaSeqState::clone() const {
-  auto r = be->new_state(cap);
-  if (!r) return nullptr;
-  auto st = std::unique_ptr<CudaSeqState>(static_cast<CudaSeqState*>(std::move(r).value().release()));
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const auto& a = layers[i];
-    auto& b = st->layers[i];
-    if (a.kc) {
-      cudaMemcpy(b.kc, a.kc, a.kv_bytes, cudaMemcpyDeviceToDevice);
-      cudaMemcpy(b.vc, a.vc, a.kv_bytes, cudaMemcpyDeviceToDevice);
-    }
-    if (a.conv) cudaMemcpy(b.conv, a.conv, a.conv_bytes, cudaMemcpyDeviceToDevice);
-    if (a.S) cudaMemcpy(b.S, a.S, a.S_bytes, cudaMemcpyDeviceToDevice);
-  }
-  cudaMemcpy(st->ctl, ctl, sizeof(StepCtl), cudaMemcpyDeviceToDevice);
-  st->n = n;
-  return st;
-}
-
 }  // namespace cuda
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const ModelWeights& weights, bool verbose) {

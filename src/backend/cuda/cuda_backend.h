@@ -46,8 +46,11 @@ struct CudaSeqState final : SeqState {
     size_t kv_bytes = 0, conv_bytes = 0, S_bytes = 0;
   };
   CudaBackend* be = nullptr;
-  int n = 0, cap = 0;
+  int n = 0;
+  int cap = 0;    // positions allocated in each K/V cache: the kernels' stride ([nkv, cap, hd])
+  int limit = 0;  // max_seq: the most positions reserve() will grow to
   bool f32 = true;  // K/V cache and conv window stored in fp32
+  int nkv = 0, hd = 0;  // K/V cache shape per layer: [nkv, cap, hd]
   std::vector<Layer> layers;
   StepCtl* ctl = nullptr;
   int32_t* tok_host = nullptr;  // [cap + 2] host-mapped, written by the step's argmax
@@ -62,7 +65,11 @@ struct CudaSeqState final : SeqState {
     if (tok_host) cudaFreeHost(tok_host);
   }
   int n_tokens() const override { return n; }
-  int max_seq() const override { return cap; }
+  int max_seq() const override { return limit; }
+  // Grows every K/V cache to hold n_tokens (at least doubling, up to limit), copying the n
+  // positions held and dropping the captured decode graphs (their pointers are stale); ensure_graphs
+  // captures them again. cuda_state.cu.
+  Status reserve(int n_tokens) override;
   size_t bytes() const override {
     size_t b = 0;
     for (auto& l : layers) b += 2 * l.kv_bytes + l.conv_bytes + l.S_bytes;
@@ -115,48 +122,17 @@ class CudaBackend final : public Backend {
     return alloc_scratch();
   }
 
-  Result<std::unique_ptr<SeqState>> new_state(int max_seq) override {
-    if (max_seq <= 0) return cu_err("max_seq must be positive, got {}", max_seq);
-    auto st = std::make_unique<CudaSeqState>();
-    st->be = this;
-    st->cap = max_seq;
-    {
-      const char* kv = std::getenv("LILY_CUDA_KV");
-      st->f32 = !(kv && std::strcmp(kv, "bf16") == 0);
-    }
-    const size_t es = st->f32 ? 4 : 2;
-    st->layers.resize(cfg_.num_hidden_layers);
-    const int nkv = cfg_.num_key_value_heads, hd = cfg_.head_dim, C = cfg_.gdn_conv_dim();
-    const int K = cfg_.linear_conv_kernel_dim, nv = cfg_.linear_num_value_heads;
-    for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
-      auto& l = st->layers[i];
-      if (cfg_.is_full_attention[i]) {
-        l.kv_bytes = size_t(nkv) * max_seq * hd * es;
-        l.kc = dalloc<uint16_t>(l.kv_bytes / 2, st->owned);
-        l.vc = dalloc<uint16_t>(l.kv_bytes / 2, st->owned);
-        if (!l.kc || !l.vc) return cu_err("cuda: out of device memory for a KV cache of {} positions", max_seq);
-      } else {
-        l.conv_bytes = size_t(2) * C * (K - 1) * es;
-        l.S_bytes = size_t(nv) * cfg_.linear_key_head_dim * cfg_.linear_value_head_dim * 4;
-        l.conv = dalloc<uint16_t>(l.conv_bytes / 2, st->owned);
-        l.S = dalloc<float>(l.S_bytes / 4, st->owned);
-        if (!l.conv || !l.S) return cu_err("cuda: out of device memory for the DeltaNet state");
-      }
-    }
-    st->ctl = dalloc<StepCtl>(1, st->owned);
-    if (!st->ctl) return cu_err("cuda: out of device memory");
-    LILY_CU_TRY(cudaHostAlloc(&st->tok_host, size_t(max_seq + 2) * 4, cudaHostAllocMapped));
-    LILY_CU_TRY(cudaHostGetDevicePointer(reinterpret_cast<void**>(&st->tok_dev), st->tok_host, 0));
-    LILY_CU_TRY(cudaDeviceSynchronize());
-    return std::unique_ptr<SeqState>(std::move(st));
-  }
+  // A fresh state that may hold max_seq tokens. K/V caches start small and grow on demand
+  // (CudaSeqState::reserve); conv windows and DeltaNet states are fixed-size. cuda_state.cu.
+  Result<std::unique_ptr<SeqState>> new_state(int max_seq) override;
 
   Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) override {
     auto* st = dynamic_cast<CudaSeqState*>(&state);
     if (!st || st->be != this) return cu_err("cuda backend: state belongs to another backend");
     const int M = int(tokens.size());
     if (M == 0) return cu_err("forward: no tokens");
-    if (st->n + M > st->cap) return cu_err("forward: {} + {} tokens exceed the state's max_seq {}", st->n, M, st->cap);
+    LILY_TRY(st->reserve(st->n + M));
+    if (st->n + M > st->cap) return cu_err("forward: {} + {} tokens exceed the state's max_seq {}", st->n, M, st->limit);
     for (int32_t t : tokens)
       if (t < 0 || t >= cfg_.vocab_size) return cu_err("forward: token id {} outside the vocabulary [0, {})", t, cfg_.vocab_size);
     if (!logits.empty() && int(logits.size()) != cfg_.vocab_size)
@@ -181,7 +157,8 @@ class CudaBackend final : public Backend {
     if (avail_s) avail_s->clear();
     if (n_steps <= 0) return Status::ok();
     if (first < 0 || first >= cfg_.vocab_size) return cu_err("decode_greedy: token {} out of range", first);
-    if (st->n + n_steps > st->cap) return cu_err("decode_greedy: {} + {} steps exceed max_seq {}", st->n, n_steps, st->cap);
+    LILY_TRY(st->reserve(st->n + n_steps));
+    if (st->n + n_steps > st->cap) return cu_err("decode_greedy: {} + {} steps exceed max_seq {}", st->n, n_steps, st->limit);
     LILY_TRY(ensure_graphs(*st));
     const auto t0 = clock_type::now();
     *pinned_tok_ = first;

@@ -32,7 +32,8 @@ Status CudaBackend::decode_draw(std::span<SeqState* const> states, std::span<con
   if (B > 1) return batch_step(states, tokens, {}, spec, out);
   auto* st = dynamic_cast<CudaSeqState*>(states[0]);
   if (!st || st->be != this) return cu_err("decode_draw: state belongs to another backend");
-  if (st->n + 1 > st->cap) return cu_err("decode_draw: the state is full ({} of max_seq {})", st->n, st->cap);
+  LILY_TRY(st->reserve(st->n + 1));
+  if (st->n + 1 > st->cap) return cu_err("decode_draw: the state is full ({} of max_seq {})", st->n, st->limit);
   if (tokens[0] < 0 || tokens[0] >= cfg_.vocab_size) return cu_err("decode_draw: token {} outside the vocabulary", tokens[0]);
   LILY_TRY(ensure_graphs(*st));
   *pinned_tok_ = tokens[0];
