@@ -20,6 +20,11 @@ Status Backend::forward_batch(std::span<SeqState* const> states, std::span<const
   return Status::ok();
 }
 
+Status Backend::launch_draw(SeqState&, int32_t, const DrawSpec&) {
+  return errorf("backend {}: no pipelined decode (pipelined_draw() is false)", name());
+}
+Status Backend::collect_draw(Drawn&) { return errorf("backend {}: no pipelined decode", name()); }
+
 Status Backend::decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,
                             std::span<const DrawSpec> spec, std::span<Drawn> out) {
   const size_t B = states.size();

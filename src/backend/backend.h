@@ -33,6 +33,14 @@ class Backend {
   // forward_batch into host logits, then draw_row on the host. CUDA draws on the device.
   virtual Status decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,
                              std::span<const DrawSpec> spec, std::span<Drawn> out);
+  // Depth-2 pipelined decode of one sequence, where pipelined_draw() is true: launch_draw enqueues
+  // one decode_draw step and returns at once, feeding `token`, or when token < 0 the id that the
+  // previous launched step (for this state) drew, still where it was drawn; collect_draw waits for
+  // the oldest launched step and returns its draw. At most two steps are in flight; the state
+  // advances at launch. Defaults: not supported (an error).
+  virtual bool pipelined_draw() const { return false; }
+  virtual Status launch_draw(SeqState& state, int32_t token, const DrawSpec& spec);
+  virtual Status collect_draw(Drawn& out);
   // Greedy decode loop: feeds `first`, then each step's argmax (lowest id on ties), for n_steps
   // steps; out[i] = argmax after step i, so the state consumes first, out[0..n-2]. If `avail_s`
   // is given it receives, per step, the seconds from the call until out[i] was on the host.

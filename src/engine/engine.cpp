@@ -262,6 +262,13 @@ void Engine::decode_all() {
     rows.push_back(s.get());
   }
   if (rows.empty()) return;
+  static const bool pipeline = [] {
+    const char* e = std::getenv("LILY_ENGINE_PIPELINE");
+    return !(e && *e == '0');
+  }();
+  if (pipeline && rows.size() == 1 && active_.size() == 1 && rows[0]->pipelinable() && model_.pipelined_draw() &&
+      !std::getenv("LILY_HOST_SAMPLING"))
+    return decode_pipelined(*rows[0]);
   const size_t V = size_t(model_.config().vocab_size), B = rows.size();
   std::vector<SeqState*> states(B);
   std::vector<int32_t> toks(B);
@@ -309,6 +316,51 @@ void Engine::decode_all() {
     Sequence* s = rows[b];
     s->fed(std::span<const int32_t>(&toks[b], 1));
     if (!s->deliver(std::move(chosen[b]))) retire(*s, true);
+  }
+}
+
+// One request alone, its tokens drawn on the device: step N+1 is launched with the token step N
+// drew (still on the device) before the host waits for step N, so the host's work for a token
+// (delivery, detokenizing, the HTTP write) overlaps the next step instead of adding to it. Runs
+// until the request ends, is cancelled, or another request waits to be admitted; then the step in
+// flight is collected and the normal loop resumes. Tokens and seeds are those of decode_all: each
+// step takes one uniform from the request's generator, in order.
+void Engine::decode_pipelined(Sequence& s) {
+  auto fail = [&](const Status& st) {
+    spdlog::error("pipelined decode step failed: {}", st.message());
+    s.finish(FinishReason::kError, "", st.message());
+    retire(s, false);
+  };
+  int32_t in = s.next_token();  // the input of the oldest step in flight
+  if (Status st = model_.launch_draw(s.state(), in, s.device_spec()); !st) return fail(st);
+  for (;;) {
+    // Launch the next step now if the request may need it. It can still stop at the token in
+    // flight: then the extra step's draw is dropped, and its input (that token) stays in the state.
+    const bool ahead = s.tokens_left() > 1 && !s.req().cancelled && queue_depth() == 0 && s.pipelinable();
+    Status launched = ahead ? model_.launch_draw(s.state(), -1, s.device_spec()) : Status::ok();
+    Drawn d;
+    Status st = model_.collect_draw(d);
+    stats_.decode_steps++;
+    stats_.decode_rows++;
+    if (!st || !launched) {
+      Drawn extra;
+      if (ahead && launched) (void)model_.collect_draw(extra);  // leave nothing in flight
+      return fail(st ? launched : st);
+    }
+    s.fed(std::span<const int32_t>(&in, 1));
+    const bool alive = s.deliver(s.take_drawn(d));
+    if (!ahead) {
+      if (!alive) retire(s, true);
+      return;
+    }
+    in = d.id;  // what the step launched ahead fed
+    if (!alive) {
+      Drawn extra;
+      Status last = model_.collect_draw(extra);
+      if (last) s.fed(std::span<const int32_t>(&in, 1));  // the state holds it: keep the cache entry true
+      retire(s, last.is_ok());
+      return;
+    }
   }
 }
 

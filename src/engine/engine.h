@@ -115,6 +115,7 @@ class Engine {
   bool prefill_some();             // prompt chunks of the prefilling requests, within a token budget
   size_t interleave_budget() const;  // prefill tokens of a step while others decode (interleave_ms)
   void decode_all();               // one token for every decoding request
+  void decode_pipelined(Sequence& s);  // one request alone: two device-drawn steps in flight
   void retire(Sequence& s, bool ok);  // state back to the cache
   void drop_finished();
   Result<CacheEntry> checkout(const GenRequest& req, int& n_cached);

@@ -59,6 +59,13 @@ class Sequence {
   bool device_drawable() const { return pending_.empty() && sampler_.device_drawable(); }
   DrawSpec device_spec() { return sampler_.device_spec(); }
   GenToken take_drawn(const Drawn& d);
+  // Whether the next step may be launched before this one's token reaches the host (the engine's
+  // depth-2 pipeline): drawn on the device, and no token can be injected after the next draw.
+  bool pipelinable() const {
+    return device_drawable() && !(req_->inject_after && !injected_) && req_->step_delay_ms == 0;
+  }
+  // Completion tokens this request may still produce.
+  int tokens_left() const { return req_->max_tokens - usage_.completion_tokens; }
   // Ends the request now with the final event (text flushed only for kStop/kLength).
   void finish(FinishReason why, std::string text = {}, std::string error = {});
   // Hands the state back (for the prefix cache): with its tokens if ok, emptied if not.

@@ -102,6 +102,15 @@ Status Model::decode_greedy(SeqState& state, int32_t first, int n_steps, std::ve
   }
   return Status::ok();
 }
+bool Model::pipelined_draw() const { return impl_->backend->pipelined_draw(); }
+Status Model::launch_draw(SeqState& state, int32_t token, const DrawSpec& spec) {
+  if (token >= config().vocab_size) return errorf("launch_draw: token {} outside the vocabulary", token);
+  if (!(spec.inv_t >= 0.0f) || !(spec.u >= 0.0 && spec.u < 1.0) || spec.top_logprobs > kMaxDrawTop)
+    return errorf("launch_draw: bad spec (inv_t {}, u {}, top_logprobs {})", spec.inv_t, spec.u, spec.top_logprobs);
+  LILY_TRY(state.reserve(state.n_tokens() + 1));
+  return impl_->backend->launch_draw(state, token, spec);
+}
+Status Model::collect_draw(Drawn& out) { return impl_->backend->collect_draw(out); }
 double Model::copy_bandwidth_gbps() { return impl_->backend->copy_bandwidth_gbps(); }
 std::string Model::hardware() const { return impl_->backend->hardware(); }
 

@@ -63,6 +63,12 @@ class Model {
   // where the logits are; out[b] receives it. Same rows-are-independent contract.
   Status decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens, std::span<const DrawSpec> spec,
                      std::span<Drawn> out);
+  // Depth-2 pipelined decode of one sequence (Backend::launch_draw / collect_draw), where
+  // pipelined_draw() says the backend has it: launch a step feeding `token` (or, token < 0, the
+  // token the previous launched step drew, not yet read back), collect the oldest step's draw.
+  bool pipelined_draw() const;
+  Status launch_draw(SeqState& state, int32_t token, const DrawSpec& spec);
+  Status collect_draw(Drawn& out);
   // Greedy loop on the backend (CUDA: depth-2 pipelined graph replays): feeds `first`, then each
   // step's argmax, n_steps times; out[i] = argmax after step i. avail_s (optional): per step, the
   // seconds from the call until out[i] reached the host.

@@ -62,8 +62,9 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 size_t device_free_bytes() {
-  size_t f = 0, t = 0;
+  size_t f = 0;
 #ifdef LILY_HAVE_CUDA
+  size_t t = 0;
   cudaDeviceSynchronize();
   cudaMemGetInfo(&f, &t);
 #endif

@@ -97,6 +97,11 @@ class CudaBackend final : public Backend {
     if (arena_) cudaFree(arena_);
     for (auto& e : ev_)
       if (e) cudaEventDestroy(e);
+    for (auto& e : pipe_ev_)
+      if (e) cudaEventDestroy(e);
+    if (pipe_spec_h_) cudaFreeHost(pipe_spec_h_);
+    if (pipe_out_h_) cudaFreeHost(pipe_out_h_);
+    if (pipe_tok_h_) cudaFreeHost(pipe_tok_h_);
     if (stream_) cudaStreamDestroy(stream_);
   }
   const char* name() const override { return "cuda"; }
@@ -219,6 +224,12 @@ class CudaBackend final : public Backend {
   // replays the decode graph, then draw.cu's kernel reads the logits where they are.
   Status decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,
                      std::span<const DrawSpec> spec, std::span<Drawn> out) override;
+  // Depth-2 pipeline (draw_backend.cu): the decode graph, the draw, a device copy of the drawn id
+  // into the state's step input, and the record's copy to pinned memory, all enqueued; collect
+  // waits on the oldest step's event.
+  bool pipelined_draw() const override { return true; }
+  Status launch_draw(SeqState& state, int32_t token, const DrawSpec& spec) override;
+  Status collect_draw(Drawn& out) override;
 
   // Appends M >= 1 validated tokens to st (advancing st.n) and, if logits is non-empty, writes
   // the last token's logits. Defined in prefill.cu.
@@ -328,6 +339,15 @@ class CudaBackend final : public Backend {
   Drawn* draw_out_ = nullptr;
   void* draw_scratch_ = nullptr;
   int draw_cap_ = 0;
+  Status ensure_draw(int B);  // draw_spec_ / draw_out_ / draw_scratch_ for B rows
+  // launch_draw / collect_draw: two slots (rows 0 and 1 of draw_spec_ / draw_out_), pinned
+  // copies, one event each; steps launched and collected so far; the state of the last launch.
+  DrawSpec* pipe_spec_h_ = nullptr;
+  Drawn* pipe_out_h_ = nullptr;
+  int32_t* pipe_tok_h_ = nullptr;
+  cudaEvent_t pipe_ev_[2] = {};
+  uint64_t pipe_launched_ = 0, pipe_collected_ = 0;
+  const CudaSeqState* pipe_last_ = nullptr;
   // Prefill scratch (prefill.cu), allocated on first use for chunks of up to pf_cap_ tokens.
   struct PfScratch {
     int32_t *tok = nullptr, *topk_ids = nullptr, *slot_tok = nullptr, *slot_of = nullptr, *tiles = nullptr, *rscratch = nullptr;

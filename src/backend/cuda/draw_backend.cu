@@ -6,16 +6,20 @@
 
 namespace lily::cuda {
 
+Status CudaBackend::ensure_draw(int B) {
+  if (draw_cap_ >= B) return Status::ok();
+  const int cap = std::max(B, 64);
+  draw_spec_ = dalloc<DrawSpec>(size_t(cap), owned_);
+  draw_out_ = dalloc<Drawn>(size_t(cap), owned_);
+  draw_scratch_ = dalloc<uint8_t>(draw_scratch_bytes(cap, cfg_.vocab_size), owned_);
+  if (!draw_spec_ || !draw_out_ || !draw_scratch_) return cu_err("decode_draw: out of device memory for {} rows", cap);
+  draw_cap_ = cap;
+  return Status::ok();
+}
+
 Status CudaBackend::draw_device(const float* logits, int B, std::span<const DrawSpec> spec, std::span<Drawn> out) {
   const int V = cfg_.vocab_size;
-  if (draw_cap_ < B) {
-    const int cap = std::max(B, 64);
-    draw_spec_ = dalloc<DrawSpec>(size_t(cap), owned_);
-    draw_out_ = dalloc<Drawn>(size_t(cap), owned_);
-    draw_scratch_ = dalloc<uint8_t>(draw_scratch_bytes(cap, V), owned_);
-    if (!draw_spec_ || !draw_out_ || !draw_scratch_) return cu_err("decode_draw: out of device memory for {} rows", cap);
-    draw_cap_ = cap;
-  }
+  LILY_TRY(ensure_draw(B));
   LILY_CU_TRY(cudaMemcpyAsync(draw_spec_, spec.data(), size_t(B) * sizeof(DrawSpec), cudaMemcpyHostToDevice, stream_));
   LILY_TRY(draw_rows(logits, B, V, draw_spec_, draw_out_, draw_scratch_, stream_));
   LILY_CU_TRY(cudaMemcpyAsync(out.data(), draw_out_, size_t(B) * sizeof(Drawn), cudaMemcpyDeviceToHost, stream_));
@@ -41,6 +45,51 @@ Status CudaBackend::decode_draw(std::span<SeqState* const> states, std::span<con
   LILY_CU_TRY(cudaGraphLaunch(st->g_full, stream_));
   LILY_TRY(draw_device(logits_, 1, spec, out));
   st->n += 1;
+  return Status::ok();
+}
+
+Status CudaBackend::launch_draw(SeqState& state, int32_t token, const DrawSpec& spec) {
+  auto* st = dynamic_cast<CudaSeqState*>(&state);
+  if (!st || st->be != this) return cu_err("launch_draw: state belongs to another backend");
+  if (pipe_launched_ - pipe_collected_ >= 2) return cu_err("launch_draw: two steps are already in flight");
+  if (token < 0 && (pipe_launched_ == 0 || pipe_last_ != st))
+    return cu_err("launch_draw: no step was launched for this state to feed its drawn token");
+  if (token >= cfg_.vocab_size) return cu_err("launch_draw: token {} outside the vocabulary", token);
+  LILY_TRY(st->reserve(st->n + 1));
+  if (st->n + 1 > st->cap) return cu_err("launch_draw: the state is full ({} of max_seq {})", st->n, st->limit);
+  LILY_TRY(ensure_draw(2));
+  if (!pipe_spec_h_) {
+    LILY_CU_TRY(cudaHostAlloc(&pipe_spec_h_, 2 * sizeof(DrawSpec), cudaHostAllocDefault));
+    LILY_CU_TRY(cudaHostAlloc(&pipe_out_h_, 2 * sizeof(Drawn), cudaHostAllocDefault));
+    LILY_CU_TRY(cudaHostAlloc(&pipe_tok_h_, 2 * sizeof(int32_t), cudaHostAllocDefault));
+    for (auto& e : pipe_ev_) LILY_CU_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync));
+  }
+  LILY_TRY(ensure_graphs(*st));
+  // Slot k's host buffers were last used by step launched - 2, which collect_draw has waited for.
+  const int k = int(pipe_launched_ % 2);
+  if (token >= 0) {
+    pipe_tok_h_[k] = token;
+    LILY_CU_TRY(cudaMemcpyAsync(&st->ctl->tok, &pipe_tok_h_[k], 4, cudaMemcpyHostToDevice, stream_));
+  }  // else ctl->tok holds the previous step's drawn id (copied below, in stream order)
+  pipe_spec_h_[k] = spec;
+  LILY_CU_TRY(cudaGraphLaunch(st->g_full, stream_));
+  LILY_CU_TRY(cudaMemcpyAsync(draw_spec_ + k, &pipe_spec_h_[k], sizeof(DrawSpec), cudaMemcpyHostToDevice, stream_));
+  LILY_TRY(draw_rows(logits_, 1, cfg_.vocab_size, draw_spec_ + k, draw_out_ + k, draw_scratch_, stream_));
+  LILY_CU_TRY(cudaMemcpyAsync(&st->ctl->tok, &draw_out_[k].id, 4, cudaMemcpyDeviceToDevice, stream_));
+  LILY_CU_TRY(cudaMemcpyAsync(&pipe_out_h_[k], draw_out_ + k, sizeof(Drawn), cudaMemcpyDeviceToHost, stream_));
+  LILY_CU_TRY(cudaEventRecord(pipe_ev_[k], stream_));
+  st->n += 1;
+  pipe_last_ = st;
+  ++pipe_launched_;
+  return Status::ok();
+}
+
+Status CudaBackend::collect_draw(Drawn& out) {
+  if (pipe_collected_ == pipe_launched_) return cu_err("collect_draw: no step in flight");
+  const int k = int(pipe_collected_ % 2);
+  ++pipe_collected_;  // a failed step is not collected twice
+  LILY_CU_TRY(cudaEventSynchronize(pipe_ev_[k]));
+  out = pipe_out_h_[k];
   return Status::ok();
 }
 
