@@ -531,6 +531,114 @@ TEST(CudaOps, MoeRoutedHere) {
   moe_case(8, 256, 64, 64, 8, 1);      // k = E
 }
 
+// ---------------------------------------------------------------- fused MoE block (dec_moe.cu)
+// One persistent kernel for r = in + mix, x = rms(r)·gain, router logits, top-k, gate/up, down,
+// combine. Reference: the CPU ops in fp32; the routing reference (softmax, top-k by p then id,
+// renormalization) is taken from the kernel's own logits after they are checked against the CPU
+// logits, so a last-ulp near-tie between the two cannot flip the test. ties: the router row of the
+// top expert copied to a lower and a higher id (exactly tied logits: lowest id first).
+void moe_fused_case(int E, int H, int I, int Is, int k, bool ties = false, bool norm = true, bool with_mix = true) {
+  HostQ R(E, H, 8, 3.f), SGt(1, H, 8, 1.f);
+  HostQ G(E * I, H, 4), U(E * I, H, 4), Dn(E * H, I, 4, 0.5f), SG(Is, H, 4), SU(Is, H, 4), SD(H, Is, 4, 0.5f);
+  const auto in = rand_bf16(H), mixv = rand_bf16(H, 0.5f), gain = rand_bf16(H, 0.2f, 1.f);
+  std::vector<float> r(H), x(H), l(E + 1);
+  for (int i = 0; i < H; ++i) r[i] = in[i] + (with_mix ? mixv[i] : 0.f);
+  const auto gain_b = as_bf16(gain);
+  cpu::rmsnorm(r.data(), 1, H, gain_b.data(), 1e-6f, x.data());
+  auto logits_ref = [&] {
+    cpu::qmatmul(R.w, x.data(), 1, H, l.data(), E, false);
+    cpu::qmatmul(SGt.w, x.data(), 1, H, l.data() + E, 1, false);
+  };
+  logits_ref();
+  int top = -1;
+  if (ties) {
+    top = int(std::max_element(l.begin(), l.begin() + E) - l.begin());
+    const int wpr = R.w.words_per_row(), gpr = R.w.groups_per_row();
+    for (int dst : {0, E / 2, E - 1}) {
+      if (dst == top) continue;
+      std::copy_n(R.codes.begin() + size_t(top) * wpr, wpr, R.codes.begin() + size_t(dst) * wpr);
+      std::copy_n(R.sc.begin() + size_t(top) * gpr, gpr, R.sc.begin() + size_t(dst) * gpr);
+      std::copy_n(R.bi.begin() + size_t(top) * gpr, gpr, R.bi.begin() + size_t(dst) * gpr);
+    }
+    logits_ref();
+  }
+  DevQ dR({&R.w, &SGt.w}), dG({&G.w}), dU({&U.w}), dD({&Dn.w}), dSGU({&SG.w, &SU.w}), dSD({&SD.w});
+  DBuf<float> din(in), dmix(mixv), dres(H), dn(H), dl(E + 1), dact(size_t(k) * I + Is), dout(H), dw(k + 1);
+  DBuf<uint16_t> dgain(to_bits(gain));
+  DBuf<int32_t> di(k);
+  cuda::MoeFusedArgs a{};
+  cuda::MoeArgs& m = a.m;
+  m.gate = dG.q, m.up = dU.q, m.down = dD.q, m.sh_gate_up = dSGU.q, m.sh_down = dSD.q;
+  m.top_k = k, m.H = H, m.I = I, m.Is = Is, m.act = dact.p, m.out = dout.p;
+  m.n_experts = E, m.norm_topk = norm, m.ids_out = di.p, m.w_out = dw.p;
+  a.router = dR.q, a.in = din.p, a.mix = with_mix ? dmix.p : nullptr, a.gain = dgain.p, a.res_out = dres.p;
+  a.n_out = dn.p, a.eps = 1e-6f, a.logits = dl.p;
+  ASSERT_TRUE(cuda::moe_fused_supported(a));
+  const std::string sh = "E" + std::to_string(E) + " H" + std::to_string(H) + " I" + std::to_string(I) + " Is" +
+                         std::to_string(Is) + " k" + std::to_string(k) + (ties ? " ties" : "") + (norm ? "" : " no renorm") +
+                         (with_mix ? "" : " no mix");
+  for (int rep = 0; rep < 2; ++rep) {  // twice: the device-wide barrier must be reusable
+    if (rep) {  // poison every output again
+      for (DBuf<float>* b : {&dres, &dn, &dl, &dact, &dout, &dw}) cudaMemset(b->p, 0xFF, b->n * 4);
+      cudaMemset(di.p, 0xFF, di.n * 4);
+    }
+    ASSERT_TRUE(cuda::moe_fused(a, nullptr).is_ok());
+    const std::string shr = sh + (rep ? " (replay)" : "");
+    check("moe fused: residual r", shr, dres.down(), r, 0, 0);
+    check("moe fused: normed x", shr, dn.down(), x, 1e-5f, 1e-4f);
+    const auto dev_l = dl.down();
+    check("moe fused: router logits", shr, dev_l, l, 1e-3f, 1e-3f);
+    std::vector<int32_t> ids;
+    std::vector<float> wts;
+    ref_route(dev_l, E, k, norm, ids, wts);
+    if (ties)  // copied rows: exactly tied logits, so the ranks are decided by id
+      for (int dst : {0, E / 2, E - 1}) EXPECT_EQ(dev_l[dst], dev_l[top]) << dst;
+    auto swiglu = [&](const QWeight& g, const QWeight& u, std::vector<float>& act) {
+      std::vector<float> ga(g.rows), ub(g.rows);
+      cpu::qmatmul(g, x.data(), 1, H, ga.data(), g.rows, true);
+      cpu::qmatmul(u, x.data(), 1, H, ub.data(), u.rows, true);
+      act.resize(g.rows);
+      for (int i = 0; i < g.rows; ++i) act[i] = ga[i] / (1.0f + std::exp(-ga[i])) * ub[i];
+    };
+    std::vector<float> ref_act, out(H, 0.f);
+    for (int j = 0; j < k; ++j) {
+      std::vector<float> act, y(H);
+      swiglu(G.w.rows_slice(ids[j] * I, I), U.w.rows_slice(ids[j] * I, I), act);
+      ref_act.insert(ref_act.end(), act.begin(), act.end());
+      cpu::qmatmul(Dn.w.rows_slice(ids[j] * H, H), act.data(), 1, I, y.data(), H, true);
+      for (int c = 0; c < H; ++c) out[c] += wts[j] * y[c];
+    }
+    std::vector<float> sact, sy(H);
+    swiglu(SG.w, SU.w, sact);
+    ref_act.insert(ref_act.end(), sact.begin(), sact.end());
+    cpu::qmatmul(SD.w, sact.data(), 1, Is, sy.data(), H, true);
+    for (int c = 0; c < H; ++c) out[c] += wts[k] * sy[c];
+    auto gi = di.down();
+    check("moe fused: top-k ids", shr, std::vector<float>(gi.begin(), gi.end()), std::vector<float>(ids.begin(), ids.end()), 0, 0);
+    check("moe fused: weights+σ(shared)", shr, dw.down(), wts, 1e-6f, 1e-5f);
+    check("moe fused: gate+up+swiglu", shr, dact.down(), ref_act, 1e-4f, 1e-3f);
+    check("moe fused: down+combine", shr, dout.down(), out, 1e-4f, 1e-3f);
+  }
+}
+TEST(CudaOps, MoeFused) {
+  REQUIRE_GPU();
+  moe_fused_case(256, 2048, 512, 512, 8);               // the real shape
+  moe_fused_case(256, 2048, 512, 512, 8, true, false);  // tied logits, no renormalization
+  moe_fused_case(256, 2048, 512, 512, 8, false, true, false);  // no mixer output (mix null)
+  moe_fused_case(256, 256, 64, 64, 10);                 // k > warps holding experts
+  moe_fused_case(200, 256, 64, 64, 8, true);            // E not a multiple of 32
+  moe_fused_case(4, 256, 64, 64, 2);                    // small-seed11 golden
+  moe_fused_case(16, 320, 64, 128, 4);                  // wide-seed23 golden: shared width ≠ expert width
+  moe_fused_case(16, 256, 128, 128, 4);                 // golden-small-seed7
+  moe_fused_case(32, 256, 64, 192, 16, true);           // top-k 16
+  moe_fused_case(8, 256, 64, 64, 8);                    // k = E
+  moe_fused_case(32, 256, 320, 320, 16);                // 170 down chunks per row (9 per lane), 3 gate/up rounds
+  // Shapes it does not take (the backend then keeps the three kernels).
+  cuda::MoeFusedArgs big{};
+  big.m.H = 4096, big.m.I = 512, big.m.top_k = 8, big.m.n_experts = 256;
+  EXPECT_FALSE(cuda::moe_fused_supported(big));
+}
+
 // ---------------------------------------------------------------- GDN step (several tokens)
 void gdn_case(int nk, int nv, int dk, int dv, int steps) {
   const int K = 4, kd = nk * dk, vd = nv * dv, C = 2 * kd + vd;

@@ -75,6 +75,16 @@ bool moe_topk_in_consumers() {
   }();
   return on;
 }
+// The MoE block as one persistent kernel (dec_moe.cu: add+norm, router, top-k, experts, combine
+// with two device-wide barriers) instead of the router GEMV + gate_up + down; LILY_MOE_FUSED=0
+// keeps the three kernels (also taken for shapes the fused kernel does not support).
+bool moe_fused_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("LILY_MOE_FUSED");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
 // LILY_GEMV_DBG (timing decomposition only, results wrong): 1 = GEMVs skip weight loads, 2 = skip
 // the input staging, 3 = both.
 int gemv_dbg() {
@@ -175,14 +185,28 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
     r.topk_ids = topk_ids_, r.topk_w = topk_w_, r.norm_topk = c.norm_topk_prob, r.dbg = dbg;
     if (pfm & 4) r.pfx_gate = L.gate, r.pfx_up = L.up, r.pfx_I = c.moe_intermediate_size;
     if (topk_here) r.epi = Epi::kNone;
-    LILY_TRY(op(topk_here ? "moe: add+norm+router q8" : "moe: add+norm+router q8+top-k", qbytes(L.router),
-                [&] { return gemv(r, s); }));
-    p ^= 1;
     MoeArgs m{};
     m.gate = L.gate, m.up = L.up, m.down = L.down, m.sh_gate_up = L.sh_gate_up, m.sh_down = L.sh_down;
     m.topk_ids = topk_ids_, m.topk_w = topk_w_, m.top_k = c.num_experts_per_tok, m.H = H;
     m.I = c.moe_intermediate_size, m.Is = c.shared_expert_intermediate_size, m.x = hn_, m.act = act_, m.out = mix_;
     if (topk_here) m.logits = rl_, m.n_experts = c.num_experts, m.norm_topk = c.norm_topk_prob;
+    if (moe_fused_enabled() && pfm == 0) {
+      MoeFusedArgs f{};
+      f.m = m, f.m.logits = nullptr, f.m.n_experts = c.num_experts, f.m.norm_topk = c.norm_topk_prob;
+      f.router = L.router, f.in = r.in, f.mix = r.mix, f.gain = r.gain, f.res_out = r.res_out, f.eps = r.eps;
+      f.logits = rl_;
+      if (moe_fused_supported(f)) {
+        const double k = m.top_k, bytes = qbytes(L.router) + 2 * k * qbytes(L.gate, m.I) + qbytes(L.sh_gate_up) +
+                                          k * qbytes(L.down, H) + qbytes(L.sh_down);
+        LILY_TRY(op("moe: fused add+norm+router+experts+combine", bytes, [&] { return moe_fused(f, s); }));
+        p ^= 1;
+        mix = mix_;
+        continue;
+      }
+    }
+    LILY_TRY(op(topk_here ? "moe: add+norm+router q8" : "moe: add+norm+router q8+top-k", qbytes(L.router),
+                [&] { return gemv(r, s); }));
+    p ^= 1;
     MoeArgs md = m;
     if (pf_on) {
       m.pf_down = true;
