@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Issue 7 on the GPU machine, one call: the CUDA batched decode (CudaBackend::forward_batch).
-#  1. op table: every batched kernel against its batch-1 kernel (CudaBatch.*, expected |d| = 0) with the
-#     per-position attention kernel (LILY_ATTN_CHUNK=0), and the GEMV rows again with LILY_BGEMV=3;
+#  0. the tensor-core path's op table (CudaBatchTc.*: vs the CPU reference, normwise tolerances, and batch
+#     invariance |d| = 0);
+#  1. op table: every exact batched kernel against its batch-1 kernel (CudaBatch.*, expected |d| = 0) with the
+#     per-position attention kernel (LILY_ATTN_CHUNK=0), and the GEMV rows again with LILY_BGEMV=3 (OLD=1);
 #  2. batch invariance through Model::forward_batch (ForwardBatch.*) with LILY_BACKEND=cuda and the batch-1
 #     path on the kernels the batched step copies (LILY_ATTN_CHUNK=0 LILY_MOE_TOPK=router: expected 0),
 #     then (INV_DEFAULT=1, default) ForwardBatch + the engine tests (BatchingTest.*, Engine/BatchSizes.*;
@@ -39,14 +41,19 @@ t() {  # name timeout filter [env...]
   echo "rc $?" >> "$OUT/$name.txt"
   grep -E '^\[cuda-batch\].*(d\| [1-9]|inf|nan)|\[forward-batch\]|Failure|FAILED|PASSED|SKIPPED|^rc ' "$OUT/$name.txt" | tail -40 | tee -a "$T"
 }
+log "tensor-core op table (CudaBatchTc.*)"
+t tc 200 'CudaBatchTc.*'
+grep -E '^\[cuda-batch\] \| tc' "$OUT/tc.txt" | tee -a "$T" | wc -l | sed 's/^/tc rows: /' | tee -a "$T"
 log "op table, LILY_ATTN_CHUNK=0 (all rows; nonzero |d| rows listed)"
 t ops 150 'CudaBatch.*' LILY_ATTN_CHUNK=0
 grep -c '^\[cuda-batch\]' "$OUT/ops.txt" | sed 's/^/rows: /' | tee -a "$T"
-log "op table, GEMV v3 (LILY_BGEMV=3)"
-t ops_v3 100 'CudaBatch.Gemv*:CudaBatch.AddNorm*' LILY_BGEMV=3
-grep -c '^\[cuda-batch\]' "$OUT/ops_v3.txt" | sed 's/^/rows: /' | tee -a "$T"
-log "forward_batch invariance, LILY_ATTN_CHUNK=0 LILY_MOE_TOPK=router"
-t inv_exact 100 'ForwardBatch.*' LILY_BACKEND=cuda LILY_ATTN_CHUNK=0 LILY_MOE_TOPK=router
+if [[ ${OLD:-0} == 1 ]]; then
+  log "op table, GEMV v3 (LILY_BGEMV=3)"
+  t ops_v3 100 'CudaBatch.Gemv*:CudaBatch.AddNorm*' LILY_BGEMV=3
+  grep -c '^\[cuda-batch\]' "$OUT/ops_v3.txt" | sed 's/^/rows: /' | tee -a "$T"
+fi
+log "forward_batch invariance, exact path: LILY_BATCH_TC=0 LILY_ATTN_CHUNK=0 LILY_MOE_TOPK=router"
+t inv_exact 100 'ForwardBatch.*' LILY_BACKEND=cuda LILY_BATCH_TC=0 LILY_ATTN_CHUNK=0 LILY_MOE_TOPK=router
 if [[ ${INV_DEFAULT:-1} == 1 ]]; then
   log "forward_batch + engine invariance, LILY_BACKEND=cuda, default env"
   t inv 150 'ForwardBatch.*:BatchingTest.*:Engine/BatchSizes.*' LILY_BACKEND=cuda
@@ -63,7 +70,13 @@ bb() {  # name batches steps [env...]
   grep -vE '^\[|load|upload' "$OUT/bench_$name.err" | tail -40 | tee -a "$T"
 }
 bb default "$BATCHES" 16
-if [[ ${AB:-0} == 1 ]]; then  # A/B of the knobs (measured 2026-12-03: docs/perf/2026-12-03-batching-cuda.md)
+bb exact 4,16,64 8 LILY_BATCH_TC=0
+if [[ ${TCAB:-1} == 1 ]]; then  # A/B of the tensor-core path's knobs
+  bb carve100 16,64 8 LILY_BTC_CARVE=100
+  bb ent2 16,64 8 LILY_BTC_ENT=2
+  bb nopdl 16 8 LILY_CUDA_PDL=0
+fi
+if [[ ${AB:-0} == 1 ]]; then  # A/B of the exact path's knobs (measured 2026-12-03: docs/perf/2026-12-03-batching-cuda.md)
   bb pinned 16,64 8 LILY_BATCH_D2H=pinned
   bb r4 16,64 8 LILY_BGEMV_R=4 LILY_BATCH_D2H=pinned
   bb v1gemv 16 8 LILY_BGEMV=1

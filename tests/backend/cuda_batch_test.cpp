@@ -5,6 +5,9 @@
 // against the CPU reference in cuda_ops_test.cpp. Where the batch-1 path takes another kernel by
 // default (the decode helper's chunked attention), a stated tolerance applies and is printed.
 // Prints one row per check: op, shape, B, max |Δ|. Skips loudly without a GPU.
+// CudaBatchTc.*: the tensor-core path (batch_tc*.cu, not bit-identical to batch-1) against the scalar
+// CPU reference (cpu::qmatmul, the reference MoE formula) with stated normwise tolerances, and batch
+// invariance (the same source row computed at B = 64 and at other B / positions: |Δ| = 0).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,8 +21,10 @@
 #ifdef LILY_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "backend/cpu/ref_ops.h"
 #include "backend/cuda/batch_ops.h"
 #include "backend/cuda/ops.h"
+#include "core/bf16.h"
 
 namespace lily {
 namespace {
@@ -325,6 +330,290 @@ TEST(CudaBatch, AttentionEqualsBatch1) {
       EXPECT_EQ(e2, 0.f);
       EXPECT_LE(e3, tol) << "first bad index " << bad;
     }
+  }
+}
+
+
+// ---- tensor-core path ------------------------------------------------------------------------------
+
+// Host quantized weight (random codes, scale/bias as the test Q above) and its device copy.
+struct HQ {
+  std::vector<uint32_t> codes;
+  std::vector<bf16> sc, bi;
+  QWeight w;
+  D<uint32_t> dcodes;
+  D<uint16_t> dsb;
+  QW q;
+  HQ(int rows, int cols, int bits)
+      : codes(size_t(rows) * cols * bits / 32), sc(size_t(rows) * cols / 64), bi(sc.size()), dcodes(codes.size()),
+        dsb(2 * sc.size()) {
+    for (auto& c : codes) c = uint32_t(rng()());
+    const float lv = float((1 << bits) - 1), s0 = 1.f / (lv * std::sqrt(float(cols)) / 3.f);
+    std::vector<uint16_t> sb(2 * sc.size());
+    for (size_t i = 0; i < sc.size(); ++i) {
+      const float s = s0 * (0.5f + 0.5f * std::fabs(randn()));
+      sc[i] = f32_to_bf16(s), bi[i] = f32_to_bf16(-s * lv * (0.5f + 0.1f * randn()));
+      sb[2 * i] = sc[i].bits, sb[2 * i + 1] = bi[i].bits;
+    }
+    cudaMemcpy(dcodes.p, codes.data(), codes.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dsb.p, sb.data(), sb.size() * 2, cudaMemcpyHostToDevice);
+    w.codes = codes.data(), w.scales = sc.data(), w.biases = bi.data(), w.rows = rows, w.cols = cols, w.bits = bits;
+    w.group_size = 64;
+    q.codes = dcodes.p, q.sb = dsb.p, q.rows = rows, q.cols = cols, q.bits = bits;
+  }
+};
+
+// Activation rows: mostly N(0,1), some rows scaled by 1e-3 or 30, a few large outliers (group exponents).
+std::vector<float> act_rows(int R, int K) {
+  std::vector<float> x = randv(size_t(R) * K);
+  for (int r = 0; r < R; ++r) {
+    const float f = r % 5 == 3 ? 1e-3f : r % 7 == 2 ? 30.f : 1.f;
+    for (int c = 0; c < K; ++c) x[size_t(r) * K + c] *= f;
+    x[size_t(r) * K + size_t(r * 131) % K] *= 40.f;
+  }
+  return x;
+}
+
+// Normwise error of row r: max_c |got − ref| / rms(ref row).
+struct NormErr {
+  double worst = 0;
+  void add(const float* got, const float* ref, int n) {
+    double ss = 0, m = 0;
+    for (int i = 0; i < n; ++i) ss += double(ref[i]) * ref[i], m = std::max(m, std::fabs(double(got[i]) - ref[i]));
+    const double e = m / std::max(std::sqrt(ss / n), 1e-30);
+    if (e > worst || e != e) worst = e != e ? INFINITY : e;
+  }
+};
+
+// Stated tolerances (normwise, see NormErr): GEMM 3e-5, MoE 5e-5 (two GEMMs and a SwiGLU deep).
+constexpr double kTolGemm = 3e-5, kTolMoe = 5e-5;
+
+// Packs x (R rows of K) and runs the dense GEMM: y [R][w.rows].
+std::vector<float> tc_dense(const QW& w, const std::vector<float>& xh, int R) {
+  const int K = w.cols;
+  D<float> x(xh), y(size_t(R) * w.rows), XS(size_t(R) * K / 32);
+  D<uint32_t> P(size_t(R) * K);
+  EXPECT_TRUE(cuda::bpack(x.p, K, K, R, P.p, XS.p, nullptr).is_ok());
+  cuda::BtcArgs a{};
+  a.w = w, a.P = P.p, a.XS = XS.p, a.y = y.p, a.ldy = w.rows, a.B = R;
+  EXPECT_TRUE(cuda::btc_gemm(a, nullptr).is_ok());
+  auto v = y.get();
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  return v;
+}
+
+TEST(CudaBatchTc, GemmMatchesCpuAndIsBatchInvariant) {
+  REQUIRE_GPU();
+  cpu::set_bf16_storage(false);
+  struct S { int bits, K, rows; };
+  for (S s : {S{4, 2048, 12352}, S{4, 4096, 2048}, S{8, 2048, 257}, S{4, 2048, 2000}, S{4, 320, 96}, S{8, 128, 40}, S{4, 64, 17}}) {
+    HQ w(s.rows, s.K, s.bits);
+    const int R = 64;
+    const auto xh = act_rows(R, s.K);
+    std::vector<float> ref(size_t(R) * s.rows);
+    cpu::qmatmul(w.w, xh.data(), R, s.K, ref.data(), s.rows, false);
+    const auto y64 = tc_dense(w.q, xh, R);
+    const std::string shape = std::to_string(s.bits) + "-bit " + std::to_string(s.rows) + "x" + std::to_string(s.K);
+    NormErr ne;
+    for (int r = 0; r < R; ++r) ne.add(&y64[size_t(r) * s.rows], &ref[size_t(r) * s.rows], s.rows);
+    row("tc gemm vs cpu (normwise)", shape, R, float(ne.worst));
+    EXPECT_LE(ne.worst, kTolGemm) << shape;
+    for (int B : kBs) {
+      if (B == 64) continue;
+      // Batch row b = source row (b·7 + B) mod 64: other positions, other neighbours.
+      std::vector<float> xb(size_t(B) * s.K);
+      for (int b = 0; b < B; ++b)
+        std::copy_n(&xh[size_t((b * 7 + B) % R) * s.K], s.K, &xb[size_t(b) * s.K]);
+      const auto yb = tc_dense(w.q, xb, B);
+      float inv = 0.f;
+      for (int b = 0; b < B; ++b)
+        for (int c = 0; c < s.rows; ++c)
+          inv = std::max(inv, std::fabs(yb[size_t(b) * s.rows + c] - y64[size_t((b * 7 + B) % R) * s.rows + c]));
+      row("tc gemm batch invariance", shape, B, inv);
+      EXPECT_EQ(inv, 0.f) << shape << " B " << B;
+    }
+  }
+}
+
+TEST(CudaBatchTc, NormPackMatchesCpu) {
+  REQUIRE_GPU();
+  cpu::set_bf16_storage(false);
+  for (int H : {2048, 256}) {
+    const int B = 17;
+    const auto in = randv(size_t(B) * H), mix = randv(size_t(B) * H, 0.5f);
+    std::vector<bf16> gh(static_cast<size_t>(H));
+    std::vector<uint16_t> gb(static_cast<size_t>(H));
+    for (int i = 0; i < H; ++i) gh[size_t(i)] = f32_to_bf16(1.f + 0.2f * randn()), gb[size_t(i)] = gh[size_t(i)].bits;
+    D<float> din(in), dmix(mix), res(size_t(B) * H), n(size_t(B) * H), XS(size_t(B) * H / 32), XS2(size_t(B) * H / 32);
+    D<uint16_t> gain(gb);
+    D<uint32_t> P(size_t(B) * H), P2(size_t(B) * H);
+    cuda::BNormArgs a{};
+    a.in = din.p, a.mix = dmix.p, a.gain = gain.p, a.H = H, a.B = B, a.res_out = res.p, a.n_out = n.p, a.P = P.p, a.XS = XS.p;
+    ASSERT_TRUE(cuda::bnorm_pack(a, nullptr).is_ok());
+    ASSERT_TRUE(cuda::bpack(n.p, H, H, B, P2.p, XS2.p, nullptr).is_ok());
+    std::vector<float> r(size_t(B) * H), ref(size_t(B) * H);
+    for (size_t i = 0; i < r.size(); ++i) r[i] = in[i] + mix[i];
+    cpu::rmsnorm(r.data(), B, H, gh.data(), 1e-6f, ref.data());
+    const auto got = n.get();
+    NormErr ne;
+    for (int b = 0; b < B; ++b) ne.add(&got[size_t(b) * H], &ref[size_t(b) * H], H);
+    const float e_res = max_diff(res.get(), r);
+    const bool same_p = P.get() == P2.get() && XS.get() == XS2.get();
+    row("tc add+norm vs cpu (normwise)", "H " + std::to_string(H), B, float(ne.worst));
+    row("tc add+norm residual", "H " + std::to_string(H), B, e_res);
+    row("tc add+norm pack == bpack(normed)", "H " + std::to_string(H), B, same_p ? 0.f : 1.f);
+    EXPECT_LE(ne.worst, 2e-6);
+    EXPECT_EQ(e_res, 0.f);
+    EXPECT_TRUE(same_p);
+  }
+}
+
+// Expert-major MoE: route, gate+up+SwiGLU, pack, down, combine.
+struct TcMoe {
+  int H, I, E, k;
+  HQ gate, up, down, shgu, shd;
+  TcMoe(int H_, int I_, int E_, int k_)
+      : H(H_), I(I_), E(E_), k(k_), gate(E_ * I_, H_, 4), up(E_ * I_, H_, 4), down(E_ * H_, I_, 4), shgu(2 * I_, H_, 4),
+        shd(H_, I_, 4) {}
+  // out [B][H] and act [B·k + B][I] for x [B][H], ids [B][k], tw [B][k+1].
+  void run(const std::vector<float>& xh, const std::vector<int32_t>& ids, const std::vector<float>& tw, int B,
+           std::vector<float>& out, std::vector<float>& act) {
+    const int nent = B * k + B;
+    D<float> x(xh), XS(size_t(B) * H / 32), eact(size_t(nent) * I), XSb(size_t(nent) * I / 32), yd(size_t(nent) * H);
+    D<float> dtw(tw), dout(size_t(B) * H);
+    D<uint32_t> P(size_t(B) * H), Pb(size_t(nent) * I);
+    D<int32_t> dids(ids), items(size_t(E + 2) * 4), nit(4), rowb(static_cast<size_t>(nent)), ent(static_cast<size_t>(nent));
+    ASSERT_TRUE(cuda::bpack(x.p, H, H, B, P.p, XS.p, nullptr).is_ok());
+    ASSERT_TRUE(cuda::broute(dids.p, B, k, E, items.p, nit.p, rowb.p, ent.p, nullptr).is_ok());
+    cuda::BtcArgs m{};
+    m.w = gate.q, m.w2 = up.q, m.sh = shgu.q, m.P = P.p, m.XS = XS.p, m.y = eact.p, m.ldy = I, m.n_out = I, m.n_out_sh = I;
+    m.swiglu = true, m.items = items.p, m.n_items = nit.p, m.max_items = std::min(B * k, E) + 1, m.E = E, m.xrow = rowb.p;
+    m.yrow = ent.p;
+    ASSERT_TRUE(cuda::btc_gemm(m, nullptr).is_ok());
+    ASSERT_TRUE(cuda::bpack(eact.p, I, I, nent, Pb.p, XSb.p, nullptr).is_ok());
+    m.w = down.q, m.w2 = QW{}, m.sh = shd.q, m.P = Pb.p, m.XS = XSb.p, m.y = yd.p, m.ldy = H, m.n_out = H, m.n_out_sh = H;
+    m.swiglu = false, m.xrow = ent.p, m.yrow = ent.p;
+    ASSERT_TRUE(cuda::btc_gemm(m, nullptr).is_ok());
+    ASSERT_TRUE(cuda::bmoe_combine(yd.p, dtw.p, k, H, B, dout.p, nullptr).is_ok());
+    out = dout.get(), act = eact.get();
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  }
+  // The reference formula per row (cpu::qmatmul, fp32 activations): act of each routed slot and the
+  // shared expert, out = Σ_j tw_j·down_j(act_j) + σ·sdown(act_s).
+  void ref(const float* x, const int32_t* id, const float* tw, float* out, std::vector<float>& acts) {
+    std::vector<float> g(static_cast<size_t>(I)), u(static_cast<size_t>(I)), a(static_cast<size_t>(I)), y(static_cast<size_t>(H));
+    std::vector<double> acc(static_cast<size_t>(H), 0.0);
+    acts.clear();
+    for (int j = 0; j <= k; ++j) {
+      const bool sh = j == k;
+      const QWeight wg = sh ? shgu.w.rows_slice(0, I) : gate.w.rows_slice(id[j] * I, I);
+      const QWeight wu = sh ? shgu.w.rows_slice(I, I) : up.w.rows_slice(id[j] * I, I);
+      const QWeight wd = sh ? shd.w : down.w.rows_slice(id[j] * H, H);
+      cpu::qmatmul(wg, x, 1, H, g.data(), I, false);
+      cpu::qmatmul(wu, x, 1, H, u.data(), I, false);
+      for (int i = 0; i < I; ++i) a[size_t(i)] = g[size_t(i)] / (1.f + std::exp(-g[size_t(i)])) * u[size_t(i)];
+      acts.insert(acts.end(), a.begin(), a.end());
+      cpu::qmatmul(wd, a.data(), 1, I, y.data(), H, false);
+      for (int c = 0; c < H; ++c) acc[size_t(c)] += double(tw[j]) * y[size_t(c)];
+    }
+    for (int c = 0; c < H; ++c) out[c] = float(acc[size_t(c)]);
+  }
+};
+
+TEST(CudaBatchTc, MoeMatchesCpuAndIsBatchInvariant) {
+  REQUIRE_GPU();
+  cpu::set_bf16_storage(false);
+  struct S { int H, I, E, k; };
+  for (S s : {S{2048, 512, 64, 8}, S{256, 64, 12, 4}}) {
+    TcMoe moe(s.H, s.I, s.E, s.k);
+    const int R = 64;
+    std::vector<int32_t> ids(size_t(R) * s.k);
+    std::vector<float> tw(size_t(R) * (s.k + 1));
+    for (int r = 0; r < R; ++r) {
+      std::vector<int32_t> perm(static_cast<size_t>(s.E));
+      for (int e = 0; e < s.E; ++e) perm[size_t(e)] = e;
+      std::shuffle(perm.begin(), perm.end(), rng());
+      // Expert 0 is hot (every other row): more than 8 rows at B = 64 (the GEMM's n-chunk loop).
+      if (r % 2 == 1) std::iter_swap(perm.begin(), std::find(perm.begin(), perm.end(), 0));
+      for (int j = 0; j < s.k; ++j) ids[size_t(r) * s.k + j] = perm[size_t(j)];
+      for (int j = 0; j <= s.k; ++j) tw[size_t(r) * (s.k + 1) + j] = 0.05f + std::fabs(randn()) * 0.2f;
+    }
+    const auto xh = act_rows(R, s.H);
+    std::vector<float> out64, act64;
+    moe.run(xh, ids, tw, R, out64, act64);
+    const std::string shape = "H " + std::to_string(s.H) + " I " + std::to_string(s.I) + " E " + std::to_string(s.E);
+    NormErr ne_out, ne_act;
+    std::vector<float> ref(static_cast<size_t>(s.H)), acts;
+    for (int r = 0; r < R; ++r) {
+      moe.ref(&xh[size_t(r) * s.H], &ids[size_t(r) * s.k], &tw[size_t(r) * (s.k + 1)], ref.data(), acts);
+      ne_out.add(&out64[size_t(r) * s.H], ref.data(), s.H);
+      for (int j = 0; j <= s.k; ++j) {
+        const size_t entry = j < s.k ? size_t(r) * s.k + j : size_t(R) * s.k + r;
+        ne_act.add(&act64[entry * s.I], &acts[size_t(j) * s.I], s.I);
+      }
+    }
+    row("tc moe act vs cpu (normwise)", shape, R, float(ne_act.worst));
+    row("tc moe out vs cpu (normwise)", shape, R, float(ne_out.worst));
+    EXPECT_LE(ne_act.worst, kTolMoe) << shape;
+    EXPECT_LE(ne_out.worst, kTolMoe) << shape;
+    for (int B : kBs) {
+      if (B == 64) continue;
+      std::vector<float> xb(size_t(B) * s.H), twb(size_t(B) * (s.k + 1));
+      std::vector<int32_t> idb(size_t(B) * s.k);
+      for (int b = 0; b < B; ++b) {
+        const int src = (b * 7 + B) % R;
+        std::copy_n(&xh[size_t(src) * s.H], s.H, &xb[size_t(b) * s.H]);
+        std::copy_n(&ids[size_t(src) * s.k], s.k, &idb[size_t(b) * s.k]);
+        std::copy_n(&tw[size_t(src) * (s.k + 1)], s.k + 1, &twb[size_t(b) * (s.k + 1)]);
+      }
+      std::vector<float> outb, actb;
+      moe.run(xb, idb, twb, B, outb, actb);
+      float inv = 0.f;
+      for (int b = 0; b < B; ++b)
+        for (int c = 0; c < s.H; ++c)
+          inv = std::max(inv, std::fabs(outb[size_t(b) * s.H + c] - out64[size_t((b * 7 + B) % R) * s.H + c]));
+      row("tc moe batch invariance", shape, B, inv);
+      EXPECT_EQ(inv, 0.f) << shape << " B " << B;
+    }
+  }
+}
+
+
+// The fused top-k + routing launch equals brouter_topk then broute (ids, weights and the table).
+TEST(CudaBatchTc, RouteTopkFusedEqualsSplit) {
+  REQUIRE_GPU();
+  const int E = 256, k = 8;
+  for (int B : kBs) {
+    D<float> lg(randv(size_t(B) * (E + 1), 2.f));
+    const int nent = B * k + B, mi = std::min(B * k, E) + 1;
+    D<int32_t> ids(size_t(B) * k), ids2(size_t(B) * k), it(size_t(mi) * 4), it2(size_t(mi) * 4), n(4), n2(4);
+    D<int32_t> rb(static_cast<size_t>(nent)), rb2(static_cast<size_t>(nent)), en(static_cast<size_t>(nent)), en2(static_cast<size_t>(nent));
+    D<float> w(size_t(B) * (k + 1)), w2(size_t(B) * (k + 1));
+    ASSERT_TRUE(cuda::brouter_topk(lg.p, E + 1, E, k, true, true, ids.p, w.p, B, nullptr).is_ok());
+    ASSERT_TRUE(cuda::broute(ids.p, B, k, E, it.p, n.p, rb.p, en.p, nullptr).is_ok());
+    ASSERT_TRUE(cuda::broute_topk(lg.p, E + 1, true, true, ids2.p, w2.p, B, k, E, it2.p, n2.p, rb2.p, en2.p, nullptr).is_ok());
+    const bool same = ids.get() == ids2.get() && w.get() == w2.get() && it.get() == it2.get() && n.get() == n2.get() &&
+                      rb.get() == rb2.get() && en.get() == en2.get();
+    // The table itself: every entry once, rows of an expert in (b, slot) order, expert ids ascending.
+    const auto hid = ids.get(), hit = it.get(), hrb = rb.get(), hen = en.get();
+    const int ni = n.get()[0];
+    std::vector<int> seen(static_cast<size_t>(nent), 0);
+    bool table_ok = ni >= 2 && hit[size_t(ni - 1) * 4] == E;
+    for (int i = 0; i < ni && table_ok; ++i) {
+      const int e = hit[size_t(i) * 4], c = hit[size_t(i) * 4 + 1], o = hit[size_t(i) * 4 + 2];
+      if (i > 0 && e <= hit[size_t(i - 1) * 4]) table_ok = false;
+      for (int j = 0; j < c && table_ok; ++j) {
+        const int en_ = hen[size_t(o + j)];
+        seen[size_t(en_)]++;
+        if (j > 0 && en_ <= hen[size_t(o + j - 1)]) table_ok = false;
+        if (e < E && (hid[size_t(en_)] != e || hrb[size_t(o + j)] != en_ / k)) table_ok = false;
+        if (e == E && (en_ != B * k + j || hrb[size_t(o + j)] != j)) table_ok = false;
+      }
+    }
+    for (int v : seen) table_ok = table_ok && v == 1;
+    row("tc route table / fused top-k == split", "E 256 k 8", B, (same && table_ok) ? 0.f : 1.f);
+    EXPECT_TRUE(same);
+    EXPECT_TRUE(table_ok);
   }
 }
 

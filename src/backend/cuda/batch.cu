@@ -25,6 +25,12 @@ struct BatchCtx {
   float *rl = nullptr, *topk_w = nullptr, *act = nullptr, *logits = nullptr, *partial = nullptr;
   int32_t* topk_ids = nullptr;
   int urows = 0;
+  // Tensor-core path (LILY_BATCH_TC, default on): packed GEMM inputs (P_a: the normed rows, og, o;
+  // P_b: the MoE activations per entry), per-entry MoE buffers (entries: B·k routed + B shared) and
+  // the routing table.
+  uint32_t *P_a = nullptr, *P_b = nullptr;
+  float *XS_a = nullptr, *XS_b = nullptr, *eact = nullptr, *yd = nullptr;
+  int32_t *items = nullptr, *n_items = nullptr, *rowb = nullptr, *ent = nullptr;
   // Row table: [tok | pos | cap] int32 [cap] each, then pointers ctl [cap], p0 [L][cap], p1 [L][cap].
   char* tab_dev = nullptr;
   char* tab_host = nullptr;
@@ -76,6 +82,17 @@ int min_per_split_env() {
   return n >= 1 ? n : 64;
 }
 bool graphs_on() { return !env_is("LILY_BATCH_GRAPH", "0"); }
+// The tensor-core path (batch_tc*.cu) unless LILY_BATCH_TC=0 (the exact CUDA-core kernels, bit-identical
+// to the batch-1 step).
+// Top-k and routing table in one launch unless LILY_BTC_ROUTE=2 (brouter_topk, then broute).
+bool route_split() {
+  static const bool on = env_is("LILY_BTC_ROUTE", "2");
+  return on;
+}
+bool tc_on() {
+  static const bool on = !env_is("LILY_BATCH_TC", "0");
+  return on;
+}
 }  // namespace
 
 Status CudaBackend::batch_alloc(int B) {
@@ -104,6 +121,24 @@ Status CudaBackend::batch_alloc(int B) {
   x.act = dalloc<float>(Bc * (size_t(c.num_experts_per_tok) * c.moe_intermediate_size + Is), x.owned);
   x.logits = dalloc<float>(Bc * c.vocab_size, x.owned);
   x.partial = dalloc<float>(Bc * battn_partial_floats(c.num_attention_heads, c.num_key_value_heads, c.head_dim, attn_max_splits()), x.owned);
+  {
+    const size_t kmax = std::max<size_t>({size_t(H), size_t(vd), size_t(c.num_attention_heads) * c.head_dim});
+    const size_t nent = Bc * (c.num_experts_per_tok + 1), I = size_t(c.moe_intermediate_size);
+    x.P_a = dalloc<uint32_t>(Bc * kmax, x.owned);
+    x.XS_a = dalloc<float>(Bc * kmax / 32, x.owned);
+    x.P_b = dalloc<uint32_t>(nent * I, x.owned);
+    x.XS_b = dalloc<float>(nent * I / 32, x.owned);
+    x.eact = dalloc<float>(nent * I, x.owned);
+    x.yd = dalloc<float>(nent * H, x.owned);
+    x.items = dalloc<int32_t>(size_t(c.num_experts + 2) * 4, x.owned);
+    x.n_items = dalloc<int32_t>(4, x.owned);
+    x.rowb = dalloc<int32_t>(nent, x.owned);
+    x.ent = dalloc<int32_t>(nent, x.owned);
+    if (!x.yd || !x.ent) {
+      x.release();
+      return cu_err("cuda forward_batch: out of device memory for {} rows", cap);
+    }
+  }
   x.L = c.num_hidden_layers;
   x.ptr_off = (3 * Bc * 4 + 15) & ~size_t(15);
   x.tab_bytes = x.ptr_off + (1 + 2 * size_t(x.L)) * Bc * sizeof(void*);
@@ -127,6 +162,98 @@ static Status gemv_rows(const QW& w, const float* x, int ldx, float* y, int ldy,
   return Status::ok();
 }
 
+// The step on the tensor-core path: every projection, the router, the experts and the lm_head
+// through btc_gemm on packed inputs; MoE expert-major (routing table on the device); the MoE
+// combine folded into the next add + norm. Mixers as the exact path.
+template <typename Mk>
+static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B, cudaStream_t s, Mk&& mk) {
+  const int H = c.hidden_size, vd = c.gdn_value_dim(), E = c.num_experts, k = c.num_experts_per_tok;
+  const int I = c.moe_intermediate_size, nhd = c.num_attention_heads * c.head_dim, nent = B * k + B;
+  const float eps = c.rms_norm_eps;
+  auto dense = [&](const QW& w, const uint32_t* P, const float* XS, float* y, int ldy) {
+    BtcArgs g{};
+    g.w = w, g.P = P, g.XS = XS, g.y = y, g.ldy = ldy, g.B = B;
+    return btc_gemm(g, s);
+  };
+  // add + norm (+ the previous layer's MoE combine when moe) → packed P_a.
+  auto norm = [&](const float* in, const float* mix, bool moe, const void* gain, float* res_out) {
+    BNormArgs n{};
+    n.in = in, n.mix = moe ? nullptr : mix, n.yd = moe ? x.yd : nullptr, n.tw = x.topk_w, n.top_k = k;
+    n.gain = gain, n.H = H, n.B = B, n.eps = eps, n.res_out = res_out, n.P = x.P_a, n.XS = x.XS_a;
+    return bnorm_pack(n, s);
+  };
+  LILY_TRY(bembed(d.embed, x.tok(), x.xres[0], B, s));
+  mk("embed");
+  int p = 0;
+  bool moe_pending = false;
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const DevLayer& L = d.layers[size_t(i)];
+    LILY_TRY(norm(x.xres[p], nullptr, moe_pending, L.in_norm, x.xres[p ^ 1]));
+    mk("add+norm+pack");
+    if (!L.attn) {
+      LILY_TRY(dense(L.in_proj, x.P_a, x.XS_a, x.u, x.urows));
+      mk("gdn in_proj gemm");
+      BGdnArgs g{};
+      g.u = x.u, g.ldu = x.urows, g.conv_w = L.conv_w, g.conv = x.p0(i), g.S = reinterpret_cast<float* const*>(x.p1(i));
+      g.pos = x.pos(), g.A_log = L.A_log, g.dt_bias = L.dt_bias, g.gnorm = L.gnorm, g.og = x.og, g.ldo = vd;
+      g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.dk = c.linear_key_head_dim;
+      g.dv = c.linear_value_head_dim, g.K = c.linear_conv_kernel_dim, g.B = B, g.eps = eps;
+      LILY_TRY(bgdn_step(g, s));
+      mk("gdn step");
+      LILY_TRY(bpack(x.og, vd, vd, B, x.P_a, x.XS_a, s));
+      mk("pack");
+      LILY_TRY(dense(L.out_proj, x.P_a, x.XS_a, x.mix, H));
+      mk("gdn out_proj gemm");
+    } else {
+      LILY_TRY(dense(L.qkv, x.P_a, x.XS_a, x.u, x.urows));
+      mk("attn qkv gemm");
+      BAttnArgs a{};
+      a.qkv = x.u, a.ldqkv = x.urows, a.q_norm = L.q_norm, a.k_norm = L.k_norm, a.q = x.q, a.kc = x.p0(i), a.vc = x.p1(i);
+      a.cap = x.caps(), a.pos = x.pos(), a.out = x.o, a.partial = x.partial, a.nh = c.num_attention_heads;
+      a.nkv = c.num_key_value_heads, a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim;
+      a.rot = c.rotary_dim(), a.n_split = attn_max_splits(), a.min_per_split = min_per_split_env(), a.B = B;
+      a.theta = c.rope_theta, a.eps = eps;
+      LILY_TRY(battn(a, s));
+      mk("attn prep+decode+merge");
+      LILY_TRY(bpack(x.o, nhd, nhd, B, x.P_a, x.XS_a, s));
+      mk("pack");
+      LILY_TRY(dense(L.o_proj, x.P_a, x.XS_a, x.mix, H));
+      mk("attn o_proj gemm");
+    }
+    p ^= 1;
+    LILY_TRY(norm(x.xres[p], x.mix, false, L.post_norm, x.xres[p ^ 1]));
+    mk("add+norm+pack");
+    LILY_TRY(dense(L.router, x.P_a, x.XS_a, x.rl, E + 1));
+    mk("router gemm");
+    if (route_split()) {
+      LILY_TRY(brouter_topk(x.rl, E + 1, E, k, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, s));
+      LILY_TRY(broute(x.topk_ids, B, k, E, x.items, x.n_items, x.rowb, x.ent, s));
+    } else {
+      LILY_TRY(broute_topk(x.rl, E + 1, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, k, E, x.items,
+                           x.n_items, x.rowb, x.ent, s));
+    }
+    mk("top-k + route");
+    p ^= 1;
+    BtcArgs m{};
+    m.w = L.gate, m.w2 = L.up, m.sh = L.sh_gate_up, m.P = x.P_a, m.XS = x.XS_a, m.y = x.eact, m.ldy = I;
+    m.n_out = I, m.n_out_sh = I, m.swiglu = true, m.items = x.items, m.n_items = x.n_items;
+    m.max_items = std::min(B * k, E) + 1, m.E = E, m.xrow = x.rowb, m.yrow = x.ent;
+    LILY_TRY(btc_gemm(m, s));
+    mk("moe gate+up (experts)");
+    LILY_TRY(bpack(x.eact, I, I, nent, x.P_b, x.XS_b, s));
+    mk("pack");
+    m.w = L.down, m.w2 = QW{}, m.sh = L.sh_down, m.P = x.P_b, m.XS = x.XS_b, m.y = x.yd, m.ldy = H;
+    m.n_out = H, m.n_out_sh = H, m.swiglu = false, m.xrow = x.ent, m.yrow = x.ent;
+    LILY_TRY(btc_gemm(m, s));
+    mk("moe down (experts)");
+    moe_pending = true;
+  }
+  LILY_TRY(norm(x.xres[p], nullptr, moe_pending, d.final_norm, nullptr));
+  LILY_TRY(dense(d.lm_head, x.P_a, x.XS_a, x.logits, c.vocab_size));
+  mk("final norm+lm_head");
+  return Status::ok();
+}
+
 Status CudaBackend::enqueue_batch(int B, cudaStream_t s) {
   const ModelConfig& c = cfg_;
   BatchCtx& x = *batch_;
@@ -139,6 +266,10 @@ Status CudaBackend::enqueue_batch(int B, cudaStream_t s) {
     x.ev.push_back({name, e});
   };
   mk("start");
+  if (tc_on() && c.shared_expert_intermediate_size == c.moe_intermediate_size) {
+    LILY_TRY(enqueue_tc(x, c, d_, B, s, mk));
+    return bfinish(x.ctl(), x.pos(), B, s);
+  }
   const int H = c.hidden_size, C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), E = c.num_experts, k = c.num_experts_per_tok;
   const int nhd = c.num_attention_heads * c.head_dim;
   const float eps = c.rms_norm_eps;

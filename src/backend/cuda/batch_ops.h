@@ -89,4 +89,70 @@ struct BAttnArgs {
 Status battn(const BAttnArgs& a, Stream s);
 size_t battn_partial_floats(int nh, int nkv, int hd, int n_split);
 
+
+// ---- tensor-core path (batch_tc.cu, batch_tc_aux.cu; LILY_BATCH_TC=0 keeps the kernels above) ----
+// Not bit-identical to the batch-1 GEMV, but batch invariant: each row's arithmetic depends only on
+// that row and the weights (fixed k order and k split per matrix, no cross-row reductions).
+//
+// Packed activation rows (the GEMM's B operand): per row r of K fp32 values (K a multiple of 64),
+// P uint32 [R][K/64][16][4]: per 64-group, MMA k-step s and lane quad t, the fp16 pairs b0, b1 of
+// x·2^e rounded to fp16 (hi), then of the remainders (lo); XS float [R][K/64][2] = {Σx (fp32), 2^-e}.
+// e per group puts its largest |x| just below 2^15, so hi + lo keeps ~22 bits of every x.
+Status bpack(const float* x, int ldx, int K, int R, uint32_t* P, float* XS, Stream s);
+
+// Per row b (B blocks): r = in_b + mix_b, where mix_b is mix (plain, [B][H]) or, when yd is set, the MoE
+// combine Σ_j tw[b][j]·yd[b·k + j] + tw[b][k]·yd[B·k + b] (slot order, then the shared expert);
+// res_out = r (if set); n = rms(r)·gain → n_out (fp32, if set) and packed into P / XS.
+struct BNormArgs {
+  const float* in = nullptr;
+  const float* mix = nullptr;
+  const float* yd = nullptr;  // [B·k + B][H]
+  const float* tw = nullptr;  // [B][k + 1]
+  int top_k = 0;
+  const void* gain = nullptr;  // bf16 [H]
+  int H = 0, B = 0;
+  float eps = 1e-6f;
+  float* res_out = nullptr;
+  float* n_out = nullptr;
+  uint32_t* P = nullptr;
+  float* XS = nullptr;
+};
+Status bnorm_pack(const BNormArgs& a, Stream s);
+// out[b] = the MoE combine of bnorm_pack (tests).
+Status bmoe_combine(const float* yd, const float* tw, int top_k, int H, int B, float* out, Stream s);
+
+// Expert-major routing on the device (one block): from ids [B][k], the active experts in ascending id
+// (items int32 [n][4] = {expert, rows, offset, 0}), then the shared expert {E, B, B·k, 0};
+// rowb/ent [B·k + B]: per entry in item order, the token row b and the entry index (b·k + slot, or
+// B·k + b for the shared expert), rows of one expert in (b, slot) order. n_items = active + 1.
+// items must hold (min(B·k, E) + 1)·4 ints. E ≤ 1024.
+Status broute(const int32_t* ids, int B, int top_k, int E, int32_t* items, int32_t* n_items, int32_t* rowb,
+              int32_t* ent, Stream s);
+// brouter_topk (same arithmetic: ids [B][k], w [B][k+1] from logits [B][ld]) and broute in one launch.
+Status broute_topk(const float* logits, int ld, bool norm_topk, bool has_shared, int32_t* ids, float* w, int B,
+                   int top_k, int E, int32_t* items, int32_t* n_items, int32_t* rowb, int32_t* ent, Stream s);
+
+// Skinny tensor-core GEMM (swap AB). Dense (items null): y[b·ldy + r] = w_r · x_b for r < w.rows,
+// b < B, x packed rows b. Items (expert-major MoE, after broute): block row y = item; routed expert e
+// uses rows [e·n_out, +n_out) of w (and of w2 when swiglu), the shared expert (e == E) rows
+// [0, n_out_sh) of sh (swiglu: gate rows [0, n_out_sh), up rows [n_out_sh, 2·n_out_sh)); the item's
+// entries j read packed row xrow[off + j] and write y row yrow[off + j] (swiglu: silu(gate)·up).
+struct BtcArgs {
+  QW w, w2, sh;
+  const uint32_t* P = nullptr;
+  const float* XS = nullptr;
+  float* y = nullptr;
+  int ldy = 0;
+  int B = 0;        // dense rows
+  int n_out = 0;    // items: rows per routed expert
+  int n_out_sh = 0; // items: shared expert rows
+  bool swiglu = false;
+  const int32_t* items = nullptr;
+  const int32_t* n_items = nullptr;
+  int max_items = 0, E = 0;
+  const int32_t* xrow = nullptr;
+  const int32_t* yrow = nullptr;
+};
+Status btc_gemm(const BtcArgs& a, Stream s);
+
 }  // namespace lily::cuda

@@ -1,0 +1,282 @@
+// The small kernels around the tensor-core GEMM of the batched step (batch_tc.cu): packing fp32
+// activation rows into the MMA B-fragment layout (fp16 hi + lo of x·2^e per 64-group), the residual
+// add + RMSNorm (+ MoE combine) that writes its output packed, and the expert-major routing table.
+// Every row is computed on its own (no cross-row arithmetic): batch invariant.
+#include <cuda_fp16.h>
+
+#include "backend/cuda/batch_ops.h"
+#include "backend/cuda/common.cuh"
+
+namespace lily::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ uint32_t pack_h2(__half a, __half b) {
+  __half2 h = __halves2half2(a, b);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// Packs one row of K values (x: global or shared) into P (uint4 [K/64·16]) and XS (float2 [K/64]).
+// Unit u = (group G, step s, quad t): phys positions base, base+4 (b0) and base+1, base+5 (b1) with
+// base = 64G + 8(2t + s/2) + 2(s%2) — the order the GEMM's code conversion yields. The 16 units of a
+// group are 16 consecutive lanes: group max (→ 2^e) and Σx by half-warp butterflies (fixed order).
+__device__ __forceinline__ void pack_row(const float* x, int K, uint4* P, float2* XS) {
+  const int nu = K / 4, lane = threadIdx.x & 31;
+  for (int u0 = threadIdx.x - lane; u0 < nu; u0 += blockDim.x) {  // warp-uniform trip count
+    const int u = u0 + lane;
+    const bool ok = u < nu;
+    float v0 = 0.f, v1 = 0.f, v2 = 0.f, v3 = 0.f;
+    const int G = u >> 4, s = (u >> 2) & 3, t = u & 3;
+    const int base = 64 * G + 8 * (2 * t + (s >> 1)) + 2 * (s & 1);
+    if (ok) v0 = x[base], v1 = x[base + 4], v2 = x[base + 1], v3 = x[base + 5];
+    float m = fmaxf(fmaxf(fabsf(v0), fabsf(v1)), fmaxf(fabsf(v2), fabsf(v3)));
+    float sum = (v0 + v2) + (v1 + v3);
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) {
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    }
+    if (!ok) continue;
+    int E = 0;
+    frexpf(m, &E);
+    int e = m > 0.f ? 15 - E : 0;  // largest |x|·2^e in [2^14, 2^15)
+    e = e < -120 ? -120 : e > 120 ? 120 : e;
+    const float sc = ldexpf(1.f, e);
+    const float xs[4] = {v0 * sc, v1 * sc, v2 * sc, v3 * sc};
+    __half hi[4], lo[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      hi[i] = __float2half_rn(xs[i]);
+      lo[i] = __float2half_rn(xs[i] - __half2float(hi[i]));
+    }
+    P[u] = make_uint4(pack_h2(hi[0], hi[1]), pack_h2(hi[2], hi[3]), pack_h2(lo[0], lo[1]), pack_h2(lo[2], lo[3]));
+    if ((u & 15) == 0) XS[G] = make_float2(sum, ldexpf(1.f, -e));
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) bpack_kernel(const float* x, int ldx, int K, uint4* P, float2* XS) {
+  pdl_wait();
+  pdl_trigger();
+  const int r = blockIdx.x;
+  pack_row(x + size_t(r) * ldx, K, P + size_t(r) * (K / 4), XS + size_t(r) * (K / 64));
+}
+
+// Σ_j tw[b][j]·yd[b·k + j][e] + tw[b][k]·yd[B·k + b][e], slot order then the shared expert.
+__device__ __forceinline__ float combine(const float* yd, const float* tw, int k, int H, int B, int b, int e) {
+  float m = 0.f;
+  for (int j = 0; j < k; ++j) m = fmaf(__ldcg(tw + b * (k + 1) + j), __ldcg(yd + size_t(b * k + j) * H + e), m);
+  return fmaf(__ldcg(tw + b * (k + 1) + k), __ldcg(yd + size_t(B * k + b) * H + e), m);
+}
+
+// One row per block (256 threads, thread t owns elements t + u·256, as badd_norm), then packed from
+// shared memory.
+__global__ void __launch_bounds__(kThreads) bnorm_pack_kernel(BNormArgs a) {
+  constexpr int U = 16;
+  extern __shared__ float xn[];
+  __shared__ float red[32];
+  const int b = blockIdx.x, nt = blockDim.x, H = a.H;
+  const uint16_t* gain = static_cast<const uint16_t*>(a.gain);
+  float g[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int e = threadIdx.x + u * nt;
+    g[u] = e < H ? bf(__ldg(gain + e)) : 0.f;
+  }
+  pdl_wait();
+  pdl_trigger();
+  float v[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int e = threadIdx.x + u * nt;
+    v[u] = 0.f;
+    if (e < H) {
+      v[u] = __ldcg(a.in + size_t(b) * H + e);
+      if (a.yd) v[u] += combine(a.yd, a.tw, a.top_k, H, a.B, b, e);
+      else if (a.mix) v[u] += __ldcg(a.mix + size_t(b) * H + e);
+    }
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int u = 0; u < U; ++u) ss += v[u] * v[u];
+  if (a.res_out) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (threadIdx.x + u * nt < H) a.res_out[size_t(b) * H + threadIdx.x + u * nt] = v[u];
+  }
+  ss = block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / float(H) + a.eps);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int e = threadIdx.x + u * nt;
+    if (e < H) {
+      const float n = v[u] * inv * g[u];
+      xn[e] = n;
+      if (a.n_out) a.n_out[size_t(b) * H + e] = n;
+    }
+  }
+  __syncthreads();
+  pack_row(xn, H, reinterpret_cast<uint4*>(a.P) + size_t(b) * (H / 4), reinterpret_cast<float2*>(a.XS) + size_t(b) * (H / 64));
+}
+
+__global__ void bcombine_kernel(const float* yd, const float* tw, int k, int H, int B, float* out) {
+  pdl_wait();
+  pdl_trigger();
+  const int b = blockIdx.x;
+  for (int e = threadIdx.x; e < H; e += blockDim.x) out[size_t(b) * H + e] = combine(yd, tw, k, H, B, b, e);
+}
+
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
+
+// The router epilogue of one row by one warp (brouter_topk's arithmetic): softmax over E in p (shared
+// memory, E floats), top_k argmax rounds (ties → lowest id), renormalized; σ(shared-gate logit).
+__device__ void topk_row(const float* l, int E, int top_k, bool norm_topk, bool has_shared, float* p, int32_t* ids,
+                         float* wout, int32_t* sid) {
+  const int lane = threadIdx.x & 31;
+  float mx = -3.402823466e38f;
+  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, __ldcg(l + e));
+  mx = warp_max(mx);
+  float sum = 0.f;
+  for (int e = lane; e < E; e += 32) sum += (p[e] = expf(__ldcg(l + e) - mx));
+  sum = warp_sum(sum);
+  for (int e = lane; e < E; e += 32) p[e] = p[e] / sum;
+  __syncwarp();
+  float tsum = 0.f, chosen_p = 0.f;
+  int chosen = 0;
+  for (int k = 0; k < top_k; ++k) {
+    float bv = -1.f;
+    int bi = 0x7fffffff;
+    for (int e = lane; e < E; e += 32)
+      if (better(p[e], e, bv, bi)) bv = p[e], bi = e;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    tsum += bv;
+    if (lane == k) chosen = bi, chosen_p = bv;
+    __syncwarp();
+    if (lane == 0) p[bi] = -2.f;
+    __syncwarp();
+  }
+  if (lane < top_k) {
+    ids[lane] = chosen, sid[lane] = chosen;
+    wout[lane] = norm_topk ? chosen_p / tsum : chosen_p;
+  }
+  if (lane == 0 && has_shared) wout[top_k] = sigmoid(__ldcg(l + E));
+}
+
+struct RouteArgs {
+  const int32_t* ids = nullptr;  // given ids, or (logits set) computed here into ids_out / w_out
+  const float* logits = nullptr;
+  int ld = 0;
+  bool norm_topk = true, has_shared = true;
+  int32_t* ids_out = nullptr;
+  float* w_out = nullptr;
+  int B = 0, k = 0, E = 0;
+  int4* items = nullptr;
+  int32_t *n_items = nullptr, *rowb = nullptr, *ent = nullptr;
+};
+
+// One block of 1024 threads: (optionally each warp a row's top-k, then) thread e counts expert e's
+// entries, block scans give offsets and the rank among active experts, then each active expert lists
+// its entries in (b, slot) order.
+__global__ void __launch_bounds__(1024) broute_kernel(RouteArgs a) {
+  extern __shared__ int32_t sid[];  // [B·k], then (logits) 32 warps × E floats
+  __shared__ int wc[32], wa[32];
+  pdl_wait();
+  pdl_trigger();
+  const int B = a.B, k = a.k, E = a.E;
+  const int n = B * k, e = threadIdx.x, lane = e & 31, warp = e >> 5;
+  if (a.logits) {
+    float* p = reinterpret_cast<float*>(sid + ((n + 3) & ~3)) + warp * E;
+    for (int b = warp; b < B; b += int(blockDim.x >> 5))
+      topk_row(a.logits + size_t(b) * a.ld, E, k, a.norm_topk, a.has_shared, p, a.ids_out + b * k,
+               a.w_out + b * (k + 1), sid + b * k);
+  } else {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sid[i] = __ldcg(a.ids + i);
+  }
+  __syncthreads();
+  int c = 0;
+  if (e < E)
+    for (int i = 0; i < n; ++i) c += sid[i] == e;
+  const int act = c > 0;
+  int ic = c, ia = act;  // inclusive warp scans
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int x = __shfl_up_sync(0xffffffffu, ic, o), y = __shfl_up_sync(0xffffffffu, ia, o);
+    if (lane >= o) ic += x, ia += y;
+  }
+  if (lane == 31) wc[warp] = ic, wa[warp] = ia;
+  __syncthreads();
+  int bc = 0, ba = 0, ta = 0;
+  for (int w = 0; w < int(blockDim.x >> 5); ++w) {
+    if (w < warp) bc += wc[w], ba += wa[w];
+    ta += wa[w];
+  }
+  const int off = bc + ic - c, rank = ba + ia - act;
+  if (act) {
+    a.items[rank] = make_int4(e, c, off, 0);
+    int j = 0;
+    for (int i = 0; i < n; ++i)
+      if (sid[i] == e) a.rowb[off + j] = i / k, a.ent[off + j] = i, ++j;
+  }
+  if (threadIdx.x == 0) {
+    a.items[ta] = make_int4(E, B, n, 0);
+    *a.n_items = ta + 1;
+  }
+  for (int b = threadIdx.x; b < B; b += blockDim.x) a.rowb[n + b] = b, a.ent[n + b] = n + b;
+}
+
+Status route_launch(const RouteArgs& a, Stream s) {
+  if (a.E < 1 || a.E > 1024 || a.k < 1 || a.k > 32 || a.k > a.E || a.B < 1)
+    return cu_err("broute: E={} k={} B={} unsupported", a.E, a.k, a.B);
+  size_t smem = size_t((a.B * a.k + 3) & ~3) * sizeof(int32_t);
+  if (a.logits) smem += size_t(32) * a.E * sizeof(float);
+  static size_t attr = 0;
+  if (smem > 48 * 1024 && smem > attr) {
+    LILY_CU_TRY(cudaFuncSetAttribute(broute_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    attr = smem;
+  }
+  if (smem > 200 * 1024) return cu_err("broute: {} entries exceed shared memory", a.B * a.k);
+  return launch_k("broute", broute_kernel, dim3(1), dim3(1024), smem, static_cast<cudaStream_t>(s), a);
+}
+
+}  // namespace
+
+Status bpack(const float* x, int ldx, int K, int R, uint32_t* P, float* XS, Stream s) {
+  if (K <= 0 || K % 64 != 0 || R < 1) return cu_err("bpack: K={} R={} unsupported", K, R);
+  return launch_k("bpack", bpack_kernel, dim3(R), dim3(kThreads), 0, static_cast<cudaStream_t>(s), x, ldx, K,
+                  reinterpret_cast<uint4*>(P), reinterpret_cast<float2*>(XS));
+}
+
+Status bnorm_pack(const BNormArgs& a, Stream s) {
+  if (a.H <= 0 || a.H % 64 != 0 || a.H > 16 * kThreads) return cu_err("bnorm_pack: H={} unsupported", a.H);
+  if (!a.P || !a.XS || a.B < 1 || (a.yd && (!a.tw || a.top_k < 1))) return cu_err("bnorm_pack: bad arguments");
+  return launch_k("bnorm_pack", bnorm_pack_kernel, dim3(a.B), dim3(kThreads), size_t(a.H) * sizeof(float),
+                  static_cast<cudaStream_t>(s), a);
+}
+
+Status bmoe_combine(const float* yd, const float* tw, int top_k, int H, int B, float* out, Stream s) {
+  return launch_k("bmoe_combine", bcombine_kernel, dim3(B), dim3(kThreads), 0, static_cast<cudaStream_t>(s), yd, tw,
+                  top_k, H, B, out);
+}
+
+Status broute(const int32_t* ids, int B, int top_k, int E, int32_t* items, int32_t* n_items, int32_t* rowb,
+              int32_t* ent, Stream s) {
+  RouteArgs a;
+  a.ids = ids, a.B = B, a.k = top_k, a.E = E, a.items = reinterpret_cast<int4*>(items), a.n_items = n_items;
+  a.rowb = rowb, a.ent = ent;
+  return route_launch(a, s);
+}
+
+Status broute_topk(const float* logits, int ld, bool norm_topk, bool has_shared, int32_t* ids, float* w, int B,
+                   int top_k, int E, int32_t* items, int32_t* n_items, int32_t* rowb, int32_t* ent, Stream s) {
+  RouteArgs a;
+  a.logits = logits, a.ld = ld, a.norm_topk = norm_topk, a.has_shared = has_shared, a.ids_out = ids, a.w_out = w;
+  a.B = B, a.k = top_k, a.E = E, a.items = reinterpret_cast<int4*>(items), a.n_items = n_items, a.rowb = rowb, a.ent = ent;
+  return route_launch(a, s);
+}
+
+}  // namespace lily::cuda
