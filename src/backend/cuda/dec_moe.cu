@@ -12,13 +12,14 @@ namespace {
 
 constexpr int kT = kTopkThreads, kW = kTopkWarps;  // 256 threads: block_router_topk's block
 constexpr int kUx = 8;                             // x elements per thread: H ≤ 2048
-constexpr int kUa = 24;                            // act elements per thread: top_k·I + Is ≤ 6144
 constexpr int kMaxItems = 288;                     // down chunks per row (P ≤ 9 per lane)
 
-// Device-wide barrier over all blocks of the grid (all resident): arrival count + generation. The
-// last block to arrive resets the count and bumps the generation; the others spin on it (L2).
-// One object per device: fused launches are ordered by the stream, and each passes its PDL wait
-// (its predecessor, and so the previous fused launch, complete) before its first barrier.
+// Device-wide barrier over all blocks of the grid (all resident): arrival count + generation
+// (the CUTLASS-style release/acquire pattern, no full fences). Thread 0 of each block reads the
+// generation g0 once after the PDL wait; barrier i waits for g0 + i. The last block to arrive resets
+// the count and releases the next generation. One object per device: fused launches are ordered
+// by the stream, and each passes its PDL wait (its predecessor, and so the previous fused launch,
+// complete) before it reads the generation.
 struct GridBar {
   unsigned count, gen;
 };
@@ -29,20 +30,23 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ __forceinline__ void grid_sync(GridBar* b) {
+__device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ void grid_sync(GridBar* b, unsigned target) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    const unsigned g0 = ld_acquire(&b->gen);  // cannot move on before this block arrives
-    __threadfence();
-    if (atomicAdd(&b->count, 1u) == gridDim.x - 1) {
-      atomicExch(&b->count, 0u);
-      __threadfence();
-      atomicAdd(&b->gen, 1u);
+    unsigned old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(&b->count) : "memory");
+    if (old == gridDim.x - 1) {
+      asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(&b->count) : "memory");
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(&b->gen) : "memory");
     } else {
-      while (ld_acquire(&b->gen) == g0) {
+      while (int(ld_acquire(&b->gen) - target) < 0) {
       }
     }
-    __threadfence();
   }
   __syncthreads();
 }
@@ -61,7 +65,7 @@ struct Smem {  // float offsets into the dynamic shared memory
   int xcs4, xs8, xcs8, acs, red, sc, ids, tw, total;
   __host__ __device__ Smem(int H, int n_items) {
     const int nch4 = H / 32, nch8 = H / 16;
-    xcs4 = nch4 * Chunk<4>::kStride, xs8 = xcs4 + nch4, xcs8 = xs8 + nch8 * Chunk<8>::kStride;
+    xcs4 = nch4 * Chunk<4>::kStride, xs8 = (xcs4 + nch4 + 3) & ~3, xcs8 = xs8 + nch8 * Chunk<8>::kStride;  // float4 reads
     acs = n_items * Chunk<4>::kStride;  // phase 3 reuses the x region for act
     const int region = xcs8 + nch8 > acs + n_items ? xcs8 + nch8 : acs + n_items;
     red = region, sc = red + 32, ids = sc + kTopkScratch, tw = ids + 16, total = tw + 17;
@@ -71,7 +75,7 @@ struct Smem {  // float offsets into the dynamic shared memory
 // Warp gw of NW: phase 1 takes shared row gw (gw < Is) or router row gw − Is (< E + 1); phase 2
 // routed (slot, row) pairs q = gw, gw + NW, ... (q = slot·I + row, also act's index); phase 3 output
 // rows gw, gw + NW, ... P: down chunks per lane (n_items ≤ 32·P).
-template <int P> __global__ void __launch_bounds__(kT, 2) moe_fused_kernel(MoeFusedArgs a) {
+template <int P, int MINB> __global__ void __launch_bounds__(kT, MINB) moe_fused_kernel(MoeFusedArgs a, int trig) {
   extern __shared__ float sm[];
   const MoeArgs& m = a.m;
   const int H = m.H, I = m.I, Is = m.Is, k = m.top_k, E = m.n_experts;
@@ -114,6 +118,7 @@ template <int P> __global__ void __launch_bounds__(kT, 2) moe_fused_kernel(MoeFu
     }
   }
   pdl_wait();
+  const unsigned g0 = threadIdx.x == 0 ? ld_relaxed(&g_bar.gen) : 0u;  // generation before barrier 1
 
   // ---- r = in + mix, x = rms(r)·gain (the GEMV's kAddNorm staging order), into both layouts
   {
@@ -181,8 +186,8 @@ template <int P> __global__ void __launch_bounds__(kT, 2) moe_fused_kernel(MoeFu
     acc = warp_sum(acc);
     if (lane == 0) a.logits[gw - Is] = acc;
   }
-  grid_sync(&g_bar);
-  pdl_trigger();  // every block is resident now: the next kernel may take what is left
+  grid_sync(&g_bar, g0 + 1);
+  if (trig <= 1) pdl_trigger();  // every block is resident now: the next kernel may take what is left
 
   // ---- top-k (every block, from the logits in L2)
   {
@@ -194,8 +199,8 @@ template <int P> __global__ void __launch_bounds__(kT, 2) moe_fused_kernel(MoeFu
     }
   }
 
-  // ---- phase 2: routed gate/up + SwiGLU, two pairs per round; the first round also loads this
-  // warp's first down row (needed only after the next barrier)
+  // ---- phase 2: routed gate/up + SwiGLU, two pairs per round; then this warp's first down row is
+  // loaded (needed only after the next barrier, so its latency overlaps the barrier)
   uint4 dw[P];
   uint32_t dsb[P];
   auto load_down = [&](int row) {
@@ -215,7 +220,7 @@ template <int P> __global__ void __launch_bounds__(kT, 2) moe_fused_kernel(MoeFu
     }
   };
   const int nq = k * I;
-  auto gate_up_round = [&](int q0, bool first) {
+  auto gate_up_round = [&](int q0) {
     uint4 g[2][2], u[2][2];
     uint32_t sg[2][2], su[2][2];
 #pragma unroll
@@ -233,7 +238,6 @@ template <int P> __global__ void __launch_bounds__(kT, 2) moe_fused_kernel(MoeFu
         }
       }
     }
-    if (first && gw < H) load_down(gw);
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int q = q0 + j * NW;
@@ -252,23 +256,28 @@ template <int P> __global__ void __launch_bounds__(kT, 2) moe_fused_kernel(MoeFu
       if (lane == 0) m.act[q] = silu(ag) * au;
     }
   };
-  gate_up_round(gw, true);
-  for (int q0 = gw + 2 * NW; q0 < nq; q0 += 2 * NW) gate_up_round(q0, false);
-  grid_sync(&g_bar);
+  for (int q0 = gw; q0 < nq; q0 += 2 * NW) gate_up_round(q0);
+  if (gw < H) load_down(gw);  // in flight across the barrier
+  grid_sync(&g_bar, g0 + 2);
+  if (trig == 2) pdl_trigger();
 
-  // ---- phase 3: act (all slots) staged once per block; down + combine
+  // ---- phase 3: act (all slots) staged once per block by cp.async straight into the padded chunk
+  // layout (16-byte pieces, L2 only: written by other blocks), no registers held; then the chunk
+  // sums, one warp per chunk in put()'s shuffle order; down + combine
   {
-    const int n_act = k * I + Is;
-    float av[kUa];
-#pragma unroll
-    for (int u = 0; u < kUa; ++u) {
-      const int e = t + u * kT;
-      av[u] = e < n_act ? __ldcg(m.act + e) : 0.f;
+    const int n4 = (k * I + Is) / 4;
+    for (int i = t; i < n4; i += kT) {
+      const int e = 4 * i;
+      const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(as + xs_index<4>(e)));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(m.act + e) : "memory");
     }
+    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+    __syncthreads();
+    for (int c = warp; c < n_items; c += kW) {
+      float sv = as[c * Chunk<4>::kStride + lane];
 #pragma unroll
-    for (int u = 0; u < kUa; ++u) {
-      const int e = t + u * kT;
-      if (e - lane < n_act) put<4>(e, av[u], as, acs);  // warp-uniform (n_act a multiple of 32)
+      for (int o = 16; o > 0; o >>= 1) sv += __shfl_xor_sync(0xffffffffu, sv, o);
+      if (lane == 0) acs[c] = sv;
     }
   }
   __syncthreads();
@@ -310,10 +319,28 @@ int fused_bps() {
   }();
   return v;
 }
+// Register cap of the kernel as blocks of 256 per SM (LILY_MOE_FUSED_MINB: 3, the default, = 80
+// registers, so 2 fused blocks leave 3/8 of the register file to the kernels before and after it
+// (PDL overlap); 4 = 64 registers (spills), 2 = 128 (the whole file, no overlap)).
+int fused_minb() {
+  static const int v = [] {
+    const char* e = std::getenv("LILY_MOE_FUSED_MINB");
+    return e && (e[0] == '2' || e[0] == '4') ? e[0] - '0' : 3;
+  }();
+  return v;
+}
 int items_of(const MoeArgs& m, int Is) { return m.top_k * (m.I / 32) + Is / 32; }
 
-template <int P> Status launch_fused(const MoeFusedArgs& a, cudaStream_t s) {
-  auto kern = moe_fused_kernel<P>;
+// The barrier after which the next kernel may launch (PDL): 1, or 2 with LILY_MOE_FUSED_TRIG=2 (A/B).
+int fused_trigger() {
+  static const int v = [] {
+    const char* e = std::getenv("LILY_MOE_FUSED_TRIG");
+    return e && e[0] == '2' ? 2 : 1;
+  }();
+  return v;
+}
+template <int P, int MINB> Status launch_fused(const MoeFusedArgs& a, cudaStream_t s) {
+  auto kern = moe_fused_kernel<P, MINB>;
   const size_t smem = size_t(Smem(a.m.H, items_of(a.m, a.m.Is)).total) * sizeof(float);
   if (smem > 48 * 1024) LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   int occ = 0;
@@ -322,7 +349,7 @@ template <int P> Status launch_fused(const MoeFusedArgs& a, cudaStream_t s) {
   const int nb = sm_count() * (occ < fused_bps() ? occ : fused_bps());
   if (nb * kW < a.m.Is + a.m.n_experts + 1) return cu_err("moe_fused: {} warps < shared rows + router rows", nb * kW);
   // Every block must be resident at once (device-wide barriers): nb ≤ SMs × occupancy.
-  return launch_k("moe_fused", kern, dim3(nb), dim3(kT), smem, s, a);
+  return launch_k("moe_fused", kern, dim3(nb), dim3(kT), smem, s, a, fused_trigger());
 }
 
 }  // namespace
@@ -333,7 +360,7 @@ bool moe_fused_supported(const MoeFusedArgs& a) {
   return m.H > 0 && m.H % 64 == 0 && m.H <= kUx * kT && a.router.bits == 8 && a.router.cols == m.H &&
          a.router.rows == E + 1 && k >= 1 && k <= 16 && k <= E && E <= kT && m.I > 0 && m.I % 32 == 0 &&
          Is % 32 == 0 && m.sh_gate_up.rows == 2 * Is && m.sh_gate_up.cols == m.H && m.sh_down.cols == Is &&
-         m.down.cols == m.I && m.gate.cols == m.H && items_of(m, Is) <= kMaxItems && k * m.I + Is <= kUa * kT &&
+         m.down.cols == m.I && m.gate.cols == m.H && items_of(m, Is) <= kMaxItems &&
          Is + E + 1 <= sm_count() * kW && a.in && a.gain && a.logits && m.act && m.out;
 }
 
@@ -342,8 +369,10 @@ Status moe_fused(const MoeFusedArgs& a0, Stream stream) {
   if (a.m.Is <= 0) a.m.Is = a.m.I;
   if (!moe_fused_supported(a)) return cu_err("moe_fused: shapes unsupported (H={} I={} Is={} E={} k={})", a.m.H, a.m.I, a.m.Is, a.m.n_experts, a.m.top_k);
   auto s = static_cast<cudaStream_t>(stream);
-  if (items_of(a.m, a.m.Is) <= 160) return launch_fused<5>(a, s);
-  return launch_fused<9>(a, s);
+  if (items_of(a.m, a.m.Is) > 160) return launch_fused<9, 2>(a, s);
+  if (fused_minb() == 2) return launch_fused<5, 2>(a, s);
+  if (fused_minb() == 4) return launch_fused<5, 4>(a, s);
+  return launch_fused<5, 3>(a, s);
 }
 
 }  // namespace lily::cuda
