@@ -76,12 +76,12 @@ bool moe_topk_in_consumers() {
   return on;
 }
 // The MoE block as one persistent kernel (dec_moe.cu: add+norm, router, top-k, experts, combine
-// with two device-wide barriers) instead of the router GEMV + gate_up + down; LILY_MOE_FUSED=0
-// keeps the three kernels (also taken for shapes the fused kernel does not support).
+// with two device-wide barriers) instead of the router GEMV + gate_up + down, with LILY_MOE_FUSED=1;
+// off by default (the three kernels; also taken for shapes the fused kernel does not support).
 bool moe_fused_enabled() {
   static const bool on = [] {
     const char* e = std::getenv("LILY_MOE_FUSED");
-    return !(e && e[0] == '0');
+    return e && e[0] == '1';
   }();
   return on;
 }
