@@ -35,7 +35,7 @@ __device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
-__device__ __forceinline__ void grid_sync(GridBar* b, unsigned target) {
+__device__ __forceinline__ void grid_sync(GridBar* b, unsigned target, bool wait = true) {
   __syncthreads();
   if (threadIdx.x == 0) {
     unsigned old;
@@ -43,7 +43,7 @@ __device__ __forceinline__ void grid_sync(GridBar* b, unsigned target) {
     if (old == gridDim.x - 1) {
       asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(&b->count) : "memory");
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(&b->gen) : "memory");
-    } else {
+    } else if (wait) {
       while (int(ld_acquire(&b->gen) - target) < 0) {
       }
     }
@@ -75,7 +75,7 @@ struct Smem {  // float offsets into the dynamic shared memory
 // Warp gw of NW: phase 1 takes shared row gw (gw < Is) or router row gw − Is (< E + 1); phase 2
 // routed (slot, row) pairs q = gw, gw + NW, ... (q = slot·I + row, also act's index); phase 3 output
 // rows gw, gw + NW, ... P: down chunks per lane (n_items ≤ 32·P).
-template <int P, int MINB> __global__ void __launch_bounds__(kT, MINB) moe_fused_kernel(MoeFusedArgs a, int trig) {
+template <int P, int MINB> __global__ void __launch_bounds__(kT, MINB) moe_fused_kernel(MoeFusedArgs a, int trig, int dbg) {
   extern __shared__ float sm[];
   const MoeArgs& m = a.m;
   const int H = m.H, I = m.I, Is = m.Is, k = m.top_k, E = m.n_experts;
@@ -186,13 +186,19 @@ template <int P, int MINB> __global__ void __launch_bounds__(kT, MINB) moe_fused
     acc = warp_sum(acc);
     if (lane == 0) a.logits[gw - Is] = acc;
   }
-  grid_sync(&g_bar, g0 + 1);
+  grid_sync(&g_bar, g0 + 1, !(dbg & 1));
   if (trig <= 1) pdl_trigger();  // every block is resident now: the next kernel may take what is left
 
   // ---- top-k (every block, from the logits in L2)
   {
-    const float lv = t < E ? __ldcg(a.logits + t) : -INFINITY;
-    block_router_topk(lv, __ldcg(a.logits + E), E, k, m.norm_topk, sc, ids, tw);
+    if (dbg & 2) {  // timing only: fixed experts, no logits read, no top-k
+      if (t < k) ids[t] = t;
+      if (t <= k) tw[t] = 1.0f / k;
+      __syncthreads();
+    } else {
+      const float lv = t < E ? __ldcg(a.logits + t) : -INFINITY;
+      block_router_topk(lv, __ldcg(a.logits + E), E, k, m.norm_topk, sc, ids, tw);
+    }
     if (blockIdx.x == 0 && t <= k) {
       if (m.ids_out && t < k) m.ids_out[t] = ids[t];
       if (m.w_out) m.w_out[t] = tw[t];
@@ -258,7 +264,7 @@ template <int P, int MINB> __global__ void __launch_bounds__(kT, MINB) moe_fused
   };
   for (int q0 = gw; q0 < nq; q0 += 2 * NW) gate_up_round(q0);
   if (gw < H) load_down(gw);  // in flight across the barrier
-  grid_sync(&g_bar, g0 + 2);
+  grid_sync(&g_bar, g0 + 2, !(dbg & 1));
   if (trig == 2) pdl_trigger();
 
   // ---- phase 3: act (all slots) staged once per block by cp.async straight into the padded chunk
@@ -339,6 +345,15 @@ int fused_trigger() {
   }();
   return v;
 }
+// LILY_MOE_FUSED_DBG (timing decomposition only, results wrong): 1 = the barriers do not wait,
+// 2 = fixed experts 0..k-1 instead of the top-k, 3 = both.
+int fused_dbg() {
+  static const int v = [] {
+    const char* e = std::getenv("LILY_MOE_FUSED_DBG");
+    return e && *e ? std::atoi(e) & 3 : 0;
+  }();
+  return v;
+}
 template <int P, int MINB> Status launch_fused(const MoeFusedArgs& a, cudaStream_t s) {
   auto kern = moe_fused_kernel<P, MINB>;
   const size_t smem = size_t(Smem(a.m.H, items_of(a.m, a.m.Is)).total) * sizeof(float);
@@ -349,7 +364,7 @@ template <int P, int MINB> Status launch_fused(const MoeFusedArgs& a, cudaStream
   const int nb = sm_count() * (occ < fused_bps() ? occ : fused_bps());
   if (nb * kW < a.m.Is + a.m.n_experts + 1) return cu_err("moe_fused: {} warps < shared rows + router rows", nb * kW);
   // Every block must be resident at once (device-wide barriers): nb ≤ SMs × occupancy.
-  return launch_k("moe_fused", kern, dim3(nb), dim3(kT), smem, s, a, fused_trigger());
+  return launch_k("moe_fused", kern, dim3(nb), dim3(kT), smem, s, a, fused_trigger(), fused_dbg());
 }
 
 }  // namespace
