@@ -6,7 +6,8 @@
 # Usage: B=build-prefill/dev scripts/device/prefill_check.sh [ab|verify]
 # Writes $OUT/summary.txt, $OUT/bench_full.json and $OUT/logs.tgz (every log; the device returns
 # at most 8 files).
-# Env: FULL=0 (skip the model checks), PAR=1 (full-size check beside the op table), CTXS (bench contexts), BENCH_AB (';'-separated env settings benched at CTXS_AB), PROF (profile context, "none" to skip), AB_LIST (golden A/B variants,
+# Env: GEMM_BENCH=1 (time the GEMM kernels alone first), OPS_FILTER (op-table gtest filter), PROF_ENV (env of the profile run),
+#      FULL=0 (skip the model checks), PAR=1 (full-size check beside the op table), CTXS (bench contexts), BENCH_AB (';'-separated env settings benched at CTXS_AB), PROF (profile context, "none" to skip), AB_LIST (golden A/B variants,
 #      ';'-separated env assignments; "default" = no knob), FULL_ENVS (extra full-size runs, ';'-separated).
 set -uo pipefail
 B=${B:-build-prefill/dev}
@@ -53,8 +54,14 @@ if [[ ${PAR:-0} == 1 && ${FULL:-1} != 0 ]]; then
   FULLJOB=$!
 fi
 
+if [[ ${GEMM_BENCH:-0} == 1 ]]; then  # GEMM kernels alone at the real shapes (M = 4096): ms, TFLOP/s
+  log "GEMM bench CudaPrefill.GemmBench"
+  LILY_GEMM_BENCH=1 timeout 120 "$B/lily_tests" --gtest_filter='CudaPrefill.GemmBench' > "$OUT/gemm_bench.txt" 2>&1
+  echo "rc $?" >> "$OUT/gemm_bench.txt"
+  grep -E '^\| |FAILED  \]|PASSED|rc ' "$OUT/gemm_bench.txt" | say
+fi
 log "op table CudaPrefill.*"
-timeout ${OPS_TIMEOUT:-240} "$B/lily_tests" --gtest_filter='CudaPrefill.*' > "$OUT/ops.txt" 2>&1; echo "rc $?" >> "$OUT/ops.txt"
+timeout ${OPS_TIMEOUT:-240} "$B/lily_tests" --gtest_filter="${OPS_FILTER:-CudaPrefill.*}" > "$OUT/ops.txt" 2>&1; echo "rc $?" >> "$OUT/ops.txt"
 echo "rows ok: $(grep -c '| ok' "$OUT/ops.txt"), rows FAIL: $(grep -c '| FAIL' "$OUT/ops.txt")" | say
 grep -E '\| FAIL|routing|model |attn prefill out|FAILED  \]|PASSED|rc ' "$OUT/ops.txt" | say
 
@@ -98,8 +105,8 @@ if [[ -n "${BENCH_AB:-}" ]]; then  # extra bench runs: "ENV=V ...;..." at contex
   done
 fi
 if [[ ${PROF:-8192} != none ]]; then
-  log "prefill profile at ${PROF:-8192} tokens"
-  LILY_PREFILL_PROFILE=1 timeout 60 "$B/lily" bench --model /tmp/full --backend cuda --contexts ${PROF:-8192} \
+  log "prefill profile at ${PROF:-8192} tokens [${PROF_ENV:-default}]"
+  env ${PROF_ENV:-} LILY_PREFILL_PROFILE=1 timeout 60 "$B/lily" bench --model /tmp/full --backend cuda --contexts ${PROF:-8192} \
     > "$OUT/profile.txt" 2>&1
   grep -E '^\||profile' "$OUT/profile.txt" | tail -24 | say
 fi

@@ -171,7 +171,9 @@ struct DevSplit {
 };
 
 // pipe: A pre-split, the pipelined kernel (gemm_q4_pipe.cu); else the register-prefetch kernel.
-void gemm_case(int M, int N, int K, int bits, int terms, bool pipe = false) {
+// wg (2 or 4, implies pipe): the Hopper wgmma kernel (gemm_wg.cu) with that many warpgroups.
+void gemm_case(int M, int N, int K, int bits, int terms, bool pipe = false, int wg = 0) {
+  if (wg) pipe = true;
   HostQ W(N, K, bits);
   DevQ D(W.w);
   auto x = randv(size_t(M) * K);
@@ -182,9 +184,11 @@ void gemm_case(int M, int N, int K, int bits, int terms, bool pipe = false) {
   a.w = D.q, a.n_out = N, a.a = dx.p, a.lda = K, a.M = M, a.y = dy.p, a.ldy = N, a.terms = terms;
   std::unique_ptr<DevSplit> sp;
   if (pipe) sp = std::make_unique<DevSplit>(dx.p, K, M, K), sp->use(a);
+  a.wg = wg;
   ASSERT_TRUE(cuda::pf::gemm(a, nullptr).is_ok());
   const float tol = terms == 0 ? 1e-4f : terms == 2 ? 2e-4f : 4e-3f;
-  check(fmt::format("gemm q{} x{}{}", bits, terms == 0 ? "f32 ref" : terms == 2 ? "f16 hi+lo" : "f16", pipe ? " pipe" : ""),
+  check(fmt::format("gemm q{} x{}{}", bits, terms == 0 ? "f32 ref" : terms == 2 ? "f16 hi+lo" : "f16",
+                    wg ? fmt::format(" wgmma{}", wg) : pipe ? " pipe" : ""),
         dims({M, N, K}), dy.down(), ref, tol, tol);
 }
 TEST(CudaPrefill, Gemm) {
@@ -208,9 +212,147 @@ TEST(CudaPrefill, Gemm) {
   gemm_case(65, 257, 2048, 8, 0);  // fp32 reference path (A/B knob LILY_PREFILL_TERMS=0)
   gemm_case(130, 2048, 512, 4, 0);
 }
+// The Hopper wgmma kernel (gemm_wg.cu): every 64-token tile edge, weight-row block edges (N = 300
+// crosses 128 and 256), K one to many tiles, the real shapes.
+TEST(CudaPrefill, GemmWgmma) {
+  REQUIRE_GPU();
+  for (int wg : {4, 2}) {
+    for (int M : {1, 2, 7, 8, 9, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097}) gemm_case(M, 300, 256, 4, 2, true, wg);
+    gemm_case(33, 64, 64, 4, 2, true, wg);  // one k tile, one partial block
+    gemm_case(257, 12352, 2048, 4, 2, true, wg);  // [qkv|z|a|b]
+    gemm_case(130, 2048, 4096, 4, 2, true, wg);   // out_proj / o_proj
+    gemm_case(130, 9216, 2048, 4, 2, true, wg);   // attention [q|gate|k|v]
+    gemm_case(130, 2048, 512, 4, 2, true, wg);    // down
+  }
+  gemm_case(4097, 3000, 2048, 4, 2, true, 4);   // a whole prefill chunk (+1) at the real K
+  gemm_case(65, 257, 2048, 8, 2, true, 4);      // 8-bit weights fall back to the pipe kernel
+}
+
+// Timing of the quantized GEMM kernels at the real shapes for a 4,096-token chunk (M = 4096;
+// grouped: 4096 tokens × top-8 over 256 experts, uniform random routing). Runs only with
+// LILY_GEMM_BENCH=1. Per shape: ms per call and model TFLOP/s (2·M·N·K) of the mma.sync pipe
+// kernel and the wgmma kernel with 2 and 4 warpgroups, and the wgmma outputs' max |Δ| against the
+// pipe kernel's relative to max |y| (same inputs; a cross-check at full size).
+struct BenchW {
+  DBuf<uint32_t> codes;
+  DBuf<uint16_t> sb;
+  QW q;
+  BenchW(int rows, int cols) : codes(size_t(rows) * cols / 8), sb(size_t(rows) * cols / 64 * 2) {
+    std::vector<uint32_t> c(codes.n);
+    uint64_t st = 0x9E3779B97F4A7C15ull ^ (uint64_t(rows) * 31 + uint64_t(cols));
+    for (auto& v : c) st ^= st << 13, st ^= st >> 7, st ^= st << 17, v = uint32_t(st);
+    codes.up(c);
+    std::vector<uint16_t> b(sb.n);
+    const float s0 = 1.f / (15.f / std::sqrt(12.f) * std::sqrt(float(cols)));
+    for (size_t i = 0; i < b.size(); i += 2) {
+      const float sc = s0 * (0.5f + randu());
+      b[i] = f32_to_bf16(sc).bits, b[i + 1] = f32_to_bf16(-sc * (7.5f + randu() - 0.5f)).bits;
+    }
+    sb.up(b);
+    q.codes = codes.p, q.sb = sb.p, q.rows = rows, q.cols = cols, q.bits = 4;
+  }
+};
+void bench_row(const char* name, cuda::pf::GemmArgs a, double flop) {
+  std::vector<float> base;
+  std::printf("| %-26s |", name);
+  for (int v : {0, 2, 4, -2, -4}) {  // pipe, wgmma 2/4 warpgroups, the same with look-ahead
+    const int wg = std::abs(v);
+    a.wg = wg;
+    setenv("LILY_WG_LA", v < 0 ? "1" : "0", 1);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    ASSERT_TRUE(cuda::pf::gemm(a, nullptr).is_ok());
+    cudaEventRecord(e0);
+    const int reps = 10;
+    for (int i = 0; i < reps; ++i) ASSERT_TRUE(cuda::pf::gemm(a, nullptr).is_ok());
+    cudaEventRecord(e1);
+    ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    ms /= reps;
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    std::vector<float> y(size_t(a.M) * a.ldy);  // grouped: a.M = slots
+    ASSERT_EQ(cudaMemcpy(y.data(), a.y, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    std::printf(" %8.3f ms %6.1f TF/s", ms, flop / (ms * 1e-3) / 1e12);
+    if (wg == 0) base = y;
+    else {
+      double md = 0, my = 0;
+      for (size_t i = 0; i < y.size(); ++i) md = std::max(md, double(std::fabs(y[i] - base[i]))), my = std::max(my, double(std::fabs(base[i])));
+      std::printf(" (rel %.1e)", md / std::max(my, 1e-30));
+      EXPECT_LT(md, 1e-3 * my) << name << " variant " << v;
+    }
+    std::printf(" |");
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
+TEST(CudaPrefill, GemmBench) {
+  REQUIRE_GPU();
+  const char* e = std::getenv("LILY_GEMM_BENCH");
+  if (!e || std::string(e) != "1") GTEST_SKIP() << "set LILY_GEMM_BENCH=1 to time the GEMM kernels";
+  const int M = 4096, H = 2048, E = 256, k = 8, I = 512;
+  std::printf("| GEMM (M=4096) | pipe (mma.sync) | wgmma 2 WG | wgmma 4 WG | 2 WG look-ahead | 4 WG look-ahead |\n");
+  auto dense = [&](const char* name, int N, int K, bool swiglu) {
+    BenchW w(swiglu ? 2 * N : N, K);
+    auto x = randv(size_t(M) * K);
+    DBuf<float> dx(x), dy(size_t(M) * N);
+    DevSplit sp(dx.p, K, M, K);
+    cuda::pf::GemmArgs a{};
+    a.w = w.q, a.w2 = w.q, a.row0_2 = N, a.n_out = N, a.a = dx.p, a.lda = K, a.M = M, a.y = dy.p, a.ldy = N, a.swiglu = swiglu;
+    sp.use(a);
+    bench_row(name, a, 2.0 * M * N * K * (swiglu ? 2 : 1));
+  };
+  dense("gdn in_proj 12352x2048", 12352, 2048, false);
+  dense("out_proj/o_proj 2048x4096", 2048, 4096, false);
+  dense("attn qkv 9216x2048", 9216, 2048, false);
+  dense("shared gate+up 2x512x2048", 512, 2048, true);
+  dense("shared down 2048x512", 2048, 512, false);
+  // Grouped: random top-8 of 256 per token, expert-major slots, 64-row tiles.
+  const int S = M * k, T = cuda::pf::moe_max_tiles(M, E, k);
+  std::vector<std::vector<int>> by_e(E);
+  for (int m = 0; m < M; ++m) {
+    std::vector<int> ids;
+    while (int(ids.size()) < k) {
+      const int id = int(rng()() % E);
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+    }
+    for (int id : ids) by_e[id].push_back(m);
+  }
+  std::vector<int32_t> slot_tok, tiles;
+  for (int ex = 0; ex < E; ++ex) {
+    const int o = int(slot_tok.size()), c = int(by_e[ex].size());
+    for (int i = 0; i < c; i += 64) tiles.insert(tiles.end(), {ex, o + i, o + std::min(i + 64, c), 0});
+    slot_tok.insert(slot_tok.end(), by_e[ex].begin(), by_e[ex].end());
+  }
+  tiles.resize(size_t(T) * 4, 0);
+  DBuf<int32_t> dslot(slot_tok), dtiles(tiles);
+  {
+    BenchW gate(E * I, H), up(E * I, H);
+    auto x = randv(size_t(M) * H);
+    DBuf<float> dx(x), dact(size_t(S) * I);
+    DevSplit sp(dx.p, H, M, H);
+    cuda::pf::GemmArgs gu{};
+    gu.w = gate.q, gu.w2 = up.q, gu.n_out = I, gu.a = dx.p, gu.lda = H, gu.a_rows = dslot.p, gu.M = S, gu.y = dact.p, gu.ldy = I;
+    gu.swiglu = true, gu.tiles = dtiles.p, gu.max_tiles = T;
+    sp.use(gu);
+    bench_row("moe gate+up 8x2x512x2048", gu, 2.0 * S * 2 * I * H);
+  }
+  {
+    BenchW down(E * H, I);
+    auto act = randv(size_t(S) * I);
+    DBuf<float> dact(act), dyd(size_t(S) * H);
+    DevSplit sp(dact.p, I, S, I);
+    cuda::pf::GemmArgs dn{};
+    dn.w = down.q, dn.n_out = H, dn.a = dact.p, dn.lda = I, dn.M = S, dn.y = dyd.p, dn.ldy = H, dn.tiles = dtiles.p, dn.max_tiles = T;
+    sp.use(dn);
+    bench_row("moe down 8x2048x512", dn, 2.0 * S * H * I);
+  }
+  unsetenv("LILY_WG_LA");
+}
 
 // ------------------------------------------------------------------------------- MoE layer
-void moe_case(int M, int H, int E, int k, int I, int terms = 2, bool pipe = false) {
+void moe_case(int M, int H, int E, int k, int I, int terms = 2, bool pipe = false, int wg = 0) {
+  if (wg) pipe = true;
   HostQ gate(E * I, H, 4), up(E * I, H, 4), down(E * H, I, 4), shgu(2 * I, H, 4), shd(H, I, 4), router(E + 1, H, 8, 3.f);
   DevQ dg(gate.w), du(up.w), dd(down.w), dsgu(shgu.w), dsd(shd.w), dr(router.w);
   auto x = randv(size_t(M) * H);
@@ -263,6 +405,7 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 2, bool pipe = fals
   ra.w = dr.q, ra.n_out = E + 1, ra.a = dx.p, ra.lda = H, ra.M = M, ra.y = drl.p, ra.ldy = E + 1, ra.terms = terms;
   std::unique_ptr<DevSplit> sx;
   if (pipe) sx = std::make_unique<DevSplit>(dx.p, H, M, H), sx->use(ra);
+  ra.wg = wg;  // 8-bit: stays on the pipe kernel
   ASSERT_TRUE(cuda::pf::gemm(ra, nullptr).is_ok());
   cuda::pf::RouteArgs r{};
   r.logits = drl.p, r.M = M, r.E = E, r.top_k = k, r.topk_ids = dids.p, r.topk_w = dtw.p, r.slot_tok = dslot_tok.p;
@@ -272,21 +415,25 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 2, bool pipe = fals
   gu.w = dg.q, gu.w2 = du.q, gu.n_out = I, gu.a = dx.p, gu.lda = H, gu.a_rows = dslot_tok.p, gu.y = dact.p, gu.ldy = I;
   gu.swiglu = true, gu.tiles = dtiles.p, gu.max_tiles = T, gu.terms = terms;
   if (pipe) sx->use(gu);
+  gu.wg = wg;
   ASSERT_TRUE(cuda::pf::gemm(gu, nullptr).is_ok());
   cuda::pf::GemmArgs dn{};
   dn.w = dd.q, dn.n_out = H, dn.a = dact.p, dn.lda = I, dn.y = dyd.p, dn.ldy = H, dn.tiles = dtiles.p, dn.max_tiles = T, dn.terms = terms;
   std::unique_ptr<DevSplit> sa;
   if (pipe) sa = std::make_unique<DevSplit>(dact.p, I, S, I), sa->use(dn);
+  dn.wg = wg;
   ASSERT_TRUE(cuda::pf::gemm(dn, nullptr).is_ok());
   cuda::pf::GemmArgs sg{};
   sg.w = dsgu.q, sg.w2 = dsgu.q, sg.row0_2 = I, sg.n_out = I, sg.a = dx.p, sg.lda = H, sg.M = M, sg.y = dsact.p, sg.ldy = I;
   sg.swiglu = true, sg.terms = terms;
   if (pipe) sx->use(sg);
+  sg.wg = wg;
   ASSERT_TRUE(cuda::pf::gemm(sg, nullptr).is_ok());
   cuda::pf::GemmArgs sd{};
   sd.w = dsd.q, sd.n_out = H, sd.a = dsact.p, sd.lda = I, sd.M = M, sd.y = dsy.p, sd.ldy = H, sd.terms = terms;
   std::unique_ptr<DevSplit> ss;
   if (pipe) ss = std::make_unique<DevSplit>(dsact.p, I, M, I), ss->use(sd);
+  sd.wg = wg;
   ASSERT_TRUE(cuda::pf::gemm(sd, nullptr).is_ok());
   ASSERT_TRUE(cuda::pf::moe_combine(dyd.p, dsy.p, dslot_of.p, dtw.p, M, H, k, dout.p, nullptr).is_ok());
   // Routing: ids must match except at near-ties of the reference (those tokens are skipped).
@@ -302,7 +449,7 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 2, bool pipe = fals
     }
   }
   std::printf("| moe routing              | %-34s | %d of %d tokens differ (all near-ties) |\n", dims({M, E, k}).c_str(), flips, M);
-  check(pipe ? "moe (router..comb.) pipe" : "moe (router..combine)", dims({M, H, E, k, I}), dout.down(), ref, 5e-4f, 1e-3f, &skip, H);
+  check(wg ? fmt::format("moe (router..comb.) wg{}", wg) : pipe ? "moe (router..comb.) pipe" : "moe (router..combine)", dims({M, H, E, k, I}), dout.down(), ref, 5e-4f, 1e-3f, &skip, H);
 }
 TEST(CudaPrefill, Moe) {
   REQUIRE_GPU();
@@ -314,6 +461,12 @@ TEST(CudaPrefill, Moe) {
   for (int M : {1, 9, 129}) moe_case(M, 256, 16, 4, 256, 2, /*pipe=*/true);
   moe_case(300, 2048, 256, 8, 512, 2, true);
   moe_case(4097, 256, 64, 8, 128, 2, true);
+  // Hopper wgmma GEMMs (gemm_wg.cu) for gate/up+SwiGLU, down, shared expert.
+  for (int wg : {4, 2}) {
+    for (int M : {1, 9, 129}) moe_case(M, 256, 16, 4, 256, 2, true, wg);
+    moe_case(300, 2048, 256, 8, 512, 2, true, wg);
+    moe_case(4097, 256, 64, 8, 128, 2, true, wg);
+  }
 }
 
 // ------------------------------------------------------------------------------- DeltaNet

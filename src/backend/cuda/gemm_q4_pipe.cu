@@ -292,6 +292,7 @@ Status split_rows(const float* a, int lda, int M, int K, uint16_t* hi, uint16_t*
 Status gemm_pipe(const GemmArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (!a.ah || !a.al || !a.axs) return cu_err("pf::gemm_pipe: needs the split A planes");
+  if (a.wg && a.w.bits == 4) return gemm_wg(a, stream);
   if (a.w.bits == 8) {
     if (a.swiglu) return cu_err("pf::gemm_pipe: 8-bit SwiGLU unsupported");
     return launch<8, false>(a, s);

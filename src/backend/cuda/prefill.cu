@@ -106,7 +106,11 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   // Pipelined GEMM (default; LILY_PREFILL_GEMM=1 keeps the register-prefetch kernel): each GEMM
   // input is split once into fp16 hi/lo planes + group sums (p.ah/al/axs), then read by every
   // GEMM on that input (e.g. router, expert gate/up and shared gate/up all read one split of hn).
-  const bool pipe = terms == 2 && env_int("LILY_PREFILL_GEMM", 2, 1, 2) == 2;
+  // LILY_PREFILL_GEMM=3: the Hopper wgmma kernel (gemm_wg.cu) for the 4-bit GEMMs on the split
+  // input, LILY_PREFILL_WG (4 or 2) warpgroups per block; 8-bit (router) stays on the pipe kernel.
+  const int gemm_kind = env_int("LILY_PREFILL_GEMM", 2, 1, 3);
+  const bool pipe = terms == 2 && gemm_kind >= 2;
+  const int wg = pipe && gemm_kind == 3 ? (env_int("LILY_PREFILL_WG", 4, 2, 4) == 2 ? 2 : 4) : 0;
   auto split = [&](const float* a, int lda, int rows, int K) -> Status {
     if (!pipe) return Status::ok();
     LILY_TRY(pf::split_rows(a, lda, rows, K, p.ah, p.al, p.axs, s));
@@ -114,7 +118,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     return Status::ok();
   };
   auto with_split = [&](pf::GemmArgs& g) {
-    if (pipe) g.ah = p.ah, g.al = p.al, g.axs = p.axs;
+    if (pipe) g.ah = p.ah, g.al = p.al, g.axs = p.axs, g.wg = wg;
   };
   auto gemm = [&](const QW& w, const float* a, int lda, int m, float* y, int ldy, int tm, bool use_split = true) {
     pf::GemmArgs g{};

@@ -35,11 +35,16 @@ struct GemmArgs {
   const uint16_t* ah = nullptr;
   const uint16_t* al = nullptr;
   const float* axs = nullptr;
+  // Hopper wgmma kernel (gemm_wg.cu; pre-split A, 4-bit weights): 0 = off (the mma.sync pipe
+  // kernel), 2 or 4 = warpgroups per block (128 or 256 weight rows × 64 tokens). 8-bit weights
+  // always take the pipe kernel.
+  int wg = 0;
 };
 Status gemm(const GemmArgs& a, Stream s);
 // hi = fp16(a), lo = fp16(a − hi) (row-compact [M, K]) and xs = Σ a per 64-group [M, K/64].
 Status split_rows(const float* a, int lda, int M, int K, uint16_t* hi, uint16_t* lo, float* xs, Stream s);
 Status gemm_pipe(const GemmArgs& a, Stream s);
+Status gemm_wg(const GemmArgs& a, Stream s);
 constexpr int kGemmBM = 64;  // rows per tile (grouped tiles must use this)
 
 // ---- row-wise helpers (prefill_elem.cu) ------------------------------------------------------
