@@ -74,6 +74,9 @@ bb exact 4,16,64 8 LILY_BATCH_TC=0
 if [[ ${TCAB:-1} == 1 ]]; then  # A/B of the tensor-core path's knobs
   bb carve100 16,64 8 LILY_BTC_CARVE=100
   bb ent2 16,64 8 LILY_BTC_ENT=2
+  bb ntmax4 64 8 LILY_BTC_NTMAX=4
+  bb ks1 16 8 LILY_BTC_KS=1
+  bb ks8 16 8 LILY_BTC_KS=8
   bb nopdl 16 8 LILY_CUDA_PDL=0
 fi
 if [[ ${AB:-0} == 1 ]]; then  # A/B of the exact path's knobs (measured 2026-12-03: docs/perf/2026-12-03-batching-cuda.md)

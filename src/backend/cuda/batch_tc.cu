@@ -344,7 +344,9 @@ Status btc_gemm(const BtcArgs& a, Stream stream) {
     const int NT = nt_of(a.B);
     // The k split depends on the matrix only (batch invariance): one warp per full k when there are
     // enough 256-row blocks to fill the GPU twice, else k split over the block's 8 warps.
-    const bool split = w.bits == 8 || (w.rows + 255) / 256 < 2 * sm_count();
+    // LILY_BTC_KS=1 / 8 forces full-k / split for every 4-bit matrix (A/B; fixed for the process).
+    static const int ks_env = env_int("LILY_BTC_KS", 0);
+    const bool split = w.bits == 8 || (ks_env == 8 || (ks_env != 1 && (w.rows + 255) / 256 < 2 * sm_count()));
     if (w.bits == 8) return dense_nt<8, 8>(a, NT, s);
     return split ? dense_nt<4, 8>(a, NT, s) : dense_nt<4, 1>(a, NT, s);
   }
