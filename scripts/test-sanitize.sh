@@ -6,7 +6,7 @@
 #     budget over its committed corpus (tests/fuzz/corpus/<name>); any crash, leak, timeout
 #     (LILY_FUZZ_TIMEOUT) or sanitizer report fails. New inputs go to a scratch dir, not the tree.
 # Usage: scripts/test-sanitize.sh [suite|fuzz|all]   (default all)
-# Env: LILY_FUZZ_SECONDS (per target, default 15), LILY_FUZZ_TIMEOUT (per input, default 5 s),
+# Env: LILY_FUZZ_SECONDS (per target, default 10), LILY_FUZZ_TIMEOUT (per input, default 5 s),
 # LILY_ASAN_BUILD_DIR, LILY_FUZZ_BUILD_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ what=${1:-all}
 JOBS=$(nproc)
 ASAN_DIR=${LILY_ASAN_BUILD_DIR:-build-asan}
 FUZZ_DIR=${LILY_FUZZ_BUILD_DIR:-build-fuzz}
-FUZZ_SECONDS=${LILY_FUZZ_SECONDS:-15}
+FUZZ_SECONDS=${LILY_FUZZ_SECONDS:-10}
 # Per input. The fuzzing campaigns use 1 s; CI allows 5 so a busy shared machine does not fail it.
 FUZZ_TIMEOUT=${LILY_FUZZ_TIMEOUT:-5}
 # Halt on the first report (the builds also pass -fno-sanitize-recover=all); leaks are errors.
