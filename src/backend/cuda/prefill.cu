@@ -103,12 +103,13 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   // LILY_PREFILL_ATTN_TERMS=0 runs the decode attention kernels token by token (slow; A/B only).
   int attn_terms = env_int("LILY_PREFILL_ATTN_TERMS", 3, 0, 3);
   if (attn_terms == 2 || (attn_terms == 3 && !st.f32)) attn_terms = 1;
-  // Pipelined GEMM (default; LILY_PREFILL_GEMM=1 keeps the register-prefetch kernel): each GEMM
+  // Pipelined GEMMs (LILY_PREFILL_GEMM=1 keeps the register-prefetch kernel): each GEMM
   // input is split once into fp16 hi/lo planes + group sums (p.ah/al/axs), then read by every
   // GEMM on that input (e.g. router, expert gate/up and shared gate/up all read one split of hn).
-  // LILY_PREFILL_GEMM=3: the Hopper wgmma kernel (gemm_wg.cu) for the 4-bit GEMMs on the split
-  // input, LILY_PREFILL_WG (4 or 2) warpgroups per block; 8-bit (router) stays on the pipe kernel.
-  const int gemm_kind = env_int("LILY_PREFILL_GEMM", 2, 1, 3);
+  // LILY_PREFILL_GEMM=3 (default): the Hopper wgmma kernel (gemm_wg.cu) for the 4-bit GEMMs on
+  // the split input, LILY_PREFILL_WG (4 or 2) warpgroups per block; 8-bit (router) stays on the
+  // mma.sync pipe kernel, which LILY_PREFILL_GEMM=2 selects for all of them.
+  const int gemm_kind = env_int("LILY_PREFILL_GEMM", 3, 1, 3);
   const bool pipe = terms == 2 && gemm_kind >= 2;
   const int wg = pipe && gemm_kind == 3 ? (env_int("LILY_PREFILL_WG", 4, 2, 4) == 2 ? 2 : 4) : 0;
   auto split = [&](const float* a, int lda, int rows, int K) -> Status {
