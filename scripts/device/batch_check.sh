@@ -71,6 +71,7 @@ bb() {  # name batches steps [env...]
 }
 bb default "$BATCHES" 16
 bb exact 4,16,64 8 LILY_BATCH_TC=0
+bb profile "$PROF_BATCHES" 4 LILY_BATCH_PROFILE=1
 if [[ ${TCAB:-1} == 1 ]]; then  # A/B of the tensor-core path's knobs
   bb carve100 16,64 8 LILY_BTC_CARVE=100
   bb ent2 16,64 8 LILY_BTC_ENT=2
@@ -86,5 +87,4 @@ if [[ ${AB:-0} == 1 ]]; then  # A/B of the exact path's knobs (measured 2026-12-
   bb v3g4 16,64 8 LILY_BGEMV=3 LILY_BGEMV_G=4
   bb moe8 16 8 LILY_BMOE_WARPS=8
 fi
-bb profile "$PROF_BATCHES" 4 LILY_BATCH_PROFILE=1
 log "done"

@@ -160,12 +160,16 @@ __global__ void __launch_bounds__(kThreads, MT * NT <= 4 ? 2 : 1) btc_kernel(Btc
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
               for (int c = 0; c < 4; ++c) part[mt][nt][c] = 0.f;
+          // The group's B fragments: all 4 k-steps issued together (one L1/L2 round trip per group).
+          uint4 bfg[4][NT];
 #pragma unroll
-          for (int s = 0; s < 4; ++s) {
-            uint4 bf[NT];
+          for (int s = 0; s < 4; ++s)
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
-              bf[nt] = xv[nt] ? ld_frag(P4 + (size_t(xr[nt]) * nG + G) * 16 + s * 4 + t) : make_uint4(0, 0, 0, 0);
+              bfg[s][nt] = xv[nt] ? ld_frag(P4 + (size_t(xr[nt]) * nG + G) * 16 + s * 4 + t) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+          for (int s = 0; s < 4; ++s) {
+            const uint4* bf = bfg[s];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
               uint32_t A[4];
