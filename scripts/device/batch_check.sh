@@ -44,9 +44,11 @@ t() {  # name timeout filter [env...]
 log "tensor-core op table (CudaBatchTc.*)"
 t tc 200 'CudaBatchTc.*'
 grep -E '^\[cuda-batch\] \| tc' "$OUT/tc.txt" | tee -a "$T" | wc -l | sed 's/^/tc rows: /' | tee -a "$T"
-log "op table, LILY_ATTN_CHUNK=0 (all rows; nonzero |d| rows listed)"
-t ops 150 'CudaBatch.*' LILY_ATTN_CHUNK=0
-grep -c '^\[cuda-batch\]' "$OUT/ops.txt" | sed 's/^/rows: /' | tee -a "$T"
+if [[ ${EXACT:-1} == 1 ]]; then
+  log "op table, LILY_ATTN_CHUNK=0 (all rows; nonzero |d| rows listed)"
+  t ops 150 'CudaBatch.*' LILY_ATTN_CHUNK=0
+  grep -c '^\[cuda-batch\]' "$OUT/ops.txt" | sed 's/^/rows: /' | tee -a "$T"
+fi
 if [[ ${OLD:-0} == 1 ]]; then
   log "op table, GEMV v3 (LILY_BGEMV=3)"
   t ops_v3 100 'CudaBatch.Gemv*:CudaBatch.AddNorm*' LILY_BGEMV=3
@@ -70,7 +72,7 @@ bb() {  # name batches steps [env...]
   grep -vE '^\[|load|upload' "$OUT/bench_$name.err" | tail -40 | tee -a "$T"
 }
 bb default "$BATCHES" 16
-bb exact 4,16,64 8 LILY_BATCH_TC=0
+[[ ${EXACT:-1} == 1 ]] && bb exact 4,16,64 8 LILY_BATCH_TC=0
 bb profile "$PROF_BATCHES" 4 LILY_BATCH_PROFILE=1
 if [[ ${TCAB:-1} == 1 ]]; then  # A/B of the tensor-core path's knobs
   bb carve100 16,64 8 LILY_BTC_CARVE=100
@@ -79,6 +81,11 @@ if [[ ${TCAB:-1} == 1 ]]; then  # A/B of the tensor-core path's knobs
   bb ks1 16 8 LILY_BTC_KS=1
   bb ks8 16 8 LILY_BTC_KS=8
   bb nopdl 16 8 LILY_CUDA_PDL=0
+fi
+if [[ ${TCAB:-1} == 2 ]]; then  # expert kernels' block shapes
+  bb swks4 16,64 8 LILY_BTC_SWKS=4
+  bb dnks2 16,64 8 LILY_BTC_DNKS=2
+  bb both 16,64 8 LILY_BTC_SWKS=4 LILY_BTC_DNKS=2
 fi
 if [[ ${AB:-0} == 1 ]]; then  # A/B of the exact path's knobs (measured 2026-12-03: docs/perf/2026-12-03-batching-cuda.md)
   bb pinned 16,64 8 LILY_BATCH_D2H=pinned

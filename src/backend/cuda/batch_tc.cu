@@ -360,10 +360,15 @@ Status btc_gemm(const BtcArgs& a, Stream stream) {
     return cu_err("btc_gemm: expert shapes disagree");
   const int NT = env_int("LILY_BTC_ENT", 1) == 2 ? 2 : 1;
   const int rows = a.n_out > a.n_out_sh ? a.n_out : a.n_out_sh;
+  // A/B (fixed for the process, so invariance holds): LILY_BTC_SWKS=4 gives gate+up blocks of 32 outputs
+  // with k split over 4 warps; LILY_BTC_DNKS=2 gives down blocks of 128 outputs with k split over 2.
+  static const int sw_ks = env_int("LILY_BTC_SWKS", 8), dn_ks = env_int("LILY_BTC_DNKS", 1);
   if (a.swiglu) {  // 16 outputs (gate + up tiles) per block, k split over 8 warps
+    if (sw_ks == 4 && NT == 1) return go<4, 2, 1, 4, true>(a, dim3((rows + 31) / 32, a.max_items), s);
     const dim3 grid((rows + 15) / 16, a.max_items);
     return NT == 1 ? go<4, 2, 1, 8, true>(a, grid, s) : go<4, 2, 2, 8, true>(a, grid, s);
   }
+  if (dn_ks == 2 && NT == 1) return go<4, 2, 1, 2, false>(a, dim3((rows + 127) / 128, a.max_items), s);
   const dim3 grid((rows + 255) / 256, a.max_items);  // 8 warps × 32 rows, full k each
   return NT == 1 ? go<4, 2, 1, 1, false>(a, grid, s) : go<4, 2, 2, 1, false>(a, grid, s);
 }
