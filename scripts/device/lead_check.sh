@@ -4,7 +4,7 @@
 # HTTP load twice through serve_load.sh: the pipeline on (1 and 16 clients) and off (1 client).
 # Usage (device): scripts/device/lead_check.sh   carry: .devtools (lily.xz, lily_tests.xz, rt/, node, tokenizer)
 set -uo pipefail
-mkdir -p /work && ln -sfn "$PWD" /work/main
+mkdir -p /work && ln -sfn "$PWD" /work/main && ln -sfn "$PWD" /work/wt-lead  # tests find data through the build's source dir
 export RT=.devtools/rt
 OUTD=${OUT:-/tmp/out}
 mkdir -p "$OUTD"

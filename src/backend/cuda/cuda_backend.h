@@ -130,6 +130,8 @@ class CudaBackend final : public Backend {
   // A fresh state that may hold max_seq tokens. K/V caches start small and grow on demand
   // (CudaSeqState::reserve); conv windows and DeltaNet states are fixed-size. cuda_state.cu.
   Result<std::unique_ptr<SeqState>> new_state(int max_seq) override;
+  // new_state with K/V caches of cap0 positions to start (clone sizes a snapshot to what it holds).
+  Result<std::unique_ptr<SeqState>> make_state(int max_seq, int cap0);
 
   Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) override {
     auto* st = dynamic_cast<CudaSeqState*>(&state);

@@ -25,8 +25,8 @@ void replace_owned(std::vector<void*>& owned, void* old_p, void* new_p) {
 }
 
 // Allocates (zeroed) K/V caches of `cap` positions for every attention layer of st, copying the
-// first `keep` positions of each head from the current caches; on failure nothing changes.
-Status realloc_kv(CudaSeqState& st, int cap, int keep, const CudaSeqState* src) {
+// first `keep` positions of each head from the current ones; on failure nothing changes.
+Status realloc_kv(CudaSeqState& st, int cap, int keep) {
   const size_t es = st.f32 ? 4 : 2;
   const size_t row = size_t(st.hd) * es;  // bytes per position per head
   const size_t bytes = size_t(st.nkv) * cap * row;
@@ -38,7 +38,7 @@ Status realloc_kv(CudaSeqState& st, int cap, int keep, const CudaSeqState* src) 
       if (f.v) cudaFree(f.v);
     }
   };
-  const CudaSeqState& from = src ? *src : st;
+  const CudaSeqState& from = st;
   for (size_t i = 0; i < st.layers.size(); ++i) {
     const auto& l = from.layers[i];
     if (!l.kc) continue;
@@ -63,7 +63,7 @@ Status realloc_kv(CudaSeqState& st, int cap, int keep, const CudaSeqState* src) 
     if (!fresh[i].k) continue;
     replace_owned(st.owned, l.kc, fresh[i].k);
     replace_owned(st.owned, l.vc, fresh[i].v);
-    cudaFree(l.kc);  // st's own buffers (a clone's source is only read)
+    cudaFree(l.kc);
     cudaFree(l.vc);
     l.kc = static_cast<uint16_t*>(fresh[i].k);
     l.vc = static_cast<uint16_t*>(fresh[i].v);
@@ -79,6 +79,12 @@ int round_positions(int n) { return (n + 15) / 16 * 16; }
 
 Result<std::unique_ptr<SeqState>> CudaBackend::new_state(int max_seq) {
   if (max_seq <= 0) return cu_err("max_seq must be positive, got {}", max_seq);
+  return make_state(max_seq, std::min(max_seq, initial_positions()));
+}
+
+Result<std::unique_ptr<SeqState>> CudaBackend::make_state(int max_seq, int cap0) {
+  if (max_seq <= 0 || cap0 <= 0 || cap0 > max_seq)
+    return cu_err("make_state: bad sizes (max_seq {}, initial positions {})", max_seq, cap0);
   auto st = std::make_unique<CudaSeqState>();
   st->be = this;
   st->limit = max_seq;
@@ -90,7 +96,6 @@ Result<std::unique_ptr<SeqState>> CudaBackend::new_state(int max_seq) {
   st->layers.resize(cfg_.num_hidden_layers);
   st->nkv = cfg_.num_key_value_heads, st->hd = cfg_.head_dim;
   const int C = cfg_.gdn_conv_dim(), K = cfg_.linear_conv_kernel_dim, nv = cfg_.linear_num_value_heads;
-  const int cap0 = std::min(max_seq, initial_positions());
   for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
     auto& l = st->layers[i];
     if (cfg_.is_full_attention[i]) {
@@ -121,24 +126,33 @@ Status CudaSeqState::reserve(int n_tokens) {
   if (n_tokens <= cap) return Status::ok();
   const int grown = std::min(limit, round_positions(std::max(n_tokens, 2 * cap)));
   LILY_CU_TRY(cudaDeviceSynchronize());  // no step in flight may still use the old caches
-  LILY_TRY(realloc_kv(*this, grown, n, nullptr));
+  LILY_TRY(realloc_kv(*this, grown, n));
   if (g_full) cudaGraphExecDestroy(g_full);
   if (g_nolog) cudaGraphExecDestroy(g_nolog);
   g_full = g_nolog = nullptr;
   return Status::ok();
 }
 
-// A snapshot holds the positions in use (rounded up), not the source's capacity.
+// A snapshot holds the positions in use (rounded up to 16), not the source's capacity.
 std::unique_ptr<SeqState> CudaSeqState::clone() const {
-  auto r = be->new_state(limit);
+  {
+    const char* kv = std::getenv("LILY_CUDA_KV");
+    if (f32 == (kv && std::strcmp(kv, "bf16") == 0)) return nullptr;  // the dtype knob changed since
+  }
+  auto r = be->make_state(limit, std::min(limit, round_positions(std::max(n, 1))));
   if (!r) return nullptr;
   auto st = std::unique_ptr<CudaSeqState>(static_cast<CudaSeqState*>(std::move(r).value().release()));
-  if (st->f32 != f32) return nullptr;  // LILY_CUDA_KV changed between the two states' creation
-  const int want = std::min(limit, std::max(st->cap, round_positions(n)));
-  if ((want != st->cap || n > 0) && !realloc_kv(*st, want, n, this)) return nullptr;
+  const size_t row = size_t(hd) * (f32 ? 4 : 2);  // bytes per position per head
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& a = layers[i];
     auto& b = st->layers[i];
+    if (a.kc && n > 0) {  // head h's first n positions; strides cap (source) and st->cap
+      if (cudaMemcpy2D(b.kc, size_t(st->cap) * row, a.kc, size_t(cap) * row, size_t(n) * row, nkv,
+                       cudaMemcpyDeviceToDevice) != cudaSuccess ||
+          cudaMemcpy2D(b.vc, size_t(st->cap) * row, a.vc, size_t(cap) * row, size_t(n) * row, nkv,
+                       cudaMemcpyDeviceToDevice) != cudaSuccess)
+        return nullptr;
+    }
     if (a.conv) cudaMemcpy(b.conv, a.conv, a.conv_bytes, cudaMemcpyDeviceToDevice);
     if (a.S) cudaMemcpy(b.S, a.S, a.S_bytes, cudaMemcpyDeviceToDevice);
   }
