@@ -262,23 +262,23 @@ void Engine::decode_all() {
     rows.push_back(s.get());
   }
   if (rows.empty()) return;
-  static const bool pipeline = [] {
-    const char* e = std::getenv("LILY_ENGINE_PIPELINE");
-    return !(e && *e == '0');
-  }();
-  if (pipeline && rows.size() == 1 && active_.size() == 1 && rows[0]->pipelinable() && model_.pipelined_draw() &&
-      !std::getenv("LILY_HOST_SAMPLING"))
-    return decode_pipelined(*rows[0]);
-  const size_t V = size_t(model_.config().vocab_size), B = rows.size();
-  std::vector<SeqState*> states(B);
-  std::vector<int32_t> toks(B);
-  for (size_t b = 0; b < B; ++b) states[b] = &rows[b]->state(), toks[b] = rows[b]->next_token();
   // Rows whose requests need nothing but the raw logits are drawn by the backend where the logits
   // are (a GPU returns a few bytes per row); a step with any other row takes whole logits rows.
   static const bool host_only = [] {
     const char* e = std::getenv("LILY_HOST_SAMPLING");
     return e && *e == '1';
   }();
+  static const bool pipeline = [] {
+    const char* e = std::getenv("LILY_ENGINE_PIPELINE");
+    return !(e && *e == '0');
+  }();
+  if (pipeline && !host_only && rows.size() == 1 && active_.size() == 1 && rows[0]->pipelinable() &&
+      model_.pipelined_draw())
+    return decode_pipelined(*rows[0]);
+  const size_t V = size_t(model_.config().vocab_size), B = rows.size();
+  std::vector<SeqState*> states(B);
+  std::vector<int32_t> toks(B);
+  for (size_t b = 0; b < B; ++b) states[b] = &rows[b]->state(), toks[b] = rows[b]->next_token();
   bool all_drawable = !host_only;
   for (size_t b = 0; b < B && all_drawable; ++b) all_drawable = rows[b]->device_drawable();
   std::vector<GenToken> chosen(B);
