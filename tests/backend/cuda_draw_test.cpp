@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "cuda_test_env.h"
 #include "model/draw.h"
 #include "model/synthetic_weights.h"
 
@@ -28,16 +29,6 @@ namespace lily {
 namespace {
 
 #ifdef LILY_HAVE_CUDA
-bool gpu(std::string& why) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n == 0) {
-    why = e != cudaSuccess ? cudaGetErrorString(e) : "0 devices";
-    return false;
-  }
-  return true;
-}
-
 void draw_case(int V, int B, int kind, uint32_t seed, int* rows_checked) {
   std::mt19937 g(seed);
   std::normal_distribution<float> nd(0.f, 3.f);
@@ -97,7 +88,7 @@ TEST(CudaDraw, DeviceDrawEqualsHostDrawRow) {
   GTEST_SKIP() << "no CUDA device: lily was built without the CUDA backend (no nvcc)";
 #else
   std::string why;
-  if (!gpu(why)) GTEST_SKIP() << "no CUDA device: " << why;
+  if (!cuda_device_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
   int rows = 0;
   for (int kind = 0; kind < 3; ++kind) {
     draw_case(248320, 24, kind, 1 + kind, &rows);
@@ -115,7 +106,7 @@ TEST(CudaDraw, BackendDecodeDrawEqualsForwardPlusHostDraw) {
   GTEST_SKIP() << "no CUDA device: lily was built without the CUDA backend (no nvcc)";
 #else
   std::string why;
-  if (!gpu(why)) GTEST_SKIP() << "no CUDA device: " << why;
+  if (!cuda_device_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
   auto cfg = synthetic_config("tiny");
   ASSERT_TRUE(cfg.is_ok());
   auto sw = make_synthetic_weights(*cfg, 7);
@@ -178,18 +169,20 @@ TEST(CudaDraw, PipelinedLaunchCollectEqualsStepByStep) {
 #ifndef LILY_HAVE_CUDA
   GTEST_SKIP() << "lily was built without the CUDA backend (no nvcc)";
 #else
-  int n_dev = 0;
-  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) GTEST_SKIP() << "no CUDA device";
+  std::string why;
+  if (!cuda_device_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
   auto cfg = synthetic_config("tiny");
   ASSERT_TRUE(cfg.is_ok());
   auto sw = make_synthetic_weights(*cfg, 7);
   auto be = make_cuda_backend(sw->w, false);
   ASSERT_TRUE(be.is_ok()) << be.message();
   ASSERT_TRUE((*be)->pipelined_draw());
-  setenv("LILY_CUDA_KV_INITIAL", "16", 1);
-  auto a = std::move((*be)->new_state(200).value());
-  auto p = std::move((*be)->new_state(200).value());
-  unsetenv("LILY_CUDA_KV_INITIAL");
+  std::unique_ptr<SeqState> a, p;
+  {
+    ScopedEnv initial("LILY_CUDA_KV_INITIAL", "16");
+    a = std::move((*be)->new_state(200).value());
+    p = std::move((*be)->new_state(200).value());
+  }
   const std::vector<int32_t> prompt = {17, 502, 1003, 9, 77, 4, 250};
   ASSERT_TRUE((*be)->forward(*a, prompt, {}).is_ok());
   ASSERT_TRUE((*be)->forward(*p, prompt, {}).is_ok());
@@ -215,7 +208,9 @@ TEST(CudaDraw, PipelinedLaunchCollectEqualsStepByStep) {
   std::vector<Drawn> got(steps);
   ASSERT_TRUE((*be)->launch_draw(*p, 300, spec[0]).is_ok());
   for (int i = 0; i < steps; ++i) {
-    if (i + 1 < steps) ASSERT_TRUE((*be)->launch_draw(*p, -1, spec[size_t(i + 1)]).is_ok()) << "step " << i + 1;
+    if (i + 1 < steps) {
+      ASSERT_TRUE((*be)->launch_draw(*p, -1, spec[size_t(i + 1)]).is_ok()) << "step " << i + 1;
+    }
     ASSERT_TRUE((*be)->collect_draw(got[size_t(i)]).is_ok()) << "step " << i;
   }
   Drawn none;

@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/ref_ops.h"
+#include "cuda_test_env.h"
 #include "io/checkpoint.h"
 #include "model/logits.h"
 #include "model/synthetic_weights.h"
@@ -27,41 +28,11 @@
 namespace lily {
 namespace {
 
-bool gpu_present(std::string& why) {
-#ifdef LILY_HAVE_CUDA
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n == 0) {
-    why = e != cudaSuccess ? cudaGetErrorString(e) : "0 devices";
-    return false;
-  }
-  return true;
-#else
-  why = "lily was built without the CUDA backend (no nvcc)";
-  return false;
-#endif
-}
-
 double margin(const std::vector<float>& l) {
   std::vector<float> c = l;
   std::partial_sort(c.begin(), c.begin() + 2, c.end(), std::greater<float>());
   return double(c[0]) - double(c[1]);
 }
-
-// Sets LILY_CUDA_KV (the CUDA state's K/V + conv window dtype) for the scope.
-struct KvEnv {
-  std::string prev;
-  bool had = false;
-  explicit KvEnv(const char* v) {
-    if (const char* p = std::getenv("LILY_CUDA_KV")) prev = p, had = true;
-    if (v) setenv("LILY_CUDA_KV", v, 1);
-    else unsetenv("LILY_CUDA_KV");
-  }
-  ~KvEnv() {
-    if (had) setenv("LILY_CUDA_KV", prev.c_str(), 1);
-    else unsetenv("LILY_CUDA_KV");
-  }
-};
 
 void compare_models(const ModelWeights& w, int prompt_len, int steps, double max_tol, double rms_tol) {
   const bool prev = cpu::bf16_storage();
@@ -135,27 +106,27 @@ void compare_models(const ModelWeights& w, int prompt_len, int steps, double max
 
 TEST(CudaModel, TinySyntheticMatchesCpuReference) {
   std::string why;
-  if (!gpu_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
+  if (!cuda_device_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
   auto cfg = synthetic_config("tiny");
   ASSERT_TRUE(cfg.is_ok());
   auto sw = make_synthetic_weights(*cfg, 7);
-  KvEnv kv("f32");
+  ScopedEnv kv("LILY_CUDA_KV", "f32");
   compare_models(sw->w, 21, 12, 0.02, 0.005);
 }
 
 TEST(CudaModel, TinySyntheticBf16KvMatchesCpuReference) {
   std::string why;
-  if (!gpu_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
+  if (!cuda_device_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
   auto cfg = synthetic_config("tiny");
   ASSERT_TRUE(cfg.is_ok());
   auto sw = make_synthetic_weights(*cfg, 7);
-  KvEnv kv("bf16");
+  ScopedEnv kv("LILY_CUDA_KV", "bf16");
   compare_models(sw->w, 21, 12, 0.15, 0.03);
 }
 
 TEST(CudaModel, FullSizeCheckpointMatchesCpuReference) {
   std::string why;
-  if (!gpu_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
+  if (!cuda_device_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
   const char* dir = std::getenv("LILY_FULL_CKPT");
   if (!dir || !*dir) GTEST_SKIP() << "LILY_FULL_CKPT not set (a `lily synth --preset qwen3.6-35b-a3b` directory)";
   auto ck = Checkpoint::open(dir);
@@ -175,7 +146,7 @@ TEST(CudaModel, FullSizeCheckpointMatchesCpuReference) {
 // prints a table, asserts only that both backends ran).
 TEST(CudaModel, FullSizeLayerBisect) {
   std::string why;
-  if (!gpu_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
+  if (!cuda_device_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
   const char* dir = std::getenv("LILY_FULL_CKPT");
   const char* on = std::getenv("LILY_FULL_BISECT");
   if (!dir || !*dir || !on || *on != '1') GTEST_SKIP() << "set LILY_FULL_CKPT and LILY_FULL_BISECT=1";

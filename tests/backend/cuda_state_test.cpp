@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/ref_ops.h"
+#include "cuda_test_env.h"
 #include "model/logits.h"
 #include "model/synthetic_weights.h"
 
@@ -25,35 +26,6 @@
 
 namespace lily {
 namespace {
-
-bool gpu_present(std::string& why) {
-#ifdef LILY_HAVE_CUDA
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n == 0) {
-    why = e != cudaSuccess ? cudaGetErrorString(e) : "0 devices";
-    return false;
-  }
-  return true;
-#else
-  why = "lily was built without the CUDA backend (no nvcc)";
-  return false;
-#endif
-}
-
-// Sets an environment variable for the scope.
-struct Env {
-  std::string name, prev;
-  bool had = false;
-  Env(const char* n, const char* v) : name(n) {
-    if (const char* p = std::getenv(n)) prev = p, had = true;
-    setenv(n, v, 1);
-  }
-  ~Env() {
-    if (had) setenv(name.c_str(), prev.c_str(), 1);
-    else unsetenv(name.c_str());
-  }
-};
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
@@ -94,8 +66,8 @@ void make_rig(Rig& r) {
 }
 
 std::unique_ptr<SeqState> state(Backend& be, int max_seq, const char* initial) {
-  Env kv("LILY_CUDA_KV", "f32");
-  Env init("LILY_CUDA_KV_INITIAL", initial);
+  ScopedEnv kv("LILY_CUDA_KV", "f32");
+  ScopedEnv init("LILY_CUDA_KV_INITIAL", initial);
   auto s = be.new_state(max_seq);
   EXPECT_TRUE(s.is_ok()) << s.message();
   return s.is_ok() ? std::move(s).value() : nullptr;
@@ -103,7 +75,7 @@ std::unique_ptr<SeqState> state(Backend& be, int max_seq, const char* initial) {
 
 TEST(CudaState, GrowingKvEqualsPreallocatedAndReference) {
   std::string why;
-  if (!gpu_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
+  if (!cuda_device_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
   Rig r;
   make_rig(r);
   const int limit = 400, prompt = 37, steps = 170;  // growth 16 -> 48 -> 96 -> 192 -> 384 -> 400
@@ -144,7 +116,7 @@ TEST(CudaState, GrowingKvEqualsPreallocatedAndReference) {
 
 TEST(CudaState, CloneHoldsUsedPositionsAndContinuesLikeSource) {
   std::string why;
-  if (!gpu_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
+  if (!cuda_device_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
   Rig r;
   make_rig(r);
   const int limit = 300;
@@ -191,7 +163,7 @@ TEST(CudaState, CloneHoldsUsedPositionsAndContinuesLikeSource) {
 
 TEST(CudaState, BatchRowsGrowAtDifferentSteps) {
   std::string why;
-  if (!gpu_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
+  if (!cuda_device_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
   Rig r;
   make_rig(r);
   const int B = 3, steps = 70;
