@@ -38,9 +38,8 @@ Status realloc_kv(CudaSeqState& st, int cap, int keep) {
       if (f.v) cudaFree(f.v);
     }
   };
-  const CudaSeqState& from = st;
   for (size_t i = 0; i < st.layers.size(); ++i) {
-    const auto& l = from.layers[i];
+    const auto& l = st.layers[i];
     if (!l.kc) continue;
     if (cudaMalloc(&fresh[i].k, bytes + 16) != cudaSuccess || cudaMalloc(&fresh[i].v, bytes + 16) != cudaSuccess) {
       cudaGetLastError();
@@ -51,10 +50,10 @@ Status realloc_kv(CudaSeqState& st, int cap, int keep) {
     LILY_CU_TRY(cudaMemset(fresh[i].k, 0, bytes + 16));
     LILY_CU_TRY(cudaMemset(fresh[i].v, 0, bytes + 16));
     if (keep > 0) {
-      // Head h's first `keep` positions: src stride from.cap * row, dst stride cap * row.
-      LILY_CU_TRY(cudaMemcpy2D(fresh[i].k, size_t(cap) * row, l.kc, size_t(from.cap) * row, size_t(keep) * row, st.nkv,
+      // Head h's first `keep` positions: old stride st.cap * row, new stride cap * row.
+      LILY_CU_TRY(cudaMemcpy2D(fresh[i].k, size_t(cap) * row, l.kc, size_t(st.cap) * row, size_t(keep) * row, st.nkv,
                                cudaMemcpyDeviceToDevice));
-      LILY_CU_TRY(cudaMemcpy2D(fresh[i].v, size_t(cap) * row, l.vc, size_t(from.cap) * row, size_t(keep) * row, st.nkv,
+      LILY_CU_TRY(cudaMemcpy2D(fresh[i].v, size_t(cap) * row, l.vc, size_t(st.cap) * row, size_t(keep) * row, st.nkv,
                                cudaMemcpyDeviceToDevice));
     }
   }
