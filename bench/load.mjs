@@ -1,12 +1,16 @@
 #!/usr/bin/env node
 // Load generator for `lily serve`: N concurrent clients stream chat completions over HTTP and it
-// reports aggregate decode tok/s, time to first token and inter-token latency percentiles, the
-// prefix-cache hit rate (from /metrics) and every failure. Also used by the soak test.
+// reports aggregate decode tok/s, time to first token, inter-token latency percentiles (per SSE
+// event, as vLLM's benchmark does: an event can carry several tokens when a token completes no
+// text) and time per output token (per request: (last event - first) / (tokens - 1), the
+// stream's decode rate), the prefix-cache hit rate (from /metrics) and every failure. Also used
+// by the soak test.
 //
 //   node bench/load.mjs --url http://127.0.0.1:8080 --clients 16 --requests 64 --max-tokens 128 [--json out.json]
 //   options: --prompt-words N (default 48), --follow-ups K (each client continues its own
 //   conversation K times, so later turns hit the prefix cache), --disconnect P (abort a streamed
-//   reply after a random number of tokens with probability P), --non-stream P, --seed S.
+//   reply after a random number of tokens with probability P), --non-stream P, --seed S,
+//   --system-words N (a system prompt of N words shared by every conversation).
 import fs from 'node:fs';
 
 export function percentile(xs, p) {
@@ -36,7 +40,8 @@ export async function metric(base, name) {
 async function one(base, body, { abortAfter = -1, stream = true, apiKey } = {}) {
   const ctl = new AbortController();
   const t0 = performance.now();
-  const out = { status: 0, tokens: 0, ttft: null, itl: [], finish: null, aborted: false, error: null, text: '' };
+  const out = { status: 0, tokens: 0, ttft: null, itl: [], tpot: null, finish: null, aborted: false, error: null, text: '' };
+  let first = null, end = null;
   try {
     const r = await fetch(`${base}/v1/chat/completions`, {
       method: 'POST', signal: ctl.signal,
@@ -74,12 +79,12 @@ async function one(base, body, { abortAfter = -1, stream = true, apiKey } = {}) 
         const piece = (ch.delta?.content ?? '') + (ch.delta?.reasoning_content ?? '');
         if (piece.length > 0 || ch.delta?.tool_calls) {
           const now = performance.now();
-          if (out.ttft === null) out.ttft = now - t0;
+          if (out.ttft === null) out.ttft = now - t0, first = now;
           else out.itl.push(now - last);
           last = now;
           out.text += piece;
         }
-        if (ch.finish_reason) out.finish = ch.finish_reason;
+        if (ch.finish_reason) out.finish = ch.finish_reason, end = performance.now();
         if (abortAfter >= 0 && out.itl.length + (out.ttft !== null ? 1 : 0) >= abortAfter) {
           out.aborted = true;
           ctl.abort();
@@ -88,6 +93,7 @@ async function one(base, body, { abortAfter = -1, stream = true, apiKey } = {}) 
       }
     }
     out.tokens = out.usage?.completion_tokens ?? 0;
+    if (first !== null && end !== null && out.tokens >= 2) out.tpot = (end - first) / (out.tokens - 1);
   } catch (e) {
     if (out.aborted || e.name === 'AbortError') out.aborted = true;
     else out.error = String(e);
@@ -97,8 +103,9 @@ async function one(base, body, { abortAfter = -1, stream = true, apiKey } = {}) 
 
 export async function runLoad(o) {
   const opt = { clients: 16, requests: 64, maxTokens: 64, promptWords: 48, followUps: 0, disconnect: 0,
-                nonStream: 0, seed: 1, model: 'Qwen3.6-35B-A3B', extra: {}, ...o };
+                nonStream: 0, seed: 1, systemWords: 0, model: 'Qwen3.6-35B-A3B', extra: {}, ...o };
   const rand = lcg(opt.seed);
+  const system = Array.from({ length: opt.systemWords }, (_, i) => WORDS[(i * 7 + 3) % WORDS.length]).join(' ');
   const hits0 = (await metric(opt.url, 'lily_prefix_cache_hits_total')) ?? 0;
   const miss0 = (await metric(opt.url, 'lily_prefix_cache_misses_total')) ?? 0;
   const results = [];
@@ -110,7 +117,8 @@ export async function runLoad(o) {
       const id = next++;
       if (history.length === 0 || history.length > 2 * (opt.followUps + 1) - 1) {
         const words = Array.from({ length: opt.promptWords }, () => WORDS[Math.floor(rand() * WORDS.length)]);
-        history = [{ role: 'user', content: `Client ${c} request ${id}: ${words.join(' ')}` }];
+        history = [...(system ? [{ role: 'system', content: system }] : []),
+                   { role: 'user', content: `Client ${c} request ${id}: ${words.join(' ')}` }];
       }
       const stream = rand() >= opt.nonStream;
       const abortAfter = stream && rand() < opt.disconnect ? 1 + Math.floor(rand() * 8) : -1;
@@ -129,6 +137,7 @@ export async function runLoad(o) {
   const tokens = ok.reduce((a, r) => a + r.tokens, 0);
   const itl = ok.flatMap((r) => r.itl);
   const ttft = ok.map((r) => r.ttft).filter((x) => x !== null);
+  const tpot = ok.map((r) => r.tpot).filter((x) => x !== null);
   const hits = ((await metric(opt.url, 'lily_prefix_cache_hits_total')) ?? 0) - hits0;
   const miss = ((await metric(opt.url, 'lily_prefix_cache_misses_total')) ?? 0) - miss0;
   const round = (x) => (x === null ? null : Math.round(x * 100) / 100);
@@ -139,6 +148,8 @@ export async function runLoad(o) {
     wall_s: round(wall), completion_tokens: tokens, aggregate_tok_s: round(tokens / wall),
     ttft_ms: { p50: round(percentile(ttft, 50)), p90: round(percentile(ttft, 90)), p99: round(percentile(ttft, 99)) },
     itl_ms: { p50: round(percentile(itl, 50)), p90: round(percentile(itl, 90)), p99: round(percentile(itl, 99)) },
+    tpot_ms: { p50: round(percentile(tpot, 50)), p90: round(percentile(tpot, 90)), p99: round(percentile(tpot, 99)) },
+    stream_tok_s_p50: tpot.length ? round(1000 / percentile(tpot, 50)) : null,
     cache_hit_rate: hits + miss > 0 ? round(hits / (hits + miss)) : null,
     results,
   };
@@ -152,6 +163,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     url, clients: Number(get('clients', 16)), requests: Number(get('requests', 64)), maxTokens: Number(get('max-tokens', 64)),
     promptWords: Number(get('prompt-words', 48)), followUps: Number(get('follow-ups', 0)), disconnect: Number(get('disconnect', 0)),
     nonStream: Number(get('non-stream', 0)), seed: Number(get('seed', 1)), apiKey: get('api-key', undefined),
+    systemWords: Number(get('system-words', 0)),
   });
   const { results, ...summary } = rep;
   console.log(JSON.stringify(summary, null, 2));

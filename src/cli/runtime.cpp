@@ -23,6 +23,8 @@ void add_runtime_options(CLI::App& app, RuntimeArgs& a) {
   app.add_option("--interleave-ms", a.interleave_ms, "while others decode, a step prefills newcomers for about this long (0: fixed 128-token chunks)");
   app.add_option("--max-cached", a.max_cached, "conversations whose model state is kept for reuse");
   app.add_option("--cache-mb", a.cache_mb, "memory budget of the cached states, MiB");
+  app.add_option("--cache-shared-min", a.cache_shared_min,
+                 "a system prompt (with tools) of at least this many tokens is snapshotted once and shared by every request that starts with it");
 }
 
 static bool config_is_synthetic(const std::string& dir) {
@@ -77,6 +79,7 @@ std::unique_ptr<Runtime> load_runtime(const RuntimeArgs& a) {
   eo.interleave_ms = std::max(0, a.interleave_ms);
   eo.max_cached_states = std::max(1, a.max_cached);
   eo.cache_budget_bytes = size_t(std::max(1, a.cache_mb)) << 20;
+  eo.shared_prefix_min = std::max(1, a.cache_shared_min);
   rt->engine = std::make_unique<Engine>(*rt->model, *rt->tok, eo);
 
   ServiceOptions so;

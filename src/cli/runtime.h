@@ -24,6 +24,7 @@ struct RuntimeArgs {
   int interleave_ms = 100;   // prefill time per step while others decode
   int max_cached = 8;
   int cache_mb = 8192;
+  int cache_shared_min = 256;
   bool test_hooks = false;
 };
 

@@ -55,6 +55,8 @@ Engine::~Engine() {
 int Engine::vocab_size() const { return model_.config().vocab_size; }
 
 bool Engine::submit(std::shared_ptr<GenRequest> req) {
+  if (req->shared_prefix_at < opts_.shared_prefix_min || req->shared_prefix_at > int(req->prompt.size()))
+    req->shared_prefix_at = -1;  // too short to be worth a cache entry
   {
     std::lock_guard<std::mutex> lk(mu_);
     // max_queue counts requests waiting beyond the free slots: ones the worker is about to admit
@@ -235,11 +237,14 @@ bool Engine::prefill_some() {
       continue;
     }
     s->fed(chunk);
-    if (s->at_snapshot()) {  // a copy of the state where a later prompt will branch
+    // A copy of the state where a later prompt will branch (one per shared head).
+    if (auto snap = s->at_snapshot(); snap != Sequence::Snapshot::kNone &&
+                                      !(snap == Sequence::Snapshot::kShared && cache_.holds(s->entry().tokens))) {
       CacheEntry c;
       c.tokens = s->entry().tokens;
       c.state = s->state().clone();
-      c.key = s->req().cache_key;
+      c.key = snap == Sequence::Snapshot::kShared ? std::string() : s->req().cache_key;
+      c.shared = snap == Sequence::Snapshot::kShared;
       if (c.state) cache_.put(std::move(c));
     }
     if (last && !s->on_logits(out)) retire(*s, true);

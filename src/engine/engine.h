@@ -67,6 +67,10 @@ struct GenRequest {
   // on, the next turn drops this turn's think block, so it extends the prompt only up to the
   // start of the reply ("<|im_start|>assistant\n"); the snapshot is what it can reuse.
   int snapshot_at = -1;
+  // End of the prompt's shared head (system prompt and tool definitions; -1: none). The engine
+  // keeps one snapshot there that every later prompt starting with the same head branches from
+  // (a copy per request), when the head has at least EngineOptions::shared_prefix_min tokens.
+  int shared_prefix_at = -1;
   std::function<void(GenEvent&&)> on_event;
   std::atomic<bool> cancelled{false};   // set by the client side; seen before every step
 };
@@ -77,6 +81,7 @@ struct EngineOptions {
   int max_batch = 8;                // requests decoded together (continuous batching)
   int max_cached_states = 8;        // prefix cache entries (Lily keeps 2)
   size_t cache_budget_bytes = size_t(8) << 30;
+  int shared_prefix_min = 256;      // shortest shared head worth a snapshot, tokens
   int prefill_chunk = 512;          // tokens per forward during prefill (cancel checked between)
   int interleave_chunk = 128;       // at most this many prefill tokens per step while others decode
   // While others decode, a step's prefill takes about this long (from the measured prefill speed;

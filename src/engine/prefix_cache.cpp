@@ -32,9 +32,27 @@ std::optional<CacheEntry> PrefixCache::take(const std::vector<int32_t>& prompt, 
     if (best < 0 || better(entries_[i], entries_[best])) best = i;
   }
   if (best < 0) return std::nullopt;
+  if (entries_[best].shared) {
+    CacheEntry& src = entries_[best];
+    src.last_used = ++clock_;
+    if (auto copy = src.state->clone()) {
+      CacheEntry e;
+      e.tokens = src.tokens;
+      e.state = std::move(copy);
+      e.key = src.key;
+      return e;
+    }
+  }
   CacheEntry e = std::move(entries_[best]);
+  e.shared = false;
   entries_.erase(entries_.begin() + best);
   return e;
+}
+
+bool PrefixCache::holds(const std::vector<int32_t>& tokens) const {
+  for (const auto& e : entries_)
+    if (e.tokens == tokens) return true;
+  return false;
 }
 
 std::optional<CacheEntry> PrefixCache::take_lru() {
@@ -48,6 +66,8 @@ std::optional<CacheEntry> PrefixCache::take_lru() {
 
 void PrefixCache::put(CacheEntry e) {
   e.last_used = ++clock_;
+  if (!e.tokens.empty())
+    std::erase_if(entries_, [&](const CacheEntry& o) { return o.tokens == e.tokens; });
   const size_t b = e.state->bytes();
   while (!entries_.empty() && (int(entries_.size()) + 1 > max_entries_ || bytes() + b > budget_)) take_lru();
   entries_.push_back(std::move(e));

@@ -18,6 +18,7 @@ struct CacheEntry {
   std::vector<int32_t> tokens;  // exactly what the state has consumed
   std::unique_ptr<SeqState> state;
   std::string key;              // prompt_cache_key of the request that made it ("" if none)
+  bool shared = false;          // a branch point (shared head): take() hands out copies
   uint64_t last_used = 0;
 };
 
@@ -26,12 +27,15 @@ class PrefixCache {
   PrefixCache(int max_entries, size_t budget_bytes);
 
   // Removes and returns the best entry for `prompt`: among entries whose tokens are a strict
-  // prefix of it, one with the same key wins, then the longest.
+  // prefix of it, one with the same key wins, then the longest. A shared entry stays cached and
+  // a copy of its state is returned instead (moved out only if the copy cannot be made).
   std::optional<CacheEntry> take(const std::vector<int32_t>& prompt, const std::string& key);
+  // Whether an entry holds exactly these tokens.
+  bool holds(const std::vector<int32_t>& tokens) const;
   // Removes and returns the least recently used entry (to recycle its allocation).
   std::optional<CacheEntry> take_lru();
   // Stores an entry, evicting the least recently used ones over the limits (the new entry is
-  // always kept).
+  // always kept). An entry with the same (non-empty) tokens is replaced.
   void put(CacheEntry e);
   // Whether a new allocation of `bytes` fits beside the cached entries.
   bool fits(size_t bytes) const;

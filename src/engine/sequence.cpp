@@ -34,14 +34,17 @@ void Sequence::fed(std::span<const int32_t> tokens) {
 std::span<const int32_t> Sequence::next_chunk(size_t max_len) const {
   const size_t done = entry_.tokens.size() - reply_fed_;
   size_t len = std::min(prompt_left(), std::max<size_t>(max_len, 1));
-  const int snap = req_->snapshot_at;
-  if (snap > 0 && size_t(snap) > done && size_t(snap) < done + len) len = size_t(snap) - done;
+  for (int snap : {req_->snapshot_at, req_->shared_prefix_at})
+    if (snap > 0 && size_t(snap) > done && size_t(snap) < done + len) len = size_t(snap) - done;
   return std::span<const int32_t>(req_->prompt.data() + done, len);
 }
 
-bool Sequence::at_snapshot() const {
-  return req_->snapshot_at > usage_.cached_tokens && reply_fed_ == 0 &&
-         entry_.tokens.size() == size_t(req_->snapshot_at);
+Sequence::Snapshot Sequence::at_snapshot() const {
+  if (reply_fed_ != 0) return Snapshot::kNone;
+  auto due = [&](int at) { return at > usage_.cached_tokens && entry_.tokens.size() == size_t(at); };
+  if (due(req_->shared_prefix_at)) return Snapshot::kShared;  // also serves as the turn snapshot
+  if (due(req_->snapshot_at)) return Snapshot::kTurn;
+  return Snapshot::kNone;
 }
 
 void Sequence::finish(FinishReason why, std::string text, std::string error) {

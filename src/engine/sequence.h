@@ -38,10 +38,13 @@ class Sequence {
   void attach(CacheEntry e, int n_cached);
   // Records that `tokens` (the next prompt tokens, or the pending reply token) were fed.
   void fed(std::span<const int32_t> tokens);
-  // The next prompt chunk of at most max_len tokens, cut at the snapshot point if one is due.
+  // The next prompt chunk of at most max_len tokens, cut at a snapshot point if one is due.
   std::span<const int32_t> next_chunk(size_t max_len) const;
-  // Whether the prompt has just been fed up to req.snapshot_at (the engine then caches a copy).
-  bool at_snapshot() const;
+  // Whether the prompt has just been fed up to a snapshot point (the engine then caches a copy):
+  // req.snapshot_at (this turn's reply start, for the next turn) or req.shared_prefix_at (the
+  // shared head, a branch point for every later prompt starting with it).
+  enum class Snapshot { kNone, kTurn, kShared };
+  Snapshot at_snapshot() const;
   // Token to feed in the next decode step (valid while decoding()).
   int32_t next_token() const { return next_; }
 

@@ -1,6 +1,7 @@
 // CompletionService: see completion_service.h.
 #include "server/completion_service.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -70,6 +71,18 @@ int CompletionService::reply_start(const std::vector<int32_t>& prompt) const {
   for (int j = i + 1; j < int(prompt.size()) - 1; ++j)
     if (tok_.decode(std::span<const int32_t>(&prompt[j], 1), false).find('\n') != std::string::npos) return j + 1;
   return -1;
+}
+
+int CompletionService::shared_head_end(const std::vector<int32_t>& prompt) const {
+  auto im_start = tok_.token_to_id("<|im_start|>"), im_end = tok_.token_to_id("<|im_end|>");
+  if (!im_start || !im_end || prompt.size() < 3 || prompt[0] != *im_start) return -1;
+  const auto e = std::find(prompt.begin(), prompt.end(), *im_end);
+  if (e == prompt.end()) return -1;
+  int end = int(e - prompt.begin()) + 1;
+  const int role_len = std::min(end - 1, 3);
+  if (!tok_.decode(std::span<const int32_t>(&prompt[1], size_t(role_len)), false).starts_with("system")) return -1;
+  if (end < int(prompt.size()) && tok_.decode(std::span<const int32_t>(&prompt[size_t(end)], 1), false) == "\n") ++end;
+  return end < int(prompt.size()) ? end : -1;
 }
 
 static bool ends_inside_think(const std::string& prompt) {
@@ -158,6 +171,7 @@ std::optional<ApiError> CompletionService::prepare(const ApiRequest& req, Prepar
     }
   }
   if (po.in_reasoning) gen->snapshot_at = reply_start(gen->prompt);
+  gen->shared_prefix_at = shared_head_end(gen->prompt);
   out.gen = std::move(gen);
   return std::nullopt;
 }

@@ -42,6 +42,10 @@ class CompletionService {
   Result<std::string> render(const ApiRequest& req) const;
 
   int reply_start(const std::vector<int32_t>& prompt) const;
+  // Index just past the system message's "<|im_end|>\n" when the prompt opens with one (the
+  // template puts tool definitions there too): the head shared by every request with the same
+  // system prompt and tools. -1 otherwise.
+  int shared_head_end(const std::vector<int32_t>& prompt) const;
   const ServiceOptions& options() const { return opts_; }
   Engine& engine() { return engine_; }
   const Tokenizer& tokenizer() const { return tok_; }

@@ -104,6 +104,29 @@ TEST_F(ServiceTest, SnapshotAtTheStartOfTheReply) {
   EXPECT_EQ(p.gen->snapshot_at, -1);  // thinking off: the whole reply is reused instead
 }
 
+TEST_F(ServiceTest, SharedHeadEndsAfterTheSystemMessage) {
+  PreparedRequest a, b;
+  ASSERT_FALSE(svc_->prepare(chat(R"({"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"hi"}]})"), a));
+  ASSERT_GT(a.gen->shared_prefix_at, 0);
+  std::vector<int32_t> head(a.gen->prompt.begin(), a.gen->prompt.begin() + a.gen->shared_prefix_at);
+  EXPECT_EQ(text(head), "<|im_start|>system\nYou are terse.<|im_end|>\n");
+  // Another conversation with the same system prompt starts with the same tokens.
+  ASSERT_FALSE(svc_->prepare(chat(R"({"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"bye now"}]})"), b));
+  ASSERT_EQ(b.gen->shared_prefix_at, a.gen->shared_prefix_at);
+  EXPECT_TRUE(std::equal(head.begin(), head.end(), b.gen->prompt.begin()));
+  // Tool definitions render into the system block, which is then the shared head.
+  const char* tools = R"({"messages":[{"role":"user","content":"w?"}],"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{}}}}]})";
+  ASSERT_FALSE(svc_->prepare(chat(tools), a));
+  ASSERT_GT(a.gen->shared_prefix_at, 0);
+  const std::string t = text(std::vector<int32_t>(a.gen->prompt.begin(), a.gen->prompt.begin() + a.gen->shared_prefix_at));
+  EXPECT_TRUE(t.starts_with("<|im_start|>system\n")) << t;
+  EXPECT_TRUE(t.ends_with("<|im_end|>\n")) << t;
+  EXPECT_NE(t.find("get_weather"), std::string::npos) << t;
+  // No system message: no shared head.
+  ASSERT_FALSE(svc_->prepare(chat(R"({"messages":[{"role":"user","content":"hi"}]})"), a));
+  EXPECT_EQ(a.gen->shared_prefix_at, -1);
+}
+
 TEST_F(ServiceTest, HistoryRewriteKeepsTheEmptyThinkBlock) {
   ApiRequest r = chat(R"({"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},
                           {"role":"user","content":"c"}],"chat_template_kwargs":{"enable_thinking":false}})");

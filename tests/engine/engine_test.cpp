@@ -131,6 +131,51 @@ TEST_F(EngineTest, SnapshotInsidePromptIsReused) {
   for (size_t i = 0; i < b.tokens.size(); ++i) EXPECT_EQ(b.tokens[i].id, c.tokens[i].id);
 }
 
+TEST_F(EngineTest, SharedHeadIsCopiedForEveryRequest) {
+  // Three conversations share a head (a system prompt, say): the first stores one snapshot there,
+  // the next two each continue from a copy of it, and all give the tokens of a fresh prefill.
+  EngineOptions eo;
+  eo.max_seq = 256;
+  eo.prefill_chunk = 5;
+  eo.shared_prefix_min = 4;
+  Engine e(*model_, *tok_, eo);
+  const std::vector<int32_t> head = tok_->encode("You are a careful assistant who answers briefly.");
+  ASSERT_GE(head.size(), 6u);
+  const char* tails[] = {" What is two plus two?", " Name a colour.", " Say hello."};
+  EngineOptions fresh_opts = eo;
+  fresh_opts.shared_prefix_min = 1 << 30;  // never snapshots
+  for (int i = 0; i < 3; ++i) {
+    std::vector<int32_t> p = head;
+    for (int32_t id : tok_->encode(tails[i])) p.push_back(id);
+    auto r = greedy(p, 5);
+    r->shared_prefix_at = int(head.size());
+    GenRun a = run(e, r);
+    EXPECT_EQ(a.last.usage.cached_tokens, i == 0 ? 0 : int(head.size())) << i;
+    Engine fresh(*model_, *tok_, fresh_opts);
+    auto rf = greedy(p, 5);
+    rf->shared_prefix_at = int(head.size());
+    GenRun b = run(fresh, rf);
+    EXPECT_EQ(b.last.usage.cached_tokens, 0);
+    ASSERT_EQ(a.tokens.size(), b.tokens.size()) << i;
+    for (size_t k = 0; k < a.tokens.size(); ++k) {
+      EXPECT_EQ(a.tokens[k].id, b.tokens[k].id) << i << " step " << k;
+      EXPECT_NEAR(*a.tokens[k].logprob, *b.tokens[k].logprob, 2e-3) << i << " step " << k;
+    }
+  }
+  EXPECT_EQ(e.stats().cache_hits.load(), 2u);
+  // A head shorter than shared_prefix_min is not snapshotted.
+  EngineOptions strict = eo;
+  strict.shared_prefix_min = int(head.size()) + 1;
+  Engine s(*model_, *tok_, strict);
+  for (int i = 0; i < 2; ++i) {
+    std::vector<int32_t> p = head;
+    for (int32_t id : tok_->encode(tails[i])) p.push_back(id);
+    auto r = greedy(p, 2);
+    r->shared_prefix_at = int(head.size());
+    EXPECT_EQ(run(s, r).last.usage.cached_tokens, 0) << i;
+  }
+}
+
 TEST_F(EngineTest, CancelStopsBetweenSteps) {
   EngineOptions eo;
   eo.max_seq = 256;

@@ -63,5 +63,36 @@ TEST(PrefixCache, EvictsLeastRecentlyUsed) {
   EXPECT_EQ(lru->tokens, (std::vector<int32_t>{2}));
 }
 
+TEST(PrefixCache, SharedEntryIsCopiedAndSameTokensReplace) {
+  PrefixCache c(8, 1 << 20);
+  CacheEntry head = entry({1, 2, 3});
+  head.shared = true;
+  SeqState* original = head.state.get();
+  c.put(std::move(head));
+  for (int i = 0; i < 3; ++i) {  // every prompt starting with the head gets its own copy
+    auto e = c.take({1, 2, 3, 10 + i}, "");
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->tokens, (std::vector<int32_t>{1, 2, 3}));
+    EXPECT_NE(e->state.get(), original);
+    EXPECT_FALSE(e->shared);
+    EXPECT_EQ(c.size(), 1);
+  }
+  EXPECT_TRUE(c.holds({1, 2, 3}));
+  EXPECT_FALSE(c.holds({1, 2}));
+  // A longer, ordinary entry is moved out as before; the shared head stays.
+  c.put(entry({1, 2, 3, 4, 5}));
+  auto e = c.take({1, 2, 3, 4, 5, 6}, "");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->tokens.size(), 5u);
+  EXPECT_EQ(c.size(), 1);
+  // Storing the same tokens again replaces the entry instead of adding a second one.
+  c.put(entry({1, 2, 3}));
+  c.put(entry({1, 2, 3}));
+  EXPECT_EQ(c.size(), 1);
+  e = c.take({1, 2, 3, 9}, "");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(c.size(), 0);  // the replacement was not shared: moved out
+}
+
 }  // namespace
 }  // namespace lily

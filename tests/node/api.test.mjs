@@ -234,6 +234,25 @@ test('with thinking on, the next turn reuses the state up to the start of the re
   assert.equal(r2.usage.prompt_tokens, await oraclePromptTokens(q2));
 });
 
+test('conversations with the same long system prompt continue from one shared snapshot of it', { skip }, async () => {
+  const words = 'river stone cloud lamp paper green orange alpha bravo delta'.split(' ');
+  const system = Array.from({ length: 320 }, (_, i) => words[(i * 7) % words.length]).join(' ');
+  // The oracle's count of the head: the template's text up to and including the system
+  // message's "<|im_end|>\n", tokenized by HF tokenizers.
+  await oraclePromptTokens([{ role: 'user', content: 'x' }]);
+  const text = oracle.tmpl.render({ messages: [{ role: 'system', content: system }, { role: 'user', content: 'x' }], add_generation_prompt: true });
+  const headText = text.slice(0, text.indexOf('<|im_end|>\n') + '<|im_end|>\n'.length);
+  const head = (await oracle.tok.encode(headText, null, { addSpecialTokens: false })).getIds().length;
+  assert.ok(head >= 256, `head of ${head} tokens is under the server's --cache-shared-min`);
+  const cached = [];
+  for (const q of ['Who are you?', 'Name a colour.', 'Count to three.']) {
+    const r = await client.chat.completions.create({ model: MODEL, max_tokens: 2, temperature: 0,
+                                                     messages: [{ role: 'system', content: system }, { role: 'user', content: q }] });
+    cached.push(r.usage.prompt_tokens_details.cached_tokens);
+  }
+  assert.deepEqual(cached, [0, head, head]);
+});
+
 test('aborting a stream stops generation within a step and frees the engine', { skip }, async () => {
   const before = await metric(main.base, 'lily_completion_tokens_total');
   const stream = await client.chat.completions.create({ model: MODEL, messages: hello, max_tokens: 500, stream: true,
