@@ -59,13 +59,14 @@ if [[ -z $port ]]; then
   log "server did not start"; tail -20 "$W/serve.err" | tee -a "$T"
 else
   log "listening on $port"
-  for n in ${CLIENTS:-1 16 64}; do
-    req=$((n * 4)); [[ $n -eq 1 ]] && req=3
-    log "load: $n clients, $req requests, ${MAX_TOKENS:-128} tokens"
+  for row in ${CLIENTS:-1 16 64}; do  # "16s": 16 clients sharing a ${SYSTEM_WORDS:-300}-word system prompt
+    n=${row%s}; sys=0; [[ $row == *s ]] && sys=${SYSTEM_WORDS:-300}
+    req=$((n * 4)); [[ $n -eq 1 ]] && req=${REQ1:-3}
+    log "load: $n clients, $req requests, ${MAX_TOKENS:-128} tokens, system prompt $sys words"
     timeout 240 /tmp/node bench/load.mjs --url "http://127.0.0.1:$port" --clients "$n" --requests "$req" \
-      --max-tokens "${MAX_TOKENS:-128}" --prompt-words 48 --json "$W/load_$n.json" > "$W/load_$n.txt" 2>&1
-    echo "rc $?" >> "$W/load_$n.txt"
-    grep -vE '^\s*$' "$W/load_$n.txt" | head -40 >> "$T"
+      --max-tokens "${MAX_TOKENS:-128}" --prompt-words 48 --system-words "$sys" --json "$W/load_$row.json" > "$W/load_$row.txt" 2>&1
+    echo "rc $?" >> "$W/load_$row.txt"
+    grep -vE '^\s*$' "$W/load_$row.txt" | head -40 >> "$T"
   done
   curl -s "http://127.0.0.1:$port/metrics" > "$W/metrics.txt" 2>/dev/null || true
   kill $SRV; wait $SRV

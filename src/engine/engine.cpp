@@ -338,6 +338,21 @@ void Engine::decode_pipelined(Sequence& s) {
   };
   int32_t in = s.next_token();  // the input of the oldest step in flight
   if (Status st = model_.launch_draw(s.state(), in, s.device_spec()); !st) return fail(st);
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t steps0 = stats_.decode_steps;
+  struct Trace {  // LILY_ENGINE_TRACE=1: one line per pipelined run
+    bool on;
+    const EngineStats& st;
+    uint64_t steps0;
+    std::chrono::steady_clock::time_point t0;
+    ~Trace() {
+      if (!on) return;
+      const uint64_t n = st.decode_steps - steps0;
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "engine: pipelined %llu steps in %.1f ms (%.3f ms/step)\n", (unsigned long long)n, ms,
+                   n ? ms / double(n) : 0.0);
+    }
+  } trace{trace_, stats_, steps0, t0};
   for (;;) {
     // Launch the next step now if the request may need it. It can still stop at the token in
     // flight: then the extra step's draw is dropped, and its input (that token) stays in the state.
