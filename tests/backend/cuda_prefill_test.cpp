@@ -226,6 +226,10 @@ TEST(CudaPrefill, GemmWgmma) {
   }
   gemm_case(4097, 3000, 2048, 4, 2, true, 4);   // a whole prefill chunk (+1) at the real K
   gemm_case(65, 257, 2048, 8, 2, true, 4);      // 8-bit weights fall back to the pipe kernel
+  // Single-pass fp16 x (terms 1, x_hi only; the LILY_PREFILL_TERMS=1 A/B), at the one-term tolerance.
+  for (int M : {1, 9, 64, 65, 129, 4097}) gemm_case(M, 300, 256, 4, 1, true, 2);
+  gemm_case(257, 12352, 2048, 4, 1, true, 2);
+  gemm_case(130, 2048, 4096, 4, 1, true, 4);
 }
 
 // Timing of the quantized GEMM kernels at the real shapes for a 4,096-token chunk (M = 4096;
@@ -589,7 +593,8 @@ TEST(CudaPrefill, GdnPrefill) {
 // ------------------------------------------------------------------------------- attention
 // terms 3 (fp32 caches): q/K/V/P split into bf16 hi + lo, checked against the plain fp32
 // reference; terms 1: bf16 operands, checked against a reference that rounds q/K/V to bf16.
-void attn_case(int nh, int nkv, int hd, int pos0, int M, bool kv_f32 = true, int terms = 3) {
+// wg: the split-operand kernel (1 wgmma, attn_wg.cu; 0 mma.sync; -1 the default).
+void attn_case(int nh, int nkv, int hd, int pos0, int M, bool kv_f32 = true, int terms = 3, int wg = -1) {
   if (!kv_f32) terms = 1;
   const int qw = 2 * hd, rot = hd / 4, ldu = nh * qw + 2 * nkv * hd, max_seq = pos0 + M + 3;
   auto u = randv(size_t(M) * ldu);
@@ -626,6 +631,7 @@ void attn_case(int nh, int nkv, int hd, int pos0, int M, bool kv_f32 = true, int
   cuda::pf::AttnPrefillArgs a{};
   a.u = du.p, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = dqn.p, a.k_norm = dkn.p, a.kc = dkc.p, a.vc = dvc.p;
   a.kv_f32 = kv_f32, a.terms = terms, a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot, a.max_seq = max_seq;
+  a.wg = wg;
   ASSERT_TRUE(cuda::pf::attn_prefill(a, nullptr).is_ok());
   // Reference: fp32 norm + rope; q, K, V rounded to bf16 when the kernel's MMAs take them so
   // (terms 1); softmax in double.
@@ -670,7 +676,8 @@ void attn_case(int nh, int nkv, int hd, int pos0, int M, bool kv_f32 = true, int
       }
     }
   const std::string shape = dims({nh, nkv, hd}) + " pos0=" + std::to_string(pos0) + " M=" + std::to_string(M) +
-                            (kv_f32 ? " f32 kv" : " bf16 kv") + (terms == 3 ? " split" : " bf16 ops");
+                            (kv_f32 ? " f32 kv" : " bf16 kv") + (terms == 3 ? " split" : " bf16 ops") +
+                            (terms == 3 ? (wg == 0 ? " mma.sync" : " wgmma") : "");
   // Split operands: ~16-bit products, errors ~1e-5 (tolerance 3e-4 + 1e-3·|ref|); bf16: ~3e-3.
   if (terms == 3) check("attn prefill out", shape, dout.down(), ref, 3e-4f, 1e-3f);
   else check("attn prefill out", shape, dout.down(), ref, 1.5e-2f, 2e-2f);
@@ -694,6 +701,28 @@ TEST(CudaPrefill, AttnPrefill) {
   attn_case(2, 1, 64, 0, 4097, /*kv_f32=*/true, /*terms=*/1);
   attn_case(16, 2, 256, 100, 65, /*kv_f32=*/false);
   attn_case(4, 2, 64, 37, 129, /*kv_f32=*/false);
+  // The mma.sync split kernel (LILY_PREFILL_ATTN_WG=0) stays covered.
+  attn_case(16, 2, 256, 100, 65, true, 3, /*wg=*/0);
+  attn_case(4, 2, 64, 37, 129, true, 3, /*wg=*/0);
+  attn_case(2, 1, 64, 0, 4097, true, 3, /*wg=*/0);
+}
+// The wgmma split kernel (attn_wg.cu, the default): 128-query blocks of two 64-row warpgroups,
+// 32-key tiles, the K/V split planes padded to 64 keys. The real shape (16 q / 2 kv heads, hd 256)
+// at every query-tile and key-tile edge, with and without cached positions (pos0 0 / 37 / 100),
+// chunks continuing far into the cache, one long row per head dim.
+TEST(CudaPrefill, AttnPrefillWgmma) {
+  REQUIRE_GPU();
+  const int pos0s[3] = {0, 37, 100};
+  int i = 0;
+  for (int M : {1, 2, 7, 8, 9, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257})
+    attn_case(16, 2, 256, pos0s[i++ % 3], M, true, 3, 1);
+  attn_case(16, 2, 256, 4000, 129, true, 3, 1);  // continuing after 4000 cached positions
+  attn_case(16, 2, 256, 4095, 2, true, 3, 1);
+  attn_case(4, 1, 256, 4097, 64, true, 3, 1);
+  for (int M : {4095, 4096, 4097}) attn_case(2, 1, 128, 0, M, true, 3, 1);
+  attn_case(2, 1, 256, 0, 4097, true, 3, 1);
+  attn_case(4, 2, 64, 1000, 300, true, 3, 1);
+  attn_case(8, 8, 128, 63, 65, true, 3, 1);
 }
 
 // ------------------------------------------------------------------------------- whole model

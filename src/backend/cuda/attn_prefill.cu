@@ -4,10 +4,14 @@
 // query tokens of one head, 4 warps × 16 rows, key tiles of 64 from the cache (positions
 // 0..pos0+m; split: 128 queries, 8 warps, key tiles of 32; the latest query blocks first), online softmax in fp32 (exp2), P as A fragments straight from the S accumulators,
 // V via ldmatrix.trans; the sigmoid output gate is applied in the epilogue (fp32 out [M, nh·hd]).
+// With split operands this mma.sync kernel is the fallback (LILY_PREFILL_ATTN_WG=0); the default is
+// the wgmma kernel of attn_wg.cu.
 // Split (terms = 3, fp32 caches): every operand x enters as bf16 hi + lo (lo = bf16(x − hi)) and
 // each product as hi·hi + hi·lo + lo·hi, ~16-bit operands instead of 8 (one bf16 rounding of K/V
 // alone moves the random golden models' logprobs by ~0.2; helpers-common numerics finding).
 #include <cuda_bf16.h>
+
+#include <cstdlib>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/prefill_ops.h"
@@ -346,6 +350,16 @@ Status attn_prefill(const AttnPrefillArgs& a, Stream stream) {
   prep_kernel<<<dim3(a.M, a.nh + a.nkv), a.hd, a.hd * sizeof(float), s>>>(a);
   LILY_TRY(launch_status("pf::attn_prep"));
   if (a.prof) a.prof(a.prof_ctx, "attn: q/k norm+rope+cache (prep)");
+  int use_wg = a.wg;
+  if (use_wg < 0) {
+    const char* e = std::getenv("LILY_PREFILL_ATTN_WG");
+    use_wg = e && e[0] == '0' ? 0 : 1;
+  }
+  if (use_wg && a.terms == 3 && a.kv_f32) {
+    LILY_TRY(attn_flash_wg(a, stream));
+    if (a.prof) a.prof(a.prof_ctx, "attn: flash (wgmma, split operands)");
+    return Status::ok();
+  }
   LILY_TRY(attn_prefill_init());
   switch (a.hd) {
     case 64: LILY_TRY(launch_flash<64>(a, s)); break;

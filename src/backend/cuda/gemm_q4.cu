@@ -308,6 +308,7 @@ Status gemm(const GemmArgs& a, Stream stream) {
   if (a.swiglu && (a.w2.cols != a.w.cols || a.w2.bits != a.w.bits)) return cu_err("pf::gemm: SwiGLU weights differ in shape");
   if (a.terms < 0 || a.terms > 2) return cu_err("pf::gemm: terms {} (0, 1 or 2)", a.terms);
   if (a.ah && a.terms == 2) return gemm_pipe(a, stream);
+  if (a.ah && a.terms == 1 && a.wg && a.w.bits == 4) return gemm_wg(a, stream);  // single-pass fp16 x (A/B)
   if (a.terms == 0) {
     dim3 grid((a.n_out + 127) / 128, a.tiles ? a.max_tiles : (a.M + BM - 1) / BM);
     gemm_ref_kernel<<<grid, 128, 0, s>>>(a);

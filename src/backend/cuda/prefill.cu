@@ -110,8 +110,11 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   // the split input, LILY_PREFILL_WG (4 or 2) warpgroups per block; 8-bit (router) stays on the
   // mma.sync pipe kernel, which LILY_PREFILL_GEMM=2 selects for all of them.
   const int gemm_kind = env_int("LILY_PREFILL_GEMM", 3, 1, 3);
-  const bool pipe = terms == 2 && gemm_kind >= 2;
-  const int wg = pipe && gemm_kind == 3 ? (env_int("LILY_PREFILL_WG", 4, 2, 4) == 2 ? 2 : 4) : 0;
+  // LILY_PREFILL_TERMS=1 with the wgmma kernel: single-pass fp16 x on the split input (x_hi only;
+  // A/B of the accuracy of one-term activations, issue 6). Default 2 warpgroups per block
+  // (LILY_PREFILL_WG=4: the 4-warpgroup block of the previous pass).
+  const bool pipe = (terms == 2 || (terms == 1 && gemm_kind == 3)) && gemm_kind >= 2;
+  const int wg = pipe && gemm_kind == 3 ? (env_int("LILY_PREFILL_WG", 2, 2, 4) == 4 ? 4 : 2) : 0;
   auto split = [&](const float* a, int lda, int rows, int K) -> Status {
     if (!pipe) return Status::ok();
     LILY_TRY(pf::split_rows(a, lda, rows, K, p.ah, p.al, p.axs, s));
