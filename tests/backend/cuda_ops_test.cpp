@@ -19,6 +19,7 @@
 #include "backend/cpu/ref_ops.h"
 #include "core/bf16.h"
 #include "model/logits.h"
+#include "cuda_test_env.h"
 
 #ifdef LILY_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -151,8 +152,10 @@ std::vector<bf16> as_bf16(const std::vector<float>& v) {
 }
 
 // One row of the table; returns pass. Tolerance: |got − ref| ≤ atol + rtol·|ref|.
-bool check(const std::string& op, const std::string& shape, const std::vector<float>& got, const std::vector<float>& ref,
+std::string g_tag;  // appended to every row's shape while set (e.g. " tc" for the tensor-core GEMV rows)
+bool check(const std::string& op, const std::string& shape_in, const std::vector<float>& got, const std::vector<float>& ref,
            float atol, float rtol) {
+  const std::string shape = shape_in + g_tag;
   EXPECT_EQ(got.size(), ref.size());
   double max_err = 0;
   long first_bad = -1;
@@ -245,6 +248,87 @@ TEST(CudaOps, GemvAddNorm) {
   gemv_addnorm_case(7, 256, true);
   gemv_addnorm_case(2048, 2048, true);  // 2-warp blocks (fewer 16-row tiles than SMs)
   gemv_addnorm_case(100, 320, true);
+}
+
+// ---------------------------------------------------------------- tensor-core GEMV (gemv_tc.cu)
+// x with a wide dynamic range (each element scaled by 2^u, u uniform in [-lo, hi]); zero = all zeros
+// but element `spike` (or none when spike < 0).
+void gemv_range_case(int rows, int cols, int lo, int hi, int spike = -2) {
+  HostQ W(rows, cols, 4);
+  DevQ D({&W.w});
+  std::vector<float> x(cols, 0.f);
+  if (spike == -2) {
+    for (auto& v : x) v = round_bf16(randn() * std::ldexp(1.f, int(randu() * (lo + hi + 1)) - lo));
+  } else if (spike >= 0) {
+    x[size_t(spike)] = 3.5f;
+  }
+  std::vector<float> ref(rows);
+  cpu::qmatmul(W.w, x.data(), 1, cols, ref.data(), rows, true);
+  DBuf<float> dx(x), dy(rows);
+  cuda::GemvArgs a{};
+  a.w = D.q, a.in = dx.p, a.y = dy.p;
+  ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
+  const std::string what = spike == -2 ? fmt::format("x·2^[-{},{}]", lo, hi) : spike < 0 ? "x = 0" : "one nonzero x";
+  check("gemv q4 " + what, dims({rows, cols}), dy.down(), ref, 1e-4f, 1e-3f);
+}
+void lm_head_case(int V, int H, bool tie);
+// lm_head as the decode step runs it: add + RMSNorm prologue, argmax epilogue.
+void lm_head_addnorm_case(int V, int H) {
+  HostQ W(V, H, 4, 4.f);
+  DevQ D({&W.w});
+  auto x = rand_bf16(H, 3.f), mix = rand_bf16(H), gain = rand_bf16(H, 0.2f, 1.f);
+  std::vector<float> r(H), n(H), ref(V);
+  for (int i = 0; i < H; ++i) r[i] = x[i] + mix[i];
+  auto gb = as_bf16(gain);
+  cpu::rmsnorm(r.data(), 1, H, gb.data(), 1e-6f, n.data());
+  cpu::qmatmul(W.w, n.data(), 1, H, ref.data(), V, false);
+  const int want = argmax(ref);
+  DBuf<float> dx(x), dm(mix), dr(H), dl(V), part(2 * size_t(cuda::gemv_argmax_max_blocks()));
+  DBuf<uint16_t> dg(to_bits(gain));
+  DBuf<cuda::StepCtl> ctl(1);
+  cuda::StepCtl c0{};
+  cudaMemcpy(ctl.p, &c0, sizeof(c0), cudaMemcpyHostToDevice);
+  cuda::GemvArgs a{};
+  a.w = D.q, a.pro = cuda::Pro::kAddNorm, a.in = dx.p, a.mix = dm.p, a.gain = dg.p, a.res_out = dr.p, a.y = dl.p;
+  a.epi = cuda::Epi::kArgmax, a.ctl = ctl.p, a.partial = part.p;
+  ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
+  cudaDeviceSynchronize();
+  check("add+norm→lm_head logits", dims({V, H}), dl.down(), ref, 1e-3f, 1e-3f);
+  check("add+norm→lm_head residual", dims({V, H}), dr.down(), r, 0, 0);
+  auto c = ctl.down()[0];
+  check("add+norm→lm_head argmax", dims({V, H}), {float(c.tok), float(c.pos)}, {float(want), 1.f}, 0, 0);
+}
+// The same op-table cases with LILY_GEMV_TC=7 (every 4-bit K 2048/4096 GEMV of the plain, add-norm
+// and argmax kinds takes the tensor-core kernel; other K fall back), at 2 and 1 tiles per warp pass.
+TEST(CudaOps, GemvTc) {
+  REQUIRE_GPU();
+  for (const char* tiles : {"2", "1"}) {
+    ScopedEnv tc("LILY_GEMV_TC", "7"), tt("LILY_GEMV_TC_T", tiles);
+    g_tag = std::string(" tc T") + tiles;
+    gemv_plain_case(12352, 2048, 4);  // [qkv|z|a|b]
+    gemv_plain_case(2048, 4096, 4);   // out_proj / o_proj
+    gemv_plain_case(9216, 2048, 4);   // [q|k|v]
+    gemv_plain_case(1, 2048, 4);
+    gemv_plain_case(17, 4096, 4);
+    gemv_plain_case(33, 2048, 4);     // a partial 16-row tile after a full one
+    gemv_plain_case(4096, 4096, 4);
+    gemv_plain_case(2048, 320, 4);    // K not 2048/4096: the old kernel
+    gemv_range_case(2048, 4096, 12, 12);
+    gemv_range_case(777, 2048, 20, 4);
+    gemv_range_case(100, 2048, 0, 0, -1);
+    gemv_range_case(100, 2048, 0, 0, 1999);
+    gemv_addnorm_case(12352, 2048, true);
+    gemv_addnorm_case(9216, 2048, false);
+    gemv_addnorm_case(2048, 4096, true);
+    gemv_addnorm_case(50, 2048, true);
+    lm_head_case(248320, 2048, false);
+    lm_head_case(248320, 2048, true);
+    lm_head_case(4096, 4096, true);
+    lm_head_case(3, 2048, false);
+    lm_head_addnorm_case(248320, 2048);
+    lm_head_addnorm_case(1000, 2048);
+    g_tag.clear();
+  }
 }
 
 // ---------------------------------------------------------------- standalone add + rmsnorm
@@ -529,6 +613,22 @@ TEST(CudaOps, MoeRoutedHere) {
   moe_case(16, 320, 64, 128, 4, 1);    // wide-seed23 golden
   moe_case(32, 256, 64, 192, 16, 2);   // top-k 16
   moe_case(8, 256, 64, 64, 8, 1);      // k = E
+}
+
+// The MoE expert kernels on tensor cores (moe_tc.cu, LILY_MOE_TC=3): H 2048 shapes take them
+// (routing in the kernels or from ids/weights, several k / I / Is); H 256 falls back to moe.cu.
+TEST(CudaOps, MoeTc) {
+  REQUIRE_GPU();
+  ScopedEnv tc("LILY_MOE_TC", "3");
+  g_tag = " tc";
+  moe_case(256, 2048, 512, 512, 8, 1);
+  moe_case(256, 2048, 512, 512, 8, 2);
+  moe_case(256, 2048, 512, 512, 8);
+  moe_case(16, 2048, 128, 256, 10, 1);
+  moe_case(64, 2048, 64, 192, 16, 2);
+  moe_case(200, 2048, 512, 512, 1, 1);
+  moe_case(16, 256, 256, 256, 4, 1);  // fallback
+  g_tag.clear();
 }
 
 // ---------------------------------------------------------------- fused MoE block (dec_moe.cu)

@@ -1,0 +1,11 @@
+// Tensor-core 4-bit GEMV (gemv_tc.cu): which GemvArgs it takes (LILY_GEMV_TC bit 1 = add-norm
+// prologue, 2 = plain, 4 = lm_head argmax; K 2048 or 4096, 4-bit, 16-byte aligned activations), and its launch.
+#pragma once
+#include "backend/cuda/ops.h"
+
+namespace lily::cuda {
+int gemv_tc_mode();           // LILY_GEMV_TC (read per call; 0 = off)
+int gemv_tc_rows_per_warp();  // LILY_GEMV_TC_T: 16-row tiles per warp pass at K 2048 (2, or 1)
+bool gemv_tc_eligible(const GemvArgs& a);
+Status gemv_tc(const GemvArgs& a, Stream s);
+}  // namespace lily::cuda
