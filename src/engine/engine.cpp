@@ -121,8 +121,8 @@ void Engine::step() {
   decode_all();
   drop_finished();
   if (trace_)  // LILY_ENGINE_TRACE=1: one line per step on stderr
-    std::fprintf(stderr, "engine step: prefill %.1f ms (budget/token %.2f ms), decode %llu rows %.1f ms, %zu active\n",
-                 std::chrono::duration<double, std::milli>(t1 - t0).count(), prefill_s_per_token_ * 1e3,
+    std::fprintf(stderr, "engine step: prefill %.1f ms, decode %llu rows %.1f ms, %zu active\n",
+                 std::chrono::duration<double, std::milli>(t1 - t0).count(),
                  (unsigned long long)(stats_.decode_rows - rows0), std::chrono::duration<double, std::milli>(clk::now() - t1).count(),
                  active_.size());
   if (!prefilled) {
@@ -172,33 +172,49 @@ Result<CacheEntry> Engine::checkout(const GenRequest& req, int& n_cached) {
   return e;
 }
 
-size_t Engine::interleave_budget() const {
-  const int cap = opts_.interleave_chunk;
-  if (opts_.interleave_ms <= 0) return size_t(cap);
-  if (prefill_s_per_token_ <= 0) return size_t(std::min(cap, 32));  // speed not measured yet
-  const double n = opts_.interleave_ms * 1e-3 / prefill_s_per_token_;
-  return size_t(std::clamp(int(std::min(n, 1e6)), std::min(cap, 16), cap));
+size_t Engine::interleave_tokens(double time_left, size_t tokens_left, size_t prompt_left, bool first) const {
+  size_t n = tokens_left;
+  if (opts_.interleave_ms > 0) {
+    if (!prefill_cost_.known()) return first ? std::min<size_t>(n, 32) : 0;  // not measured yet: one small chunk
+    size_t fit = prefill_cost_.tokens_within(time_left);
+    if (fit < 16) fit = first ? 16 : 0;  // the step's first chunk always moves; a later one only if it fits
+    n = std::min(n, fit);
+  }
+  // A short tail would pay a whole forward's fixed cost later: take it now (within the token cap).
+  if (n > 0 && prompt_left > n && prompt_left <= n + n / 4 && prompt_left <= tokens_left) n = prompt_left;
+  return n;
 }
 
 bool Engine::prefill_some() {
+  using clk = std::chrono::steady_clock;
   bool others_decoding = false;
   for (auto& q : active_) others_decoding |= q->decoding();
-  // Token budget of this step's prefill: small while others decode (their inter-token latency
-  // is one decode step plus this), a whole chunk otherwise. Oldest request first.
-  size_t budget = size_t(others_decoding ? interleave_budget() : opts_.prefill_chunk), used = 0;
+  // While others decode, this step's prefill is bounded (their inter-token latency is one decode
+  // step plus this): about interleave_ms by the measured cost of a forward, at most
+  // interleave_chunk tokens; otherwise whole chunks. Oldest request first.
+  const double time_budget = opts_.interleave_ms * 1e-3;
+  const size_t token_budget = size_t(std::max(1, opts_.interleave_chunk));
+  double spent = 0;
+  size_t used = 0;
   bool did = false;
   for (auto& q : active_) {
     // A request that finished its prompt in this step decodes in it too: the rest is interleaved.
-    if (!others_decoding && q.get() != active_.front().get())
+    if (!others_decoding && did)
       for (auto& d : active_)
         if (d->decoding()) {
           others_decoding = true;
-          const size_t cap = interleave_budget();
-          budget = std::min(budget, cap > used ? cap - used : 0);
           break;
         }
-    if (budget == 0) break;
     Sequence* s = q.get();
+    if (s->finished() || s->decoding()) continue;
+    size_t budget = size_t(opts_.prefill_chunk);
+    if (!others_decoding) {
+      if (used >= budget) break;
+      budget -= used;
+    } else {
+      budget = interleave_tokens(time_budget - spent, used < token_budget ? token_budget - used : 0, s->prompt_left(), !did);
+      if (budget == 0) break;
+    }
     if (s->finished() || s->decoding()) continue;
     if (!s->has_state()) {
       int n_cached = 0;
@@ -217,20 +233,18 @@ bool Engine::prefill_some() {
       stats_.prompt_tokens += s->req().prompt.size();
     }
     auto chunk = s->next_chunk(budget);
-    budget -= chunk.size();
     used += chunk.size();
     did = true;
     const bool last = chunk.size() == s->prompt_left();
     std::span<float> out = last ? std::span<float>(logits_.data(), size_t(model_.config().vocab_size)) : std::span<float>();
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = clk::now();
     Status st = model_.forward(s->state(), chunk, out);
+    const double took = std::chrono::duration<double>(clk::now() - t0).count();
+    spent += took;
+    if (st) prefill_cost_.add(chunk.size(), took);
     if (trace_)
-      std::fprintf(stderr, "engine: prefill chunk %zu tokens %.1f ms (budget left %zu)\n", chunk.size(),
-                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), budget);
-    if (st && chunk.size() >= 8) {
-      const double per = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(chunk.size());
-      prefill_s_per_token_ = prefill_s_per_token_ > 0 ? 0.7 * prefill_s_per_token_ + 0.3 * per : per;
-    }
+      std::fprintf(stderr, "engine: prefill chunk %zu tokens %.1f ms (model %.1f ms + %.3f ms/token)\n", chunk.size(),
+                   took * 1e3, prefill_cost_.fixed() * 1e3, prefill_cost_.per_token() * 1e3);
     if (!st) {
       s->finish(FinishReason::kError, "", st.message());
       retire(*s, false);

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/prefill_cost.h"
 #include "engine/prefix_cache.h"
 #include "engine/sampler.h"
 #include "model/model.h"
@@ -83,11 +84,11 @@ struct EngineOptions {
   size_t cache_budget_bytes = size_t(8) << 30;
   int shared_prefix_min = 256;      // shortest shared head worth a snapshot, tokens
   int prefill_chunk = 512;          // tokens per forward during prefill (cancel checked between)
-  int interleave_chunk = 128;       // at most this many prefill tokens per step while others decode
-  // While others decode, a step's prefill takes about this long (from the measured prefill speed;
-  // at least 16 tokens), so their inter-token latency stays bounded on slow backends too. 0: always
-  // interleave_chunk tokens.
-  int interleave_ms = 100;
+  int interleave_chunk = 256;       // at most this many prefill tokens per step while others decode
+  // While others decode, a step's prefill takes about this long (predicted by the measured cost
+  // of a forward: fixed + per token; the step's first chunk moves at least 16 tokens), so their
+  // inter-token latency stays bounded on any backend. 0: interleave_chunk tokens per step.
+  int interleave_ms = 40;
 };
 
 struct EngineStats {
@@ -118,7 +119,9 @@ class Engine {
   void worker();
   void step();                     // one scheduling step over the running batch
   bool prefill_some();             // prompt chunks of the prefilling requests, within a token budget
-  size_t interleave_budget() const;  // prefill tokens of a step while others decode (interleave_ms)
+  // Tokens of the next prompt chunk while others decode: within the step's time left (seconds) and
+  // tokens left of interleave_chunk; `first`: no chunk has run in this step yet.
+  size_t interleave_tokens(double time_left, size_t tokens_left, size_t prompt_left, bool first) const;
   void decode_all();               // one token for every decoding request
   void decode_pipelined(Sequence& s);  // one request alone: two device-drawn steps in flight
   void retire(Sequence& s, bool ok);  // state back to the cache
@@ -135,7 +138,7 @@ class Engine {
   std::vector<std::unique_ptr<Sequence>> active_;  // the running batch, oldest first (worker only)
   size_t state_bytes_ = 0;     // size of one state, known after the first allocation
   const bool trace_ = [] { const char* e = std::getenv("LILY_ENGINE_TRACE"); return e && *e == '1'; }();
-  double prefill_s_per_token_ = 0;  // moving average over prefill chunks of ≥ 8 tokens (0: none yet)
+  PrefillCost prefill_cost_;  // seconds per prefill forward: fixed + per token, measured
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
