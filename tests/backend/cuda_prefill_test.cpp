@@ -724,6 +724,67 @@ TEST(CudaPrefill, AttnPrefillWgmma) {
   attn_case(4, 2, 64, 1000, 300, true, 3, 1);
   attn_case(8, 8, 128, 63, 65, true, 3, 1);
 }
+// Experimental wgmma variants (LILY_PREFILL_ATTN_WG=2: stacked [Kh; Kl] tile; =3: three S
+// accumulators), not the default: the same edges on fewer rows.
+TEST(CudaPrefill, AttnPrefillWgmmaVariants) {
+  REQUIRE_GPU();
+  for (int v : {2, 3}) {
+    const int pos0s[3] = {0, 37, 100};
+    int i = 0;
+    for (int M : {1, 9, 32, 33, 64, 129, 257}) attn_case(16, 2, 256, pos0s[i++ % 3], M, true, 3, v);
+    attn_case(16, 2, 256, 4000, 129, true, 3, v);
+    attn_case(2, 1, 128, 0, 4097, true, 3, v);
+    attn_case(4, 2, 64, 1000, 300, true, 3, v);
+  }
+}
+// Timing of the attention prefill (prep + K/V split + flash) at the real shape (16 q / 2 kv heads,
+// hd 256, gate) for a 4,096-token chunk with 0 and 4,096 cached positions, per kernel variant
+// (0 mma.sync, 1 wgmma default, 2 and 3 experimental). Runs only with LILY_ATTN_BENCH=1. TF/s
+// counts 4·hd FLOP per (query, key ≤ query) pair and head. "rel": max |Δ| against variant 0's
+// output relative to max |out| (a cross-check; the CPU rows above are the oracle).
+TEST(CudaPrefill, AttnBench) {
+  REQUIRE_GPU();
+  const char* e = std::getenv("LILY_ATTN_BENCH");
+  if (!e || std::string(e) != "1") GTEST_SKIP() << "set LILY_ATTN_BENCH=1 to time the attention kernels";
+  const int nh = 16, nkv = 2, hd = 256, qw = 2 * hd, rot = 64, ldu = nh * qw + 2 * nkv * hd, M = 4096, max_seq = 8192;
+  DBuf<float> du(randv(size_t(M) * ldu)), dout(size_t(M) * nh * hd), dkc(size_t(nkv) * max_seq * hd), dvc(size_t(nkv) * max_seq * hd);
+  cudaMemset(dkc.p, 0, dkc.n * 4), cudaMemset(dvc.p, 0, dvc.n * 4);
+  DBuf<uint16_t> dqn(to_bits(rand_bf16(hd, 0.1f, 1.f))), dkn(to_bits(rand_bf16(hd, 0.1f, 1.f))), dqb(size_t(2) * M * nh * hd);
+  for (int pos0 : {0, 4096}) {
+    std::vector<float> base;
+    std::printf("| attn 16x2x256 M=%d pos0=%d |", M, pos0);
+    for (int v : {0, 1, 2, 3}) {
+      cuda::pf::AttnPrefillArgs a{};
+      a.u = du.p, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = dqn.p, a.k_norm = dkn.p, a.kc = dkc.p, a.vc = dvc.p;
+      a.kv_f32 = true, a.terms = 3, a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot;
+      a.max_seq = max_seq, a.wg = v;
+      ASSERT_TRUE(cuda::pf::attn_prefill(a, nullptr).is_ok());
+      cudaEvent_t e0, e1;
+      cudaEventCreate(&e0), cudaEventCreate(&e1);
+      cudaEventRecord(e0);
+      const int reps = 5;
+      for (int r = 0; r < reps; ++r) ASSERT_TRUE(cuda::pf::attn_prefill(a, nullptr).is_ok());
+      cudaEventRecord(e1);
+      ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      ms /= reps;
+      cudaEventDestroy(e0), cudaEventDestroy(e1);
+      const double pairs = double(M) * pos0 + double(M) * (M + 1) / 2;
+      std::printf(" v%d %7.3f ms %6.1f TF/s", v, ms, 4.0 * hd * nh * pairs / (ms * 1e-3) / 1e12);
+      auto y = dout.down();
+      if (v == 0) base = y;
+      else {
+        double md = 0, my = 0;
+        for (size_t i = 0; i < y.size(); ++i) md = std::max(md, double(std::fabs(y[i] - base[i]))), my = std::max(my, double(std::fabs(base[i])));
+        std::printf(" (rel %.1e)", md / std::max(my, 1e-30));
+      }
+      std::printf(" |");
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+}
 
 // ------------------------------------------------------------------------------- whole model
 struct EnvGuard {
