@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv >> "$S"
 echo "== attention bench (LILY_ATTN_BENCH=1) $(date -u +%T)" >> "$S"
 LILY_ATTN_BENCH=1 timeout 60 "$B/lily_tests" --gtest_filter='CudaPrefill.AttnBench' 2>&1 | grep -E '^\| |OK|FAILED|PASSED|rror' >> "$S"
 echo "== variant op rows $(date -u +%T)" >> "$S"
-timeout 120 "$B/lily_tests" --gtest_filter='CudaPrefill.AttnPrefillWgmmaVariants' > "$OUT/variants.txt" 2>&1
+LILY_ATTN_VARIANTS=1 timeout 120 "$B/lily_tests" --gtest_filter='CudaPrefill.AttnPrefillWgmmaVariants' > "$OUT/variants.txt" 2>&1
 echo "rc $? rows ok: $(grep -c '| ok' "$OUT/variants.txt"), rows FAIL: $(grep -c '| FAIL' "$OUT/variants.txt")" >> "$S"
 grep -E 'attn prefill out|FAILED|PASSED' "$OUT/variants.txt" >> "$S"
 echo "== done $(date -u +%T)" >> "$S"
