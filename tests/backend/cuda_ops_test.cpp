@@ -204,6 +204,7 @@ void gemv_plain_case(int rows, int cols, int bits) {
 }
 TEST(CudaOps, GemvPlain) {
   REQUIRE_GPU();
+  ScopedEnv cuda_cores("LILY_GEMV_TC", "0");  // the CUDA-core kernels (the tensor-core ones: the Tc tests)
   gemv_plain_case(12352, 2048, 4);  // [qkv|z|a|b]
   gemv_plain_case(2048, 4096, 4);   // out_proj / o_proj
   gemv_plain_case(9216, 2048, 4);   // [q|k|v]
@@ -243,6 +244,7 @@ void gemv_addnorm_case(int rows, int cols, bool with_mix) {
 }
 TEST(CudaOps, GemvAddNorm) {
   REQUIRE_GPU();
+  ScopedEnv cuda_cores("LILY_GEMV_TC", "0");  // the CUDA-core kernels (the tensor-core ones: the Tc tests)
   gemv_addnorm_case(12352, 2048, true);
   gemv_addnorm_case(9216, 2048, false);
   gemv_addnorm_case(7, 256, true);
@@ -299,10 +301,10 @@ void lm_head_addnorm_case(int V, int H) {
   check("add+norm→lm_head argmax", dims({V, H}), {float(c.tok), float(c.pos)}, {float(want), 1.f}, 0, 0);
 }
 // The same op-table cases with LILY_GEMV_TC=7 (every 4-bit K 2048/4096 GEMV of the plain, add-norm
-// and argmax kinds takes the tensor-core kernel; other K fall back), at 2 and 1 tiles per warp pass.
+// and argmax kinds takes the tensor-core kernel; other K fall back), in the three K-2048 variants.
 TEST(CudaOps, GemvTc) {
   REQUIRE_GPU();
-  for (const char* tiles : {"2", "1"}) {
+  for (const char* tiles : {"2", "1", "3"}) {
     ScopedEnv tc("LILY_GEMV_TC", "7"), tt("LILY_GEMV_TC_T", tiles);
     g_tag = std::string(" tc T") + tiles;
     gemv_plain_case(12352, 2048, 4);  // [qkv|z|a|b]
@@ -485,6 +487,7 @@ void lm_head_case(int V, int H, bool tie) {
 }
 TEST(CudaOps, LmHeadArgmax) {
   REQUIRE_GPU();
+  ScopedEnv cuda_cores("LILY_GEMV_TC", "0");  // the CUDA-core kernels (the tensor-core ones: the Tc tests)
   lm_head_case(248320, 2048, false);
   lm_head_case(248320, 2048, true);
   lm_head_case(4096, 256, true);
@@ -593,6 +596,7 @@ void moe_case(int E, int H, int I, int Is, int k, int route = 0) {
 }
 TEST(CudaOps, Moe) {
   REQUIRE_GPU();
+  ScopedEnv cuda_cores("LILY_MOE_TC", "0");  // the CUDA-core kernels (the tensor-core ones: the Tc tests)
   moe_case(256, 2048, 512, 512, 8);
   moe_case(16, 256, 256, 256, 4);
   moe_case(8, 512, 1024, 1024, 1);
@@ -604,6 +608,7 @@ TEST(CudaOps, Moe) {
 // Routing inside the MoE kernels from the router's logits (the decode default).
 TEST(CudaOps, MoeRoutedHere) {
   REQUIRE_GPU();
+  ScopedEnv cuda_cores("LILY_MOE_TC", "0");  // the CUDA-core kernels (the tensor-core ones: the Tc tests)
   moe_case(256, 2048, 512, 512, 8, 1);
   moe_case(256, 2048, 512, 512, 8, 2);
   moe_case(256, 256, 64, 64, 10, 1);   // k > warps holding experts: every expert a candidate

@@ -5,7 +5,7 @@
 // exact) are A, and each group of 64 codes gives Σq·L_c exactly; y = (Σ_g s_g·Σq·xS + b_g·Σx·S)/S.
 // Warps split K (8 slices), a block owns 16·T rows per pass; prologues add+RMSNorm or plain,
 // epilogues none or the lm_head argmax (same rules as gemv_q4.cu). Selected by gemv() with
-// LILY_GEMV_TC (bit 1 add-norm, 2 plain, 4 argmax).
+// LILY_GEMV_TC (bit 1 add-norm, 2 plain, 4 argmax; default 7, 0 = the CUDA-core kernels of gemv_q4.cu).
 #include <cfloat>
 #include <climits>
 #include <cstdlib>
@@ -30,7 +30,7 @@ __device__ bool tc_last_block(uint32_t* counter, int* flag) {
   return *flag;
 }
 
-template <Pro PRO, Epi EPI, int K, int T> __global__ void __launch_bounds__(256, 2) gemv_tc_kernel(GemvArgs a) {
+template <Pro PRO, Epi EPI, int K, int T, int MINB> __global__ void __launch_bounds__(256, MINB) gemv_tc_kernel(GemvArgs a) {
   constexpr int NG = K / 64, GP = NG / 8, RT = 16 * T;
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t* bs = smem;
@@ -172,8 +172,8 @@ int tc_num_sms() {
   return n;
 }
 
-template <Pro PRO, Epi EPI, int K, int T> Status launch_tc(const GemvArgs& a, cudaStream_t s) {
-  auto kern = gemv_tc_kernel<PRO, EPI, K, T>;
+template <Pro PRO, Epi EPI, int K, int T, int MINB = 2> Status launch_tc(const GemvArgs& a, cudaStream_t s) {
+  auto kern = gemv_tc_kernel<PRO, EPI, K, T, MINB>;
   constexpr size_t smem = tc_smem<K, T>();
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, 256, smem) != cudaSuccess || per_sm <= 0) per_sm = 1;
@@ -186,19 +186,26 @@ template <Pro PRO, Epi EPI, int K, int T> Status launch_tc(const GemvArgs& a, cu
 
 template <Pro PRO, Epi EPI> Status dispatch_k(const GemvArgs& a, cudaStream_t s) {
   if (a.w.cols == 4096) return launch_tc<PRO, EPI, 4096, 1>(a, s);
-  if (gemv_tc_rows_per_warp() == 1) return launch_tc<PRO, EPI, 2048, 1>(a, s);
-  return launch_tc<PRO, EPI, 2048, 2>(a, s);
+  const int v = gemv_tc_rows_per_warp();
+  if (v == 2) return launch_tc<PRO, EPI, 2048, 2>(a, s);
+  if (v == 3) return launch_tc<PRO, EPI, 2048, 1, 3>(a, s);  // 80 registers: 3 blocks per SM
+  return launch_tc<PRO, EPI, 2048, 1>(a, s);
 }
 
 }  // namespace
 
+// Default 7 (all three kinds): H200, 2026-12-03 (docs/perf/2026-12-03-cuda-decode-5.md), 256 context:
+// 518.8 tok/s with the tensor-core MoE down kernel too (default), 453.6 with both off; GEMV alone
+// (T 2 then) 471.2 vs 452.8.
 int gemv_tc_mode() {
   const char* e = std::getenv("LILY_GEMV_TC");  // read per call: GEMVs are launched at graph capture only
-  return e && *e ? std::atoi(e) : 0;
+  return e && *e ? std::atoi(e) : 7;
 }
+// K 2048 variants: 1 (default) = one 16-row tile per warp pass, 2 blocks per SM; 2 = two tiles per
+// pass; 3 = one tile, register cap for 3 blocks per SM. At 256 with MoE both: 500.6 / 478.5 / 497.0.
 int gemv_tc_rows_per_warp() {
   const char* e = std::getenv("LILY_GEMV_TC_T");
-  return e && e[0] == '1' ? 1 : 2;
+  return e && (e[0] == '2' || e[0] == '3') ? e[0] - '0' : 1;
 }
 
 bool gemv_tc_eligible(const GemvArgs& a) {

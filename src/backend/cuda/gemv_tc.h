@@ -4,8 +4,8 @@
 #include "backend/cuda/ops.h"
 
 namespace lily::cuda {
-int gemv_tc_mode();           // LILY_GEMV_TC (read per call; 0 = off)
-int gemv_tc_rows_per_warp();  // LILY_GEMV_TC_T: 16-row tiles per warp pass at K 2048 (2, or 1)
+int gemv_tc_mode();           // LILY_GEMV_TC (read per call; default 7 = all kinds, 0 = off)
+int gemv_tc_rows_per_warp();  // LILY_GEMV_TC_T: K 2048 variant (1 default, 2 = two tiles per pass, 3 = 3 blocks/SM)
 bool gemv_tc_eligible(const GemvArgs& a);
 Status gemv_tc(const GemvArgs& a, Stream s);
 }  // namespace lily::cuda

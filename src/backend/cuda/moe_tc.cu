@@ -1,7 +1,7 @@
 // MoE decode expert kernels on tensor cores (tc_dot.cuh: x as 4 int8 limbs, codes as A of
 // mma.sync m16n8k32 s8 → s32): the same two kernels as moe.cu, same routing (block_router_topk),
 // same PDL placement, selected by moe_gate_up / moe_down_combine with LILY_MOE_TC (bit 1 gate+up,
-// bit 2 down) for the shapes below; other shapes take moe.cu's kernels.
+// bit 2 down; default 2) for the shapes below; other shapes take moe.cu's kernels.
 // gate_up: block (16 rows, slot): tile 0 = the 16 gate rows, tile 1 = the 16 up rows, warps split
 // H (H = 2048: 4 groups each); act = silu(g)·u. down: block of 16 output rows, the act vector
 // [k·I + Is] split by groups of 64 over the 8 warps (group G: warp G mod 8), each group's term
@@ -21,7 +21,10 @@ constexpr size_t kTopkBytes = (kTopkScratch + 16 + 17) * 4;
 size_t gu_smem() { return size_t(tc_stage_bytes(kGuH)) + 8 * 32 * 4 + 64 * 4 + kTopkBytes; }
 size_t dn_smem(int K) { return size_t(tc_stage_bytes(K)) + 8 * 16 * 4 + 64 * 4 + kTopkBytes; }
 
-__global__ void __launch_bounds__(256, 2) gate_up_tc_kernel(MoeArgs a) {
+// 3 blocks per SM (80 registers): the (I/16)·(k+1) = 288 blocks of the real shape fit one wave.
+// TOPK_FIRST: the top-k (one L2 round trip for the logits + block reductions) runs before the x
+// staging, so the routed rows' DRAM loads are in flight while x is staged; else after it.
+template <bool TOPK_FIRST> __global__ void __launch_bounds__(256, 3) gate_up_tc_kernel(MoeArgs a) {
   constexpr int NG = kGuH / 64, GP = kGuGP;
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t* bs = smem;
@@ -62,7 +65,8 @@ __global__ void __launch_bounds__(256, 2) gate_up_tc_kernel(MoeArgs a) {
   const bool route_here = !shared && a.logits;
   const float lv = route_here && int(threadIdx.x) < a.n_experts ? __ldcg(a.logits + threadIdx.x) : -INFINITY;
   const float gn[1][8] = {};
-  const float invS = tc_stage<false, 1>(a.x, nullptr, gn, kGuH, 0.f, nullptr, nullptr, bs, xs_g, red);
+  float invS = 0.f;
+  if (!TOPK_FIRST) invS = tc_stage<false, 1>(a.x, nullptr, gn, kGuH, 0.f, nullptr, nullptr, bs, xs_g, red);
   int e = -1;
   if (route_here) {
     block_router_topk(lv, 0.f, a.n_experts, a.top_k, a.norm_topk, sc, ids, tw);
@@ -71,6 +75,7 @@ __global__ void __launch_bounds__(256, 2) gate_up_tc_kernel(MoeArgs a) {
     e = a.topk_ids[slot];
   }
   if (!shared) load(a.gate, a.up, e * I, e * I);
+  if (TOPK_FIRST) invS = tc_stage<false, 1>(a.x, nullptr, gn, kGuH, 0.f, nullptr, nullptr, bs, xs_g, red);
   if (a.pf_down && threadIdx.x < 32) {
     const QW& d = shared ? a.sh_down : a.down;
     const size_t row0 = shared ? 0 : size_t(e) * a.H, cb = size_t(d.cols) * d.bits / 8, sbb = size_t(d.cols) / 64 * 4;
@@ -195,9 +200,12 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 }  // namespace
 
+// Default 2 (down only). H200, 2026-12-03 (docs/perf/2026-12-03-cuda-decode-5.md), 256 context, with
+// the tensor-core GEMV: 518.8 tok/s with down only, 500.6 with both (gate+up here: 13.2 µs per launch
+// vs 11.8 for moe.cu's), 453.6 with all tensor-core kernels off. LILY_MOE_TC=3: both; 0: moe.cu's kernels.
 int moe_tc_mode() {
   const char* e = std::getenv("LILY_MOE_TC");  // read per call: the MoE kernels are launched at graph capture only
-  return e && *e ? std::atoi(e) : 0;
+  return e && *e ? std::atoi(e) : 2;
 }
 
 bool moe_gate_up_tc_ok(const MoeArgs& a) {
@@ -216,7 +224,9 @@ Status moe_gate_up_tc(const MoeArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   const int wmax = a.I > a.Is ? a.I : a.Is;
   const dim3 grid((wmax + 15) / 16, a.top_k + 1);
-  return launch_k("moe_gate_up_tc", gate_up_tc_kernel, grid, dim3(256), gu_smem(), s, a);
+  const char* e = std::getenv("LILY_MOE_TC_ORDER");  // 0: x staged before the top-k (A/B)
+  if (e && e[0] == '0') return launch_k("moe_gate_up_tc", gate_up_tc_kernel<false>, grid, dim3(256), gu_smem(), s, a);
+  return launch_k("moe_gate_up_tc", gate_up_tc_kernel<true>, grid, dim3(256), gu_smem(), s, a);
 }
 
 Status moe_down_tc(const MoeArgs& a, Stream stream) {
