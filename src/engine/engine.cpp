@@ -232,6 +232,12 @@ bool Engine::prefill_some() {
       s->attach(std::move(e).value(), n_cached);
       stats_.prompt_tokens += s->req().prompt.size();
     }
+    // A few tokens left (after a snapshot cut, say): fed by decode steps, one a step, beside the
+    // others, instead of a forward of their own.
+    if (s->prompt_left() <= size_t(std::max(0, opts_.decode_tail)) && !s->snapshot_ahead()) {
+      s->feed_tail_in_decode();
+      continue;
+    }
     auto chunk = s->next_chunk(budget);
     used += chunk.size();
     did = true;
@@ -297,18 +303,21 @@ void Engine::decode_all() {
   const size_t V = size_t(model_.config().vocab_size), B = rows.size();
   std::vector<SeqState*> states(B);
   std::vector<int32_t> toks(B);
-  for (size_t b = 0; b < B; ++b) states[b] = &rows[b]->state(), toks[b] = rows[b]->next_token();
+  std::vector<char> silent(B);  // rows feeding a prompt tail token: nothing drawn, nothing delivered
+  for (size_t b = 0; b < B; ++b)
+    states[b] = &rows[b]->state(), toks[b] = rows[b]->next_token(), silent[b] = rows[b]->silent_step();
   bool all_drawable = !host_only;
-  for (size_t b = 0; b < B && all_drawable; ++b) all_drawable = rows[b]->device_drawable();
+  for (size_t b = 0; b < B && all_drawable; ++b) all_drawable = silent[b] || rows[b]->device_drawable();
   std::vector<GenToken> chosen(B);
   Status st = Status::ok();
   if (all_drawable) {
     std::vector<DrawSpec> spec(B);
     std::vector<Drawn> drawn(B);
-    for (size_t b = 0; b < B; ++b) spec[b] = rows[b]->device_spec();
+    for (size_t b = 0; b < B; ++b) spec[b] = silent[b] ? DrawSpec{} : rows[b]->device_spec();
     st = model_.decode_draw(states, toks, spec, drawn);
     if (st)
-      for (size_t b = 0; b < B; ++b) chosen[b] = rows[b]->take_drawn(drawn[b]);
+      for (size_t b = 0; b < B; ++b)
+        if (!silent[b]) chosen[b] = rows[b]->take_drawn(drawn[b]);
   } else {
     if (logits_.size() < B * V) logits_.resize(B * V);
     std::span<float> all(logits_.data(), B * V);
@@ -316,7 +325,8 @@ void Engine::decode_all() {
     // Sampling reads a whole vocabulary row per sequence: the rows are sampled in parallel (each
     // touches only its own sampler), then delivered in order on this thread.
     auto choose = [&](size_t b0, size_t b1) {
-      for (size_t b = b0; b < b1; ++b) chosen[b] = rows[b]->choose(all.subspan(b * V, V));
+      for (size_t b = b0; b < b1; ++b)
+        if (!silent[b]) chosen[b] = rows[b]->choose(all.subspan(b * V, V));
     };
     if (st && B >= 2 && ThreadPool::global().size() > 1) ThreadPool::global().parallel_for(B, 1, choose);
     else if (st) choose(0, B);
@@ -334,7 +344,7 @@ void Engine::decode_all() {
   for (size_t b = 0; b < B; ++b) {
     Sequence* s = rows[b];
     s->fed(std::span<const int32_t>(&toks[b], 1));
-    if (!s->deliver(std::move(chosen[b]))) retire(*s, true);
+    if (!silent[b] && !s->deliver(std::move(chosen[b]))) retire(*s, true);
   }
 }
 

@@ -84,6 +84,7 @@ struct EngineOptions {
   size_t cache_budget_bytes = size_t(8) << 30;
   int shared_prefix_min = 256;      // shortest shared head worth a snapshot, tokens
   int prefill_chunk = 512;          // tokens per forward during prefill (cancel checked between)
+  int decode_tail = 4;              // a prompt remainder this short is fed by decode steps instead
   int interleave_chunk = 256;       // at most this many prefill tokens per step while others decode
   // While others decode, a step's prefill takes about this long (predicted by the measured cost
   // of a forward: fixed + per token; the step's first chunk moves at least 16 tokens), so their

@@ -39,6 +39,11 @@ std::span<const int32_t> Sequence::next_chunk(size_t max_len) const {
   return std::span<const int32_t>(req_->prompt.data() + done, len);
 }
 
+bool Sequence::snapshot_ahead() const {
+  const int fed = int(entry_.tokens.size() - reply_fed_);
+  return req_->snapshot_at > fed || req_->shared_prefix_at > fed;
+}
+
 Sequence::Snapshot Sequence::at_snapshot() const {
   if (reply_fed_ != 0) return Snapshot::kNone;
   auto due = [&](int at) { return at > usage_.cached_tokens && entry_.tokens.size() == size_t(at); };

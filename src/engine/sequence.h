@@ -29,7 +29,16 @@ class Sequence {
   bool has_state() const { return entry_.state != nullptr; }
   // Prompt tokens not yet fed (0 once decoding).
   size_t prompt_left() const { return req_->prompt.size() - (entry_.tokens.size() - reply_fed_); }
-  bool decoding() const { return has_state() && prompt_left() == 0 && !finished_; }
+  bool decoding() const { return has_state() && (prompt_left() == 0 || tail_) && !finished_; }
+  // A short prompt tail goes through decode steps, one token a step, instead of a prefill forward
+  // (whose fixed cost, on a GPU, is that of reading nearly every expert). The engine decides.
+  void feed_tail_in_decode() { tail_ = true; }
+  // Whether a snapshot point (req.snapshot_at, req.shared_prefix_at) lies beyond what has been fed.
+  bool snapshot_ahead() const;
+  bool feeding_tail() const { return tail_ && prompt_left() > 0; }
+  // Whether the coming decode step only feeds a prompt token: its output is not the reply's (the
+  // engine draws nothing for it and delivers nothing).
+  bool silent_step() const { return feeding_tail() && prompt_left() > 1; }
   SeqState& state() { return *entry_.state; }
   const CacheEntry& entry() const { return entry_; }
 
@@ -46,7 +55,7 @@ class Sequence {
   enum class Snapshot { kNone, kTurn, kShared };
   Snapshot at_snapshot() const;
   // Token to feed in the next decode step (valid while decoding()).
-  int32_t next_token() const { return next_; }
+  int32_t next_token() const { return feeding_tail() ? req_->prompt[req_->prompt.size() - prompt_left()] : next_; }
 
   // Logits of the last fed token: choose the next token, emit its event, and either keep going
   // (next_token() set) or finish (the final event emitted). Returns !finished().
@@ -65,7 +74,7 @@ class Sequence {
   // Whether the next step may be launched before this one's token reaches the host (the engine's
   // depth-2 pipeline): drawn on the device, and no token can be injected after the next draw.
   bool pipelinable() const {
-    return device_drawable() && !(req_->inject_after && !injected_) && req_->step_delay_ms == 0;
+    return device_drawable() && !feeding_tail() && !(req_->inject_after && !injected_) && req_->step_delay_ms == 0;
   }
   // Completion tokens this request may still produce.
   int tokens_left() const { return req_->max_tokens - usage_.completion_tokens; }
@@ -85,7 +94,7 @@ class Sequence {
   TokenText text_;
   StopMatcher stops_;
   std::deque<int32_t> pending_;  // forced prefix, injected tokens, or (test hook) the whole reply
-  bool forced_ = false, injected_ = false, finished_ = false;
+  bool forced_ = false, injected_ = false, finished_ = false, tail_ = false;
   int32_t next_ = -1;
   GenUsage usage_;
 };

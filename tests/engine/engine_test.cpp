@@ -176,6 +176,38 @@ TEST_F(EngineTest, SharedHeadIsCopiedForEveryRequest) {
   }
 }
 
+TEST_F(EngineTest, ShortTailFedByDecodeStepsEqualsPrefill) {
+  // A snapshot cut two tokens before the end of the prompt leaves a tail that goes through decode
+  // steps (one token a step, nothing drawn for the first) instead of a prefill forward: the reply
+  // is the one a prefill of the whole tail gives, seeded draws included.
+  std::vector<int32_t> p = tok_->encode("Seven eight nine ten eleven twelve thirteen");
+  ASSERT_GE(p.size(), 5u);
+  for (int seeded = 0; seeded < 2; ++seeded) {
+    GenRun out[2];
+    uint64_t rows[2];
+    for (int tail = 0; tail < 2; ++tail) {
+      EngineOptions eo;
+      eo.max_seq = 256;
+      eo.decode_tail = tail ? 4 : 0;
+      Engine e(*model_, *tok_, eo);
+      auto r = greedy(p, 6);
+      r->stop.clear();
+      r->snapshot_at = int(p.size()) - 2;
+      r->sampling.top_logprobs = 2;
+      if (seeded) r->sampling.temperature = 0.9f, r->sampling.seed = 42;
+      out[tail] = run(e, r);
+      rows[tail] = e.stats().decode_rows.load();
+    }
+    ASSERT_EQ(out[0].tokens.size(), 6u);
+    ASSERT_EQ(out[1].tokens.size(), 6u);
+    EXPECT_EQ(rows[1], rows[0] + 2) << "the two tail tokens were not fed by decode steps";
+    for (size_t k = 0; k < 6; ++k) {
+      EXPECT_EQ(out[1].tokens[k].id, out[0].tokens[k].id) << seeded << " step " << k;
+      EXPECT_NEAR(*out[1].tokens[k].logprob, *out[0].tokens[k].logprob, 2e-3) << seeded << " step " << k;
+    }
+  }
+}
+
 TEST_F(EngineTest, CancelStopsBetweenSteps) {
   EngineOptions eo;
   eo.max_seq = 256;
