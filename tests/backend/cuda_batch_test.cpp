@@ -389,13 +389,15 @@ struct NormErr {
 constexpr double kTolGemm = 3e-5, kTolMoe = 5e-5;
 
 // Packs x (R rows of K) and runs the dense GEMM: y [R][w.rows].
-std::vector<float> tc_dense(const QW& w, const std::vector<float>& xh, int R) {
+// stream: the GEMM kernel (0 = block kernel, 2 = the persistent staged kernel; -1 = as forward_batch).
+std::vector<float> tc_dense(const QW& w, const std::vector<float>& xh, int R, int stream = -1) {
   const int K = w.cols;
   D<float> x(xh), y(size_t(R) * w.rows), XS(size_t(R) * K / 32);
   D<uint32_t> P(size_t(R) * K);
   EXPECT_TRUE(cuda::bpack(x.p, K, K, R, P.p, XS.p, nullptr).is_ok());
   cuda::BtcArgs a{};
-  a.w = w, a.P = P.p, a.XS = XS.p, a.y = y.p, a.ldy = w.rows, a.B = R;
+  a.w = w, a.P = P.p, a.XS = XS.p, a.y = y.p, a.ldy = w.rows, a.B = R, a.stream = stream;
+  if (stream >= 0) EXPECT_EQ(cuda::btc_uses_stream(a), stream == 2);
   EXPECT_TRUE(cuda::btc_gemm(a, nullptr).is_ok());
   auto v = y.get();
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
@@ -412,8 +414,11 @@ TEST(CudaBatchTc, GemmMatchesCpuAndIsBatchInvariant) {
     const auto xh = act_rows(R, s.K);
     std::vector<float> ref(size_t(R) * s.rows);
     cpu::qmatmul(w.w, xh.data(), R, s.K, ref.data(), s.rows, false);
-    const auto y64 = tc_dense(w.q, xh, R);
-    const std::string shape = std::to_string(s.bits) + "-bit " + std::to_string(s.rows) + "x" + std::to_string(s.K);
+    for (int mode : {0, 2}) {
+    if (mode == 2 && s.bits != 4) continue;
+    const auto y64 = tc_dense(w.q, xh, R, mode);
+    const std::string shape = std::to_string(s.bits) + "-bit " + std::to_string(s.rows) + "x" + std::to_string(s.K) +
+                              (mode ? " stream" : " block");
     NormErr ne;
     for (int r = 0; r < R; ++r) ne.add(&y64[size_t(r) * s.rows], &ref[size_t(r) * s.rows], s.rows);
     row("tc gemm vs cpu (normwise)", shape, R, float(ne.worst));
@@ -424,13 +429,14 @@ TEST(CudaBatchTc, GemmMatchesCpuAndIsBatchInvariant) {
       std::vector<float> xb(size_t(B) * s.K);
       for (int b = 0; b < B; ++b)
         std::copy_n(&xh[size_t((b * 7 + B) % R) * s.K], s.K, &xb[size_t(b) * s.K]);
-      const auto yb = tc_dense(w.q, xb, B);
+      const auto yb = tc_dense(w.q, xb, B, mode);
       float inv = 0.f;
       for (int b = 0; b < B; ++b)
         for (int c = 0; c < s.rows; ++c)
           inv = std::max(inv, std::fabs(yb[size_t(b) * s.rows + c] - y64[size_t((b * 7 + B) % R) * s.rows + c]));
       row("tc gemm batch invariance", shape, B, inv);
       EXPECT_EQ(inv, 0.f) << shape << " B " << B;
+    }
     }
   }
 }
@@ -476,8 +482,9 @@ struct TcMoe {
       : H(H_), I(I_), E(E_), k(k_), gate(E_ * I_, H_, 4), up(E_ * I_, H_, 4), down(E_ * H_, I_, 4), shgu(2 * I_, H_, 4),
         shd(H_, I_, 4) {}
   // out [B][H] and act [B·k + B][I] for x [B][H], ids [B][k], tw [B][k+1].
+  // stream: the items-mode kernel (1 = persistent staged kernel, 0 = block per (item, tile)).
   void run(const std::vector<float>& xh, const std::vector<int32_t>& ids, const std::vector<float>& tw, int B,
-           std::vector<float>& out, std::vector<float>& act) {
+           std::vector<float>& out, std::vector<float>& act, int stream) {
     const int nent = B * k + B;
     D<float> x(xh), XS(size_t(B) * H / 32), eact(size_t(nent) * I), XSb(size_t(nent) * I / 32), yd(size_t(nent) * H);
     D<float> dtw(tw), dout(size_t(B) * H);
@@ -488,9 +495,20 @@ struct TcMoe {
     cuda::BtcArgs m{};
     m.w = gate.q, m.w2 = up.q, m.sh = shgu.q, m.P = P.p, m.XS = XS.p, m.y = eact.p, m.ldy = I, m.n_out = I, m.n_out_sh = I;
     m.swiglu = true, m.items = items.p, m.n_items = nit.p, m.max_items = std::min(B * k, E) + 1, m.E = E, m.xrow = rowb.p;
-    m.yrow = ent.p;
+    m.yrow = ent.p, m.stream = stream, m.max_ent = nent;
+    // The stream kernel also packs act (Pf / XSf); it must equal bpack of its fp32 output bit for bit.
+    D<uint32_t> Pf(size_t(nent) * I);
+    D<float> XSf(size_t(nent) * I / 32);
+    if (stream == 1) m.Pout = Pf.p, m.XSout = XSf.p;
+    ASSERT_EQ(cuda::btc_uses_stream(m), stream == 1);
     ASSERT_TRUE(cuda::btc_gemm(m, nullptr).is_ok());
+    m.Pout = nullptr, m.XSout = nullptr;
     ASSERT_TRUE(cuda::bpack(eact.p, I, I, nent, Pb.p, XSb.p, nullptr).is_ok());
+    if (stream == 1) {
+      const bool same = Pf.get() == Pb.get() && XSf.get() == XSb.get();
+      row("tc moe stream fused pack == bpack(act)", "H " + std::to_string(H) + " I " + std::to_string(I), B, same ? 0.f : 1.f);
+      EXPECT_TRUE(same);
+    }
     m.w = down.q, m.w2 = QW{}, m.sh = shd.q, m.P = Pb.p, m.XS = XSb.p, m.y = yd.p, m.ldy = H, m.n_out = H, m.n_out_sh = H;
     m.swiglu = false, m.xrow = ent.p, m.yrow = ent.p;
     ASSERT_TRUE(cuda::btc_gemm(m, nullptr).is_ok());
@@ -520,11 +538,13 @@ struct TcMoe {
   }
 };
 
+// Both items-mode kernels (stream 0 / 1); the edge shapes cover one k stage, k stages that do not fill
+// the 4-group stage (H 320), outputs past one unit's rows (down H 320 = 256 + 64) and under one (I 64).
 TEST(CudaBatchTc, MoeMatchesCpuAndIsBatchInvariant) {
   REQUIRE_GPU();
   cpu::set_bf16_storage(false);
   struct S { int H, I, E, k; };
-  for (S s : {S{2048, 512, 64, 8}, S{256, 64, 12, 4}}) {
+  for (S s : {S{2048, 512, 64, 8}, S{256, 64, 12, 4}, S{320, 128, 24, 6}}) {
     TcMoe moe(s.H, s.I, s.E, s.k);
     const int R = 64;
     std::vector<int32_t> ids(size_t(R) * s.k);
@@ -539,17 +559,22 @@ TEST(CudaBatchTc, MoeMatchesCpuAndIsBatchInvariant) {
       for (int j = 0; j <= s.k; ++j) tw[size_t(r) * (s.k + 1) + j] = 0.05f + std::fabs(randn()) * 0.2f;
     }
     const auto xh = act_rows(R, s.H);
-    std::vector<float> out64, act64;
-    moe.run(xh, ids, tw, R, out64, act64);
-    const std::string shape = "H " + std::to_string(s.H) + " I " + std::to_string(s.I) + " E " + std::to_string(s.E);
-    NormErr ne_out, ne_act;
-    std::vector<float> ref(static_cast<size_t>(s.H)), acts;
+    std::vector<float> refo(size_t(R) * s.H), refa, acts;
     for (int r = 0; r < R; ++r) {
-      moe.ref(&xh[size_t(r) * s.H], &ids[size_t(r) * s.k], &tw[size_t(r) * (s.k + 1)], ref.data(), acts);
-      ne_out.add(&out64[size_t(r) * s.H], ref.data(), s.H);
+      moe.ref(&xh[size_t(r) * s.H], &ids[size_t(r) * s.k], &tw[size_t(r) * (s.k + 1)], &refo[size_t(r) * s.H], acts);
+      refa.insert(refa.end(), acts.begin(), acts.end());
+    }
+    for (int mode : {1, 0}) {
+    std::vector<float> out64, act64;
+    moe.run(xh, ids, tw, R, out64, act64, mode);
+    const std::string shape = "H " + std::to_string(s.H) + " I " + std::to_string(s.I) + " E " + std::to_string(s.E) +
+                              (mode ? " stream" : " block");
+    NormErr ne_out, ne_act;
+    for (int r = 0; r < R; ++r) {
+      ne_out.add(&out64[size_t(r) * s.H], &refo[size_t(r) * s.H], s.H);
       for (int j = 0; j <= s.k; ++j) {
         const size_t entry = j < s.k ? size_t(r) * s.k + j : size_t(R) * s.k + r;
-        ne_act.add(&act64[entry * s.I], &acts[size_t(j) * s.I], s.I);
+        ne_act.add(&act64[entry * s.I], &refa[(size_t(r) * (s.k + 1) + j) * s.I], s.I);
       }
     }
     row("tc moe act vs cpu (normwise)", shape, R, float(ne_act.worst));
@@ -567,13 +592,14 @@ TEST(CudaBatchTc, MoeMatchesCpuAndIsBatchInvariant) {
         std::copy_n(&tw[size_t(src) * (s.k + 1)], s.k + 1, &twb[size_t(b) * (s.k + 1)]);
       }
       std::vector<float> outb, actb;
-      moe.run(xb, idb, twb, B, outb, actb);
+      moe.run(xb, idb, twb, B, outb, actb, mode);
       float inv = 0.f;
       for (int b = 0; b < B; ++b)
         for (int c = 0; c < s.H; ++c)
           inv = std::max(inv, std::fabs(outb[size_t(b) * s.H + c] - out64[size_t((b * 7 + B) % R) * s.H + c]));
       row("tc moe batch invariance", shape, B, inv);
       EXPECT_EQ(inv, 0.f) << shape << " B " << B;
+    }
     }
   }
 }
@@ -596,11 +622,15 @@ TEST(CudaBatchTc, RouteTopkFusedEqualsSplit) {
                       rb.get() == rb2.get() && en.get() == en2.get();
     // The table itself: every entry once, rows of an expert in (b, slot) order, expert ids ascending.
     const auto hid = ids.get(), hit = it.get(), hrb = rb.get(), hen = en.get();
-    const int ni = n.get()[0];
+    const auto hn = n.get();
+    const int ni = hn[0];
     std::vector<int> seen(static_cast<size_t>(nent), 0);
     bool table_ok = ni >= 2 && hit[size_t(ni - 1) * 4] == E;
+    int chunks = 0;  // items[i][3]: 8-row chunks before item i; n_items[1]: all chunks
     for (int i = 0; i < ni && table_ok; ++i) {
       const int e = hit[size_t(i) * 4], c = hit[size_t(i) * 4 + 1], o = hit[size_t(i) * 4 + 2];
+      if (hit[size_t(i) * 4 + 3] != chunks) table_ok = false;
+      chunks += (c + 7) / 8;
       if (i > 0 && e <= hit[size_t(i - 1) * 4]) table_ok = false;
       for (int j = 0; j < c && table_ok; ++j) {
         const int en_ = hen[size_t(o + j)];
@@ -610,6 +640,7 @@ TEST(CudaBatchTc, RouteTopkFusedEqualsSplit) {
         if (e == E && (en_ != B * k + j || hrb[size_t(o + j)] != j)) table_ok = false;
       }
     }
+    table_ok = table_ok && hn[1] == chunks;
     for (int v : seen) table_ok = table_ok && v == 1;
     row("tc route table / fused top-k == split", "E 256 k 8", B, (same && table_ok) ? 0.f : 1.f);
     EXPECT_TRUE(same);

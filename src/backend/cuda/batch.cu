@@ -237,11 +237,16 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
     BtcArgs m{};
     m.w = L.gate, m.w2 = L.up, m.sh = L.sh_gate_up, m.P = x.P_a, m.XS = x.XS_a, m.y = x.eact, m.ldy = I;
     m.n_out = I, m.n_out_sh = I, m.swiglu = true, m.items = x.items, m.n_items = x.n_items;
-    m.max_items = std::min(B * k, E) + 1, m.E = E, m.xrow = x.rowb, m.yrow = x.ent;
+    m.max_items = std::min(B * k, E) + 1, m.E = E, m.xrow = x.rowb, m.yrow = x.ent, m.max_ent = nent;
+    m.Pout = x.P_b, m.XSout = x.XS_b;  // the stream kernel packs its output for down itself
+    const bool packed = btc_uses_stream(m);
     LILY_TRY(btc_gemm(m, s));
     mk("moe gate+up (experts)");
-    LILY_TRY(bpack(x.eact, I, I, nent, x.P_b, x.XS_b, s));
-    mk("pack");
+    if (!packed) {
+      LILY_TRY(bpack(x.eact, I, I, nent, x.P_b, x.XS_b, s));
+      mk("pack");
+    }
+    m.Pout = nullptr, m.XSout = nullptr;
     m.w = L.down, m.w2 = QW{}, m.sh = L.sh_down, m.P = x.P_b, m.XS = x.XS_b, m.y = x.yd, m.ldy = H;
     m.n_out = H, m.n_out_sh = H, m.swiglu = false, m.xrow = x.ent, m.yrow = x.ent;
     LILY_TRY(btc_gemm(m, s));

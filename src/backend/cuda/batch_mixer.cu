@@ -40,27 +40,31 @@ __global__ void __launch_bounds__(kMaxDk) bgdn_step_kernel(BGdnArgs a) {
   const int ch_q = kh * dk + t, ch_k = kd + kh * dk + t, ch_v = 2 * kd + h * dv + slice * kSlice + t;
   const float old_q = conv_old(ch_q), old_k = conv_old(ch_k), old_v = t < kSlice ? conv_old(ch_v) : 0.f;
   const float A = a.A_log[h], dtb = bf(static_cast<const uint16_t*>(a.dt_bias)[h]);
+  const float gg = bf(static_cast<const uint16_t*>(a.gnorm)[col]);
   pdl_wait();
   pdl_trigger();
-  auto conv = [&](int ch, float acc, bool write) {
-    acc += bf(w[ch * K + K - 1]) * u[ch];
+  // Every input of this step from the projection, loaded together (one round trip).
+  const float u_q = u[ch_q], u_k = u[ch_k], u_v = t < kSlice ? u[ch_v] : 0.f;
+  const float a_h = u[C + vd + h], b_h = u[C + vd + a.nv + h];
+  const float zz = warp == 0 ? u[C + h * dv + col] : 0.f;
+  auto conv = [&](int ch, float uc, float acc, bool write) {
+    acc += bf(w[ch * K + K - 1]) * uc;
     if (write) {
       const float* src = win + (size_t(par) * C + ch) * (K - 1);
       float* dst = win + (size_t(par ^ 1) * C + ch) * (K - 1);
       for (int tt = 0; tt < K - 2; ++tt) dst[tt] = src[tt + 1];
-      dst[K - 2] = u[ch];
+      dst[K - 2] = uc;
     }
     return silu(acc);
   };
   const bool writer_qk = (h % ratio == 0) && slice == 0;
-  const float qv = conv(ch_q, old_q, writer_qk);
-  const float kv = conv(ch_k, old_k, writer_qk);
-  if (t < kSlice) vs[t] = conv(ch_v, old_v, true);
+  const float qv = conv(ch_q, u_q, old_q, writer_qk);
+  const float kv = conv(ch_k, u_k, old_k, writer_qk);
+  if (t < kSlice) vs[t] = conv(ch_v, u_v, old_v, true);
   const float sq = block_sum(qv * qv, red);
   const float sk = block_sum(kv * kv, red);
   qs[t] = qv * (1.0f / sqrtf(sq + 1e-6f)) * (1.0f / sqrtf(float(dk)));
   ks[t] = kv * (1.0f / sqrtf(sk + 1e-6f));
-  const float a_h = u[C + vd + h], b_h = u[C + vd + a.nv + h];
   const float beta = sigmoid(b_h);
   const float g = -expf(A) * softplus(a_h + dtb);
   const float alpha = expf(g);
@@ -99,8 +103,6 @@ __global__ void __launch_bounds__(kMaxDk) bgdn_step_kernel(BGdnArgs a) {
     float tot = 0.f;
     for (int sl = 0; sl < n_slices; ++sl) tot += *cluster.map_shared_rank(&ss_slice, sl);
     const float inv = 1.0f / sqrtf(tot / float(dv) + a.eps);
-    const float zz = u[C + h * dv + col];
-    const float gg = bf(static_cast<const uint16_t*>(a.gnorm)[col]);
     a.og[size_t(row) * a.ldo + h * dv + col] = gg * osum * inv * silu(zz);
   }
   cluster.sync();

@@ -122,10 +122,11 @@ Status bnorm_pack(const BNormArgs& a, Stream s);
 Status bmoe_combine(const float* yd, const float* tw, int top_k, int H, int B, float* out, Stream s);
 
 // Expert-major routing on the device (one block): from ids [B][k], the active experts in ascending id
-// (items int32 [n][4] = {expert, rows, offset, 0}), then the shared expert {E, B, B·k, 0};
+// (items int32 [n][4] = {expert, rows, offset, chunks before}), then the shared expert {E, B, B·k, ...};
 // rowb/ent [B·k + B]: per entry in item order, the token row b and the entry index (b·k + slot, or
-// B·k + b for the shared expert), rows of one expert in (b, slot) order. n_items = active + 1.
-// items must hold (min(B·k, E) + 1)·4 ints. E ≤ 1024.
+// B·k + b for the shared expert), rows of one expert in (b, slot) order. n_items[0] = active + 1,
+// n_items[1] = Σ ⌈rows/8⌉ over the items (8-row chunks; items[i][3] is the prefix of that sum).
+// items must hold (min(B·k, E) + 1)·4 ints. E ≤ 1024; a row's k ids must be distinct (top-k).
 Status broute(const int32_t* ids, int B, int top_k, int E, int32_t* items, int32_t* n_items, int32_t* rowb,
               int32_t* ent, Stream s);
 // brouter_topk (same arithmetic: ids [B][k], w [B][k+1] from logits [B][ld]) and broute in one launch.
@@ -152,7 +153,22 @@ struct BtcArgs {
   int max_items = 0, E = 0;
   const int32_t* xrow = nullptr;
   const int32_t* yrow = nullptr;
+  // Kernel: 1 = the persistent staged kernel (batch_tc_stream.cu: experts, and dense 4-bit matrices of
+  // ≥ 8192 rows), 2 = that also for every dense 4-bit matrix (tests), 0 = the block kernels
+  // (batch_tc.cu), -1 = LILY_BTC_STREAM (default 1). The stream kernel needs 4-bit weights and, in
+  // items mode, n_out == n_out_sh; otherwise the block kernel runs.
+  int stream = -1;
+  int max_ent = 0;  // items: bound on the entries (xrow / yrow length); the stream kernel needs it
+  // Stream kernel, swiglu: also write each output row packed (bpack's layout and bits, K = n_out) into
+  // Pout / XSout at row yrow[..] (btc_packs_out says whether btc_gemm will; else run bpack after).
+  uint32_t* Pout = nullptr;
+  float* XSout = nullptr;
 };
 Status btc_gemm(const BtcArgs& a, Stream s);
+// The persistent expert kernel (items mode only; called by btc_gemm).
+Status btc_stream(const BtcArgs& a, Stream s);
+bool btc_stream_ok(const BtcArgs& a);
+// Whether btc_gemm(a) runs the stream kernel (then, with swiglu and Pout set, it packs its output).
+bool btc_uses_stream(const BtcArgs& a);
 
 }  // namespace lily::cuda

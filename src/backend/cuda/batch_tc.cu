@@ -337,6 +337,17 @@ template <int BITS, int KS> Status dense_nt(const BtcArgs& a, int NT, cudaStream
 
 }  // namespace
 
+// The persistent staged kernel (batch_tc_stream.cu) for the experts and for 4-bit dense matrices of at
+// least 8192 rows (the choice depends on the matrix only: batch invariance), unless LILY_BTC_STREAM=0
+// (LILY_BTC_SDENSE=0: experts only) or the caller picks (stream 0 / 1; 2 = dense at any size, tests).
+bool btc_uses_stream(const BtcArgs& a) {
+  static const int stream_env = env_int("LILY_BTC_STREAM", 0), dense_env = env_int("LILY_BTC_SDENSE", 1);
+  const int want = a.stream >= 0 ? a.stream : stream_env;
+  if (want < 1) return false;
+  if (!a.items && !(want == 2 || (dense_env != 0 && a.w.rows >= 8192))) return false;
+  return btc_stream_ok(a);
+}
+
 Status btc_gemm(const BtcArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   const QW& w = a.w;
@@ -345,6 +356,7 @@ Status btc_gemm(const BtcArgs& a, Stream stream) {
   if (!a.P || !a.XS || !a.y) return cu_err("btc_gemm: null input or output");
   if (!a.items) {
     if (a.B < 1) return cu_err("btc_gemm: B={}", a.B);
+    if (btc_uses_stream(a)) return btc_stream(a, stream);
     const int NT = nt_of(a.B);
     // The k split depends on the matrix only (batch invariance): one warp per full k when there are
     // enough 256-row blocks to fill the GPU twice, else k split over the block's 8 warps.
@@ -358,6 +370,7 @@ Status btc_gemm(const BtcArgs& a, Stream stream) {
     return cu_err("btc_gemm: bad items arguments");
   if (a.sh.cols != w.cols || (a.swiglu && (a.w2.cols != w.cols || a.sh.rows < 2 * a.n_out_sh)))
     return cu_err("btc_gemm: expert shapes disagree");
+  if (btc_uses_stream(a)) return btc_stream(a, stream);
   const int NT = env_int("LILY_BTC_ENT", 1) == 2 ? 2 : 1;
   const int rows = a.n_out > a.n_out_sh ? a.n_out : a.n_out_sh;
   // A/B (fixed for the process, so invariance holds): LILY_BTC_SWKS=4 gives gate+up blocks of 32 outputs

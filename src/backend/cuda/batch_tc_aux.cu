@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/batch_ops.h"
+#include "backend/cuda/batch_pack.cuh"
 #include "backend/cuda/common.cuh"
 
 namespace lily::cuda {
@@ -12,10 +13,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ uint32_t pack_h2(__half a, __half b) {
-  __half2 h = __halves2half2(a, b);
-  return *reinterpret_cast<uint32_t*>(&h);
-}
 
 // Packs one row of K values (x: global or shared) into P (uint4 [K/64·16]) and XS (float2 [K/64]).
 // Unit u = (group G, step s, quad t): phys positions base, base+4 (b0) and base+1, base+5 (b1) with
@@ -27,31 +24,9 @@ __device__ __forceinline__ void pack_row(const float* x, int K, uint4* P, float2
     const int u = u0 + lane;
     const bool ok = u < nu;
     float v0 = 0.f, v1 = 0.f, v2 = 0.f, v3 = 0.f;
-    const int G = u >> 4, s = (u >> 2) & 3, t = u & 3;
-    const int base = 64 * G + 8 * (2 * t + (s >> 1)) + 2 * (s & 1);
+    const int base = pack_base(u);
     if (ok) v0 = x[base], v1 = x[base + 4], v2 = x[base + 1], v3 = x[base + 5];
-    float m = fmaxf(fmaxf(fabsf(v0), fabsf(v1)), fmaxf(fabsf(v2), fabsf(v3)));
-    float sum = (v0 + v2) + (v1 + v3);
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) {
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-      sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    }
-    if (!ok) continue;
-    int E = 0;
-    frexpf(m, &E);
-    int e = m > 0.f ? 15 - E : 0;  // largest |x|·2^e in [2^14, 2^15)
-    e = e < -120 ? -120 : e > 120 ? 120 : e;
-    const float sc = ldexpf(1.f, e);
-    const float xs[4] = {v0 * sc, v1 * sc, v2 * sc, v3 * sc};
-    __half hi[4], lo[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      hi[i] = __float2half_rn(xs[i]);
-      lo[i] = __float2half_rn(xs[i] - __half2float(hi[i]));
-    }
-    P[u] = make_uint4(pack_h2(hi[0], hi[1]), pack_h2(hi[2], hi[3]), pack_h2(lo[0], lo[1]), pack_h2(lo[2], lo[3]));
-    if ((u & 15) == 0) XS[G] = make_float2(sum, ldexpf(1.f, -e));
+    pack_unit(v0, v1, v2, v3, ok, u, P, XS);
   }
 }
 
@@ -183,14 +158,18 @@ struct RouteArgs {
 // entries, block scans give offsets and the rank among active experts, then each active expert lists
 // its entries in (b, slot) order.
 __global__ void __launch_bounds__(1024) broute_kernel(RouteArgs a) {
-  extern __shared__ int32_t sid[];  // [B·k], then (logits) 32 warps × E floats
-  __shared__ int wc[32], wa[32];
+  // [B·k] ids (rounded to 4), [E][nw] row masks, [E] offsets, then (logits) 32 warps × E floats
+  extern __shared__ int32_t sid[];
+  __shared__ int wc[32], wa[32], wh[32];
+  const int B = a.B, k = a.k, E = a.E, nw = (B + 31) / 32;
+  const int n = B * k, e = threadIdx.x, lane = e & 31, warp = e >> 5;
+  uint32_t* mask = reinterpret_cast<uint32_t*>(sid + ((n + 3) & ~3));
+  int32_t* offs = reinterpret_cast<int32_t*>(mask + E * nw);
+  for (int i = threadIdx.x; i < E * nw; i += blockDim.x) mask[i] = 0u;
   pdl_wait();
   pdl_trigger();
-  const int B = a.B, k = a.k, E = a.E;
-  const int n = B * k, e = threadIdx.x, lane = e & 31, warp = e >> 5;
   if (a.logits) {
-    float* p = reinterpret_cast<float*>(sid + ((n + 3) & ~3)) + warp * E;
+    float* p = reinterpret_cast<float*>(offs + E) + warp * E;
     for (int b = warp; b < B; b += int(blockDim.x >> 5))
       topk_row(a.logits + size_t(b) * a.ld, E, k, a.norm_topk, a.has_shared, p, a.ids_out + b * k,
                a.w_out + b * (k + 1), sid + b * k);
@@ -198,33 +177,46 @@ __global__ void __launch_bounds__(1024) broute_kernel(RouteArgs a) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) sid[i] = __ldcg(a.ids + i);
   }
   __syncthreads();
+  // Expert e's rows as a bit mask (a row's k ids are distinct: one entry per (row, expert)).
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int b = i / k;
+    atomicOr(&mask[sid[i] * nw + (b >> 5)], 1u << (b & 31));
+  }
+  __syncthreads();
   int c = 0;
   if (e < E)
-    for (int i = 0; i < n; ++i) c += sid[i] == e;
-  const int act = c > 0;
-  int ic = c, ia = act;  // inclusive warp scans
+    for (int w = 0; w < nw; ++w) c += __popc(mask[e * nw + w]);
+  const int act = c > 0, ch = (c + 7) / 8;  // ch: the expert's 8-row chunks (batch_tc_stream.cu's units)
+  int ic = c, ia = act, ih = ch;  // inclusive warp scans
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
     const int x = __shfl_up_sync(0xffffffffu, ic, o), y = __shfl_up_sync(0xffffffffu, ia, o);
-    if (lane >= o) ic += x, ia += y;
+    const int z = __shfl_up_sync(0xffffffffu, ih, o);
+    if (lane >= o) ic += x, ia += y, ih += z;
   }
-  if (lane == 31) wc[warp] = ic, wa[warp] = ia;
+  if (lane == 31) wc[warp] = ic, wa[warp] = ia, wh[warp] = ih;
   __syncthreads();
-  int bc = 0, ba = 0, ta = 0;
+  int bc = 0, ba = 0, bh = 0, ta = 0, th = 0;
   for (int w = 0; w < int(blockDim.x >> 5); ++w) {
-    if (w < warp) bc += wc[w], ba += wa[w];
-    ta += wa[w];
+    if (w < warp) bc += wc[w], ba += wa[w], bh += wh[w];
+    ta += wa[w], th += wh[w];
   }
   const int off = bc + ic - c, rank = ba + ia - act;
-  if (act) {
-    a.items[rank] = make_int4(e, c, off, 0);
-    int j = 0;
-    for (int i = 0; i < n; ++i)
-      if (sid[i] == e) a.rowb[off + j] = i / k, a.ent[off + j] = i, ++j;
-  }
+  if (e < E) offs[e] = off;
+  if (act) a.items[rank] = make_int4(e, c, off, bh + ih - ch);
   if (threadIdx.x == 0) {
-    a.items[ta] = make_int4(E, B, n, 0);
-    *a.n_items = ta + 1;
+    a.items[ta] = make_int4(E, B, n, th);
+    a.n_items[0] = ta + 1;
+    a.n_items[1] = th + (B + 7) / 8;
+  }
+  __syncthreads();
+  // Entry i = (row b, expert x) goes to x's list at its row's rank among x's rows: (b, slot) order.
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int b = i / k, x = sid[i];
+    const uint32_t* m = mask + x * nw;
+    int r = __popc(m[b >> 5] & ((1u << (b & 31)) - 1u));
+    for (int w = 0; w < (b >> 5); ++w) r += __popc(m[w]);
+    a.rowb[offs[x] + r] = b, a.ent[offs[x] + r] = i;
   }
   for (int b = threadIdx.x; b < B; b += blockDim.x) a.rowb[n + b] = b, a.ent[n + b] = n + b;
 }
@@ -232,7 +224,7 @@ __global__ void __launch_bounds__(1024) broute_kernel(RouteArgs a) {
 Status route_launch(const RouteArgs& a, Stream s) {
   if (a.E < 1 || a.E > 1024 || a.k < 1 || a.k > 32 || a.k > a.E || a.B < 1)
     return cu_err("broute: E={} k={} B={} unsupported", a.E, a.k, a.B);
-  size_t smem = size_t((a.B * a.k + 3) & ~3) * sizeof(int32_t);
+  size_t smem = size_t((a.B * a.k + 3) & ~3) * sizeof(int32_t) + size_t(a.E) * ((a.B + 31) / 32 + 1) * sizeof(int32_t);
   if (a.logits) smem += size_t(32) * a.E * sizeof(float);
   static size_t attr = 0;
   if (smem > 48 * 1024 && smem > attr) {
