@@ -333,6 +333,21 @@ TEST(CudaOps, GemvTc) {
   }
 }
 
+// The tensor-core GEMV with its rolling L2 prefetch of later passes (LILY_GEMV_TC_PF=1): a pure hint,
+// so the same results; shapes with many passes per block (lm_head) and partial tiles.
+TEST(CudaOps, GemvTcPrefetch) {
+  REQUIRE_GPU();
+  ScopedEnv tc("LILY_GEMV_TC", "7"), pf("LILY_GEMV_TC_PF", "1");
+  g_tag = " tc pf";
+  gemv_plain_case(12352, 2048, 4);
+  gemv_plain_case(33, 2048, 4);
+  gemv_plain_case(2048, 4096, 4);
+  gemv_addnorm_case(12352, 2048, true);
+  lm_head_case(248320, 2048, true);
+  lm_head_addnorm_case(248320, 2048);
+  g_tag.clear();
+}
+
 // ---------------------------------------------------------------- standalone add + rmsnorm
 TEST(CudaOps, AddRmsNorm) {
   REQUIRE_GPU();

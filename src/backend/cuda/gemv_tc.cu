@@ -30,7 +30,7 @@ __device__ bool tc_last_block(uint32_t* counter, int* flag) {
   return *flag;
 }
 
-template <Pro PRO, Epi EPI, int K, int T, int MINB> __global__ void __launch_bounds__(256, MINB) gemv_tc_kernel(GemvArgs a) {
+template <Pro PRO, Epi EPI, int K, int T, int MINB, bool PF> __global__ void __launch_bounds__(256, MINB) gemv_tc_kernel(GemvArgs a) {
   constexpr int NG = K / 64, GP = NG / 8, RT = 16 * T;
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t* bs = smem;
@@ -62,6 +62,15 @@ template <Pro PRO, Epi EPI, int K, int T, int MINB> __global__ void __launch_bou
         }
   };
   load((a.dbg & 1) ? ntiles : tile);  // weights only: may overlap the previous kernel
+  // Rolling L2 prefetch of this block's later passes (PF: one thread, pass n + 1 before the wait, then
+  // pass n + 2 while pass n computes), so the register loads of a pass find its rows in L2.
+  auto prefetch = [&](int tl) {
+    if (!PF || threadIdx.x != 0 || tl >= ntiles) return;
+    const int r0 = tl * RT, nr = rows - r0 < RT ? rows - r0 : RT;
+    l2_prefetch_range(reinterpret_cast<const char*>(a.w.codes) + size_t(r0) * (K / 2), size_t(nr) * (K / 2), 0, 1, 0, 1);
+    l2_prefetch_range(reinterpret_cast<const char*>(a.w.sb) + size_t(r0) * NG * 4, size_t(nr) * NG * 4, 0, 1, 0, 1);
+  };
+  prefetch(tile + gridDim.x);
   constexpr int NO = K / 2048;
   float gn[NO][8];
 #pragma unroll
@@ -96,6 +105,7 @@ template <Pro PRO, Epi EPI, int K, int T, int MINB> __global__ void __launch_bou
       }
     }
     load(tile + gridDim.x);  // next pass's rows, in flight during the reduction
+    prefetch(tile + 2 * gridDim.x);
 #pragma unroll
     for (int j = 0; j < T; ++j)
 #pragma unroll
@@ -172,8 +182,13 @@ int tc_num_sms() {
   return n;
 }
 
+// LILY_GEMV_TC_PF=1: the rolling L2 prefetch of later passes (A/B; off by default).
+bool tc_pf() {
+  const char* e = std::getenv("LILY_GEMV_TC_PF");
+  return e && e[0] == '1';
+}
 template <Pro PRO, Epi EPI, int K, int T, int MINB = 2> Status launch_tc(const GemvArgs& a, cudaStream_t s) {
-  auto kern = gemv_tc_kernel<PRO, EPI, K, T, MINB>;
+  auto kern = tc_pf() ? gemv_tc_kernel<PRO, EPI, K, T, MINB, true> : gemv_tc_kernel<PRO, EPI, K, T, MINB, false>;
   constexpr size_t smem = tc_smem<K, T>();
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, 256, smem) != cudaSuccess || per_sm <= 0) per_sm = 1;
