@@ -134,7 +134,7 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
     auto& SL = st.layers[i];
     GemvArgs in{};
     in.pro = Pro::kAddNorm, in.in = xres_[p], in.mix = mix, in.gain = L.in_norm, in.res_out = xres_[p ^ 1];
-    in.eps = c.rms_norm_eps, in.y = u_, in.dbg = dbg;
+    in.eps = c.rms_norm_eps, in.y = u_, in.dbg = dbg, in.tc = true;
     if (pf_on) pf_add(in.pf, L.attn ? L.o_proj : L.out_proj);
     L2Pf pf_mid;  // GDN step / attention prep: router + shared [gate|up]
     if (pf_on) pf_add(pf_mid, L.router), pf_add(pf_mid, L.sh_gate_up);
@@ -151,7 +151,7 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
       LILY_TRY(op(fuse_gn ? "gdn: step (conv..readout+gated norm)" : "gdn: step (conv..readout)", gb,
                   [&] { return gdn_step(g, s); }));
       GemvArgs out{};
-      out.w = L.out_proj, out.y = mix_, out.dbg = dbg;
+      out.w = L.out_proj, out.y = mix_, out.dbg = dbg, out.tc = true;
       if (fuse_gn) {
         out.pro = Pro::kPlain, out.in = og_;
       } else {
@@ -174,7 +174,7 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
       const double kvb = 2.0 * a.nkv * a.hd * es * (st.n + 1);
       LILY_TRY(op("attn: split-K decode+gate", kvb, [&] { return attn_decode(a, s); }));
       GemvArgs out{};
-      out.w = L.o_proj, out.pro = Pro::kPlain, out.in = o_, out.y = mix_, out.dbg = dbg;
+      out.w = L.o_proj, out.pro = Pro::kPlain, out.in = o_, out.y = mix_, out.dbg = dbg, out.tc = true;
       LILY_TRY(op("attn: o_proj gemv", qbytes(L.o_proj), [&] { return gemv(out, s); }));
     }
     p ^= 1;
@@ -189,6 +189,7 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
     m.gate = L.gate, m.up = L.up, m.down = L.down, m.sh_gate_up = L.sh_gate_up, m.sh_down = L.sh_down;
     m.topk_ids = topk_ids_, m.topk_w = topk_w_, m.top_k = c.num_experts_per_tok, m.H = H;
     m.I = c.moe_intermediate_size, m.Is = c.shared_expert_intermediate_size, m.x = hn_, m.act = act_, m.out = mix_;
+    m.tc = true;  // tensor-core expert kernels where they apply (moe_tc.cu; LILY_MOE_TC)
     if (topk_here) m.logits = rl_, m.n_experts = c.num_experts, m.norm_topk = c.norm_topk_prob;
     if (moe_fused_enabled() && pfm == 0) {
       MoeFusedArgs f{};
@@ -222,7 +223,7 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
   GemvArgs lm{};
   lm.w = d_.lm_head, lm.pro = Pro::kAddNorm, lm.in = xres_[p], lm.mix = mix_, lm.gain = d_.final_norm;
   lm.eps = c.rms_norm_eps, lm.y = logits_, lm.epi = Epi::kArgmax, lm.ctl = st.ctl;
-  lm.tok_out = st.tok_dev, lm.partial = am_partial_, lm.dbg = dbg;
+  lm.tok_out = st.tok_dev, lm.partial = am_partial_, lm.dbg = dbg, lm.tc = true;
   return op("lm_head gemv+argmax", qbytes(d_.lm_head), [&] { return gemv(lm, s); });
 }
 

@@ -5,7 +5,8 @@
 // exact) are A, and each group of 64 codes gives Σq·L_c exactly; y = (Σ_g s_g·Σq·xS + b_g·Σx·S)/S.
 // Warps split K (8 slices), a block owns 16·T rows per pass; prologues add+RMSNorm or plain,
 // epilogues none or the lm_head argmax (same rules as gemv_q4.cu). Selected by gemv() with
-// LILY_GEMV_TC (bit 1 add-norm, 2 plain, 4 argmax; default 7, 0 = the CUDA-core kernels of gemv_q4.cu).
+// LILY_GEMV_TC (bit 1 add-norm, 2 plain, 4 argmax; default 7 for the decode step's calls, GemvArgs::tc;
+// 0 = the CUDA-core kernels of gemv_q4.cu).
 #include <cfloat>
 #include <climits>
 #include <cstdlib>
@@ -209,12 +210,13 @@ template <Pro PRO, Epi EPI> Status dispatch_k(const GemvArgs& a, cudaStream_t s)
 
 }  // namespace
 
-// Default 7 (all three kinds): H200, 2026-12-03 (docs/perf/2026-12-03-cuda-decode-5.md), 256 context:
+// LILY_GEMV_TC when set, else 7 (all three kinds) for calls that ask for it (GemvArgs::tc, the decode
+// step) and 0 for the others. H200, 2026-12-03 (docs/perf/2026-12-03-cuda-decode-5.md), 256 context:
 // 518.8 tok/s with the tensor-core MoE down kernel too (default), 453.6 with both off; GEMV alone
 // (T 2 then) 471.2 vs 452.8.
-int gemv_tc_mode() {
+int gemv_tc_mode(const GemvArgs& a) {
   const char* e = std::getenv("LILY_GEMV_TC");  // read per call: GEMVs are launched at graph capture only
-  return e && *e ? std::atoi(e) : 7;
+  return e && *e ? std::atoi(e) : (a.tc ? 7 : 0);
 }
 // K 2048 variants: 1 (default) = one 16-row tile per warp pass, 2 blocks per SM; 2 = two tiles per
 // pass; 3 = one tile, register cap for 3 blocks per SM. At 256 with MoE both: 500.6 / 478.5 / 497.0.
@@ -224,7 +226,7 @@ int gemv_tc_rows_per_warp() {
 }
 
 bool gemv_tc_eligible(const GemvArgs& a) {
-  const int mode = gemv_tc_mode();
+  const int mode = gemv_tc_mode(a);
   if (mode == 0 || a.w.bits != 4 || (a.w.cols != 2048 && a.w.cols != 4096)) return false;
   auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
   if (misaligned(a.in) || misaligned(a.mix) || misaligned(a.res_out) || misaligned(a.w.codes) || misaligned(a.w.sb))

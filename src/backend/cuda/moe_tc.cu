@@ -1,7 +1,8 @@
 // MoE decode expert kernels on tensor cores (tc_dot.cuh: x as 4 int8 limbs, codes as A of
 // mma.sync m16n8k32 s8 → s32): the same two kernels as moe.cu, same routing (block_router_topk),
 // same PDL placement, selected by moe_gate_up / moe_down_combine with LILY_MOE_TC (bit 1 gate+up,
-// bit 2 down; default 2) for the shapes below; other shapes take moe.cu's kernels.
+// bit 2 down; default 2 for the decode step's calls, MoeArgs::tc) for the shapes below; other shapes
+// take moe.cu's kernels.
 // gate_up: block (16 rows, slot): tile 0 = the 16 gate rows, tile 1 = the 16 up rows, warps split
 // H (H = 2048: 4 groups each); act = silu(g)·u. down: block of 16 output rows, the act vector
 // [k·I + Is] split by groups of 64 over the 8 warps (group G: warp G mod 8), each group's term
@@ -203,19 +204,20 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 // Default 2 (down only). H200, 2026-12-03 (docs/perf/2026-12-03-cuda-decode-5.md), 256 context, with
 // the tensor-core GEMV: 518.8 tok/s with down only, 500.6 with both (gate+up here: 13.2 µs per launch
 // vs 11.8 for moe.cu's), 453.6 with all tensor-core kernels off. LILY_MOE_TC=3: both; 0: moe.cu's kernels.
-int moe_tc_mode() {
+// (LILY_MOE_TC when set, else 2 for calls that ask for it, MoeArgs::tc = the decode step, else 0.)
+int moe_tc_mode(const MoeArgs& a) {
   const char* e = std::getenv("LILY_MOE_TC");  // read per call: the MoE kernels are launched at graph capture only
-  return e && *e ? std::atoi(e) : 2;
+  return e && *e ? std::atoi(e) : (a.tc ? 2 : 0);
 }
 
 bool moe_gate_up_tc_ok(const MoeArgs& a) {
-  return (moe_tc_mode() & 1) && a.H == kGuH && a.I % 16 == 0 && a.Is % 16 == 0 && a.gate.bits == 4 &&
+  return (moe_tc_mode(a) & 1) && a.H == kGuH && a.I % 16 == 0 && a.Is % 16 == 0 && a.gate.bits == 4 &&
          a.sh_gate_up.bits == 4 && aligned16(a.x) && aligned16(a.gate.codes) && aligned16(a.up.codes) &&
          aligned16(a.sh_gate_up.codes) && (!a.logits || (a.n_experts >= a.top_k && a.n_experts <= kTopkThreads));
 }
 bool moe_down_tc_ok(const MoeArgs& a) {
   const int K = a.top_k * a.I + a.Is;
-  return (moe_tc_mode() & 2) && a.I % 64 == 0 && a.Is % 64 == 0 && K <= 8 * 64 * kDnMaxGPW && a.H % 16 == 0 &&
+  return (moe_tc_mode(a) & 2) && a.I % 64 == 0 && a.Is % 64 == 0 && K <= 8 * 64 * kDnMaxGPW && a.H % 16 == 0 &&
          a.down.bits == 4 && a.sh_down.bits == 4 && aligned16(a.act) && aligned16(a.down.codes) &&
          aligned16(a.sh_down.codes) && (!a.logits || (a.n_experts >= a.top_k && a.n_experts <= kTopkThreads));
 }

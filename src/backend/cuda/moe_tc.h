@@ -4,7 +4,7 @@
 #include "backend/cuda/ops.h"
 
 namespace lily::cuda {
-int moe_tc_mode();  // LILY_MOE_TC (read per call; default 2 = down only, 3 = both, 0 = off)
+int moe_tc_mode(const MoeArgs& a);  // LILY_MOE_TC if set, else 2 (down only) when a.tc, else 0
 bool moe_gate_up_tc_ok(const MoeArgs& a);  // a with Is resolved (shared width)
 bool moe_down_tc_ok(const MoeArgs& a);
 Status moe_gate_up_tc(const MoeArgs& a, Stream s);

@@ -88,6 +88,9 @@ struct GemvArgs {
   // Timing decomposition only (results are wrong): 1 = no weight loads (zeros), 2 = no input
   // staging (zeros), 3 = both.
   int dbg = 0;
+  // Tensor-core kernel where it applies (gemv_tc.cu; the decode step sets this). LILY_GEMV_TC, when
+  // set, decides for every call (0 = never).
+  bool tc = false;
 };
 Status gemv(const GemvArgs& a, Stream s);
 // Grid cap of gemv (the kArgmax scratch needs this many (value, index) pairs).
@@ -124,6 +127,9 @@ struct MoeArgs {
   bool norm_topk = true;
   int32_t* ids_out = nullptr;  // [top_k] or null
   float* w_out = nullptr;      // [top_k + 1] or null
+  // Tensor-core expert kernels where they apply (moe_tc.cu; the decode step sets this). LILY_MOE_TC,
+  // when set, decides for every call (0 = never).
+  bool tc = false;
 };
 Status moe_gate_up(const MoeArgs& a, Stream s);
 Status moe_down_combine(const MoeArgs& a, Stream s);
