@@ -270,9 +270,12 @@ Status CudaBackend::prefill(CudaSeqState& st, std::span<const int32_t> tokens, s
   if (M >= min_m && pf_shapes_ok(cfg_)) {
     const int chunk_env = env_int("LILY_PREFILL_CHUNK", 4096, 64, 1 << 16);
     if (pf_cap_ == 0) LILY_TRY(pf_alloc(chunk_env));  // bounded by the chunk, not the prompt
-    // LILY_PREFILL_PROFILE=1: events between ops, a per-op table on stderr (adds small gaps).
+    // LILY_PREFILL_PROFILE=1: events between ops, a per-op table on stderr (adds small gaps) for
+    // prompts of 1,024 tokens and more; =2: for every prefill forward (the short ones a server
+    // interleaves: where their fixed cost goes).
     std::vector<std::pair<const char*, cudaEvent_t>> ev;
-    const bool prof = env_int("LILY_PREFILL_PROFILE", 0, 0, 1) == 1 && M >= 1024;
+    const int prof_mode = env_int("LILY_PREFILL_PROFILE", 0, 0, 2);
+    const bool prof = prof_mode == 2 || (prof_mode == 1 && M >= 1024);
     if (prof) prof_ = &ev, mark("start", stream_);
     const int cs = std::min(chunk_env, pf_cap_);
     LILY_CU_TRY(cudaMemcpyAsync(pf_.tok, tokens.data(), size_t(std::min(M, pf_cap_)) * 4, cudaMemcpyHostToDevice, stream_));
