@@ -54,12 +54,10 @@ bb() {  # name batches steps [env...]
   grep -vE '^\[|load|upload' "$OUT/bench_$name.err" | tail -40 | tee -a "$T"
 }
 bb stream 1,4,16,64 16 LILY_BTC_STREAM=1
-bb default 4,16,64 8
+bb old 4,16,64 8 LILY_BTC_STREAM=0
 bb profile 16,64 4 LILY_BATCH_PROFILE=1 LILY_BTC_STREAM=1
-if [[ ${AB:-1} == 1 ]]; then
-  bb kc4 16,64 8 LILY_BTC_STREAM=1 LILY_BTC_KC=4
-  bb sdense0 16,64 8 LILY_BTC_STREAM=1 LILY_BTC_SDENSE=0
-fi
+[[ ${AB:-1} -ge 1 ]] && bb kc4 16,64 8 LILY_BTC_STREAM=1 LILY_BTC_KC=4
+[[ ${AB:-1} -ge 2 ]] && bb sdense0 16,64 8 LILY_BTC_STREAM=1 LILY_BTC_SDENSE=0
 if [[ ${NCU:-1} == 1 ]] && command -v ncu > /dev/null; then
   log "ncu: expert + GDN kernels, B = 64"
   LILY_BTC_STREAM=1 LILY_BATCH_GRAPH=0 timeout 120 ncu --clock-control none -k 'regex:bstream_kernel|bgdn_step' --launch-skip 200 --launch-count 4 \

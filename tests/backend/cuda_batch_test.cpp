@@ -414,9 +414,16 @@ TEST(CudaBatchTc, GemmMatchesCpuAndIsBatchInvariant) {
     const auto xh = act_rows(R, s.K);
     std::vector<float> ref(size_t(R) * s.rows);
     cpu::qmatmul(w.w, xh.data(), R, s.K, ref.data(), s.rows, false);
+    std::vector<float> y_block;
     for (int mode : {0, 2}) {
     if (mode == 2 && s.bits != 4) continue;
     const auto y64 = tc_dense(w.q, xh, R, mode);
+    if (mode == 0) y_block = y64;
+    if (mode == 2) {  // the stream kernel reproduces the block kernel's arithmetic: bit-identical
+      const float d = max_diff(y64, y_block);
+      row("tc gemm stream == block", std::to_string(s.rows) + "x" + std::to_string(s.K), R, d);
+      EXPECT_EQ(d, 0.f);
+    }
     const std::string shape = std::to_string(s.bits) + "-bit " + std::to_string(s.rows) + "x" + std::to_string(s.K) +
                               (mode ? " stream" : " block");
     NormErr ne;
@@ -564,9 +571,16 @@ TEST(CudaBatchTc, MoeMatchesCpuAndIsBatchInvariant) {
       moe.ref(&xh[size_t(r) * s.H], &ids[size_t(r) * s.k], &tw[size_t(r) * (s.k + 1)], &refo[size_t(r) * s.H], acts);
       refa.insert(refa.end(), acts.begin(), acts.end());
     }
+    std::vector<float> out_s, act_s;
     for (int mode : {1, 0}) {
     std::vector<float> out64, act64;
     moe.run(xh, ids, tw, R, out64, act64, mode);
+    if (mode == 1) out_s = out64, act_s = act64;
+    if (mode == 0) {  // the stream kernel reproduces the block kernels' arithmetic: bit-identical
+      const float d = std::max(max_diff(out64, out_s), max_diff(act64, act_s));
+      row("tc moe stream == block (act, out)", "H " + std::to_string(s.H) + " I " + std::to_string(s.I), R, d);
+      EXPECT_EQ(d, 0.f);
+    }
     const std::string shape = "H " + std::to_string(s.H) + " I " + std::to_string(s.I) + " E " + std::to_string(s.E) +
                               (mode ? " stream" : " block");
     NormErr ne_out, ne_act;

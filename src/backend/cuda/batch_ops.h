@@ -155,10 +155,13 @@ struct BtcArgs {
   const int32_t* yrow = nullptr;
   // Kernel: 1 = the persistent staged kernel (batch_tc_stream.cu: experts, and dense 4-bit matrices of
   // ≥ 8192 rows), 2 = that also for every dense 4-bit matrix (tests), 0 = the block kernels
-  // (batch_tc.cu), -1 = LILY_BTC_STREAM (default 1). The stream kernel needs 4-bit weights and, in
-  // items mode, n_out == n_out_sh; otherwise the block kernel runs.
+  // (batch_tc.cu), -1 = LILY_BTC_STREAM (0 = block kernels, the default; 1 = stream; -1 = stream when the
+  // call has ≥ LILY_BTC_SMIN rows).
+  // Both give bit-identical results. The stream kernel needs 4-bit weights and, in items mode,
+  // n_out == n_out_sh; otherwise the block kernel runs.
   int stream = -1;
   int max_ent = 0;  // items: bound on the entries (xrow / yrow length); the stream kernel needs it
+  int ks = 0;       // set by btc_gemm: the block kernel's k split, which the stream kernel reproduces
   // Stream kernel, swiglu: also write each output row packed (bpack's layout and bits, K = n_out) into
   // Pout / XSout at row yrow[..] (btc_packs_out says whether btc_gemm will; else run bpack after).
   uint32_t* Pout = nullptr;

@@ -342,7 +342,11 @@ template <int BITS, int KS> Status dense_nt(const BtcArgs& a, int NT, cudaStream
 // (LILY_BTC_SDENSE=0: experts only) or the caller picks (stream 0 / 1; 2 = dense at any size, tests).
 bool btc_uses_stream(const BtcArgs& a) {
   static const int stream_env = env_int("LILY_BTC_STREAM", 0), dense_env = env_int("LILY_BTC_SDENSE", 1);
-  const int want = a.stream >= 0 ? a.stream : stream_env;
+  static const int smin = env_int("LILY_BTC_SMIN", 32);
+  int want = a.stream >= 0 ? a.stream : stream_env;
+  // Auto: by the step's rows (items: B·(k + 1) entries, k + 1 = 9 in the model). Either kernel gives
+  // the same bits, so the choice may depend on B.
+  if (want < 0) want = (a.items ? a.max_ent / 9 : a.B) >= smin ? 1 : 0;
   if (want < 1) return false;
   if (!a.items && !(want == 2 || (dense_env != 0 && a.w.rows >= 8192))) return false;
   return btc_stream_ok(a);
@@ -356,13 +360,17 @@ Status btc_gemm(const BtcArgs& a, Stream stream) {
   if (!a.P || !a.XS || !a.y) return cu_err("btc_gemm: null input or output");
   if (!a.items) {
     if (a.B < 1) return cu_err("btc_gemm: B={}", a.B);
-    if (btc_uses_stream(a)) return btc_stream(a, stream);
     const int NT = nt_of(a.B);
     // The k split depends on the matrix only (batch invariance): one warp per full k when there are
     // enough 256-row blocks to fill the GPU twice, else k split over the block's 8 warps.
     // LILY_BTC_KS=1 / 8 forces full-k / split for every 4-bit matrix (A/B; fixed for the process).
     static const int ks_env = env_int("LILY_BTC_KS", 0);
     const bool split = w.bits == 8 || (ks_env == 8 || (ks_env != 1 && (w.rows + 255) / 256 < 2 * sm_count()));
+    if (btc_uses_stream(a)) {
+      BtcArgs b = a;
+      b.ks = split ? 8 : 1;
+      return btc_stream(b, stream);
+    }
     if (w.bits == 8) return dense_nt<8, 8>(a, NT, s);
     return split ? dense_nt<4, 8>(a, NT, s) : dense_nt<4, 1>(a, NT, s);
   }
@@ -370,12 +378,16 @@ Status btc_gemm(const BtcArgs& a, Stream stream) {
     return cu_err("btc_gemm: bad items arguments");
   if (a.sh.cols != w.cols || (a.swiglu && (a.w2.cols != w.cols || a.sh.rows < 2 * a.n_out_sh)))
     return cu_err("btc_gemm: expert shapes disagree");
-  if (btc_uses_stream(a)) return btc_stream(a, stream);
   const int NT = env_int("LILY_BTC_ENT", 1) == 2 ? 2 : 1;
   const int rows = a.n_out > a.n_out_sh ? a.n_out : a.n_out_sh;
   // A/B (fixed for the process, so invariance holds): LILY_BTC_SWKS=4 gives gate+up blocks of 32 outputs
   // with k split over 4 warps; LILY_BTC_DNKS=2 gives down blocks of 128 outputs with k split over 2.
   static const int sw_ks = env_int("LILY_BTC_SWKS", 8), dn_ks = env_int("LILY_BTC_DNKS", 1);
+  if (btc_uses_stream(a)) {
+    BtcArgs b = a;
+    b.ks = a.swiglu ? (sw_ks == 4 && NT == 1 ? 4 : 8) : (dn_ks == 2 && NT == 1 ? 2 : 1);
+    return btc_stream(b, stream);
+  }
   if (a.swiglu) {  // 16 outputs (gate + up tiles) per block, k split over 8 warps
     if (sw_ks == 4 && NT == 1) return go<4, 2, 1, 4, true>(a, dim3((rows + 31) / 32, a.max_items), s);
     const dim3 grid((rows + 15) / 16, a.max_items);

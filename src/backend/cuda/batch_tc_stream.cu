@@ -2,9 +2,10 @@
 // a list of work units (item's 8-row chunk × 256 weight rows), every unit's weights streamed through a
 // ring of NS shared-memory stages by cp.async (256 rows × 4 groups of 64 k each, plus the chunk's packed
 // activation fragments), so NS−1 stages of loads stay in flight while the warps run the MMAs of the
-// current one. Same operands and fold as batch_tc.cu (4-bit codes → exact fp16, activations fp16
-// hi + lo of x·2^e, acc += s·(part·2^-e) + b·Σx per group), full k per warp in group order: a row's
-// result depends only on its row and the weights (batch invariant).
+// current one. Same operands, fold and k-range sums as batch_tc.cu's block kernel (4-bit codes → exact
+// fp16, activations fp16 hi + lo of x·2^e, acc += s·(part·2^-e) + b·Σx per group, the block kernel's k
+// split emulated by partial sums per range in range order): bit-identical to it, so either kernel may
+// run for any batch size, and a row's result depends only on its row and the weights.
 #include <cuda_fp16.h>
 
 #include "backend/cuda/batch_ops.h"
@@ -205,11 +206,21 @@ __global__ void __launch_bounds__(kThreads, KC == 2 ? 2 : 1) bstream_kernel(BtcA
 
   // This warp's stage rows per m-tile.
   const int trow0 = SW ? 16 * warp : 32 * warp, trow1 = SW ? kRows / 2 + 16 * warp : 32 * warp + 16;
-  float acc[2][4];
+  // The block kernel (batch_tc.cu) splits k into KS ranges [k·nG/KS, (k+1)·nG/KS) summed in range order;
+  // the same partial sums here (pacc per range, acc the running total) make the two kernels bit-identical.
+  const int KSp = a.ks > 0 ? a.ks : 1;
+  auto bnd = [&](int k) { return ((k + 1) * nG) / KSp; };
+  int ksn = 0, nb = bnd(0);
+  auto first_range = [&] {
+    ksn = 0, nb = bnd(0);
+    while (ksn < KSp - 1 && nb == 0) nb = bnd(++ksn);
+  };
+  first_range();
+  float acc[2][4], pacc[2][4];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int c = 0; c < 4; ++c) acc[mt][c] = 0.f;
+    for (int c = 0; c < 4; ++c) acc[mt][c] = 0.f, pacc[mt][c] = 0.f;
 
   if (dense) {  // the first stages' weights before the PDL wait (they overlap the previous kernel)
 #pragma unroll
@@ -252,11 +263,12 @@ __global__ void __launch_bounds__(kThreads, KC == 2 ? 2 : 1) bstream_kernel(BtcA
 #pragma unroll
       for (int s = 0; s < 4; ++s) bf[s] = as[(g * kKC + G) * 16 + ((s * 4 + t) ^ ((g & 1) << 2))];
       const float2 x0 = xs[G * kSlots + 2 * t], x1 = xs[G * kSlots + 2 * t + 1];
-      float ph[2][4], pl[2][4];
+      // batch_tc.cu's per-group sequence: one fp32 partial, hi then lo per k-step, then the fold.
+      float part[2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) ph[mt][c] = 0.f, pl[mt][c] = 0.f;
+        for (int c = 0; c < 4; ++c) part[mt][c] = 0.f;
 #pragma unroll
       for (int s = 0; s < 4; ++s)
 #pragma unroll
@@ -265,17 +277,28 @@ __global__ void __launch_bounds__(kThreads, KC == 2 ? 2 : 1) bstream_kernel(BtcA
           const uint32_t w0 = (s >> 1) ? cw[mt][0].y : cw[mt][0].x, w1 = (s >> 1) ? cw[mt][1].y : cw[mt][1].x;
           cvt4(w0, s & 1, A[0], A[2]);
           cvt4(w1, s & 1, A[1], A[3]);
-          mma16816(ph[mt], A, bf[s].x, bf[s].y);
-          mma16816(pl[mt], A, bf[s].z, bf[s].w);
+          mma16816(part[mt], A, bf[s].x, bf[s].y);
+          mma16816(part[mt], A, bf[s].z, bf[s].w);
         }
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const float sc = __uint_as_float(sv[mt][h] << 16), bi = __uint_as_float(sv[mt][h] & 0xFFFF0000u);
-          acc[mt][2 * h] += fmaf(sc, (ph[mt][2 * h] + pl[mt][2 * h]) * x0.y, bi * x0.x);
-          acc[mt][2 * h + 1] += fmaf(sc, (ph[mt][2 * h + 1] + pl[mt][2 * h + 1]) * x1.y, bi * x1.x);
+          pacc[mt][2 * h] += fmaf(sc, part[mt][2 * h] * x0.y, bi * x0.x);
+          pacc[mt][2 * h + 1] += fmaf(sc, part[mt][2 * h + 1] * x1.y, bi * x1.x);
         }
+      // End of one of the block kernel's k-split ranges: its partial joins the total in range order.
+      const int Gg = kc * kKC + G;
+      if (Gg + 1 == nb) {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[mt][c] += pacc[mt][c], pacc[mt][c] = 0.f;
+        ++ksn;
+        nb = bnd(ksn);
+        while (ksn < KSp - 1 && nb == Gg + 1) nb = bnd(++ksn);
+      }
     }
     if (kc == NK - 1) {  // the unit's last stage: store its outputs, reset
       const Unit U = unit_of(its, n_items, int(blockIdx.x) + ui * int(gridDim.x), MB, nch);
@@ -322,6 +345,7 @@ __global__ void __launch_bounds__(kThreads, KC == 2 ? 2 : 1) bstream_kernel(BtcA
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[mt][c] = 0.f;
+      first_range();
     }
   }
   cp_wait<0>();
