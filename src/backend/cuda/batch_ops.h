@@ -155,8 +155,8 @@ struct BtcArgs {
   const int32_t* yrow = nullptr;
   // Kernel: 1 = the persistent staged kernel (batch_tc_stream.cu: experts, and dense 4-bit matrices of
   // ≥ 8192 rows), 2 = that also for every dense 4-bit matrix (tests), 0 = the block kernels
-  // (batch_tc.cu), -1 = LILY_BTC_STREAM (0 = block kernels, the default; 1 = stream; -1 = stream when the
-  // call has ≥ LILY_BTC_SMIN rows).
+  // (batch_tc.cu), -1 = LILY_BTC_STREAM (0 = block kernels; 1 = stream; -1 = the default: stream for
+  // the experts from LILY_BTC_SMIN = 16 rows and for dense matrices from LILY_BTC_SMIN_DENSE = 32).
   // Both give bit-identical results. The stream kernel needs 4-bit weights and, in items mode,
   // n_out == n_out_sh; otherwise the block kernel runs.
   int stream = -1;

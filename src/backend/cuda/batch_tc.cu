@@ -341,12 +341,13 @@ template <int BITS, int KS> Status dense_nt(const BtcArgs& a, int NT, cudaStream
 // least 8192 rows (the choice depends on the matrix only: batch invariance), unless LILY_BTC_STREAM=0
 // (LILY_BTC_SDENSE=0: experts only) or the caller picks (stream 0 / 1; 2 = dense at any size, tests).
 bool btc_uses_stream(const BtcArgs& a) {
-  static const int stream_env = env_int("LILY_BTC_STREAM", 0), dense_env = env_int("LILY_BTC_SDENSE", 1);
-  static const int smin = env_int("LILY_BTC_SMIN", 32);
+  static const int stream_env = env_int("LILY_BTC_STREAM", -1), dense_env = env_int("LILY_BTC_SDENSE", 1);
+  static const int smin = env_int("LILY_BTC_SMIN", 16), smin_d = env_int("LILY_BTC_SMIN_DENSE", 32);
   int want = a.stream >= 0 ? a.stream : stream_env;
-  // Auto: by the step's rows (items: B·(k + 1) entries, k + 1 = 9 in the model). Either kernel gives
-  // the same bits, so the choice may depend on B.
-  if (want < 0) want = (a.items ? a.max_ent / 9 : a.B) >= smin ? 1 : 0;
+  // Auto (default): by the step's rows (items: B·(k + 1) entries, k + 1 = 9 in the model): the experts
+  // from 16 rows, the dense matrices from 32 (H200, 14:32: the stream kernel's down is faster from 16
+  // rows, its dense in_proj only at 64). Either kernel gives the same bits, so the choice may depend on B.
+  if (want < 0) want = a.items ? (a.max_ent / 9 >= smin ? 1 : 0) : (a.B >= smin_d ? 1 : 0);
   if (want < 1) return false;
   if (!a.items && !(want == 2 || (dense_env != 0 && a.w.rows >= 8192))) return false;
   return btc_stream_ok(a);
