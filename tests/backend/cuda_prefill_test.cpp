@@ -21,6 +21,7 @@
 #include "core/bf16.h"
 #include "model/logits.h"
 #include "model/synthetic_weights.h"
+#include "cuda_test_env.h"
 
 #ifdef LILY_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -790,15 +791,10 @@ TEST(CudaPrefill, AttnBench) {
 }
 
 // ------------------------------------------------------------------------------- whole model
-struct EnvGuard {
-  std::string name;
-  explicit EnvGuard(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
-  ~EnvGuard() { unsetenv(name.c_str()); }
-};
 
 void model_case(const ModelWeights& w, std::vector<int> pieces, int steps, const char* chunk) {
-  EnvGuard eg("LILY_PREFILL_CHUNK", chunk);
-  EnvGuard em("LILY_PREFILL_MIN", "2");  // the prefill kernels from 2 tokens up (the default hands M < 8 to the decode graph)
+  ScopedEnv eg("LILY_PREFILL_CHUNK", chunk);
+  ScopedEnv em("LILY_PREFILL_MIN", "2");  // the prefill kernels from 2 tokens up (the default hands M < 8 to the decode graph)
   auto cpu_be = make_cpu_backend(w);
   auto gpu_be = make_cuda_backend(w, false);
   ASSERT_TRUE(cpu_be.is_ok() && gpu_be.is_ok()) << gpu_be.message();
