@@ -10,7 +10,9 @@
 //   options: --prompt-words N (default 48), --follow-ups K (each client continues its own
 //   conversation K times, so later turns hit the prefix cache), --disconnect P (abort a streamed
 //   reply after a random number of tokens with probability P), --non-stream P, --seed S,
-//   --system-words N (a system prompt of N words shared by every conversation).
+//   --system-words N (a system prompt of N words shared by every conversation), --logprobs (ask for
+//   logprobs: each event then names its tokens, and itl_token_ms gives every token its share of
+//   its event's interval, so an event that carries several tokens counts as several intervals).
 import fs from 'node:fs';
 
 export function percentile(xs, p) {
@@ -40,7 +42,7 @@ export async function metric(base, name) {
 async function one(base, body, { abortAfter = -1, stream = true, apiKey } = {}) {
   const ctl = new AbortController();
   const t0 = performance.now();
-  const out = { status: 0, tokens: 0, ttft: null, itl: [], tpot: null, finish: null, aborted: false, error: null, text: '' };
+  const out = { status: 0, tokens: 0, ttft: null, itl: [], itl_tok: [], tpot: null, finish: null, aborted: false, error: null, text: '' };
   let first = null, end = null;
   try {
     const r = await fetch(`${base}/v1/chat/completions`, {
@@ -77,10 +79,14 @@ async function one(base, body, { abortAfter = -1, stream = true, apiKey } = {}) 
         const ch = j.choices?.[0];
         if (!ch) continue;
         const piece = (ch.delta?.content ?? '') + (ch.delta?.reasoning_content ?? '');
-        if (piece.length > 0 || ch.delta?.tool_calls) {
+        const n = ch.logprobs?.content?.length ?? 0;  // tokens in this event (when logprobs were asked for)
+        if (piece.length > 0 || ch.delta?.tool_calls || n > 0) {
           const now = performance.now();
           if (out.ttft === null) out.ttft = now - t0, first = now;
-          else out.itl.push(now - last);
+          else {
+            out.itl.push(now - last);
+            for (let i = 0; i < n; ++i) out.itl_tok.push((now - last) / n);
+          }
           last = now;
           out.text += piece;
         }
@@ -136,6 +142,7 @@ export async function runLoad(o) {
   const ok = results.filter((r) => r.status === 200 && !r.aborted && !r.error);
   const tokens = ok.reduce((a, r) => a + r.tokens, 0);
   const itl = ok.flatMap((r) => r.itl);
+  const itlTok = ok.flatMap((r) => r.itl_tok);
   const ttft = ok.map((r) => r.ttft).filter((x) => x !== null);
   const tpot = ok.map((r) => r.tpot).filter((x) => x !== null);
   const hits = ((await metric(opt.url, 'lily_prefix_cache_hits_total')) ?? 0) - hits0;
@@ -148,6 +155,7 @@ export async function runLoad(o) {
     wall_s: round(wall), completion_tokens: tokens, aggregate_tok_s: round(tokens / wall),
     ttft_ms: { p50: round(percentile(ttft, 50)), p90: round(percentile(ttft, 90)), p99: round(percentile(ttft, 99)) },
     itl_ms: { p50: round(percentile(itl, 50)), p90: round(percentile(itl, 90)), p99: round(percentile(itl, 99)) },
+    ...(itlTok.length ? { itl_token_ms: { p50: round(percentile(itlTok, 50)), p90: round(percentile(itlTok, 90)), p99: round(percentile(itlTok, 99)) } } : {}),
     tpot_ms: { p50: round(percentile(tpot, 50)), p90: round(percentile(tpot, 90)), p99: round(percentile(tpot, 99)) },
     stream_tok_s_p50: tpot.length ? round(1000 / percentile(tpot, 50)) : null,
     cache_hit_rate: hits + miss > 0 ? round(hits / (hits + miss)) : null,
@@ -164,6 +172,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     promptWords: Number(get('prompt-words', 48)), followUps: Number(get('follow-ups', 0)), disconnect: Number(get('disconnect', 0)),
     nonStream: Number(get('non-stream', 0)), seed: Number(get('seed', 1)), apiKey: get('api-key', undefined),
     systemWords: Number(get('system-words', 0)),
+    extra: args.includes('--logprobs') ? { logprobs: true, top_logprobs: 0 } : {},
   });
   const { results, ...summary } = rep;
   console.log(JSON.stringify(summary, null, 2));

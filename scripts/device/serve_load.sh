@@ -6,7 +6,7 @@
 #   .devtools/tokenizer.json.xz, .devtools/tokenizer_config.json; optionally .devtools/lily_tests.xz
 #   (then TESTS, default CudaDraw.*, run first; TESTS_CUDA_ENGINE again with LILY_BACKEND=cuda)
 # Usage (device): RT=build-x/dev/rt scripts/device/serve_load.sh   carry: .devtools, build-x/dev/rt
-# Env: NO_TESTS (set: skip the tests), BACKEND (cuda), PRESET (qwen3.6-35b-a3b), CLIENTS ("1 16 64"), MAX_TOKENS (128), PARALLEL (64), MAX_SEQ (2048), CK (/tmp/full).
+# Env: LOGPROBS (set: ask for logprobs, so the ITL is also reported per token), NO_TESTS (set: skip the tests), BACKEND (cuda), PRESET (qwen3.6-35b-a3b), CLIENTS ("1 16 64"), MAX_TOKENS (128), PARALLEL (64), MAX_SEQ (2048), CK (/tmp/full).
 # $OUT: load.txt (summaries) and load.tgz (every JSON and the server log).
 set -uo pipefail
 RT=${RT:?set RT to the rt folder of a packed build}
@@ -64,7 +64,7 @@ else
     req=$((n * 4)); [[ $n -eq 1 ]] && req=${REQ1:-3}
     log "load: $n clients, $req requests, ${MAX_TOKENS:-128} tokens, system prompt $sys words"
     timeout 240 /tmp/node bench/load.mjs --url "http://127.0.0.1:$port" --clients "$n" --requests "$req" \
-      --max-tokens "${MAX_TOKENS:-128}" --prompt-words 48 --system-words "$sys" --json "$W/load_$row.json" > "$W/load_$row.txt" 2>&1
+      --max-tokens "${MAX_TOKENS:-128}" --prompt-words 48 --system-words "$sys" ${LOGPROBS:+--logprobs} --json "$W/load_$row.json" > "$W/load_$row.txt" 2>&1
     echo "rc $?" >> "$W/load_$row.txt"
     grep -vE '^\s*$' "$W/load_$row.txt" | head -40 >> "$T"
   done
