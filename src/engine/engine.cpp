@@ -215,7 +215,6 @@ bool Engine::prefill_some() {
       budget = interleave_tokens(time_budget - spent, used < token_budget ? token_budget - used : 0, s->prompt_left(), !did);
       if (budget == 0) break;
     }
-    if (s->finished() || s->decoding()) continue;
     if (!s->has_state()) {
       int n_cached = 0;
       const auto tc = std::chrono::steady_clock::now();
@@ -362,8 +361,6 @@ void Engine::decode_pipelined(Sequence& s) {
   };
   int32_t in = s.next_token();  // the input of the oldest step in flight
   if (Status st = model_.launch_draw(s.state(), in, s.device_spec()); !st) return fail(st);
-  const auto t0 = std::chrono::steady_clock::now();
-  const uint64_t steps0 = stats_.decode_steps;
   struct Trace {  // LILY_ENGINE_TRACE=1: one line per pipelined run
     bool on;
     const EngineStats& st;
@@ -376,7 +373,7 @@ void Engine::decode_pipelined(Sequence& s) {
       std::fprintf(stderr, "engine: pipelined %llu steps in %.1f ms (%.3f ms/step)\n", (unsigned long long)n, ms,
                    n ? ms / double(n) : 0.0);
     }
-  } trace{trace_, stats_, steps0, t0};
+  } trace{trace_, stats_, stats_.decode_steps, std::chrono::steady_clock::now()};
   for (;;) {
     // Launch the next step now if the request may need it. It can still stop at the token in
     // flight: then the extra step's draw is dropped, and its input (that token) stays in the state.

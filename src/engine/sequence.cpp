@@ -32,7 +32,7 @@ void Sequence::fed(std::span<const int32_t> tokens) {
 }
 
 std::span<const int32_t> Sequence::next_chunk(size_t max_len) const {
-  const size_t done = entry_.tokens.size() - reply_fed_;
+  const size_t done = prompt_fed();
   size_t len = std::min(prompt_left(), std::max<size_t>(max_len, 1));
   for (int snap : {req_->snapshot_at, req_->shared_prefix_at})
     if (snap > 0 && size_t(snap) > done && size_t(snap) < done + len) len = size_t(snap) - done;
@@ -40,7 +40,7 @@ std::span<const int32_t> Sequence::next_chunk(size_t max_len) const {
 }
 
 bool Sequence::snapshot_ahead() const {
-  const int fed = int(entry_.tokens.size() - reply_fed_);
+  const int fed = int(prompt_fed());
   return req_->snapshot_at > fed || req_->shared_prefix_at > fed;
 }
 

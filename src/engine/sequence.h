@@ -27,8 +27,9 @@ class Sequence {
   GenRequest& req() { return *req_; }
   bool finished() const { return finished_; }
   bool has_state() const { return entry_.state != nullptr; }
-  // Prompt tokens not yet fed (0 once decoding).
-  size_t prompt_left() const { return req_->prompt.size() - (entry_.tokens.size() - reply_fed_); }
+  // Prompt tokens fed so far, and not yet fed (0 once decoding).
+  size_t prompt_fed() const { return entry_.tokens.size() - reply_fed_; }
+  size_t prompt_left() const { return req_->prompt.size() - prompt_fed(); }
   bool decoding() const { return has_state() && (prompt_left() == 0 || tail_) && !finished_; }
   // A short prompt tail goes through decode steps, one token a step, instead of a prefill forward
   // (whose fixed cost, on a GPU, is that of reading nearly every expert). The engine decides.
@@ -55,7 +56,7 @@ class Sequence {
   enum class Snapshot { kNone, kTurn, kShared };
   Snapshot at_snapshot() const;
   // Token to feed in the next decode step (valid while decoding()).
-  int32_t next_token() const { return feeding_tail() ? req_->prompt[req_->prompt.size() - prompt_left()] : next_; }
+  int32_t next_token() const { return feeding_tail() ? req_->prompt[prompt_fed()] : next_; }
 
   // Logits of the last fed token: choose the next token, emit its event, and either keep going
   // (next_token() set) or finish (the final event emitted). Returns !finished().
