@@ -25,24 +25,16 @@
 #include "backend/cuda/batch_ops.h"
 #include "backend/cuda/ops.h"
 #include "core/bf16.h"
+#include "cuda_test_env.h"
 
 namespace lily {
 namespace {
 
 using cuda::QW;
 
-bool have_gpu(std::string& why) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n == 0) {
-    why = e != cudaSuccess ? cudaGetErrorString(e) : "0 devices";
-    return false;
-  }
-  return true;
-}
 #define REQUIRE_GPU()                                              \
   std::string why_;                                                \
-  if (!have_gpu(why_)) GTEST_SKIP() << "no CUDA device: " << why_
+  if (!cuda_device_present(why_)) GTEST_SKIP() << "no CUDA device: " << why_
 
 std::mt19937_64& rng() {
   static std::mt19937_64 r(77);

@@ -31,19 +31,6 @@ namespace {
 
 using cuda::QW;
 
-bool have_gpu(std::string& why) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    why = cudaGetErrorString(e);
-    return false;
-  }
-  if (n == 0) {
-    why = "0 devices";
-    return false;
-  }
-  return true;
-}
 // The reference keeps activations in fp32, as the kernels do.
 struct Fp32Storage {
   bool prev = cpu::bf16_storage();
@@ -52,7 +39,7 @@ struct Fp32Storage {
 };
 #define REQUIRE_GPU()                                                         \
   std::string why_;                                                           \
-  if (!have_gpu(why_)) GTEST_SKIP() << "no CUDA device: " << why_;            \
+  if (!cuda_device_present(why_)) GTEST_SKIP() << "no CUDA device: " << why_;            \
   Fp32Storage fp32_storage_guard_
 
 template <typename T> struct DBuf {

@@ -33,18 +33,9 @@ namespace {
 
 using cuda::QW;
 
-bool have_gpu(std::string& why) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n == 0) {
-    why = e != cudaSuccess ? cudaGetErrorString(e) : "0 devices";
-    return false;
-  }
-  return true;
-}
 #define REQUIRE_GPU()                                                \
   std::string why_;                                                  \
-  if (!have_gpu(why_)) GTEST_SKIP() << "no CUDA device: " << why_;   \
+  if (!cuda_device_present(why_)) GTEST_SKIP() << "no CUDA device: " << why_;   \
   ASSERT_FALSE(cpu::bf16_storage()) << "reference must keep fp32 activations"
 
 template <typename T> struct DBuf {
@@ -257,6 +248,30 @@ struct BenchW {
     q.codes = codes.p, q.sb = sb.p, q.rows = rows, q.cols = cols, q.bits = 4;
   }
 };
+// Mean ms of `reps` calls of run() after one untimed call; -1 if a call failed.
+template <typename F> float mean_ms(int reps, F run) {
+  if (!run()) return -1;
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  cudaEventRecord(e0);
+  bool ok = true;
+  for (int i = 0; i < reps && ok; ++i) ok = run();
+  cudaEventRecord(e1);
+  float ms = -1;
+  if (ok && cudaEventSynchronize(e1) == cudaSuccess) {
+    cudaEventElapsedTime(&ms, e0, e1);
+    ms /= float(reps);
+  }
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  return ms;
+}
+// {max |y − base|, max |base|}: a variant's output against the first variant's.
+std::pair<double, double> max_diff(const std::vector<float>& y, const std::vector<float>& base) {
+  double md = 0, my = 0;
+  for (size_t i = 0; i < y.size(); ++i) md = std::max(md, double(std::fabs(y[i] - base[i]))), my = std::max(my, double(std::fabs(base[i])));
+  return {md, my};
+}
+
 void bench_row(const char* name, cuda::pf::GemmArgs a, double flop) {
   std::vector<float> base;
   std::printf("| %-26s |", name);
@@ -264,25 +279,14 @@ void bench_row(const char* name, cuda::pf::GemmArgs a, double flop) {
     const int wg = std::abs(v);
     a.wg = wg;
     setenv("LILY_WG_LA", v < 0 ? "1" : "0", 1);
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0), cudaEventCreate(&e1);
-    ASSERT_TRUE(cuda::pf::gemm(a, nullptr).is_ok());
-    cudaEventRecord(e0);
-    const int reps = 10;
-    for (int i = 0; i < reps; ++i) ASSERT_TRUE(cuda::pf::gemm(a, nullptr).is_ok());
-    cudaEventRecord(e1);
-    ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    ms /= reps;
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    const float ms = mean_ms(10, [&] { return cuda::pf::gemm(a, nullptr).is_ok(); });
+    ASSERT_GE(ms, 0.f) << name << " variant " << v << ": a GEMM call failed";
     std::vector<float> y(size_t(a.M) * a.ldy);  // grouped: a.M = slots
     ASSERT_EQ(cudaMemcpy(y.data(), a.y, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     std::printf(" %8.3f ms %6.1f TF/s", ms, flop / (ms * 1e-3) / 1e12);
     if (wg == 0) base = y;
     else {
-      double md = 0, my = 0;
-      for (size_t i = 0; i < y.size(); ++i) md = std::max(md, double(std::fabs(y[i] - base[i]))), my = std::max(my, double(std::fabs(base[i])));
+      const auto [md, my] = max_diff(y, base);
       std::printf(" (rel %.1e)", md / std::max(my, 1e-30));
       EXPECT_LT(md, 1e-3 * my) << name << " variant " << v;
     }
@@ -762,25 +766,14 @@ TEST(CudaPrefill, AttnBench) {
       a.u = du.p, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = dqn.p, a.k_norm = dkn.p, a.kc = dkc.p, a.vc = dvc.p;
       a.kv_f32 = true, a.terms = 3, a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot;
       a.max_seq = max_seq, a.wg = v;
-      ASSERT_TRUE(cuda::pf::attn_prefill(a, nullptr).is_ok());
-      cudaEvent_t e0, e1;
-      cudaEventCreate(&e0), cudaEventCreate(&e1);
-      cudaEventRecord(e0);
-      const int reps = 5;
-      for (int r = 0; r < reps; ++r) ASSERT_TRUE(cuda::pf::attn_prefill(a, nullptr).is_ok());
-      cudaEventRecord(e1);
-      ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
-      ms /= reps;
-      cudaEventDestroy(e0), cudaEventDestroy(e1);
+      const float ms = mean_ms(5, [&] { return cuda::pf::attn_prefill(a, nullptr).is_ok(); });
+      ASSERT_GE(ms, 0.f) << "variant " << v << " pos0 " << pos0 << ": an attention call failed";
       const double pairs = double(M) * pos0 + double(M) * (M + 1) / 2;
       std::printf(" v%d %7.3f ms %6.1f TF/s", v, ms, 4.0 * hd * nh * pairs / (ms * 1e-3) / 1e12);
       auto y = dout.down();
       if (v == 0) base = y;
       else {
-        double md = 0, my = 0;
-        for (size_t i = 0; i < y.size(); ++i) md = std::max(md, double(std::fabs(y[i] - base[i]))), my = std::max(my, double(std::fabs(base[i])));
+        const auto [md, my] = max_diff(y, base);
         std::printf(" (rel %.1e)", md / std::max(my, 1e-30));
       }
       std::printf(" |");
