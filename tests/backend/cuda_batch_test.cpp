@@ -515,6 +515,33 @@ struct TcMoe {
     out = dout.get(), act = eact.get();
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   }
+  // The same on the int8 expert kernels (batch_moe_i8.cu): limb-pack x, gate+up+SwiGLU, limb-pack act, down.
+  void run_i8(const std::vector<float>& xh, const std::vector<int32_t>& ids, const std::vector<float>& tw, int B,
+              std::vector<float>& out, std::vector<float>& act) {
+    const int nent = B * k + B, ni = std::min(B * k, E) + 1;
+    D<float> x(xh), XG(size_t(B) * H / 64), IS(static_cast<size_t>(B)), eact(size_t(nent) * I), XGb(size_t(nent) * I / 64);
+    D<float> ISb(static_cast<size_t>(nent)), yd(size_t(nent) * H), dtw(tw), dout(size_t(B) * H);
+    D<uint32_t> La(size_t(B) * H), Lb(size_t(nent) * I);  // 4 bytes per value
+    D<int32_t> dids(ids), items(size_t(E + 2) * 4), nit(4), rowb(static_cast<size_t>(nent)), ent(static_cast<size_t>(nent));
+    auto* la = reinterpret_cast<uint8_t*>(La.p);
+    auto* lb = reinterpret_cast<uint8_t*>(Lb.p);
+    ASSERT_TRUE(cuda::broute(dids.p, B, k, E, items.p, nit.p, rowb.p, ent.p, nullptr).is_ok());
+    ASSERT_TRUE(cuda::blimb_pack(x.p, H, H, B, la, XG.p, IS.p, nullptr).is_ok());
+    cuda::BI8Args q{};
+    q.w = gate.q, q.w2 = up.q, q.sh = shgu.q, q.L = la, q.XG = XG.p, q.IS = IS.p, q.y = eact.p, q.ldy = I;
+    q.n_out = I, q.n_out_sh = I, q.swiglu = true, q.items = items.p, q.n_items = nit.p, q.E = E;
+    q.max_chunks = ni + (nent + 7) / 8, q.xrow = rowb.p, q.yrow = ent.p;
+    ASSERT_TRUE(cuda::bi8_ok(q));
+    ASSERT_TRUE(cuda::bi8_moe(q, nullptr).is_ok());
+    ASSERT_TRUE(cuda::blimb_pack(eact.p, I, I, nent, lb, XGb.p, ISb.p, nullptr).is_ok());
+    q.w = down.q, q.w2 = QW{}, q.sh = shd.q, q.L = lb, q.XG = XGb.p, q.IS = ISb.p, q.y = yd.p, q.ldy = H;
+    q.n_out = H, q.n_out_sh = H, q.swiglu = false, q.xrow = ent.p, q.yrow = ent.p;
+    ASSERT_TRUE(cuda::bi8_ok(q));
+    ASSERT_TRUE(cuda::bi8_moe(q, nullptr).is_ok());
+    ASSERT_TRUE(cuda::bmoe_combine(yd.p, dtw.p, k, H, B, dout.p, nullptr).is_ok());
+    out = dout.get(), act = eact.get();
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  }
   // The reference formula per row (cpu::qmatmul, fp32 activations): act of each routed slot and the
   // shared expert, out = Σ_j tw_j·down_j(act_j) + σ·sdown(act_s).
   void ref(const float* x, const int32_t* id, const float* tw, float* out, std::vector<float>& acts) {
@@ -610,6 +637,70 @@ TEST(CudaBatchTc, MoeMatchesCpuAndIsBatchInvariant) {
   }
 }
 
+
+// The int8 expert kernels against the CPU reference and batch invariant (|Δ| = 0 at every B vs 64).
+// Shapes: the model's (H 2048: 4 groups per warp, I 512: 8 groups), one group per warp at most (H 256,
+// I 64: 1 group; H 320: 5 groups, warps 5..7 idle; I 128), expert 0 hot (several 8-entry chunks at
+// B = 64, pairs with and without a second entry) and the shared expert on every row (8 chunks at B = 64).
+TEST(CudaBatchTc, MoeI8MatchesCpuAndIsBatchInvariant) {
+  REQUIRE_GPU();
+  cpu::set_bf16_storage(false);
+  struct S { int H, I, E, k; };
+  for (S s : {S{2048, 512, 64, 8}, S{256, 64, 12, 4}, S{320, 128, 24, 6}, S{2048, 512, 256, 8}}) {
+    TcMoe moe(s.H, s.I, s.E, s.k);
+    const int R = 64;
+    std::vector<int32_t> ids(size_t(R) * s.k);
+    std::vector<float> tw(size_t(R) * (s.k + 1));
+    for (int r = 0; r < R; ++r) {
+      std::vector<int32_t> perm(static_cast<size_t>(s.E));
+      for (int e = 0; e < s.E; ++e) perm[size_t(e)] = e;
+      std::shuffle(perm.begin(), perm.end(), rng());
+      if (r % 2 == 1) std::iter_swap(perm.begin(), std::find(perm.begin(), perm.end(), 0));
+      for (int j = 0; j < s.k; ++j) ids[size_t(r) * s.k + j] = perm[size_t(j)];
+      for (int j = 0; j <= s.k; ++j) tw[size_t(r) * (s.k + 1) + j] = 0.05f + std::fabs(randn()) * 0.2f;
+    }
+    const auto xh = act_rows(R, s.H);
+    std::vector<float> refo(size_t(R) * s.H), refa, acts;
+    for (int r = 0; r < R; ++r) {
+      moe.ref(&xh[size_t(r) * s.H], &ids[size_t(r) * s.k], &tw[size_t(r) * (s.k + 1)], &refo[size_t(r) * s.H], acts);
+      refa.insert(refa.end(), acts.begin(), acts.end());
+    }
+    std::vector<float> out64, act64;
+    moe.run_i8(xh, ids, tw, R, out64, act64);
+    const std::string shape = "H " + std::to_string(s.H) + " I " + std::to_string(s.I) + " E " + std::to_string(s.E) + " i8";
+    NormErr ne_out, ne_act;
+    for (int r = 0; r < R; ++r) {
+      ne_out.add(&out64[size_t(r) * s.H], &refo[size_t(r) * s.H], s.H);
+      for (int j = 0; j <= s.k; ++j) {
+        const size_t entry = j < s.k ? size_t(r) * s.k + j : size_t(R) * s.k + r;
+        ne_act.add(&act64[entry * s.I], &refa[(size_t(r) * (s.k + 1) + j) * s.I], s.I);
+      }
+    }
+    row("i8 moe act vs cpu (normwise)", shape, R, float(ne_act.worst));
+    row("i8 moe out vs cpu (normwise)", shape, R, float(ne_out.worst));
+    EXPECT_LE(ne_act.worst, kTolMoe) << shape;
+    EXPECT_LE(ne_out.worst, kTolMoe) << shape;
+    for (int B : kBs) {
+      if (B == 64) continue;
+      std::vector<float> xb(size_t(B) * s.H), twb(size_t(B) * (s.k + 1));
+      std::vector<int32_t> idb(size_t(B) * s.k);
+      for (int b = 0; b < B; ++b) {
+        const int src = (b * 7 + B) % R;
+        std::copy_n(&xh[size_t(src) * s.H], s.H, &xb[size_t(b) * s.H]);
+        std::copy_n(&ids[size_t(src) * s.k], s.k, &idb[size_t(b) * s.k]);
+        std::copy_n(&tw[size_t(src) * (s.k + 1)], s.k + 1, &twb[size_t(b) * (s.k + 1)]);
+      }
+      std::vector<float> outb, actb;
+      moe.run_i8(xb, idb, twb, B, outb, actb);
+      float inv = 0.f;
+      for (int b = 0; b < B; ++b)
+        for (int c = 0; c < s.H; ++c)
+          inv = std::max(inv, std::fabs(outb[size_t(b) * s.H + c] - out64[size_t((b * 7 + B) % R) * s.H + c]));
+      row("i8 moe batch invariance", shape, B, inv);
+      EXPECT_EQ(inv, 0.f) << shape << " B " << B;
+    }
+  }
+}
 
 // The fused top-k + routing launch equals brouter_topk then broute (ids, weights and the table).
 TEST(CudaBatchTc, RouteTopkFusedEqualsSplit) {

@@ -31,6 +31,10 @@ struct BatchCtx {
   uint32_t *P_a = nullptr, *P_b = nullptr;
   float *XS_a = nullptr, *XS_b = nullptr, *eact = nullptr, *yd = nullptr;
   int32_t *items = nullptr, *n_items = nullptr, *rowb = nullptr, *ent = nullptr;
+  // int8 expert path (batch_moe_i8.cu): limb-packed MoE inputs (L_a: the normed rows) and activations
+  // per entry (L_b), with their group sums and scales.
+  uint8_t *L_a = nullptr, *L_b = nullptr;
+  float *XG_a = nullptr, *IS_a = nullptr, *XG_b = nullptr, *IS_b = nullptr;
   // Row table: [tok | pos | cap] int32 [cap] each, then pointers ctl [cap], p0 [L][cap], p1 [L][cap].
   char* tab_dev = nullptr;
   char* tab_host = nullptr;
@@ -93,6 +97,12 @@ bool tc_on() {
   static const bool on = !env_is("LILY_BATCH_TC", "0");
   return on;
 }
+// The experts on int8 tensor cores (batch_moe_i8.cu) where the shapes allow, unless LILY_BTC_I8=0
+// (btc_gemm's fp16 hi + lo kernels).
+bool i8_on() {
+  static const bool on = !env_is("LILY_BTC_I8", "0");
+  return on;
+}
 }  // namespace
 
 Status CudaBackend::batch_alloc(int B) {
@@ -134,7 +144,13 @@ Status CudaBackend::batch_alloc(int B) {
     x.n_items = dalloc<int32_t>(4, x.owned);
     x.rowb = dalloc<int32_t>(nent, x.owned);
     x.ent = dalloc<int32_t>(nent, x.owned);
-    if (!x.yd || !x.ent) {
+    x.L_a = dalloc<uint8_t>(Bc * H * 4, x.owned);  // K/64 groups × 256 bytes = 4 bytes per value
+    x.XG_a = dalloc<float>(Bc * H / 64, x.owned);
+    x.IS_a = dalloc<float>(Bc, x.owned);
+    x.L_b = dalloc<uint8_t>(nent * I * 4, x.owned);
+    x.XG_b = dalloc<float>(nent * I / 64, x.owned);
+    x.IS_b = dalloc<float>(nent, x.owned);
+    if (!x.yd || !x.ent || !x.IS_b) {
       x.release();
       return cu_err("cuda forward_batch: out of device memory for {} rows", cap);
     }
@@ -176,12 +192,18 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
     return btc_gemm(g, s);
   };
   // add + norm (+ the previous layer's MoE combine when moe) → packed P_a.
-  auto norm = [&](const float* in, const float* mix, bool moe, const void* gain, float* res_out) {
+  auto norm = [&](const float* in, const float* mix, bool moe, const void* gain, float* res_out, float* n_out = nullptr) {
     BNormArgs n{};
     n.in = in, n.mix = moe ? nullptr : mix, n.yd = moe ? x.yd : nullptr, n.tw = x.topk_w, n.top_k = k;
-    n.gain = gain, n.H = H, n.B = B, n.eps = eps, n.res_out = res_out, n.P = x.P_a, n.XS = x.XS_a;
+    n.gain = gain, n.H = H, n.B = B, n.eps = eps, n.res_out = res_out, n.n_out = n_out, n.P = x.P_a, n.XS = x.XS_a;
     return bnorm_pack(n, s);
   };
+  // The int8 expert path for this model's shapes (decided once per step: the same for every layer).
+  BI8Args q8{};
+  q8.w = d.layers[0].gate, q8.w2 = d.layers[0].up, q8.sh = d.layers[0].sh_gate_up, q8.swiglu = true, q8.L = x.L_a;
+  bool i8 = i8_on() && bi8_ok(q8);
+  q8.w = d.layers[0].down, q8.w2 = QW{}, q8.sh = d.layers[0].sh_down, q8.swiglu = false, q8.L = x.L_b;
+  i8 = i8 && bi8_ok(q8);
   LILY_TRY(bembed(d.embed, x.tok(), x.xres[0], B, s));
   mk("embed");
   int p = 0;
@@ -221,8 +243,12 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
       mk("attn o_proj gemm");
     }
     p ^= 1;
-    LILY_TRY(norm(x.xres[p], x.mix, false, L.post_norm, x.xres[p ^ 1]));
+    LILY_TRY(norm(x.xres[p], x.mix, false, L.post_norm, x.xres[p ^ 1], i8 ? x.xn : nullptr));
     mk("add+norm+pack");
+    if (i8) {
+      LILY_TRY(blimb_pack(x.xn, H, H, B, x.L_a, x.XG_a, x.IS_a, s));
+      mk("limb pack");
+    }
     LILY_TRY(dense(L.router, x.P_a, x.XS_a, x.rl, E + 1));
     mk("router gemm");
     if (route_split()) {
@@ -234,6 +260,22 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
     }
     mk("top-k + route");
     p ^= 1;
+    if (i8) {
+      BI8Args q{};
+      q.w = L.gate, q.w2 = L.up, q.sh = L.sh_gate_up, q.L = x.L_a, q.XG = x.XG_a, q.IS = x.IS_a, q.y = x.eact, q.ldy = I;
+      q.n_out = I, q.n_out_sh = I, q.swiglu = true, q.items = x.items, q.n_items = x.n_items, q.E = E;
+      q.max_chunks = std::min(B * k, E) + 1 + (nent + 7) / 8, q.xrow = x.rowb, q.yrow = x.ent;
+      LILY_TRY(bi8_moe(q, s));
+      mk("moe gate+up (experts)");
+      LILY_TRY(blimb_pack(x.eact, I, I, nent, x.L_b, x.XG_b, x.IS_b, s));
+      mk("limb pack");
+      q.w = L.down, q.w2 = QW{}, q.sh = L.sh_down, q.L = x.L_b, q.XG = x.XG_b, q.IS = x.IS_b, q.y = x.yd, q.ldy = H;
+      q.n_out = H, q.n_out_sh = H, q.swiglu = false, q.xrow = x.ent, q.yrow = x.ent;
+      LILY_TRY(bi8_moe(q, s));
+      mk("moe down (experts)");
+      moe_pending = true;
+      continue;
+    }
     BtcArgs m{};
     m.w = L.gate, m.w2 = L.up, m.sh = L.sh_gate_up, m.P = x.P_a, m.XS = x.XS_a, m.y = x.eact, m.ldy = I;
     m.n_out = I, m.n_out_sh = I, m.swiglu = true, m.items = x.items, m.n_items = x.n_items;

@@ -174,4 +174,33 @@ bool btc_stream_ok(const BtcArgs& a);
 // Whether btc_gemm(a) runs the stream kernel (then, with swiglu and Pout set, it packs its output).
 bool btc_uses_stream(const BtcArgs& a);
 
+// ---- int8 tensor-core experts (batch_moe_i8.cu; LILY_BTC_I8=0 keeps btc_gemm for the experts) ----
+// Limb-packed activation rows (tc_dot.cuh's layout, one record per row): L uint8 [R][K/64][256] (4 signed
+// 7-bit limbs of x·S per value, S a power of two per row), XG float [R][K/64] = Σx·S per group,
+// IS float [R] = 1/S. 27 bits below the row's largest |x|. K a multiple of 64, ≤ 4096.
+Status blimb_pack(const float* x, int ldx, int K, int R, uint8_t* L, float* XG, float* IS, Stream s);
+
+// Expert-major MoE GEMM over the routing table of broute (items mode of BtcArgs, same weights and
+// entry maps), inputs limb-packed: gate+up+SwiGLU (swiglu; K ≤ 2048) or down (K ≤ 512). Block rows are
+// 8-entry chunks (items[i][3], n_items[1]); max_chunks bounds them (≥ max_items + ⌈entries / 8⌉).
+// Batch invariant (exact integer sums, fixed fold order per output element); not bit-identical to
+// btc_gemm (more precise: 27-bit activations instead of fp16 hi + lo).
+struct BI8Args {
+  QW w, w2, sh;
+  const uint8_t* L = nullptr;
+  const float* XG = nullptr;
+  const float* IS = nullptr;
+  float* y = nullptr;
+  int ldy = 0;
+  int n_out = 0, n_out_sh = 0;
+  bool swiglu = false;
+  const int32_t* items = nullptr;
+  const int32_t* n_items = nullptr;
+  int max_chunks = 0, E = 0;
+  const int32_t* xrow = nullptr;
+  const int32_t* yrow = nullptr;
+};
+bool bi8_ok(const BI8Args& a);
+Status bi8_moe(const BI8Args& a, Stream s);
+
 }  // namespace lily::cuda
