@@ -44,10 +44,9 @@ __device__ __forceinline__ float combine(const float* yd, const float* tw, int k
   return fmaf(__ldcg(tw + b * (k + 1) + k), __ldcg(yd + size_t(B * k + b) * H + e), m);
 }
 
-// One row per block (256 threads, thread t owns elements t + u·256, as badd_norm), then packed from
-// shared memory.
-__global__ void __launch_bounds__(kThreads) bnorm_pack_kernel(BNormArgs a) {
-  constexpr int U = 16;
+// One row per block (thread t owns elements t + u·blockDim, as badd_norm with 256 threads), then packed
+// from shared memory. 256 or 512 threads (bnorm_threads()).
+template <int U> __global__ void __launch_bounds__(4096 / U) bnorm_pack_kernel(BNormArgs a) {
   extern __shared__ float xn[];
   __shared__ float red[32];
   const int b = blockIdx.x, nt = blockDim.x, H = a.H;
@@ -243,10 +242,26 @@ Status bpack(const float* x, int ldx, int K, int R, uint32_t* P, float* XS, Stre
                   reinterpret_cast<uint4*>(P), reinterpret_cast<float2*>(XS));
 }
 
+// Threads of bnorm_pack (LILY_BNORM_THREADS: 256 or 512; fixed for the process, so a row's reduction
+// order does not depend on the batch). At 16 rows a block per row leaves most SMs idle, and each
+// thread's 8 elements need 9 combine loads each.
+static int bnorm_threads() {
+  static const int n = [] {
+    const char* e = std::getenv("LILY_BNORM_THREADS");
+    const int v = e && *e ? std::atoi(e) : 256;
+    return v == 512 ? v : 256;
+  }();
+  return n;
+}
+
 Status bnorm_pack(const BNormArgs& a, Stream s) {
   if (a.H <= 0 || a.H % 64 != 0 || a.H > 16 * kThreads) return cu_err("bnorm_pack: H={} unsupported", a.H);
   if (!a.P || !a.XS || a.B < 1 || (a.yd && (!a.tw || a.top_k < 1))) return cu_err("bnorm_pack: bad arguments");
-  return launch_k("bnorm_pack", bnorm_pack_kernel, dim3(a.B), dim3(kThreads), size_t(a.H) * sizeof(float),
+  const int nt = bnorm_threads();
+  if (nt == 512 && a.H <= 8 * 512)
+    return launch_k("bnorm_pack", bnorm_pack_kernel<8>, dim3(a.B), dim3(512), size_t(a.H) * sizeof(float),
+                    static_cast<cudaStream_t>(s), a);
+  return launch_k("bnorm_pack", bnorm_pack_kernel<16>, dim3(a.B), dim3(kThreads), size_t(a.H) * sizeof(float),
                   static_cast<cudaStream_t>(s), a);
 }
 
