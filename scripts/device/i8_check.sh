@@ -15,8 +15,9 @@ for f in lily lily_tests; do xz -dc ".devtools/$f.xz" > "/tmp/$f" && chmod +x "/
 [[ -f /tmp/full/config.json ]] || ( timeout 120 /tmp/lily synth --preset qwen3.6-35b-a3b --out /tmp/full > "$O/synth.txt" 2>&1 ) &
 SYN=$!
 log "CudaBatchTc.*"
-timeout 200 /tmp/lily_tests --gtest_filter="${OPS:-CudaBatchTc.*}" > "$O/tc.txt" 2>&1; echo "rc $?" >> "$O/tc.txt"
-grep -E '\| i8 moe|Failure|FAILED|PASSED|^rc ' "$O/tc.txt" | grep -v 'invariance.*| 0 ' | head -40 >> "$S"
+timeout 200 /tmp/lily_tests --gtest_filter="${OPS:-CudaBatchTc.*:CudaOps.*}" > "$O/tc.txt" 2>&1; echo "rc $?" >> "$O/tc.txt"
+grep -E '\| i8 moe|limbs|Failure|FAILED|PASSED|^rc ' "$O/tc.txt" | grep -v 'invariance.*| 0 ' | head -40 >> "$S"
+echo "rows ok $(grep -c '| ok' "$O/tc.txt") FAIL $(grep -c '| FAIL' "$O/tc.txt")" >> "$S"
 echo "i8 invariance rows: $(grep -c 'i8 moe batch invariance' "$O/tc.txt")" >> "$S"
 log "ForwardBatch + engine, LILY_BACKEND=cuda"
 LILY_BACKEND=cuda timeout 150 /tmp/lily_tests --gtest_filter='ForwardBatch.*:BatchingTest.*:Engine*' > "$O/inv.txt" 2>&1; echo "rc $?" >> "$O/inv.txt"
@@ -29,6 +30,9 @@ bb() {  # name batches steps [env...]
     --steps "$steps" --check > "$O/bb_$name.txt" 2>&1; echo "rc $?" >> "$O/bb_$name.txt"
   grep -vE 'upload|^[[:space:]{}\]]' "$O/bb_$name.txt" | tail -45 >> "$S"
 }
+log "bench (batch-1 decode: tc_dot.cuh changed)"
+timeout 60 /tmp/lily bench --model /tmp/full --backend cuda --contexts 256 > "$O/bench.txt" 2>&1
+grep -E '^\|' "$O/bench.txt" >> "$S"
 bb i8 1,4,16,64 16
 bb hilo 16,64 8 LILY_BTC_I8=0
 bb norm512 16,64 8 LILY_BNORM_THREADS=512

@@ -454,8 +454,16 @@ TEST(CudaBatchTc, NormPackMatchesCpu) {
     D<uint32_t> P(size_t(B) * H), P2(size_t(B) * H);
     cuda::BNormArgs a{};
     a.in = din.p, a.mix = dmix.p, a.gain = gain.p, a.H = H, a.B = B, a.res_out = res.p, a.n_out = n.p, a.P = P.p, a.XS = XS.p;
+    // The limb packing for the int8 experts, fused here, must equal blimb_pack of the normed rows.
+    D<uint32_t> L(size_t(B) * H), L2(size_t(B) * H);
+    D<float> XG(size_t(B) * H / 64), XG2(size_t(B) * H / 64), IS(static_cast<size_t>(B)), IS2(static_cast<size_t>(B));
+    a.L = reinterpret_cast<uint8_t*>(L.p), a.XG = XG.p, a.IS = IS.p;
     ASSERT_TRUE(cuda::bnorm_pack(a, nullptr).is_ok());
     ASSERT_TRUE(cuda::bpack(n.p, H, H, B, P2.p, XS2.p, nullptr).is_ok());
+    ASSERT_TRUE(cuda::blimb_pack(n.p, H, H, B, reinterpret_cast<uint8_t*>(L2.p), XG2.p, IS2.p, nullptr).is_ok());
+    const bool same_l = L.get() == L2.get() && XG.get() == XG2.get() && IS.get() == IS2.get();
+    row("tc add+norm limbs == blimb_pack(normed)", "H " + std::to_string(H), B, same_l ? 0.f : 1.f);
+    EXPECT_TRUE(same_l);
     std::vector<float> r(size_t(B) * H), ref(size_t(B) * H);
     for (size_t i = 0; i < r.size(); ++i) r[i] = in[i] + mix[i];
     cpu::rmsnorm(r.data(), B, H, gh.data(), 1e-6f, ref.data());

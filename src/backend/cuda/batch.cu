@@ -192,10 +192,12 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
     return btc_gemm(g, s);
   };
   // add + norm (+ the previous layer's MoE combine when moe) → packed P_a.
-  auto norm = [&](const float* in, const float* mix, bool moe, const void* gain, float* res_out, float* n_out = nullptr) {
+  // limbs: also limb-pack the normed rows into L_a (the int8 experts' input).
+  auto norm = [&](const float* in, const float* mix, bool moe, const void* gain, float* res_out, bool limbs = false) {
     BNormArgs n{};
     n.in = in, n.mix = moe ? nullptr : mix, n.yd = moe ? x.yd : nullptr, n.tw = x.topk_w, n.top_k = k;
-    n.gain = gain, n.H = H, n.B = B, n.eps = eps, n.res_out = res_out, n.n_out = n_out, n.P = x.P_a, n.XS = x.XS_a;
+    n.gain = gain, n.H = H, n.B = B, n.eps = eps, n.res_out = res_out, n.P = x.P_a, n.XS = x.XS_a;
+    if (limbs) n.L = x.L_a, n.XG = x.XG_a, n.IS = x.IS_a;
     return bnorm_pack(n, s);
   };
   // The int8 expert path for this model's shapes (decided once per step: the same for every layer).
@@ -243,12 +245,8 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
       mk("attn o_proj gemm");
     }
     p ^= 1;
-    LILY_TRY(norm(x.xres[p], x.mix, false, L.post_norm, x.xres[p ^ 1], i8 ? x.xn : nullptr));
+    LILY_TRY(norm(x.xres[p], x.mix, false, L.post_norm, x.xres[p ^ 1], i8));
     mk("add+norm+pack");
-    if (i8) {
-      LILY_TRY(blimb_pack(x.xn, H, H, B, x.L_a, x.XG_a, x.IS_a, s));
-      mk("limb pack");
-    }
     LILY_TRY(dense(L.router, x.P_a, x.XS_a, x.rl, E + 1));
     mk("router gemm");
     if (route_split()) {

@@ -14,17 +14,13 @@
 namespace lily::cuda {
 namespace {
 
-// One row per block: tc_stage into the row's global record (limbs, Σx·S per group), then 1/S.
-template <int NO> __global__ void __launch_bounds__(256) blimb_kernel(const float* x, int ldx, int K, uint8_t* L,
-                                                                      float* XG, float* IS) {
-  __shared__ float red[64];
+// One row per block (tc_limb_row).
+__global__ void __launch_bounds__(256) blimb_kernel(const float* x, int ldx, int K, uint8_t* L, float* XG, float* IS) {
+  __shared__ float red[32];
   pdl_wait();
   pdl_trigger();
   const int r = blockIdx.x, NG = K / 64;
-  const float gn[NO][8] = {};
-  const float invS = tc_stage<false, NO>(x + size_t(r) * ldx, nullptr, gn, K, 0.f, nullptr, nullptr,
-                                         L + size_t(r) * NG * 256, XG + size_t(r) * NG, red);
-  if (threadIdx.x == 0) IS[r] = invS;
+  tc_limb_row<true>(x + size_t(r) * ldx, K, L + size_t(r) * NG * 256, XG + size_t(r) * NG, IS + r, red);
 }
 
 // Lane coefficients of the two-row layout: columns 2t, 2t+1 of the MMA are limbs (0, 1) of entry
@@ -229,11 +225,10 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 }  // namespace
 
 Status blimb_pack(const float* x, int ldx, int K, int R, uint8_t* L, float* XG, float* IS, Stream stream) {
-  if (K % 64 != 0 || K <= 0 || K > 4096 || ldx % 4 != 0 || R < 1) return cu_err("blimb_pack: K={} ldx={} R={}", K, ldx, R);
-  if (!aligned16(x) || !aligned16(L)) return cu_err("blimb_pack: unaligned buffers");
-  auto s = static_cast<cudaStream_t>(stream);
-  if (K <= 2048) return launch_k("blimb_pack", blimb_kernel<1>, dim3(R), dim3(256), 0, s, x, ldx, K, L, XG, IS);
-  return launch_k("blimb_pack", blimb_kernel<2>, dim3(R), dim3(256), 0, s, x, ldx, K, L, XG, IS);
+  if (K % 64 != 0 || K <= 0 || R < 1) return cu_err("blimb_pack: K={} ldx={} R={}", K, ldx, R);
+  if (!aligned16(L)) return cu_err("blimb_pack: unaligned buffer");
+  return launch_k("blimb_pack", blimb_kernel, dim3(R), dim3(256), 0, static_cast<cudaStream_t>(stream), x, ldx, K, L,
+                  XG, IS);
 }
 
 bool bi8_ok(const BI8Args& a) {

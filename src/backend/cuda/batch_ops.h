@@ -116,6 +116,10 @@ struct BNormArgs {
   float* n_out = nullptr;
   uint32_t* P = nullptr;
   float* XS = nullptr;
+  // Optional: n also limb-packed (blimb_pack's layout and bits, K = H) for the int8 experts.
+  uint8_t* L = nullptr;
+  float* XG = nullptr;
+  float* IS = nullptr;
 };
 Status bnorm_pack(const BNormArgs& a, Stream s);
 // out[b] = the MoE combine of bnorm_pack (tests).
@@ -177,7 +181,7 @@ bool btc_uses_stream(const BtcArgs& a);
 // ---- int8 tensor-core experts (batch_moe_i8.cu; LILY_BTC_I8=0 keeps btc_gemm for the experts) ----
 // Limb-packed activation rows (tc_dot.cuh's layout, one record per row): L uint8 [R][K/64][256] (4 signed
 // 7-bit limbs of x·S per value, S a power of two per row), XG float [R][K/64] = Σx·S per group,
-// IS float [R] = 1/S. 27 bits below the row's largest |x|. K a multiple of 64, ≤ 4096.
+// IS float [R] = 1/S. 27 bits below the row's largest |x|. K a multiple of 64.
 Status blimb_pack(const float* x, int ldx, int K, int R, uint8_t* L, float* XG, float* IS, Stream s);
 
 // Expert-major MoE GEMM over the routing table of broute (items mode of BtcArgs, same weights and

@@ -7,6 +7,7 @@
 #include "backend/cuda/batch_ops.h"
 #include "backend/cuda/batch_pack.cuh"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/tc_dot.cuh"
 
 namespace lily::cuda {
 namespace {
@@ -91,6 +92,7 @@ template <int U> __global__ void __launch_bounds__(4096 / U) bnorm_pack_kernel(B
   }
   __syncthreads();
   pack_row(xn, H, reinterpret_cast<uint4*>(a.P) + size_t(b) * (H / 4), reinterpret_cast<float2*>(a.XS) + size_t(b) * (H / 64));
+  if (a.L) tc_limb_row<false>(xn, H, a.L + size_t(b) * H * 4, a.XG + size_t(b) * (H / 64), a.IS + b, red);
 }
 
 __global__ void bcombine_kernel(const float* yd, const float* tw, int k, int H, int B, float* out) {
@@ -256,7 +258,8 @@ static int bnorm_threads() {
 
 Status bnorm_pack(const BNormArgs& a, Stream s) {
   if (a.H <= 0 || a.H % 64 != 0 || a.H > 16 * kThreads) return cu_err("bnorm_pack: H={} unsupported", a.H);
-  if (!a.P || !a.XS || a.B < 1 || (a.yd && (!a.tw || a.top_k < 1))) return cu_err("bnorm_pack: bad arguments");
+  if (!a.P || !a.XS || a.B < 1 || (a.yd && (!a.tw || a.top_k < 1)) || (a.L && (!a.XG || !a.IS)))
+    return cu_err("bnorm_pack: bad arguments");
   const int nt = bnorm_threads();
   if (nt == 512 && a.H <= 8 * 512)
     return launch_k("bnorm_pack", bnorm_pack_kernel<8>, dim3(a.B), dim3(512), size_t(a.H) * sizeof(float),

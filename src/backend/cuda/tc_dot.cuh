@@ -70,6 +70,31 @@ __device__ __forceinline__ float tc_quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// The 4 limbs of one octet y[0..7] (values x·S of codes 8o .. 8o+7, |y| ≤ 64) into its records: rec
+// points at record (G, t, limb 0) of the octet's group and quad, word = o & 1 picks the 8-byte half.
+// y is consumed (left holding the last remainder).
+__device__ __forceinline__ void tc_put_limbs(float (&y)[8], uint8_t* rec, int word) {
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    uint32_t tb[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float tm = y[i] + kTcMagic;
+      tb[i] = __float_as_uint(tm);
+      y[i] = (y[i] - (tm - kTcMagic)) * 128.f;
+    }
+    *reinterpret_cast<uint2*>(rec + c * 16 + word * 8) =
+        make_uint2(tc_pack4(tb[0], tb[2], tb[4], tb[6]), tc_pack4(tb[1], tb[3], tb[5], tb[7]));
+  }
+}
+// S = 2^(6−e) with bound < 2^e, so |x·S| ≤ 64 (a few ulps over at most: rint gives ≤ 64); returns S, sets invS.
+__device__ __forceinline__ float tc_scale(float bound, float& invS) {
+  int e = int((__float_as_uint(bound) >> 23) & 0xFF) - 126;
+  e = e < -100 ? -100 : e;
+  invS = __uint_as_float(uint32_t(127 - 6 + e) << 23);
+  return __uint_as_float(uint32_t(127 + 6 - e) << 23);
+}
+
 // Stages x (K a multiple of 64, K ≤ 8·256·NO) into bs / xs_g; whole block (256 threads, 8 warps),
 // octet o = 8 consecutive elements taken by thread o mod 256. ADDNORM: r = in + mix (mix may be
 // null), block 0 writes r to res_out (if set), x = r·rsqrt(mean r² + eps)·gain (gn: this thread's
@@ -128,10 +153,8 @@ __device__ __forceinline__ float tc_stage(const float* in, const float* mix, con
       }
     bound = m * inv;
   }
-  // S = 2^(6−e) with bound < 2^e, so |x·S| ≤ 64 (a few ulps over at most: rint gives ≤ 64).
-  int e = int((__float_as_uint(bound) >> 23) & 0xFF) - 126;
-  e = e < -100 ? -100 : e;
-  const float S = __uint_as_float(uint32_t(127 + 6 - e) << 23), invS = __uint_as_float(uint32_t(127 - 6 + e) << 23);
+  float invS;
+  const float S = tc_scale(bound, invS);
 #pragma unroll
   for (int j = 0; j < NO; ++j) {
     const int o = tid + 256 * j;
@@ -148,22 +171,47 @@ __device__ __forceinline__ float tc_stage(const float* in, const float* mix, con
       float y[8];
 #pragma unroll
       for (int i = 0; i < 8; ++i) y[i] = v[j][i] * S;
-      const int G = o / 8, t = (o & 7) >> 1, word = o & 1;
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        uint32_t tb[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const float tm = y[i] + kTcMagic;
-          tb[i] = __float_as_uint(tm);
-          y[i] = (y[i] - (tm - kTcMagic)) * 128.f;
-        }
-        *reinterpret_cast<uint2*>(bs + ((G * 4 + t) * 4 + c) * 16 + word * 8) =
-            make_uint2(tc_pack4(tb[0], tb[2], tb[4], tb[6]), tc_pack4(tb[1], tb[3], tb[5], tb[7]));
-      }
+      const int G = o / 8, t = (o & 7) >> 1;
+      tc_put_limbs(y, bs + (G * 4 + t) * 4 * 16, o & 1);
     }
   }
   return invS;
+}
+
+// One row of K values (K a multiple of 64) limb-packed by the whole block (any multiple of 32 threads)
+// into the global record of tc_stage's layout (L: K/64 × 256 bytes, XG: Σx·S per group) and *IS = 1/S;
+// the same bits as tc_stage<false> of that row. GLOBAL: x in global memory written by an earlier kernel
+// (read through L2), else x anywhere (shared memory). red: 32 floats of shared memory.
+template <bool GLOBAL>
+__device__ __forceinline__ void tc_limb_row(const float* x, int K, uint8_t* L, float* XG, float* IS, float* red) {
+  const int n_oct = K / 8, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  auto ld = [&](int i) { return GLOBAL ? __ldcg(x + i) : x[i]; };
+  float m = 0.f;
+  for (int i = threadIdx.x; i < K; i += blockDim.x) m = fmaxf(m, fabsf(ld(i)));
+  m = warp_max(m);
+  __syncthreads();  // red may still be read by an earlier reduction of the caller
+  if (lane == 0) red[warp] = m;
+  __syncthreads();
+  m = lane < nw ? red[lane] : 0.f;
+  m = warp_max(m);
+  float invS;
+  const float S = tc_scale(m, invS);
+  for (int o0 = threadIdx.x - lane; o0 < n_oct; o0 += blockDim.x) {  // warp-uniform: a group is 8 lanes
+    const int o = o0 + lane;
+    float y[8], gs = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) y[i] = o < n_oct ? ld(8 * o + i) : 0.f, gs += y[i];
+    gs += __shfl_xor_sync(0xffffffffu, gs, 1);
+    gs += __shfl_xor_sync(0xffffffffu, gs, 2);
+    gs += __shfl_xor_sync(0xffffffffu, gs, 4);
+    if (o < n_oct) {
+      if ((o & 7) == 0) XG[o / 8] = gs * S;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) y[i] *= S;
+      tc_put_limbs(y, L + (o / 8 * 4 + (o & 7) / 2) * 4 * 16, o & 1);
+    }
+  }
+  if (threadIdx.x == 0) *IS = invS;
 }
 
 }  // namespace lily::cuda
