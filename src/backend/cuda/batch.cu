@@ -97,10 +97,12 @@ bool tc_on() {
   static const bool on = !env_is("LILY_BATCH_TC", "0");
   return on;
 }
-// The experts on int8 tensor cores (batch_moe_i8.cu) where the shapes allow, unless LILY_BTC_I8=0
-// (btc_gemm's fp16 hi + lo kernels).
+// The experts on int8 tensor cores (batch_moe_i8.cu) where the shapes allow, with LILY_BTC_I8=1; default
+// off: on the H200 (2026-12-03, docs/perf/2026-12-03-batching-i8.md) the whole step was 1,088 vs 1,163 tok/s
+// at 16 rows and 1,699 vs 1,824 at 64 against btc_gemm's fp16 hi + lo kernels (gate+up 3.94 vs 4.22 ms,
+// down 2.57 vs 1.54 ms at 16 rows: one 8-entry chunk per block, no weight prefetch across units).
 bool i8_on() {
-  static const bool on = !env_is("LILY_BTC_I8", "0");
+  static const bool on = env_is("LILY_BTC_I8", "1");
   return on;
 }
 }  // namespace

@@ -178,7 +178,7 @@ bool btc_stream_ok(const BtcArgs& a);
 // Whether btc_gemm(a) runs the stream kernel (then, with swiglu and Pout set, it packs its output).
 bool btc_uses_stream(const BtcArgs& a);
 
-// ---- int8 tensor-core experts (batch_moe_i8.cu; LILY_BTC_I8=0 keeps btc_gemm for the experts) ----
+// ---- int8 tensor-core experts (batch_moe_i8.cu; used by the batched step with LILY_BTC_I8=1) ----
 // Limb-packed activation rows (tc_dot.cuh's layout, one record per row): L uint8 [R][K/64][256] (4 signed
 // 7-bit limbs of x·S per value, S a power of two per row), XG float [R][K/64] = Σx·S per group,
 // IS float [R] = 1/S. 27 bits below the row's largest |x|. K a multiple of 64.
