@@ -33,6 +33,13 @@ class Backend {
   // forward_batch into host logits, then draw_row on the host. CUDA draws on the device.
   virtual Status decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,
                              std::span<const DrawSpec> spec, std::span<Drawn> out);
+  // Readies batched steps of up to max_rows rows ahead of time, so the first step of a batch size
+  // not seen before does not stall the rows already decoding (CUDA: sizes the scratch once and
+  // captures the step graph of every batch size 2..max_rows). Default: nothing to do.
+  virtual Status prepare_batch(int max_rows) {
+    (void)max_rows;
+    return Status::ok();
+  }
   // Depth-2 pipelined decode of one sequence, where pipelined_draw() is true: launch_draw enqueues
   // one decode_draw step and returns at once, feeding `token`, or when token < 0 the id that the
   // previous launched step (for this state) drew, still where it was drawn; collect_draw waits for

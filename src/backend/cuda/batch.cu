@@ -398,6 +398,45 @@ void CudaBackend::print_profile(int B) {
   std::fprintf(stderr, "| total | | %.3f | |\n", total);
 }
 
+// The step graph of B rows, captured the first time B is seen (it reads the rows from the row
+// table, so one graph serves any set of B states).
+Status CudaBackend::batch_graph(int B, cudaGraphExec_t& out) {
+  BatchCtx& x = *batch_;
+  auto it = x.graphs.find(B);
+  if (it == x.graphs.end()) {
+    cudaGraph_t g = nullptr;
+    LILY_CU_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    Status s = enqueue_batch(B, stream_);
+    cudaError_t e = cudaStreamEndCapture(stream_, &g);
+    if (!s) {
+      if (g) cudaGraphDestroy(g);
+      return s;
+    }
+    if (e != cudaSuccess) return cu_err("cuda forward_batch: graph capture failed: {}", cudaGetErrorString(e));
+    cudaGraphExec_t ex = nullptr;
+    e = cudaGraphInstantiate(&ex, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) return cu_err("cuda forward_batch: graph instantiation failed: {}", cudaGetErrorString(e));
+    it = x.graphs.emplace(B, ex).first;
+  }
+  out = it->second;
+  return Status::ok();
+}
+
+// Sizes the batch scratch and the draw buffers for max_rows once, then captures the step graph of
+// every batch size 2..max_rows (B = 1 is the batch-1 graph), so that a batch growing to a size not
+// seen before costs no capture (tens of ms) in the middle of serving.
+Status CudaBackend::prepare_batch(int max_rows) {
+  if (max_rows < 2 || !batch_knobs_ok() || cfg_.linear_value_head_dim > 256 || !graphs_on()) return Status::ok();
+  LILY_TRY(batch_alloc(max_rows));
+  LILY_TRY(ensure_draw(max_rows));
+  for (int B = 2; B <= max_rows; ++B) {
+    cudaGraphExec_t ex = nullptr;
+    LILY_TRY(batch_graph(B, ex));
+  }
+  return Status::ok();
+}
+
 Status CudaBackend::forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
                                   std::span<float> logits) {
   return batch_step(states, tokens, logits, {}, {});
@@ -450,23 +489,9 @@ Status CudaBackend::batch_step(std::span<SeqState* const> states, std::span<cons
     x.prof = false;
     LILY_TRY(ps);
   } else if (graphs_on()) {
-    auto it = x.graphs.find(B);
-    if (it == x.graphs.end()) {
-      cudaGraph_t g = nullptr;
-      LILY_CU_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      Status s = enqueue_batch(B, stream_);
-      cudaError_t e = cudaStreamEndCapture(stream_, &g);
-      if (!s) {
-        if (g) cudaGraphDestroy(g);
-        return s;
-      }
-      if (e != cudaSuccess) return cu_err("cuda forward_batch: graph capture failed: {}", cudaGetErrorString(e));
-      cudaGraphExec_t ex = nullptr;
-      LILY_CU_TRY(cudaGraphInstantiate(&ex, g, 0));
-      cudaGraphDestroy(g);
-      it = x.graphs.emplace(B, ex).first;
-    }
-    LILY_CU_TRY(cudaGraphLaunch(it->second, stream_));
+    cudaGraphExec_t ex = nullptr;
+    LILY_TRY(batch_graph(B, ex));
+    LILY_CU_TRY(cudaGraphLaunch(ex, stream_));
   } else {
     LILY_TRY(enqueue_batch(B, stream_));
   }

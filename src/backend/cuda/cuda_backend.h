@@ -194,6 +194,8 @@ class CudaBackend final : public Backend {
     return Status::ok();
   }
 
+  // Scratch for max_rows rows and the step graph of every batch size up to it (batch.cu).
+  Status prepare_batch(int max_rows) override;
   // One decode step for B sequences, weights read once for all rows (batch.cu).
   Status forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
                        std::span<float> logits) override;
@@ -373,6 +375,7 @@ class CudaBackend final : public Backend {
   // Draws B rows of device logits [B][V] as spec says into out (host), synchronising (draw_backend.cu).
   Status draw_device(const float* logits, int B, std::span<const DrawSpec> spec, std::span<Drawn> out);
   Status enqueue_batch(int B, cudaStream_t s);
+  Status batch_graph(int B, cudaGraphExec_t& out);  // the step graph of B rows (captured once)
   void print_profile(int B);
   Status pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool want_logits);
   std::vector<std::pair<const char*, cudaEvent_t>>* prof_ = nullptr;
