@@ -180,13 +180,68 @@ static Status gemv_rows(const QW& w, const float* x, int ldx, float* y, int ldy,
   return Status::ok();
 }
 
+// The MoE block of the tensor-core step on B rows packed in x.P_a / x.XS_a (i8: also limb-packed in
+// x.L_a): router GEMM, routing table, gate+up+SwiGLU and down, expert-major, into x.yd [B·k + B][H]
+// with the weights in x.topk_w (the combine is the caller's: folded into the next add + norm, or
+// bmoe_combine).
+template <typename Mk>
+static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, int B, cudaStream_t s, Mk&& mk, bool i8) {
+  const int H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
+  const int nent = B * k + B;
+  BtcArgs r{};
+  r.w = L.router, r.P = x.P_a, r.XS = x.XS_a, r.y = x.rl, r.ldy = E + 1, r.B = B;
+  LILY_TRY(btc_gemm(r, s));
+  mk("router gemm");
+  if (route_split()) {
+    LILY_TRY(brouter_topk(x.rl, E + 1, E, k, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, s));
+    LILY_TRY(broute(x.topk_ids, B, k, E, x.items, x.n_items, x.rowb, x.ent, s));
+  } else {
+    LILY_TRY(broute_topk(x.rl, E + 1, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, k, E, x.items,
+                         x.n_items, x.rowb, x.ent, s));
+  }
+  mk("top-k + route");
+  if (i8) {
+    BI8Args q{};
+    q.w = L.gate, q.w2 = L.up, q.sh = L.sh_gate_up, q.L = x.L_a, q.XG = x.XG_a, q.IS = x.IS_a, q.y = x.eact, q.ldy = I;
+    q.n_out = I, q.n_out_sh = I, q.swiglu = true, q.items = x.items, q.n_items = x.n_items, q.E = E;
+    q.max_chunks = std::min(B * k, E) + 1 + (nent + 7) / 8, q.xrow = x.rowb, q.yrow = x.ent;
+    LILY_TRY(bi8_moe(q, s));
+    mk("moe gate+up (experts)");
+    LILY_TRY(blimb_pack(x.eact, I, I, nent, x.L_b, x.XG_b, x.IS_b, s));
+    mk("limb pack");
+    q.w = L.down, q.w2 = QW{}, q.sh = L.sh_down, q.L = x.L_b, q.XG = x.XG_b, q.IS = x.IS_b, q.y = x.yd, q.ldy = H;
+    q.n_out = H, q.n_out_sh = H, q.swiglu = false, q.xrow = x.ent, q.yrow = x.ent;
+    LILY_TRY(bi8_moe(q, s));
+    mk("moe down (experts)");
+    return Status::ok();
+  }
+  BtcArgs m{};
+  m.w = L.gate, m.w2 = L.up, m.sh = L.sh_gate_up, m.P = x.P_a, m.XS = x.XS_a, m.y = x.eact, m.ldy = I;
+  m.n_out = I, m.n_out_sh = I, m.swiglu = true, m.items = x.items, m.n_items = x.n_items;
+  m.max_items = std::min(B * k, E) + 1, m.E = E, m.xrow = x.rowb, m.yrow = x.ent, m.max_ent = nent;
+  m.Pout = x.P_b, m.XSout = x.XS_b;  // the stream kernel packs its output for down itself
+  const bool packed = btc_uses_stream(m);
+  LILY_TRY(btc_gemm(m, s));
+  mk("moe gate+up (experts)");
+  if (!packed) {
+    LILY_TRY(bpack(x.eact, I, I, nent, x.P_b, x.XS_b, s));
+    mk("pack");
+  }
+  m.Pout = nullptr, m.XSout = nullptr;
+  m.w = L.down, m.w2 = QW{}, m.sh = L.sh_down, m.P = x.P_b, m.XS = x.XS_b, m.y = x.yd, m.ldy = H;
+  m.n_out = H, m.n_out_sh = H, m.swiglu = false, m.xrow = x.ent, m.yrow = x.ent;
+  LILY_TRY(btc_gemm(m, s));
+  mk("moe down (experts)");
+  return Status::ok();
+}
+
 // The step on the tensor-core path: every projection, the router, the experts and the lm_head
 // through btc_gemm on packed inputs; MoE expert-major (routing table on the device); the MoE
 // combine folded into the next add + norm. Mixers as the exact path.
 template <typename Mk>
 static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B, cudaStream_t s, Mk&& mk) {
-  const int H = c.hidden_size, vd = c.gdn_value_dim(), E = c.num_experts, k = c.num_experts_per_tok;
-  const int I = c.moe_intermediate_size, nhd = c.num_attention_heads * c.head_dim, nent = B * k + B;
+  const int H = c.hidden_size, vd = c.gdn_value_dim(), k = c.num_experts_per_tok;
+  const int nhd = c.num_attention_heads * c.head_dim;
   const float eps = c.rms_norm_eps;
   auto dense = [&](const QW& w, const uint32_t* P, const float* XS, float* y, int ldy) {
     BtcArgs g{};
@@ -249,50 +304,8 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
     p ^= 1;
     LILY_TRY(norm(x.xres[p], x.mix, false, L.post_norm, x.xres[p ^ 1], i8));
     mk("add+norm+pack");
-    LILY_TRY(dense(L.router, x.P_a, x.XS_a, x.rl, E + 1));
-    mk("router gemm");
-    if (route_split()) {
-      LILY_TRY(brouter_topk(x.rl, E + 1, E, k, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, s));
-      LILY_TRY(broute(x.topk_ids, B, k, E, x.items, x.n_items, x.rowb, x.ent, s));
-    } else {
-      LILY_TRY(broute_topk(x.rl, E + 1, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, k, E, x.items,
-                           x.n_items, x.rowb, x.ent, s));
-    }
-    mk("top-k + route");
+    LILY_TRY(moe_tc(x, c, L, B, s, mk, i8));
     p ^= 1;
-    if (i8) {
-      BI8Args q{};
-      q.w = L.gate, q.w2 = L.up, q.sh = L.sh_gate_up, q.L = x.L_a, q.XG = x.XG_a, q.IS = x.IS_a, q.y = x.eact, q.ldy = I;
-      q.n_out = I, q.n_out_sh = I, q.swiglu = true, q.items = x.items, q.n_items = x.n_items, q.E = E;
-      q.max_chunks = std::min(B * k, E) + 1 + (nent + 7) / 8, q.xrow = x.rowb, q.yrow = x.ent;
-      LILY_TRY(bi8_moe(q, s));
-      mk("moe gate+up (experts)");
-      LILY_TRY(blimb_pack(x.eact, I, I, nent, x.L_b, x.XG_b, x.IS_b, s));
-      mk("limb pack");
-      q.w = L.down, q.w2 = QW{}, q.sh = L.sh_down, q.L = x.L_b, q.XG = x.XG_b, q.IS = x.IS_b, q.y = x.yd, q.ldy = H;
-      q.n_out = H, q.n_out_sh = H, q.swiglu = false, q.xrow = x.ent, q.yrow = x.ent;
-      LILY_TRY(bi8_moe(q, s));
-      mk("moe down (experts)");
-      moe_pending = true;
-      continue;
-    }
-    BtcArgs m{};
-    m.w = L.gate, m.w2 = L.up, m.sh = L.sh_gate_up, m.P = x.P_a, m.XS = x.XS_a, m.y = x.eact, m.ldy = I;
-    m.n_out = I, m.n_out_sh = I, m.swiglu = true, m.items = x.items, m.n_items = x.n_items;
-    m.max_items = std::min(B * k, E) + 1, m.E = E, m.xrow = x.rowb, m.yrow = x.ent, m.max_ent = nent;
-    m.Pout = x.P_b, m.XSout = x.XS_b;  // the stream kernel packs its output for down itself
-    const bool packed = btc_uses_stream(m);
-    LILY_TRY(btc_gemm(m, s));
-    mk("moe gate+up (experts)");
-    if (!packed) {
-      LILY_TRY(bpack(x.eact, I, I, nent, x.P_b, x.XS_b, s));
-      mk("pack");
-    }
-    m.Pout = nullptr, m.XSout = nullptr;
-    m.w = L.down, m.w2 = QW{}, m.sh = L.sh_down, m.P = x.P_b, m.XS = x.XS_b, m.y = x.yd, m.ldy = H;
-    m.n_out = H, m.n_out_sh = H, m.swiglu = false, m.xrow = x.ent, m.yrow = x.ent;
-    LILY_TRY(btc_gemm(m, s));
-    mk("moe down (experts)");
     moe_pending = true;
   }
   LILY_TRY(norm(x.xres[p], nullptr, moe_pending, d.final_norm, nullptr));
@@ -398,6 +411,39 @@ void CudaBackend::print_profile(int B) {
   std::fprintf(stderr, "| total | | %.3f | |\n", total);
 }
 
+// Prompt chunks of up to this many tokens run their MoE through the batched step's expert kernels
+// (moe_rows); LILY_PF_SMALL_MOE=0 keeps every chunk on the prefill's 64-row-tile grouped GEMMs. At
+// ~100 tokens the tiles hold ~3 rows each and the grouped GEMMs take ~19 of a chunk's ~34 ms
+// (2026-12-03, H200); the expert-major 8-row chunks read each routed expert once per 8 rows.
+int pf_small_moe_max() {
+  static const int n = [] {
+    const char* e = std::getenv("LILY_PF_SMALL_MOE");
+    return e && *e ? std::clamp(std::atoi(e), 0, 512) : 128;
+  }();
+  return n;
+}
+
+bool CudaBackend::moe_rows_ok(int M) {
+  const ModelConfig& c = cfg_;
+  if (M > pf_small_moe_max() || !tc_on() || c.shared_expert_intermediate_size != c.moe_intermediate_size) return false;
+  // The batch scratch holds M rows: (re)allocated here while no step graph is captured; never regrown
+  // under captured graphs (prepare_batch sizes it for both).
+  if (batch_ && batch_->cap >= M) return true;
+  if (batch_ && !batch_->graphs.empty()) return false;
+  return batch_alloc(M).is_ok();
+}
+
+// The batched step's MoE block over M rows of normed input hn [M][H] fp32, combined into mix [M][H]
+// (moe_rows_ok(M) first). The prefill's short chunks use it.
+Status CudaBackend::moe_rows(const DevLayer& L, const float* hn, int M, float* mix, cudaStream_t s) {
+  const ModelConfig& c = cfg_;
+  BatchCtx& x = *batch_;
+  const int H = c.hidden_size;
+  LILY_TRY(bpack(hn, H, H, M, x.P_a, x.XS_a, s));
+  LILY_TRY(moe_tc(x, c, L, M, s, [](const char*) {}, false));
+  return bmoe_combine(x.yd, x.topk_w, c.num_experts_per_tok, H, M, mix, s);
+}
+
 // The step graph of B rows, captured the first time B is seen (it reads the rows from the row
 // table, so one graph serves any set of B states).
 Status CudaBackend::batch_graph(int B, cudaGraphExec_t& out) {
@@ -428,7 +474,7 @@ Status CudaBackend::batch_graph(int B, cudaGraphExec_t& out) {
 // seen before costs no capture (tens of ms) in the middle of serving.
 Status CudaBackend::prepare_batch(int max_rows) {
   if (max_rows < 2 || !batch_knobs_ok() || cfg_.linear_value_head_dim > 256 || !graphs_on()) return Status::ok();
-  LILY_TRY(batch_alloc(max_rows));
+  LILY_TRY(batch_alloc(std::max(max_rows, pf_small_moe_max())));  // also the prefill's short chunks (moe_rows)
   LILY_TRY(ensure_draw(max_rows));
   for (int B = 2; B <= max_rows; ++B) {
     cudaGraphExec_t ex = nullptr;

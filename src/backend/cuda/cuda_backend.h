@@ -376,6 +376,10 @@ class CudaBackend final : public Backend {
   Status draw_device(const float* logits, int B, std::span<const DrawSpec> spec, std::span<Drawn> out);
   Status enqueue_batch(int B, cudaStream_t s);
   Status batch_graph(int B, cudaGraphExec_t& out);  // the step graph of B rows (captured once)
+  // The batched step's MoE block for a prefill chunk of M rows (batch.cu): moe_rows_ok(M) says
+  // whether it applies (short chunks, the batch scratch holds M rows).
+  bool moe_rows_ok(int M);
+  Status moe_rows(const DevLayer& L, const float* hn, int M, float* mix, cudaStream_t s);
   void print_profile(int B);
   Status pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool want_logits);
   std::vector<std::pair<const char*, cudaEvent_t>>* prof_ = nullptr;

@@ -117,6 +117,8 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   // (LILY_PREFILL_WG=4: the 4-warpgroup block of the previous pass).
   const bool pipe = (terms == 2 || (terms == 1 && gemm_kind == 3)) && gemm_kind >= 2;
   const int wg = pipe && gemm_kind == 3 ? (env_int("LILY_PREFILL_WG", 2, 2, 4) == 4 ? 4 : 2) : 0;
+  // A short chunk (default numerics) runs its MoE on the batched step's expert kernels (moe_rows).
+  const bool small_moe = terms == 2 && moe_rows_ok(M);
   auto split = [&](const float* a, int lda, int rows, int K) -> Status {
     if (!pipe) return Status::ok();
     LILY_TRY(pf::split_rows(a, lda, rows, K, p.ah, p.al, p.axs, s));
@@ -204,6 +206,12 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     }
     LILY_TRY(pf::add_rmsnorm_rows(p.x, p.mix, L.post_norm, M, H, eps, p.hn, s));
     mark("add+rmsnorm", s);
+    if (small_moe) {  // a short chunk: the batched step's expert-major MoE (batch.cu)
+      LILY_TRY(moe_rows(L, p.hn, M, p.mix, s));
+      mark("moe: batched-step experts (short chunk)", s);
+      mix = p.mix;
+      continue;
+    }
     // MoE: router (8-bit, + shared gate row) → device routing → grouped gate/up+SwiGLU → down.
     LILY_TRY(split(p.hn, H, M, H));  // router, expert gate/up and shared gate/up read this split
     LILY_TRY(gemm(L.router, p.hn, H, M, p.rl, E + 1, t2));
