@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -389,7 +390,9 @@ std::vector<float> tc_dense(const QW& w, const std::vector<float>& xh, int R, in
   EXPECT_TRUE(cuda::bpack(x.p, K, K, R, P.p, XS.p, nullptr).is_ok());
   cuda::BtcArgs a{};
   a.w = w, a.P = P.p, a.XS = XS.p, a.y = y.p, a.ldy = w.rows, a.B = R, a.stream = stream;
-  if (stream >= 0) EXPECT_EQ(cuda::btc_uses_stream(a), stream == 2);
+  if (stream >= 0) {
+    EXPECT_EQ(cuda::btc_uses_stream(a), stream == 2);
+  }
   EXPECT_TRUE(cuda::btc_gemm(a, nullptr).is_ok());
   auto v = y.get();
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
@@ -572,6 +575,78 @@ struct TcMoe {
   }
 };
 
+// One MoE case for the expert kernels: R = 64 rows with their routing (expert 0 hot: every other row,
+// so more than 8 rows at B = 64) and weights, the input rows, and the CPU reference's outputs and
+// activations per entry (k routed, then the shared expert).
+struct MoeCase {
+  int H, I, E, k, R = 64;
+  std::vector<int32_t> ids;
+  std::vector<float> tw, xh, refo, refa;
+  MoeCase(TcMoe& moe, int H_, int I_, int E_, int k_) : H(H_), I(I_), E(E_), k(k_) {
+    ids.resize(size_t(R) * k), tw.resize(size_t(R) * (k + 1));
+    for (int r = 0; r < R; ++r) {
+      std::vector<int32_t> perm(static_cast<size_t>(E));
+      for (int e = 0; e < E; ++e) perm[size_t(e)] = e;
+      std::shuffle(perm.begin(), perm.end(), rng());
+      if (r % 2 == 1) std::iter_swap(perm.begin(), std::find(perm.begin(), perm.end(), 0));
+      for (int j = 0; j < k; ++j) ids[size_t(r) * k + j] = perm[size_t(j)];
+      for (int j = 0; j <= k; ++j) tw[size_t(r) * (k + 1) + j] = 0.05f + std::fabs(randn()) * 0.2f;
+    }
+    xh = act_rows(R, H);
+    refo.resize(size_t(R) * H);
+    std::vector<float> acts;
+    for (int r = 0; r < R; ++r) {
+      moe.ref(&xh[size_t(r) * H], &ids[size_t(r) * k], &tw[size_t(r) * (k + 1)], &refo[size_t(r) * H], acts);
+      refa.insert(refa.end(), acts.begin(), acts.end());
+    }
+  }
+  std::string shape(const char* tag) const {
+    return "H " + std::to_string(H) + " I " + std::to_string(I) + " E " + std::to_string(E) + " " + tag;
+  }
+};
+
+// run(x, ids, tw, B, out, act): one kernel set over B rows. Checks its 64-row outputs and activations
+// against the CPU reference (normwise, kTolMoe) and batch invariance (|Δ| = 0 at every B vs 64: row b
+// of B holds row (7b + B) mod 64); returns the 64-row outputs and activations.
+using MoeRun = std::function<void(const std::vector<float>&, const std::vector<int32_t>&, const std::vector<float>&, int,
+                                  std::vector<float>&, std::vector<float>&)>;
+void check_moe(const MoeCase& c, const std::string& label, const std::string& shape, const MoeRun& run,
+               std::vector<float>& out64, std::vector<float>& act64) {
+  const int H = c.H, I = c.I, k = c.k, R = c.R;
+  run(c.xh, c.ids, c.tw, R, out64, act64);
+  NormErr ne_out, ne_act;
+  for (int r = 0; r < R; ++r) {
+    ne_out.add(&out64[size_t(r) * H], &c.refo[size_t(r) * H], H);
+    for (int j = 0; j <= k; ++j) {
+      const size_t entry = j < k ? size_t(r) * k + j : size_t(R) * k + r;
+      ne_act.add(&act64[entry * I], &c.refa[(size_t(r) * (k + 1) + j) * I], I);
+    }
+  }
+  row((label + " act vs cpu (normwise)").c_str(), shape, R, float(ne_act.worst));
+  row((label + " out vs cpu (normwise)").c_str(), shape, R, float(ne_out.worst));
+  EXPECT_LE(ne_act.worst, kTolMoe) << shape;
+  EXPECT_LE(ne_out.worst, kTolMoe) << shape;
+  for (int B : kBs) {
+    if (B == R) continue;
+    std::vector<float> xb(size_t(B) * H), twb(size_t(B) * (k + 1));
+    std::vector<int32_t> idb(size_t(B) * k);
+    for (int b = 0; b < B; ++b) {
+      const int src = (b * 7 + B) % R;
+      std::copy_n(&c.xh[size_t(src) * H], H, &xb[size_t(b) * H]);
+      std::copy_n(&c.ids[size_t(src) * k], k, &idb[size_t(b) * k]);
+      std::copy_n(&c.tw[size_t(src) * (k + 1)], k + 1, &twb[size_t(b) * (k + 1)]);
+    }
+    std::vector<float> outb, actb;
+    run(xb, idb, twb, B, outb, actb);
+    float inv = 0.f;
+    for (int b = 0; b < B; ++b)
+      for (int col = 0; col < H; ++col)
+        inv = std::max(inv, std::fabs(outb[size_t(b) * H + col] - out64[size_t((b * 7 + B) % R) * H + col]));
+    row((label + " batch invariance").c_str(), shape, B, inv);
+    EXPECT_EQ(inv, 0.f) << shape << " B " << B;
+  }
+}
+
 // Both items-mode kernels (stream 0 / 1); the edge shapes cover one k stage, k stages that do not fill
 // the 4-group stage (H 320), outputs past one unit's rows (down H 320 = 256 + 64) and under one (I 64).
 TEST(CudaBatchTc, MoeMatchesCpuAndIsBatchInvariant) {
@@ -580,71 +655,22 @@ TEST(CudaBatchTc, MoeMatchesCpuAndIsBatchInvariant) {
   struct S { int H, I, E, k; };
   for (S s : {S{2048, 512, 64, 8}, S{256, 64, 12, 4}, S{320, 128, 24, 6}}) {
     TcMoe moe(s.H, s.I, s.E, s.k);
-    const int R = 64;
-    std::vector<int32_t> ids(size_t(R) * s.k);
-    std::vector<float> tw(size_t(R) * (s.k + 1));
-    for (int r = 0; r < R; ++r) {
-      std::vector<int32_t> perm(static_cast<size_t>(s.E));
-      for (int e = 0; e < s.E; ++e) perm[size_t(e)] = e;
-      std::shuffle(perm.begin(), perm.end(), rng());
-      // Expert 0 is hot (every other row): more than 8 rows at B = 64 (the GEMM's n-chunk loop).
-      if (r % 2 == 1) std::iter_swap(perm.begin(), std::find(perm.begin(), perm.end(), 0));
-      for (int j = 0; j < s.k; ++j) ids[size_t(r) * s.k + j] = perm[size_t(j)];
-      for (int j = 0; j <= s.k; ++j) tw[size_t(r) * (s.k + 1) + j] = 0.05f + std::fabs(randn()) * 0.2f;
-    }
-    const auto xh = act_rows(R, s.H);
-    std::vector<float> refo(size_t(R) * s.H), refa, acts;
-    for (int r = 0; r < R; ++r) {
-      moe.ref(&xh[size_t(r) * s.H], &ids[size_t(r) * s.k], &tw[size_t(r) * (s.k + 1)], &refo[size_t(r) * s.H], acts);
-      refa.insert(refa.end(), acts.begin(), acts.end());
-    }
+    const MoeCase c(moe, s.H, s.I, s.E, s.k);
     std::vector<float> out_s, act_s;
     for (int mode : {1, 0}) {
-    std::vector<float> out64, act64;
-    moe.run(xh, ids, tw, R, out64, act64, mode);
-    if (mode == 1) out_s = out64, act_s = act64;
-    if (mode == 0) {  // the stream kernel reproduces the block kernels' arithmetic: bit-identical
-      const float d = std::max(max_diff(out64, out_s), max_diff(act64, act_s));
-      row("tc moe stream == block (act, out)", "H " + std::to_string(s.H) + " I " + std::to_string(s.I), R, d);
-      EXPECT_EQ(d, 0.f);
-    }
-    const std::string shape = "H " + std::to_string(s.H) + " I " + std::to_string(s.I) + " E " + std::to_string(s.E) +
-                              (mode ? " stream" : " block");
-    NormErr ne_out, ne_act;
-    for (int r = 0; r < R; ++r) {
-      ne_out.add(&out64[size_t(r) * s.H], &refo[size_t(r) * s.H], s.H);
-      for (int j = 0; j <= s.k; ++j) {
-        const size_t entry = j < s.k ? size_t(r) * s.k + j : size_t(R) * s.k + r;
-        ne_act.add(&act64[entry * s.I], &refa[(size_t(r) * (s.k + 1) + j) * s.I], s.I);
+      std::vector<float> out64, act64;
+      auto run = [&](const std::vector<float>& x, const std::vector<int32_t>& ids, const std::vector<float>& tw, int B,
+                     std::vector<float>& out, std::vector<float>& act) { moe.run(x, ids, tw, B, out, act, mode); };
+      check_moe(c, "tc moe", c.shape(mode ? "stream" : "block"), run, out64, act64);
+      if (mode == 1) out_s = out64, act_s = act64;
+      if (mode == 0) {  // the stream kernel reproduces the block kernels' arithmetic: bit-identical
+        const float d = std::max(max_diff(out64, out_s), max_diff(act64, act_s));
+        row("tc moe stream == block (act, out)", "H " + std::to_string(s.H) + " I " + std::to_string(s.I), c.R, d);
+        EXPECT_EQ(d, 0.f);
       }
-    }
-    row("tc moe act vs cpu (normwise)", shape, R, float(ne_act.worst));
-    row("tc moe out vs cpu (normwise)", shape, R, float(ne_out.worst));
-    EXPECT_LE(ne_act.worst, kTolMoe) << shape;
-    EXPECT_LE(ne_out.worst, kTolMoe) << shape;
-    for (int B : kBs) {
-      if (B == 64) continue;
-      std::vector<float> xb(size_t(B) * s.H), twb(size_t(B) * (s.k + 1));
-      std::vector<int32_t> idb(size_t(B) * s.k);
-      for (int b = 0; b < B; ++b) {
-        const int src = (b * 7 + B) % R;
-        std::copy_n(&xh[size_t(src) * s.H], s.H, &xb[size_t(b) * s.H]);
-        std::copy_n(&ids[size_t(src) * s.k], s.k, &idb[size_t(b) * s.k]);
-        std::copy_n(&tw[size_t(src) * (s.k + 1)], s.k + 1, &twb[size_t(b) * (s.k + 1)]);
-      }
-      std::vector<float> outb, actb;
-      moe.run(xb, idb, twb, B, outb, actb, mode);
-      float inv = 0.f;
-      for (int b = 0; b < B; ++b)
-        for (int c = 0; c < s.H; ++c)
-          inv = std::max(inv, std::fabs(outb[size_t(b) * s.H + c] - out64[size_t((b * 7 + B) % R) * s.H + c]));
-      row("tc moe batch invariance", shape, B, inv);
-      EXPECT_EQ(inv, 0.f) << shape << " B " << B;
-    }
     }
   }
 }
-
 
 // The int8 expert kernels against the CPU reference and batch invariant (|Δ| = 0 at every B vs 64).
 // Shapes: the model's (H 2048: 4 groups per warp, I 512: 8 groups), one group per warp at most (H 256,
@@ -656,57 +682,11 @@ TEST(CudaBatchTc, MoeI8MatchesCpuAndIsBatchInvariant) {
   struct S { int H, I, E, k; };
   for (S s : {S{2048, 512, 64, 8}, S{256, 64, 12, 4}, S{320, 128, 24, 6}, S{2048, 512, 256, 8}}) {
     TcMoe moe(s.H, s.I, s.E, s.k);
-    const int R = 64;
-    std::vector<int32_t> ids(size_t(R) * s.k);
-    std::vector<float> tw(size_t(R) * (s.k + 1));
-    for (int r = 0; r < R; ++r) {
-      std::vector<int32_t> perm(static_cast<size_t>(s.E));
-      for (int e = 0; e < s.E; ++e) perm[size_t(e)] = e;
-      std::shuffle(perm.begin(), perm.end(), rng());
-      if (r % 2 == 1) std::iter_swap(perm.begin(), std::find(perm.begin(), perm.end(), 0));
-      for (int j = 0; j < s.k; ++j) ids[size_t(r) * s.k + j] = perm[size_t(j)];
-      for (int j = 0; j <= s.k; ++j) tw[size_t(r) * (s.k + 1) + j] = 0.05f + std::fabs(randn()) * 0.2f;
-    }
-    const auto xh = act_rows(R, s.H);
-    std::vector<float> refo(size_t(R) * s.H), refa, acts;
-    for (int r = 0; r < R; ++r) {
-      moe.ref(&xh[size_t(r) * s.H], &ids[size_t(r) * s.k], &tw[size_t(r) * (s.k + 1)], &refo[size_t(r) * s.H], acts);
-      refa.insert(refa.end(), acts.begin(), acts.end());
-    }
+    const MoeCase c(moe, s.H, s.I, s.E, s.k);
     std::vector<float> out64, act64;
-    moe.run_i8(xh, ids, tw, R, out64, act64);
-    const std::string shape = "H " + std::to_string(s.H) + " I " + std::to_string(s.I) + " E " + std::to_string(s.E) + " i8";
-    NormErr ne_out, ne_act;
-    for (int r = 0; r < R; ++r) {
-      ne_out.add(&out64[size_t(r) * s.H], &refo[size_t(r) * s.H], s.H);
-      for (int j = 0; j <= s.k; ++j) {
-        const size_t entry = j < s.k ? size_t(r) * s.k + j : size_t(R) * s.k + r;
-        ne_act.add(&act64[entry * s.I], &refa[(size_t(r) * (s.k + 1) + j) * s.I], s.I);
-      }
-    }
-    row("i8 moe act vs cpu (normwise)", shape, R, float(ne_act.worst));
-    row("i8 moe out vs cpu (normwise)", shape, R, float(ne_out.worst));
-    EXPECT_LE(ne_act.worst, kTolMoe) << shape;
-    EXPECT_LE(ne_out.worst, kTolMoe) << shape;
-    for (int B : kBs) {
-      if (B == 64) continue;
-      std::vector<float> xb(size_t(B) * s.H), twb(size_t(B) * (s.k + 1));
-      std::vector<int32_t> idb(size_t(B) * s.k);
-      for (int b = 0; b < B; ++b) {
-        const int src = (b * 7 + B) % R;
-        std::copy_n(&xh[size_t(src) * s.H], s.H, &xb[size_t(b) * s.H]);
-        std::copy_n(&ids[size_t(src) * s.k], s.k, &idb[size_t(b) * s.k]);
-        std::copy_n(&tw[size_t(src) * (s.k + 1)], s.k + 1, &twb[size_t(b) * (s.k + 1)]);
-      }
-      std::vector<float> outb, actb;
-      moe.run_i8(xb, idb, twb, B, outb, actb);
-      float inv = 0.f;
-      for (int b = 0; b < B; ++b)
-        for (int c = 0; c < s.H; ++c)
-          inv = std::max(inv, std::fabs(outb[size_t(b) * s.H + c] - out64[size_t((b * 7 + B) % R) * s.H + c]));
-      row("i8 moe batch invariance", shape, B, inv);
-      EXPECT_EQ(inv, 0.f) << shape << " B " << B;
-    }
+    auto run = [&](const std::vector<float>& x, const std::vector<int32_t>& ids, const std::vector<float>& tw, int B,
+                   std::vector<float>& out, std::vector<float>& act) { moe.run_i8(x, ids, tw, B, out, act); };
+    check_moe(c, "i8 moe", c.shape("i8"), run, out64, act64);
   }
 }
 
