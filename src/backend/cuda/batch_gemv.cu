@@ -8,6 +8,7 @@
 
 #include "backend/cuda/batch_ops.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/dec_topk.cuh"
 
 namespace lily::cuda {
 namespace {
@@ -377,7 +378,6 @@ __global__ void __launch_bounds__(kThreads) badd_norm_kernel(const float* in, co
   }
 }
 
-__device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
 
 // gemv_q4.cu's router_topk, one warp per row: softmax over E, top_k argmax rounds (ties → lowest
 // id), renormalize; sigmoid of the shared-expert gate logit.
@@ -388,36 +388,10 @@ __global__ void brouter_topk_kernel(const float* logits, int ld, int E, int top_
   pdl_trigger();
   const int lane = threadIdx.x & 31, b = blockIdx.x;
   const float* l = logits + size_t(b) * ld;
-  float mx = -FLT_MAX;
-  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, __ldcg(l + e));
-  mx = warp_max(mx);
-  float sum = 0.f;
-  for (int e = lane; e < E; e += 32) sum += (p[e] = expf(__ldcg(l + e) - mx));
-  sum = warp_sum(sum);
-  for (int e = lane; e < E; e += 32) p[e] = p[e] / sum;
-  __syncwarp();
-  float tsum = 0.f, chosen_p = 0.f;
-  int chosen = 0;
-  for (int k = 0; k < top_k; ++k) {
-    float bv = -1.f;
-    int bi = INT_MAX;
-    for (int e = lane; e < E; e += 32)
-      if (better(p[e], e, bv, bi)) bv = p[e], bi = e;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
-    }
-    tsum += bv;
-    if (lane == k) chosen = bi, chosen_p = bv;
-    __syncwarp();
-    if (lane == 0) p[bi] = -2.f;
-    __syncwarp();
-  }
+  const WarpTopk r = warp_router_topk(l, E, top_k, p);
   if (lane < top_k) {
-    ids[b * top_k + lane] = chosen;
-    wout[b * (top_k + 1) + lane] = norm_topk ? chosen_p / tsum : chosen_p;
+    ids[b * top_k + lane] = r.id;
+    wout[b * (top_k + 1) + lane] = norm_topk ? r.p / r.tsum : r.p;
   }
   if (lane == 0 && has_shared) wout[b * (top_k + 1) + top_k] = sigmoid(__ldcg(l + E));
 }

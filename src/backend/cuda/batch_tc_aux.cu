@@ -7,6 +7,7 @@
 #include "backend/cuda/batch_ops.h"
 #include "backend/cuda/batch_pack.cuh"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/dec_topk.cuh"
 #include "backend/cuda/tc_dot.cuh"
 
 namespace lily::cuda {
@@ -102,43 +103,16 @@ __global__ void bcombine_kernel(const float* yd, const float* tw, int k, int H, 
   for (int e = threadIdx.x; e < H; e += blockDim.x) out[size_t(b) * H + e] = combine(yd, tw, k, H, B, b, e);
 }
 
-__device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
-
-// The router epilogue of one row by one warp (brouter_topk's arithmetic): softmax over E in p (shared
-// memory, E floats), top_k argmax rounds (ties → lowest id), renormalized; σ(shared-gate logit).
+// The router epilogue of one row by one warp (brouter_topk's arithmetic, warp_router_topk): ids and
+// sid (shared memory) get the experts, wout the weights (renormalized when norm_topk) and σ(shared-gate
+// logit).
 __device__ void topk_row(const float* l, int E, int top_k, bool norm_topk, bool has_shared, float* p, int32_t* ids,
                          float* wout, int32_t* sid) {
   const int lane = threadIdx.x & 31;
-  float mx = -3.402823466e38f;
-  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, __ldcg(l + e));
-  mx = warp_max(mx);
-  float sum = 0.f;
-  for (int e = lane; e < E; e += 32) sum += (p[e] = expf(__ldcg(l + e) - mx));
-  sum = warp_sum(sum);
-  for (int e = lane; e < E; e += 32) p[e] = p[e] / sum;
-  __syncwarp();
-  float tsum = 0.f, chosen_p = 0.f;
-  int chosen = 0;
-  for (int k = 0; k < top_k; ++k) {
-    float bv = -1.f;
-    int bi = 0x7fffffff;
-    for (int e = lane; e < E; e += 32)
-      if (better(p[e], e, bv, bi)) bv = p[e], bi = e;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
-    }
-    tsum += bv;
-    if (lane == k) chosen = bi, chosen_p = bv;
-    __syncwarp();
-    if (lane == 0) p[bi] = -2.f;
-    __syncwarp();
-  }
+  const WarpTopk r = warp_router_topk(l, E, top_k, p);
   if (lane < top_k) {
-    ids[lane] = chosen, sid[lane] = chosen;
-    wout[lane] = norm_topk ? chosen_p / tsum : chosen_p;
+    ids[lane] = r.id, sid[lane] = r.id;
+    wout[lane] = norm_topk ? r.p / r.tsum : r.p;
   }
   if (lane == 0 && has_shared) wout[top_k] = sigmoid(__ldcg(l + E));
 }

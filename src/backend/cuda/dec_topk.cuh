@@ -1,10 +1,54 @@
-// Router top-k of one 256-thread block from the router logits (softmax, top-k by p desc / id asc,
-// renormalized weights, sigmoid of the shared-expert gate), shared by the MoE decode kernels
-// (moe.cu: gate_up and down; dec_moe.cu: the fused MoE kernel) so that all pick the same experts.
+// Router top-k from the router logits (softmax, top-k by p desc / id asc, renormalized weights,
+// sigmoid of the shared-expert gate): by one warp per row (warp_router_topk: the router GEMV's epilogue,
+// the batched and the prefill routing) and by one 256-thread block (block_router_topk: the MoE decode
+// kernels, moe.cu and dec_moe.cu), so that all pick the same experts.
 #pragma once
 #include "backend/cuda/common.cuh"
 
 namespace lily::cuda {
+
+// (v, i) ranks before (bv, bi): larger p first, then the lower id.
+__device__ __forceinline__ bool topk_better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
+
+struct WarpTopk {
+  int id;      // lane j < top_k: the expert of round j
+  float p;     // its probability
+  float tsum;  // every lane: Σ of the top_k probabilities in round order
+};
+
+// Router top-k of one row by one warp (the epilogues of the batch-1 router GEMV, the batched and the
+// prefill routing): p = softmax of the logits l[0..E) into p (shared memory, E floats), then top_k
+// rounds of argmax over p (p desc, id asc; each round's winner set to -2).
+__device__ inline WarpTopk warp_router_topk(const float* l, int E, int top_k, float* p) {
+  const int lane = threadIdx.x & 31;
+  float mx = -3.402823466e38f;
+  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, __ldcg(l + e));
+  mx = warp_max(mx);
+  float sum = 0.f;
+  for (int e = lane; e < E; e += 32) sum += (p[e] = expf(__ldcg(l + e) - mx));
+  sum = warp_sum(sum);
+  for (int e = lane; e < E; e += 32) p[e] = p[e] / sum;
+  __syncwarp();
+  WarpTopk r{0, 0.f, 0.f};
+  for (int k = 0; k < top_k; ++k) {
+    float bv = -1.f;
+    int bi = 0x7fffffff;
+    for (int e = lane; e < E; e += 32)
+      if (topk_better(p[e], e, bv, bi)) bv = p[e], bi = e;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (topk_better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    r.tsum += bv;
+    if (lane == k) r.id = bi, r.p = bv;
+    __syncwarp();
+    if (lane == 0) p[bi] = -2.f;
+    __syncwarp();
+  }
+  return r;
+}
 
 constexpr int kTopkThreads = 256, kTopkWarps = 8;
 constexpr int kTopkScratch = 2 * kTopkWarps + 1 + 2 * kTopkThreads;  // floats of block_router_topk's scratch

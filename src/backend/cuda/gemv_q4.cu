@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/dec_topk.cuh"
 #include "backend/cuda/gemv_tc.h"
 
 namespace lily::cuda {
@@ -132,10 +133,6 @@ __device__ __forceinline__ void stage_x(const GemvArgs& a, int K, float* xs, flo
   }
 }
 
-__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
-  return v > bv || (v == bv && i < bi);
-}
-
 // Last block of the grid? (after every block's writes are fenced)
 __device__ bool last_block(uint32_t* counter, int* flag) {
   __threadfence();
@@ -149,36 +146,10 @@ __device__ void router_topk(const GemvArgs& a, float* p) {
   // One warp: softmax over E fp32 logits, top_k rounds of argmax (ties → lowest id), renormalize.
   const int lane = threadIdx.x & 31, E = a.n_experts;
   const float* l = static_cast<const float*>(a.y);
-  float mx = -FLT_MAX;
-  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, __ldcg(l + e));
-  mx = warp_max(mx);
-  float sum = 0.f;
-  for (int e = lane; e < E; e += 32) sum += (p[e] = expf(__ldcg(l + e) - mx));
-  sum = warp_sum(sum);
-  for (int e = lane; e < E; e += 32) p[e] = p[e] / sum;
-  __syncwarp();
-  float tsum = 0.f, chosen_p = 0.f;
-  int chosen = 0;
-  for (int k = 0; k < a.top_k; ++k) {
-    float bv = -1.f;
-    int bi = INT_MAX;
-    for (int e = lane; e < E; e += 32)
-      if (better(p[e], e, bv, bi)) bv = p[e], bi = e;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
-    }
-    tsum += bv;
-    if (lane == k) chosen = bi, chosen_p = bv;
-    __syncwarp();
-    if (lane == 0) p[bi] = -2.f;
-    __syncwarp();
-  }
+  const WarpTopk r = warp_router_topk(l, E, a.top_k, p);
   if (lane < a.top_k) {
-    a.topk_ids[lane] = chosen;
-    a.topk_w[lane] = a.norm_topk ? chosen_p / tsum : chosen_p;
+    a.topk_ids[lane] = r.id;
+    a.topk_w[lane] = a.norm_topk ? r.p / r.tsum : r.p;
   }
   if (lane == 0 && a.w.rows > E) a.topk_w[a.top_k] = sigmoid(__ldcg(l + E));
   if (a.pfx_I > 0 && lane < a.top_k) {
@@ -186,8 +157,8 @@ __device__ void router_topk(const GemvArgs& a, float* p) {
     const size_t I = a.pfx_I;
     for (const QW* q : {&a.pfx_gate, &a.pfx_up}) {
       const size_t cb = size_t(q->cols) * q->bits / 8, sbb = size_t(q->cols) / 64 * 4;
-      l2_prefetch_range(reinterpret_cast<const char*>(q->codes) + chosen * I * cb, I * cb, 0, 1, 0, 1);
-      l2_prefetch_range(reinterpret_cast<const char*>(q->sb) + chosen * I * sbb, I * sbb, 0, 1, 0, 1);
+      l2_prefetch_range(reinterpret_cast<const char*>(q->codes) + r.id * I * cb, I * cb, 0, 1, 0, 1);
+      l2_prefetch_range(reinterpret_cast<const char*>(q->sb) + r.id * I * sbb, I * sbb, 0, 1, 0, 1);
     }
   }
 }
@@ -265,7 +236,7 @@ template <int BITS, int CPL, int R, Pro PRO, Epi EPI> __global__ void __launch_b
       if (r < rows) {
         if (lane == 0) a.y[r] = v;
         if constexpr (EPI == Epi::kArgmax)
-          if (v == v && better(v, r, bv, bi)) bv = v, bi = r;
+          if (v == v && topk_better(v, r, bv, bi)) bv = v, bi = r;
       }
     }
   }
@@ -285,27 +256,27 @@ template <int BITS, int CPL, int R, Pro PRO, Epi EPI> __global__ void __launch_b
     float2* part = static_cast<float2*>(a.partial);
     if (threadIdx.x == 0) {
       for (int w = 1; w < nw; ++w)
-        if (better(wbv[w], wbi[w], bv, bi)) bv = wbv[w], bi = wbi[w];
+        if (topk_better(wbv[w], wbi[w], bv, bi)) bv = wbv[w], bi = wbi[w];
       part[blockIdx.x] = make_float2(bv, __int_as_float(bi));
     }
     if (last_block(&a.ctl->counter[1], &flag)) {
       bv = -FLT_MAX, bi = INT_MAX;
       for (int b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
         const float2 pv = __ldcg(part + b);
-        if (better(pv.x, __float_as_int(pv.y), bv, bi)) bv = pv.x, bi = __float_as_int(pv.y);
+        if (topk_better(pv.x, __float_as_int(pv.y), bv, bi)) bv = pv.x, bi = __float_as_int(pv.y);
       }
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+        if (topk_better(ov, oi, bv, bi)) bv = ov, bi = oi;
       }
       __syncthreads();
       if (lane == 0) wbv[warp] = bv, wbi[warp] = bi;
       __syncthreads();
       if (threadIdx.x == 0) {
         for (int w = 0; w < nw; ++w)
-          if (better(wbv[w], wbi[w], bv, bi)) bv = wbv[w], bi = wbi[w];
+          if (topk_better(wbv[w], wbi[w], bv, bi)) bv = wbv[w], bi = wbi[w];
         if (bi == INT_MAX) bi = 0;  // all NaN
         StepCtl* c = a.ctl;
         c->tok = bi;

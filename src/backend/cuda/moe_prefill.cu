@@ -6,12 +6,11 @@
 #include <climits>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/dec_topk.cuh"
 #include "backend/cuda/prefill_ops.h"
 
 namespace lily::cuda::pf {
 namespace {
-
-__device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
 
 // One warp per token. p: dynamic smem [warps][E].
 __global__ void topk_kernel(RouteArgs a, int32_t* counts) {
@@ -21,37 +20,11 @@ __global__ void topk_kernel(RouteArgs a, int32_t* counts) {
   if (m >= a.M) return;
   float* p = psm + warp * E;
   const float* l = a.logits + size_t(m) * (E + 1);
-  float mx = -FLT_MAX;
-  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
-  mx = warp_max(mx);
-  float sum = 0.f;
-  for (int e = lane; e < E; e += 32) sum += (p[e] = expf(l[e] - mx));
-  sum = warp_sum(sum);
-  for (int e = lane; e < E; e += 32) p[e] = p[e] / sum;
-  __syncwarp();
-  float tsum = 0.f, chosen_p = 0.f;
-  int chosen = 0;
-  for (int j = 0; j < k; ++j) {
-    float bv = -1.f;
-    int bi = INT_MAX;
-    for (int e = lane; e < E; e += 32)
-      if (better(p[e], e, bv, bi)) bv = p[e], bi = e;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
-    }
-    tsum += bv;
-    if (lane == j) chosen = bi, chosen_p = bv;
-    __syncwarp();
-    if (lane == 0) p[bi] = -2.f;
-    __syncwarp();
-  }
+  const WarpTopk r = warp_router_topk(l, E, k, p);
   if (lane < k) {
-    a.topk_ids[size_t(m) * k + lane] = chosen;
-    a.topk_w[size_t(m) * (k + 1) + lane] = a.norm_topk ? chosen_p / tsum : chosen_p;
-    atomicAdd(&counts[chosen], 1);
+    a.topk_ids[size_t(m) * k + lane] = r.id;
+    a.topk_w[size_t(m) * (k + 1) + lane] = a.norm_topk ? r.p / r.tsum : r.p;
+    atomicAdd(&counts[r.id], 1);
   }
   if (lane == 0) a.topk_w[size_t(m) * (k + 1) + k] = sigmoid(l[E]);
 }
