@@ -6,7 +6,7 @@
 #   .devtools/tokenizer.json.xz, .devtools/tokenizer_config.json; optionally .devtools/lily_tests.xz
 #   (then TESTS, default CudaDraw.*, run first; TESTS_CUDA_ENGINE again with LILY_BACKEND=cuda)
 # Usage (device): RT=build-x/dev/rt scripts/device/serve_load.sh   carry: .devtools, build-x/dev/rt
-# Env: LOGPROBS (set: ask for logprobs, so the ITL is also reported per token), NO_TESTS (set: skip the tests), BACKEND (cuda), PRESET (qwen3.6-35b-a3b), CLIENTS ("1 16 64"), MAX_TOKENS (128), PARALLEL (64), MAX_SEQ (2048), CK (/tmp/full).
+# Env: LOGPROBS (set: ask for logprobs, so the ITL is also reported per token), NO_TESTS (set: skip the tests), BACKEND (cuda), PRESET (qwen3.6-35b-a3b), CLIENTS ("1 16 64"), MAX_TOKENS (128), PARALLEL (64), MAX_SEQ (2048), CK (/tmp/full), SERVE_ARGS (more `lily serve` options).
 # $OUT: load.txt (summaries) and load.tgz (every JSON and the server log).
 set -uo pipefail
 RT=${RT:?set RT to the rt folder of a packed build}
@@ -46,7 +46,7 @@ cp .devtools/tokenizer_config.json "$CK/"
 cp assets/qwen3.6-chat_template.jinja "$CK/chat_template.jinja"
 log "serve"
 /tmp/lily serve --model "$CK" --backend "${BACKEND:-cuda}" --port 0 --parallel "${PARALLEL:-64}" --max-queue 256 \
-  --max-seq "${MAX_SEQ:-2048}" > "$W/serve.out" 2> "$W/serve.err" &
+  --max-seq "${MAX_SEQ:-2048}" ${SERVE_ARGS:-} > "$W/serve.out" 2> "$W/serve.err" &
 SRV=$!
 port=""
 for _ in $(seq 1 240); do

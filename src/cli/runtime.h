@@ -21,7 +21,7 @@ struct RuntimeArgs {
   int threads = 0;
   int max_queue = 64;
   int parallel = 8;          // requests decoded together
-  int interleave_ms = 40;    // prefill time per step while others decode
+  int interleave_ms = 30;    // prefill time per step while others decode
   int max_cached = 8;
   int cache_mb = 8192;
   int cache_shared_min = 256;

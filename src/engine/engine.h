@@ -89,7 +89,7 @@ struct EngineOptions {
   // While others decode, a step's prefill takes about this long (predicted by the measured cost
   // of a forward: fixed + per token; the step's first chunk moves at least 16 tokens), so their
   // inter-token latency stays bounded on any backend. 0: interleave_chunk tokens per step.
-  int interleave_ms = 40;
+  int interleave_ms = 30;
 };
 
 struct EngineStats {
