@@ -45,5 +45,8 @@ grep -vE '^\s*$' /tmp/srv/load.txt >> "$S"
 grep -E '^engine step' /tmp/srv/serve.err > "$O/steps.txt"
 grep -E 'prepared|pipelined' /tmp/srv/serve.err | head -8 >> "$S"
 cp /tmp/srv/serve.err "$O/serve.err" 2>/dev/null
+log "serving, 16 clients with logprobs (per-token ITL: a token whose text is held back, e.g. part of a UTF-8 character, shares its event's gap)"
+NO_TESTS=1 LOGPROBS=1 RT=.devtools/rt W=/tmp/srv2 CLIENTS=16 scripts/device/serve_load.sh > /tmp/srv2.log 2>&1
+grep -vE '^\s*$' /tmp/srv2/load.txt | sed -n '/== load/,$p' >> "$S"
 log done
 cat "$S"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 7 serving pass on the H200, one call: HTTP load (bench/load.mjs through serve_load.sh, engine
 # trace on) at 16 and 64 clients on the default build, 16 clients with logprobs (per-token ITL) at the
-# default --interleave-ms and at each of INTERLEAVE (A/B), then prefill tok/s at short prompts. The
+# default --interleave-ms and at each of INTERLEAVE (A/B; empty: none), then (PF_BENCH=1, default)
+# prefill tok/s at short prompts. DEFAULT_CLIENTS: the rows of the first run ("16 64"). The
 # slowest engine steps of each run go into summary.txt (the device returns few files).
 # Usage (device): scripts/device/serve_ab.sh   carry: .devtools (lily.xz, rt.tar.xz, node.xz, tokenizer)
 set -uo pipefail
@@ -21,13 +22,15 @@ run() {  # name, clients, extra env
   grep -E 'prepared' /tmp/$name/serve.err | head -2 >> "$S"
   slow /tmp/$name/serve.err
 }
-run default "16 64"
+run default "${DEFAULT_CLIENTS:-16 64}"
 run logprobs 16 LOGPROBS=1
-for ms in ${INTERLEAVE:-20 40}; do run "il$ms" 16 LOGPROBS=1 SERVE_ARGS="--interleave-ms $ms"; done
+for ms in ${INTERLEAVE-20 40}; do run "il$ms" 16 LOGPROBS=1 SERVE_ARGS="--interleave-ms $ms"; done
+[[ ${PF_BENCH:-1} == 1 ]] && {
 log "prefill at short prompts"
 timeout 120 /tmp/lily bench --model /tmp/full --backend cuda --contexts 16,96,192,256,512 > /tmp/bench.txt 2>&1
 grep -E '^\| [0-9]' /tmp/bench.txt >> "$S"
 LILY_PF_SMALL_MOE=0 timeout 120 /tmp/lily bench --model /tmp/full --backend cuda --contexts 192 > /tmp/bench0.txt 2>&1
 echo "LILY_PF_SMALL_MOE=0:" >> "$S"; grep -E '^\| [0-9]' /tmp/bench0.txt >> "$S"
+}
 log done
 cat "$S"

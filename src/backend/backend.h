@@ -33,10 +33,11 @@ class Backend {
   // forward_batch into host logits, then draw_row on the host. CUDA draws on the device.
   virtual Status decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,
                              std::span<const DrawSpec> spec, std::span<Drawn> out);
-  // Readies batched steps of up to max_rows rows ahead of time, so the first step of a batch size
-  // not seen before does not stall the rows already decoding (CUDA: sizes the scratch once and
-  // captures the step graph of every batch size 2..max_rows). Default: nothing to do.
-  virtual Status prepare_batch(int max_rows) {
+  // Readies the backend for a server decoding up to max_rows requests at once, so that no request
+  // pays a first-use cost (CUDA: the batch scratch sized once, the step graph of every batch size
+  // 2..max_rows captured, then a throwaway prefill, decode and draw for the kernels' and the batch-1
+  // graph's first use). Default: nothing to do.
+  virtual Status prepare(int max_rows) {
     (void)max_rows;
     return Status::ok();
   }

@@ -81,13 +81,13 @@ std::unique_ptr<Runtime> load_runtime(const RuntimeArgs& a) {
   eo.max_cached_states = std::max(1, a.max_cached);
   eo.cache_budget_bytes = size_t(std::max(1, a.cache_mb)) << 20;
   eo.shared_prefix_min = std::max(1, a.cache_shared_min);
-  if (eo.max_batch > 1) {  // every batch size's step readied now, not when a request first needs it
+  {  // first-use costs (every batch size's step graph, say) paid now, not by the first requests
     const auto t0 = std::chrono::steady_clock::now();
-    if (Status st = rt->model->prepare_batch(eo.max_batch); !st)
-      fmt::print(stderr, "lily: warning: batched steps not prepared ({}); each batch size prepares on first use\n",
+    if (Status st = rt->model->prepare(eo.max_batch); !st)
+      fmt::print(stderr, "lily: warning: backend not prepared ({}); the first steps of each kind prepare on use\n",
                  st.message());
     else if (const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); s > 0.05)
-      fmt::print(stderr, "lily: batched steps of up to {} rows prepared in {:.2f} s\n", eo.max_batch, s);
+      fmt::print(stderr, "lily: steps of up to {} rows prepared in {:.2f} s\n", eo.max_batch, s);
   }
   rt->engine = std::make_unique<Engine>(*rt->model, *rt->tok, eo);
 

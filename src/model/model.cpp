@@ -69,9 +69,9 @@ Status Model::forward_batch(std::span<SeqState* const> states, std::span<const i
   return impl_->backend->forward_batch(states, tokens, logits);
 }
 
-Status Model::prepare_batch(int max_rows) {
-  if (max_rows < 1) return errorf("prepare_batch: {} rows", max_rows);
-  return impl_->backend->prepare_batch(max_rows);
+Status Model::prepare(int max_rows) {
+  if (max_rows < 1) return errorf("prepare: {} rows", max_rows);
+  return impl_->backend->prepare(max_rows);
 }
 
 Status Model::decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,

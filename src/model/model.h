@@ -63,9 +63,9 @@ class Model {
   // where the logits are; out[b] receives it. Same rows-are-independent contract.
   Status decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens, std::span<const DrawSpec> spec,
                      std::span<Drawn> out);
-  // Readies batched steps of up to max_rows rows (Backend::prepare_batch); a server calls it once
-  // at start, so no request's step pays for a batch size seen for the first time.
-  Status prepare_batch(int max_rows);
+  // Readies the backend for serving up to max_rows requests at once (Backend::prepare); a server
+  // calls it once at start, so no request pays a first-use cost (a graph capture, say).
+  Status prepare(int max_rows);
   // Depth-2 pipelined decode of one sequence (Backend::launch_draw / collect_draw), where
   // pipelined_draw() says the backend has it: launch a step feeding `token` (or, token < 0, the
   // token the previous launched step drew, not yet read back), collect the oldest step's draw.

@@ -8,7 +8,7 @@
 // batched step's tensor-core path (default; LILY_BATCH_TC=0 is the exact one), which rounds
 // differently from the batch-1 GEMVs: 2e-3 + 2e-3·|alone| there, and the argmax must agree. Batch
 // invariance: the first step's rows 0..2 (the same sequences in the same states) are identical at
-// B = 3, 7 and 17 (|Δ| = 0) on every backend. The steps are prepared up front (Model::prepare_batch,
+// B = 3, 7 and 17 (|Δ| = 0) on every backend. The steps are prepared up front (Model::prepare,
 // as `lily serve` does). Bad arguments are refused by name.
 #include <algorithm>
 #include <cmath>
@@ -63,7 +63,7 @@ TEST(ForwardBatch, EqualsForwardAlone) {
     Model& model = **m;
     // Every batch size's step readied up front, as `lily serve` does (CUDA: scratch and graphs of
     // 2..17 rows captured before any row exists); the engine tests run without it (captured lazily).
-    ASSERT_TRUE(model.prepare_batch(17).is_ok());
+    ASSERT_TRUE(model.prepare(17).is_ok());
     const int V = model.config().vocab_size;
     const char* tc = std::getenv("LILY_BATCH_TC");
     const bool loose = backend == "cuda" && !(tc && tc[0] == '0');
@@ -148,9 +148,9 @@ TEST(ForwardBatch, RefusesBadArguments) {
     st = (*m)->forward_batch(two, bad, lg);
     EXPECT_FALSE(st.is_ok());
     EXPECT_NE(st.message().find("token"), std::string::npos) << st.message();
-    st = (*m)->prepare_batch(0);
+    st = (*m)->prepare(0);
     EXPECT_FALSE(st.is_ok());
-    EXPECT_NE(st.message().find("prepare_batch"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("prepare"), std::string::npos) << st.message();
   }
 }
 

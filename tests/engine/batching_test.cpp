@@ -145,7 +145,9 @@ TEST_P(BatchSizes, BatchedEqualsAlone) {
   const double mean_batch = double(e.stats().decode_rows.load()) / std::max<uint64_t>(1, e.stats().decode_steps.load());
   std::printf("batch %d: %llu decode steps, mean rows per step %.2f\n", n,
               (unsigned long long)e.stats().decode_steps.load(), mean_batch);
-  if (n >= 3) EXPECT_GT(mean_batch, 1.2) << "requests were not decoded together";
+  if (n >= 3) {
+    EXPECT_GT(mean_batch, 1.2) << "requests were not decoded together";
+  }
   expect_drained(e);
 }
 

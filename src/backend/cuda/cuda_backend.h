@@ -116,7 +116,7 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop{};
     LILY_CU_TRY(cudaGetDeviceProperties(&prop, 0));
     if (prop.major != 9) return cu_err("CUDA device {} is sm_{}{}; this build targets sm_90a (H100/H200)", prop.name, prop.major, prop.minor);
-    char hw[256];
+    char hw[sizeof prop.name + 64];  // the name (up to 255 chars) and the rest
     std::snprintf(hw, sizeof hw, "%s (%d SMs, %.0f GiB)", prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0);
     hw_ = hw;
     LILY_TRY(check_shapes());
@@ -195,7 +195,7 @@ class CudaBackend final : public Backend {
   }
 
   // Scratch for max_rows rows and the step graph of every batch size up to it (batch.cu).
-  Status prepare_batch(int max_rows) override;
+  Status prepare(int max_rows) override;
   // One decode step for B sequences, weights read once for all rows (batch.cu).
   Status forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
                        std::span<float> logits) override;
