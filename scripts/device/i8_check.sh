@@ -35,7 +35,6 @@ timeout 60 /tmp/lily bench --model /tmp/full --backend cuda --contexts 256 > "$O
 grep -E '^\|' "$O/bench.txt" >> "$S"
 bb i8 1,4,16,64 16 LILY_BTC_I8=1
 bb hilo 16,64 8 LILY_BTC_I8=0
-bb norm512 16,64 8 LILY_BTC_I8=1 LILY_BNORM_THREADS=512
 bb profile 16,64 4 LILY_BTC_I8=1 LILY_BATCH_PROFILE=1
 log done
 cat "$S"

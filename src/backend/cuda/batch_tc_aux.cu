@@ -39,16 +39,31 @@ __global__ void __launch_bounds__(kThreads) bpack_kernel(const float* x, int ldx
   pack_row(x + size_t(r) * ldx, K, P + size_t(r) * (K / 4), XS + size_t(r) * (K / 64));
 }
 
-// Σ_j tw[b][j]·yd[b·k + j][e] + tw[b][k]·yd[B·k + b][e], slot order then the shared expert.
+// Σ_j tw[b][j]·yd[b·k + j][e] + tw[b][k]·yd[B·k + b][e], slot order then the shared expert. For k ≤ 8
+// every load is issued before the first fma (an unrolled guard loop): the rolled loop waited on one L2
+// round trip per entry, 9 in a row per element. Same fmas in the same order either way.
+constexpr int kCombineUnroll = 8;
 __device__ __forceinline__ float combine(const float* yd, const float* tw, int k, int H, int B, int b, int e) {
+  const float* twb = tw + b * (k + 1);
   float m = 0.f;
-  for (int j = 0; j < k; ++j) m = fmaf(__ldcg(tw + b * (k + 1) + j), __ldcg(yd + size_t(b * k + j) * H + e), m);
-  return fmaf(__ldcg(tw + b * (k + 1) + k), __ldcg(yd + size_t(B * k + b) * H + e), m);
+  if (k <= kCombineUnroll) {
+    float w[kCombineUnroll], y[kCombineUnroll];
+#pragma unroll
+    for (int j = 0; j < kCombineUnroll; ++j)
+      if (j < k) w[j] = __ldcg(twb + j), y[j] = __ldcg(yd + size_t(b * k + j) * H + e);
+    const float ws = __ldcg(twb + k), ys = __ldcg(yd + size_t(B * k + b) * H + e);
+#pragma unroll
+    for (int j = 0; j < kCombineUnroll; ++j)
+      if (j < k) m = fmaf(w[j], y[j], m);
+    return fmaf(ws, ys, m);
+  }
+  for (int j = 0; j < k; ++j) m = fmaf(__ldcg(twb + j), __ldcg(yd + size_t(b * k + j) * H + e), m);
+  return fmaf(__ldcg(twb + k), __ldcg(yd + size_t(B * k + b) * H + e), m);
 }
 
-// One row per block (thread t owns elements t + u·blockDim, as badd_norm with 256 threads), then packed
-// from shared memory. 256 or 512 threads (bnorm_threads()).
-template <int U> __global__ void __launch_bounds__(4096 / U) bnorm_pack_kernel(BNormArgs a) {
+// One row per block of 256 threads (thread t owns elements t + 256u, u < U, as badd_norm), then packed
+// from shared memory.
+template <int U> __global__ void __launch_bounds__(kThreads) bnorm_pack_kernel(BNormArgs a) {
   extern __shared__ float xn[];
   __shared__ float red[32];
   const int b = blockIdx.x, nt = blockDim.x, H = a.H;
@@ -218,25 +233,13 @@ Status bpack(const float* x, int ldx, int K, int R, uint32_t* P, float* XS, Stre
                   reinterpret_cast<uint4*>(P), reinterpret_cast<float2*>(XS));
 }
 
-// Threads of bnorm_pack (LILY_BNORM_THREADS: 256 or 512; fixed for the process, so a row's reduction
-// order does not depend on the batch). At 16 rows a block per row leaves most SMs idle, and each
-// thread's 8 elements need 9 combine loads each.
-static int bnorm_threads() {
-  static const int n = [] {
-    const char* e = std::getenv("LILY_BNORM_THREADS");
-    const int v = e && *e ? std::atoi(e) : 256;
-    return v == 512 ? v : 256;
-  }();
-  return n;
-}
-
 Status bnorm_pack(const BNormArgs& a, Stream s) {
   if (a.H <= 0 || a.H % 64 != 0 || a.H > 16 * kThreads) return cu_err("bnorm_pack: H={} unsupported", a.H);
   if (!a.P || !a.XS || a.B < 1 || (a.yd && (!a.tw || a.top_k < 1)) || (a.L && (!a.XG || !a.IS)))
     return cu_err("bnorm_pack: bad arguments");
-  const int nt = bnorm_threads();
-  if (nt == 512 && a.H <= 8 * 512)
-    return launch_k("bnorm_pack", bnorm_pack_kernel<8>, dim3(a.B), dim3(512), size_t(a.H) * sizeof(float),
+  // U values per thread: 8 covers H ≤ 2048 (the model); the unused slots of U = 16 added zeros only.
+  if (a.H <= 8 * kThreads)
+    return launch_k("bnorm_pack", bnorm_pack_kernel<8>, dim3(a.B), dim3(kThreads), size_t(a.H) * sizeof(float),
                     static_cast<cudaStream_t>(s), a);
   return launch_k("bnorm_pack", bnorm_pack_kernel<16>, dim3(a.B), dim3(kThreads), size_t(a.H) * sizeof(float),
                   static_cast<cudaStream_t>(s), a);
