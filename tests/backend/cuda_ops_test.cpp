@@ -698,8 +698,9 @@ void moe_fused_case(int E, int H, int I, int Is, int k, bool ties = false, bool 
     std::vector<int32_t> ids;
     std::vector<float> wts;
     ref_route(dev_l, E, k, norm, ids, wts);
-    if (ties)  // copied rows: exactly tied logits, so the ranks are decided by id
+    if (ties) {  // copied rows: exactly tied logits, so the ranks are decided by id
       for (int dst : {0, E / 2, E - 1}) EXPECT_EQ(dev_l[dst], dev_l[top]) << dst;
+    }
     auto swiglu = [&](const QWeight& g, const QWeight& u, std::vector<float>& act) {
       std::vector<float> ga(g.rows), ub(g.rows);
       cpu::qmatmul(g, x.data(), 1, H, ga.data(), g.rows, true);
