@@ -7,6 +7,7 @@ teacher-forced logits (float32, CPU, eager attention/experts, pure-torch DeltaNe
   python3 tools/make_golden.py --preset small --seed 11 --out tests/data/golden/small-seed11
   python3 tools/make_golden.py --readme DIR     # (re)write DIR/README.md from its json files
   python3 tools/make_golden.py --check DIR      # tensor inventory of DIR/model.safetensors vs config
+  python3 tools/make_golden.py --envelope DIR   # transformers' own fp16/bf16 error on DIR -> DIR/envelope.json
 Needs torch, transformers (>= 5 with qwen3_5_moe), numpy and safetensors; --readme/--check need none.
 """
 import argparse
@@ -474,6 +475,98 @@ def run(args):
         f"{n} {os.path.getsize(os.path.join(args.out, n))}" for n in sorted(os.listdir(args.out))), flush=True)
 
 
+# --- The precision envelope (../shared/docs/precision.md) ------------------------------------------
+# transformers' own half-precision runs of a golden's model, scored with the metrics the golden test
+# applies to lily: every step teacher-forced with the golden ids (prefill, then one token at a time
+# with the cache), Δ = |logprob − golden logprob| at the golden (fp32) chosen id, top-1 agreement on
+# steps whose golden margin is >= ENVELOPE_MARGIN, and the forced logits' max / RMS error.
+ENVELOPE_MARGIN = 0.05
+
+
+def score_run(model, ex, device):
+    """Teacher-forced run of every case of expected.json -> envelope metrics (float64 on the host)."""
+    import torch
+    deltas, agree, compared, forced_max, forced_sq, forced_n = [], 0, 0, 0.0, 0.0, 0
+    for c in ex["cases"]:
+        prompt, steps = c["prompt_ids"], c["steps"]
+        out = model(input_ids=torch.tensor([prompt], device=device), use_cache=True)
+        row = out.logits[0, -1].double().cpu()
+        for s, g in enumerate(steps):
+            lp = torch.log_softmax(row, dim=-1)
+            deltas.append(abs(float(lp[g["id"]]) - g["logprob"]))
+            if g["margin"] >= ENVELOPE_MARGIN:
+                compared += 1
+                agree += int(int(pick(row.float())[0]) == g["id"])
+            if s + 1 < len(steps):
+                out = model(input_ids=torch.tensor([[g["id"]]], device=device),
+                            past_key_values=out.past_key_values, use_cache=True)
+                row = out.logits[0, -1].double().cpu()
+        logits = model(input_ids=torch.tensor([c["forced_ids"]], device=device), use_cache=False).logits[0]
+        for q, ref in zip(c["forced_last_positions"], c["forced_last_logits"]):
+            d = (logits[q].double().cpu() - torch.tensor(ref, dtype=torch.float64)).abs()
+            forced_max = max(forced_max, float(d.max()))
+            forced_sq += float((d * d).sum())
+            forced_n += d.numel()
+    deltas.sort()
+    n = len(deltas)
+    median = deltas[n // 2] if n % 2 else 0.5 * (deltas[n // 2 - 1] + deltas[n // 2])
+    return {"steps": n, "top1_compared": compared, "top1_agree": agree, "max_delta": deltas[-1],
+            "median_delta": median, "forced_max": forced_max, "forced_rms": math.sqrt(forced_sq / max(forced_n, 1))}
+
+
+def envelope(args):
+    """Rebuilds DIR's model from its preset and seed (the checkpoint must come out byte-identical), then
+    scores transformers' fp32 (sanity: ~0), fp16 and bf16 runs of it on the GPU when there is one."""
+    import copy
+    import tempfile
+    kept = keep_fast_kernels_out()
+    import torch
+    import transformers
+    d = args.envelope
+    with open(os.path.join(d, "expected.json")) as f:
+        ex = json.load(f)
+    p, seed = PRESETS[ex["preset"]], ex["seed"]
+    torch.manual_seed(seed)
+    torch.set_grad_enabled(False)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model = build_hf(p)
+    writer = mf.SafetensorsWriter()
+    convert(model, p, seed, writer)
+    with tempfile.TemporaryDirectory() as tmp:
+        st = os.path.join(tmp, "model.safetensors")
+        writer.write(st)
+        sha = mf.sha256(st)
+    want = ex["checkpoint"]["sha256"]["model.safetensors"]
+    if sha != want:
+        raise SystemExit(f"{d}: rebuilt checkpoint sha256 {sha} != recorded {want} (different torch RNG?)")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    keep32 = list(getattr(type(model), "_keep_in_fp32_modules", None) or []) + \
+        list(getattr(type(model), "_keep_in_fp32_modules_strict", None) or [])
+    runs = {}
+    for name, dtype in (("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        m = copy.deepcopy(model).to(device=device, dtype=dtype)
+        for pname, prm in m.named_parameters():   # what from_pretrained(dtype=...) keeps in fp32
+            if any(k in pname for k in keep32):
+                prm.data = prm.data.float()
+        runs[name] = score_run(m, ex, device)
+        print(f"[envelope] {os.path.basename(os.path.normpath(d))} {name}: {runs[name]}", flush=True)
+        del m
+    env = {"format": "lily-precision-envelope/1", "generator": "tools/make_golden.py --envelope",
+           "golden_sha256": want, "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+           "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                        "transformers": transformers.__version__},
+           "fast_kernel_packages_kept_out": kept, "kept_in_fp32": keep32,
+           "method": f"model.to(dtype) on {device}; every step teacher-forced with the golden ids (prefill, "
+                     f"then cached one-token steps); delta = |logprob - golden logprob| at the golden id; "
+                     f"top-1 agreement on steps with golden margin >= {ENVELOPE_MARGIN}; forced logits vs "
+                     f"expected.json's forced_last_logits",
+           "margin_threshold": ENVELOPE_MARGIN, "runs": runs}
+    with open(os.path.join(d, "envelope.json"), "w") as f:
+        json.dump(env, f, indent=1)
+    print(f"[envelope] wrote {os.path.join(d, 'envelope.json')}", flush=True)
+
+
 def _version(mod):
     try:
         return __import__(mod).__version__
@@ -488,8 +581,11 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--readme", metavar="DIR")
     ap.add_argument("--check", metavar="DIR")
+    ap.add_argument("--envelope", metavar="DIR")
     args = ap.parse_args()
-    if args.readme:
+    if args.envelope:
+        envelope(args)
+    elif args.readme:
         golden_layout.render_readme(args.readme)
     elif args.check:
         problems = golden_layout.check_dir(args.check)

@@ -1,14 +1,13 @@
 // lily's Model against transformers' answers (tools/make_golden.py) for small random qwen3_5_moe
 // checkpoints: tests/data/golden/* and, when present, ../shared/data/golden-small-seed7.
-// Backend from env LILY_BACKEND (default cpu). Stated tolerances:
-//   greedy ids  must equal transformers' wherever its top-1 minus top-2 logit margin > 0.02
-//               (below that a bf16 engine may flip; the golden id is fed either way);
-//   logprobs    log_softmax at transformers' top-8 ids within 0.03 (absolute);
-//   forced      full-vocab logits of the last 8 teacher-forced positions (one prefill up to the first,
-//               then decode) within 0.08 max absolute and 0.02 RMS.
-// These suit an engine that keeps activations in fp32 (the CPU reference meets them at ~1e-4). With
-// bf16 storage at every model-spec §1.5 point (LILY_CPU_STORAGE=bf16), errors on these random models
-// reach 0.2-1.2 in logprob and picks flip at margins up to ~0.2 (MoE routing near-ties amplify rounding).
+// Backend from env LILY_BACKEND (default cpu). Every step is teacher-forced with the golden ids.
+// The precision budget (../shared/docs/precision.md): over all cases of a golden, lily must agree with
+// transformers' fp32 at least as well as transformers' own fp16 run does, as recorded in the golden's
+// envelope.json (`make_golden.py --envelope DIR`, run where torch has a GPU):
+//   top-1 agreement on steps whose golden margin >= the envelope's margin threshold: no lower;
+//   delta = |logprob - golden logprob| at the golden id: max and median no higher;
+//   forced full-vocab logits of the last 8 teacher-forced positions: max and RMS error no higher.
+// A golden without envelope.json is held to the fixed tolerances below (and the test says so).
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -30,6 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// Fixed tolerances for a golden without envelope.json (an fp32 engine meets them at ~1e-4).
 constexpr double kMarginThreshold = 0.02;
 constexpr double kLogprobTol = 0.03;
 constexpr double kForcedMaxTol = 0.08;
@@ -74,6 +74,7 @@ double log_sum_exp(const std::vector<float>& x) {
 struct Stats {
   int steps = 0, compared = 0, id_mismatch = 0, fragile_flips = 0, lp_viol = 0;
   double max_lp_err = 0, forced_max = 0, forced_sq = 0;
+  std::vector<double> deltas;  // |logprob - golden logprob| at the golden id, per step
   size_t forced_n = 0;
   std::vector<std::string> notes;
   void note(int& counter, std::string s) {
@@ -82,7 +83,7 @@ struct Stats {
 };
 
 // Greedy steps: forward the prompt, then feed the golden ids one at a time.
-void check_steps(Model& model, const json& c, Stats& st) {
+void check_steps(Model& model, const json& c, double margin_threshold, Stats& st) {
   const int V = model.config().vocab_size;
   const auto prompt = ids_of(c.at("prompt_ids"));
   const json& steps = c.at("steps");
@@ -97,7 +98,7 @@ void check_steps(Model& model, const json& c, Stats& st) {
     const double margin = g.at("margin").get<double>();
     const int ours = argmax(logits);
     ++st.steps;
-    if (margin > kMarginThreshold) {
+    if (margin >= margin_threshold) {
       ++st.compared;
       if (ours != gid)
         st.note(st.id_mismatch, fmt::format("step {}: ours {} golden {} (margin {:.4f})", i, ours, gid, margin));
@@ -105,6 +106,7 @@ void check_steps(Model& model, const json& c, Stats& st) {
       ++st.fragile_flips;
     }
     const double lse = log_sum_exp(logits);
+    st.deltas.push_back(std::abs(double(logits[size_t(gid)]) - lse - g.at("logprob").get<double>()));
     for (const auto& pair : g.at("top8")) {
       const int id = pair[0].get<int>();
       const double err = std::abs(double(logits[size_t(id)]) - lse - pair[1].get<double>());
@@ -152,6 +154,13 @@ void check_forced(Model& model, const json& c, Stats& st) {
 
 class GoldenTest : public ::testing::TestWithParam<std::string> {};
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 TEST_P(GoldenTest, MatchesTransformers) {
   const std::string dir = GetParam();
   const std::string backend = backend_name();
@@ -161,6 +170,18 @@ TEST_P(GoldenTest, MatchesTransformers) {
   std::ifstream in(dir + "/expected.json");
   ASSERT_TRUE(in.good()) << "cannot read " << dir << "/expected.json";
   const json ex = json::parse(in);
+  // transformers' own fp16 run on these cases (the budget), if recorded.
+  json fp16;
+  double margin_threshold = kMarginThreshold;
+  if (std::ifstream env_in(dir + "/envelope.json"); env_in.good()) {
+    const json env = json::parse(env_in);
+    ASSERT_EQ(env.at("golden_sha256"), ex.at("checkpoint").at("sha256").at("model.safetensors"))
+        << dir << "/envelope.json was measured on another checkpoint";
+    fp16 = env.at("runs").at("fp16");
+    margin_threshold = env.at("margin_threshold").get<double>();
+  } else {
+    fmt::print("[golden] {}: no envelope.json, using the fixed tolerances\n", dir);
+  }
 
   ModelOptions opts;
   opts.backend = backend;
@@ -169,26 +190,52 @@ TEST_P(GoldenTest, MatchesTransformers) {
   ASSERT_TRUE(model.is_ok()) << "Model::load(" << dir << ", backend " << backend << "): " << model.message();
   ASSERT_EQ((*model)->config().vocab_size, ex.at("config_summary").at("vocab_size").get<int>());
 
+  Stats all;  // every case of the golden
   for (const json& c : ex.at("cases")) {
     const std::string name = c.at("name").get<std::string>();
     SCOPED_TRACE(dir + " " + name);
     Stats st;
-    check_steps(**model, c, st);
+    check_steps(**model, c, margin_threshold, st);
     if (HasFatalFailure()) return;
     check_forced(**model, c, st);
     if (HasFatalFailure()) return;
     const double rms = st.forced_n ? std::sqrt(st.forced_sq / double(st.forced_n)) : 0.0;
-    fmt::print("[golden] {} {} ({}): ids compared {}/{} (margin > {}), mismatches {}, fragile flips {}; "
-               "max |dlogprob| {:.2e}; forced logits max |d| {:.2e} rms {:.2e}\n",
-               fs::path(dir).filename().string(), name, backend, st.compared, st.steps, kMarginThreshold,
-               st.id_mismatch, st.fragile_flips, st.max_lp_err, st.forced_max, rms);
-    std::string details;
-    for (const auto& n : st.notes) details += "\n  " + n;
-    EXPECT_EQ(st.id_mismatch, 0) << "greedy id differs where transformers' margin > " << kMarginThreshold << details;
-    EXPECT_EQ(st.lp_viol, 0) << "logprob error above " << kLogprobTol << " (max " << st.max_lp_err << ")" << details;
-    EXPECT_LE(st.forced_max, kForcedMaxTol) << "forced logits, max abs error";
-    EXPECT_LE(rms, kForcedRmsTol) << "forced logits, RMS error";
+    fmt::print("[golden] {} {} ({}): top-1 {}/{} agree (margin >= {}), fragile flips {}; max |dlogprob| top-8 "
+               "{:.2e}, at the golden id {:.2e}; forced logits max |d| {:.2e} rms {:.2e}\n",
+               fs::path(dir).filename().string(), name, backend, st.compared - st.id_mismatch, st.compared,
+               margin_threshold, st.fragile_flips, st.max_lp_err, *std::max_element(st.deltas.begin(), st.deltas.end()),
+               st.forced_max, rms);
+    all.steps += st.steps, all.compared += st.compared, all.id_mismatch += st.id_mismatch;
+    all.lp_viol += st.lp_viol, all.max_lp_err = std::max(all.max_lp_err, st.max_lp_err);
+    all.forced_max = std::max(all.forced_max, st.forced_max), all.forced_sq += st.forced_sq, all.forced_n += st.forced_n;
+    all.deltas.insert(all.deltas.end(), st.deltas.begin(), st.deltas.end());
+    for (auto& n : st.notes) all.notes.push_back(name + ": " + n);
   }
+  const double rms = all.forced_n ? std::sqrt(all.forced_sq / double(all.forced_n)) : 0.0;
+  const double max_d = all.deltas.empty() ? 0 : *std::max_element(all.deltas.begin(), all.deltas.end());
+  const double med_d = median(all.deltas);
+  const int agree = all.compared - all.id_mismatch;
+  std::string details;
+  for (const auto& n : all.notes) details += "\n  " + n;
+  fmt::print("[golden] {} ({}), all cases: top-1 {}/{}, delta max {:.3e} median {:.3e}, forced max {:.3e} rms {:.3e}",
+             fs::path(dir).filename().string(), backend, agree, all.compared, max_d, med_d, all.forced_max, rms);
+  if (fp16.is_null()) {
+    fmt::print("\n");
+    EXPECT_EQ(all.id_mismatch, 0) << "greedy id differs where transformers' margin >= " << margin_threshold << details;
+    EXPECT_EQ(all.lp_viol, 0) << "logprob error above " << kLogprobTol << " (max " << all.max_lp_err << ")" << details;
+    EXPECT_LE(all.forced_max, kForcedMaxTol) << "forced logits, max abs error";
+    EXPECT_LE(rms, kForcedRmsTol) << "forced logits, RMS error";
+    return;
+  }
+  fmt::print("; transformers fp16: top-1 {}/{}, delta max {:.3e} median {:.3e}, forced max {:.3e} rms {:.3e}\n",
+             fp16.at("top1_agree").get<int>(), fp16.at("top1_compared").get<int>(), fp16.at("max_delta").get<double>(),
+             fp16.at("median_delta").get<double>(), fp16.at("forced_max").get<double>(), fp16.at("forced_rms").get<double>());
+  ASSERT_EQ(all.compared, fp16.at("top1_compared").get<int>()) << "the envelope counted other steps";
+  EXPECT_GE(agree, fp16.at("top1_agree").get<int>()) << "top-1 agreement below transformers' fp16" << details;
+  EXPECT_LE(max_d, fp16.at("max_delta").get<double>()) << "max delta above transformers' fp16";
+  EXPECT_LE(med_d, fp16.at("median_delta").get<double>()) << "median delta above transformers' fp16";
+  EXPECT_LE(all.forced_max, fp16.at("forced_max").get<double>()) << "forced logits max error above transformers' fp16";
+  EXPECT_LE(rms, fp16.at("forced_rms").get<double>()) << "forced logits RMS error above transformers' fp16";
 }
 
 std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
