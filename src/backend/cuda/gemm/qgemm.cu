@@ -1,0 +1,631 @@
+// qgemm: the quantized GEMM of the serving step (contract in qgemm.h). One persistent block per SM
+// walks its work units (unit = 128 weight rows × one chunk of ≤ 8·NT activation rows × a k range),
+// streaming every unit's stages (128 k: codes, {scale, bias}, fp16 x and its group sums) through a
+// ring of NS shared-memory stages by cp.async, so NS−1 stages stay in flight across unit boundaries.
+//
+// MMA operands (m16n8k16, f16 → f32), swap AB: A = 16 weight rows × 16 k, B = 16 k × 8 activation
+// rows. Within a 64-group, lane quad t owns k 16t..16t+15 of a row: for 4-bit the two code words
+// 2t, 2t+1 of the group (8 bytes), for 8-bit the four words 4t..4t+3 (16 bytes). The k order inside
+// the MMA is permuted to match the codes: a 4-bit word (n0..n7) yields the fp16 pairs (n0,n4),
+// (n1,n5) for one k-step and (n2,n6), (n3,n7) for the next (lop3 into the 1024 exponent), and x is
+// permuted the same way by byte_perm from one 16-byte load. The group's four k-steps accumulate from
+// zero; then y += (scale·2^-e)·part + bias·Σx in a fixed order.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/gemm/qgemm.h"
+
+namespace lily::cuda {
+namespace {
+
+constexpr int kThreads = 256, kWarps = 8, kBN = 128, kBK = 128, kMaxItems = 1024;
+
+enum Mode : int { kDense = 0, kItems = 1, kSwiglu = 2 };
+
+template <int BITS, int NT> struct Cfg {
+  static constexpr int BM = 8 * NT;
+  static constexpr int kRowB = kBK * BITS / 8;  // code bytes of a row per stage (64 / 128)
+  static constexpr int kCodes = kBN * kRowB;
+  static constexpr int kSb = kBN * 2 * 4;  // {scale, bias} bf16 per row and group
+  static constexpr int kX = BM * kBK * 2;  // fp16 rows, 256 bytes each
+  static constexpr int kXs = BM * 2 * 8;   // {Σx, 2^-e} per row and group
+  static constexpr int kStage = kCodes + kSb + kX + kXs;
+  static constexpr int NS = (200 * 1024) / kStage > 8 ? 8 : (200 * 1024) / kStage;
+  // After the ring: the swiglu epilogue's per-warp row {max, sum} and per-row scale, then the items.
+  static constexpr int kRed = kWarps * BM * 8 + BM * 4;
+  static constexpr int kRing = NS * kStage;
+  static constexpr size_t smem(int max_items) { return size_t(kRing + kRed) + size_t(max_items) * 20 + 16; }
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void cp16(uint32_t dst, const void* src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp8(uint32_t dst, const void* src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(ok ? 8 : 0) : "memory");
+}
+__device__ __forceinline__ void cp4(uint32_t dst, const void* src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(ok ? 4 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+__device__ __forceinline__ void mma(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t lop_or(uint32_t a, uint32_t m, uint32_t c) {  // (a & m) | c
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(m), "r"(c));
+  return r;
+}
+__device__ __forceinline__ uint32_t h2u(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
+__device__ __forceinline__ __half2 u2h(uint32_t u) { return *reinterpret_cast<__half2*>(&u); }
+// 4-bit word → two fp16 pairs of exact integers: p = 0: (n0, n4), (n1, n5); p = 1: (n2, n6), (n3, n7).
+__device__ __forceinline__ void cvt4(uint32_t w, int p, uint32_t& lo, uint32_t& hi) {
+  const uint32_t v = p ? w >> 8 : w;
+  const uint32_t a = lop_or(v, 0x000F000Fu, 0x64006400u), b = lop_or(v, 0x00F000F0u, 0x64006400u);
+  lo = h2u(__hsub2(u2h(a), u2h(0x64006400u)));                          // 1024 + n − 1024
+  hi = h2u(__hfma2(u2h(b), u2h(0x2C002C00u), u2h(0xD400D400u)));        // (1024 + 16n)/16 − 64
+}
+// 8-bit word (b0..b3) → (b0, b2), (b1, b3).
+__device__ __forceinline__ void cvt8(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  lo = h2u(__hsub2(u2h(lop_or(w, 0x00FF00FFu, 0x64006400u)), u2h(0x64006400u)));
+  hi = h2u(__hsub2(u2h(lop_or(w >> 8, 0x00FF00FFu, 0x64006400u)), u2h(0x64006400u)));
+}
+
+struct Args {
+  QGemmArgs a;
+  int mode, N, K, nG, nks, T, S, C, n_units;  // N: weight rows of a dense matrix; T tiles; S splits; C chunks
+};
+
+// One work unit, as both cursors (loads and MMAs) see it.
+struct Unit {
+  int tile, chunk, split, ks0, ks1;  // k stages [ks0, ks1)
+  int expert, e0, m_cnt;             // items: expert (E = shared), first entry; rows in this chunk
+};
+
+// Items: the item of unit u (prefix pu: units before item i), binary search over n items.
+__device__ __forceinline__ int item_of(const int* pu, int n, int u) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (pu[mid] <= u) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+template <int BM>
+__device__ __forceinline__ Unit unit_of(const Args& g, int u, const int4* its, const int* pu, int n_items) {
+  Unit r{};
+  if (g.mode == kDense) {
+    r.chunk = u % g.C;
+    const int ts = u / g.C;
+    r.split = ts % g.S, r.tile = ts / g.S;
+    r.ks0 = r.split * g.nks / g.S, r.ks1 = (r.split + 1) * g.nks / g.S;
+    r.e0 = r.chunk * BM;
+    r.m_cnt = min(BM, g.a.M - r.e0);
+    r.expert = 0;
+    return r;
+  }
+  const int i = item_of(pu, n_items, u);
+  const int4 it = its[i];
+  const int c = (it.y + BM - 1) / BM, rr = u - pu[i];
+  r.tile = rr / c, r.chunk = rr - r.tile * c, r.split = 0, r.ks0 = 0, r.ks1 = g.nks;
+  r.expert = it.x, r.e0 = it.z + r.chunk * BM, r.m_cnt = min(BM, it.y - r.chunk * BM);
+  return r;
+}
+
+// Global row of smem weight row rr (0..127) of unit t, or null when past the matrix. Also which
+// matrix's {scale, bias} rows go with it (the same pointer arithmetic on sb).
+template <int BITS>
+__device__ __forceinline__ void weight_row(const Args& g, const Unit& t, int rr, const uint8_t*& code,
+                                           const uint32_t*& sb) {
+  const QGemmArgs& a = g.a;
+  const size_t rb = size_t(a.w.cols) * BITS / 8, groups = size_t(a.w.cols / 64);
+  const QW* m = &a.w;
+  long row;
+  if (g.mode == kSwiglu) {
+    const int o = t.tile * 64 + 8 * (rr >> 4) + (rr & 7);
+    const bool up = rr & 8;
+    if (o >= a.n_out) {
+      code = nullptr, sb = nullptr;
+      return;
+    }
+    if (t.expert == a.E) m = &a.sh, row = up ? long(a.n_out) + o : o;
+    else m = up ? &a.w2 : &a.w, row = long(t.expert) * a.n_out + o;
+  } else if (g.mode == kItems) {
+    const int n = t.tile * kBN + rr;
+    if (n >= a.n_out) {
+      code = nullptr, sb = nullptr;
+      return;
+    }
+    if (t.expert == a.E) m = &a.sh, row = n;
+    else row = long(t.expert) * a.n_out + n;
+  } else {
+    row = long(t.tile) * kBN + rr;
+    if (row >= g.N) {
+      code = nullptr, sb = nullptr;
+      return;
+    }
+  }
+  code = reinterpret_cast<const uint8_t*>(m->codes) + size_t(row) * rb;
+  sb = reinterpret_cast<const uint32_t*>(m->sb) + size_t(row) * groups;
+}
+
+template <int BITS, int NT, int MODE>
+__global__ void __launch_bounds__(kThreads, 1) qgemm_kernel(Args g) {
+  using C = Cfg<BITS, NT>;
+  constexpr int BM = C::BM, NS = C::NS;
+  constexpr int kCodeChunks = C::kCodes / 16 / kThreads;             // 16-byte code chunks per thread (2 / 4)
+  constexpr int kXChunks = (BM * 16 + kThreads - 1) / kThreads;      // 16-byte x chunks per thread
+  extern __shared__ __align__(16) uint8_t sm[];
+  float2* red = reinterpret_cast<float2*>(sm + C::kRing);            // [kWarps][BM]
+  float* rsc = reinterpret_cast<float*>(red + kWarps * BM);          // [BM]
+  int4* its = reinterpret_cast<int4*>(rsc + BM);                     // [max_items]
+  int* pu = reinterpret_cast<int*>(its + g.a.max_items);             // [max_items + 1]
+  const QGemmArgs& a = g.a;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
+
+  int n_units = g.n_units, n_items = 0;
+  if (MODE != kDense) {
+    pdl_wait();
+    pdl_trigger();
+    n_items = min(__ldcg(a.n_items), a.max_items);
+    for (int i = tid; i < n_items; i += kThreads) its[i] = reinterpret_cast<const int4*>(a.items)[i];
+    __syncthreads();
+    if (tid == 0) {  // units before each item (item i: its tiles × its row chunks)
+      int s = 0;
+      for (int i = 0; i < n_items; ++i) pu[i] = s, s += g.T * ((its[i].y + BM - 1) / BM);
+      pu[n_items] = s;
+    }
+    __syncthreads();
+    n_units = pu[n_items];
+  }
+  if (int(blockIdx.x) >= n_units) {
+    if (MODE == kDense) {
+      pdl_wait();
+      pdl_trigger();
+    }
+    return;
+  }
+
+  // ---- the load cursor: unit, stage, and this thread's source rows for it ----
+  int lu = blockIdx.x, lks = 0;
+  Unit lt{};
+  const uint8_t* crow[kCodeChunks];
+  const uint32_t* sbrow = nullptr;
+  const uint16_t* xrow[kXChunks];
+  const float* xsrow = nullptr;
+  auto load_unit = [&](bool rows_ok) {
+    lt = unit_of<BM>(g, lu, its, pu, n_items);
+    lks = lt.ks0;
+#pragma unroll
+    for (int j = 0; j < kCodeChunks; ++j) {
+      const int rr = (tid + j * kThreads) / (C::kRowB / 16);
+      const uint32_t* dummy;
+      weight_row<BITS>(g, lt, rr, crow[j], dummy);
+    }
+    {
+      const uint8_t* dummy;
+      weight_row<BITS>(g, lt, tid >> 1, dummy, sbrow);
+    }
+    if (!rows_ok) return;
+#pragma unroll
+    for (int j = 0; j < kXChunks; ++j) {
+      const int m = (tid + j * kThreads) >> 4;
+      xrow[j] = nullptr;
+      if (m < BM && m < lt.m_cnt) {
+        const int e = lt.e0 + m;
+        const int r = MODE == kDense ? e : __ldg(a.xrow + e);
+        xrow[j] = a.x + size_t(r) * a.ldx;
+      }
+    }
+    xsrow = nullptr;
+    if (tid < 2 * BM && (tid >> 1) < lt.m_cnt) {
+      const int e = lt.e0 + (tid >> 1);
+      const int r = MODE == kDense ? e : __ldg(a.xrow + e);
+      xsrow = a.xs + size_t(r) * g.nG * 2;
+    }
+  };
+  // Stage ks of the load cursor's unit into ring slot `slot`: weights and/or activations.
+  auto load_stage = [&](int slot, bool wts, bool acts) {
+    uint8_t* st = sm + size_t(slot) * C::kStage;
+    const int ng = min(2, g.nG - 2 * lks);
+    if (wts) {
+#pragma unroll
+      for (int j = 0; j < kCodeChunks; ++j) {
+        const int c = tid + j * kThreads, rr = c / (C::kRowB / 16), q = c % (C::kRowB / 16);
+        const int grp = BITS == 4 ? q >> 1 : q >> 2;
+        const bool ok = crow[j] && grp < ng;
+        const int pos = BITS == 4 ? (((q >> 1) ^ ((rr >> 1) & 1)) << 1) | (q & 1) : (((q >> 2) ^ (rr & 1)) << 2) | (q & 3);
+        const void* src = ok ? static_cast<const void*>(crow[j] + size_t(lks) * C::kRowB + q * 16) : a.w.codes;
+        cp16(smem_u32(st + rr * C::kRowB + pos * 16), src, ok);
+      }
+      {
+        const int grp = tid & 1;
+        const bool ok = sbrow && grp < ng;
+        cp4(smem_u32(st + C::kCodes + tid * 4), ok ? static_cast<const void*>(sbrow + 2 * lks + grp) : a.w.sb, ok);
+      }
+    }
+    if (acts) {
+      uint8_t* xs = st + C::kCodes + C::kSb;
+#pragma unroll
+      for (int j = 0; j < kXChunks; ++j) {
+        const int c = tid + j * kThreads, m = c >> 4, q = c & 15;
+        if (m < BM) {
+          const bool ok = xrow[j] && (q >> 3) < ng;
+          cp16(smem_u32(xs + m * 256 + ((q ^ (m & 1)) << 4)), ok ? static_cast<const void*>(xrow[j] + lks * kBK + q * 8) : a.x, ok);
+        }
+      }
+      if (tid < 2 * BM) {
+        const int grp = tid & 1;
+        const bool ok = xsrow && grp < ng;
+        cp8(smem_u32(xs + C::kX + tid * 8), ok ? static_cast<const void*>(xsrow + 2 * (2 * lks + grp)) : a.xs, ok);
+      }
+    }
+  };
+  auto advance_load = [&]() {
+    if (++lks >= lt.ks1) {
+      lu += gridDim.x;
+      if (lu < n_units) load_unit(true);
+    }
+  };
+
+  // Prologue: stages 0..NS-2. Dense: the weights before waiting on the previous kernel (they never
+  // depend on it), then the activations; items: the routing table was needed first anyway.
+  if (MODE == kDense) {
+    load_unit(false);
+    const int u0 = lu, ks0 = lks;
+    const Unit t0 = lt;
+    for (int s = 0; s < NS - 1; ++s) {
+      if (lu < n_units) load_stage(s, true, false);
+      if (lu < n_units) advance_load();
+    }
+    cp_commit();
+    pdl_wait();
+    pdl_trigger();
+    lu = u0, lks = ks0, lt = t0;
+    load_unit(true);
+    for (int s = 0; s < NS - 1; ++s) {
+      if (lu < n_units) load_stage(s, false, true);
+      cp_commit();
+      if (lu < n_units) advance_load();
+    }
+  } else {
+    load_unit(true);
+    for (int s = 0; s < NS - 1; ++s) {
+      if (lu < n_units) load_stage(s, true, true);
+      cp_commit();
+      if (lu < n_units) advance_load();
+    }
+  }
+
+  // ---- the MMA cursor ----
+  int cu = blockIdx.x, cks;
+  Unit ct = unit_of<BM>(g, cu, its, pu, n_items);
+  cks = ct.ks0;
+  float acc[NT][4], part[NT][4];
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
+  const int r0 = 16 * warp + gq, r1 = r0 + 8;  // this lane's weight rows in the tile
+
+  for (int it = 0; cu < n_units; ++it) {
+    cp_wait<NS - 2>();
+    __syncthreads();
+    if (lu < n_units) load_stage((it + NS - 1) % NS, true, true);
+    cp_commit();
+    if (lu < n_units) advance_load();
+
+    const uint8_t* st = sm + size_t(it % NS) * C::kStage;
+    const uint32_t* ssb = reinterpret_cast<const uint32_t*>(st + C::kCodes);
+    const uint8_t* sx = st + C::kCodes + C::kSb;
+    const float2* sxs = reinterpret_cast<const float2*>(sx + C::kX);
+    const int ng = min(2, g.nG - 2 * cks);
+    for (int G = 0; G < ng; ++G) {
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) part[n][i] = 0.f;
+      // Codes of rows r0, r1 for this group: 4-bit 2 words, 8-bit 4 words.
+      uint32_t w0[BITS / 2], w1[BITS / 2];
+      if constexpr (BITS == 4) {
+        const uint2 c0 = *reinterpret_cast<const uint2*>(st + r0 * C::kRowB + ((G ^ ((r0 >> 1) & 1)) << 5) + (tq << 3));
+        const uint2 c1 = *reinterpret_cast<const uint2*>(st + r1 * C::kRowB + ((G ^ ((r1 >> 1) & 1)) << 5) + (tq << 3));
+        w0[0] = c0.x, w0[1] = c0.y, w1[0] = c1.x, w1[1] = c1.y;
+      } else {
+        const uint4 c0 = *reinterpret_cast<const uint4*>(st + r0 * C::kRowB + ((G ^ (r0 & 1)) << 6) + (tq << 4));
+        const uint4 c1 = *reinterpret_cast<const uint4*>(st + r1 * C::kRowB + ((G ^ (r1 & 1)) << 6) + (tq << 4));
+        w0[0] = c0.x, w0[1] = c0.y, w0[2] = c0.z, w0[3] = c0.w;
+        w1[0] = c1.x, w1[1] = c1.y, w1[2] = c1.z, w1[3] = c1.w;
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {  // 16-byte x chunk j of the lane's 32 bytes: k 16t + 8j .. +7
+        uint4 xv[NT];
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          const int m = 8 * n + gq;
+          xv[n] = *reinterpret_cast<const uint4*>(sx + m * 256 + (((G * 8 + 2 * tq + j) ^ (m & 1)) << 4));
+        }
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {  // k-step 2j + p
+          uint32_t a0, a1, a2, a3;
+          if constexpr (BITS == 4) {
+            cvt4(w0[j], p, a0, a2);
+            cvt4(w1[j], p, a1, a3);
+          } else {
+            cvt8(w0[2 * j + p], a0, a2);
+            cvt8(w1[2 * j + p], a1, a3);
+          }
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            uint32_t b0, b1;
+            if constexpr (BITS == 4) {  // (x0,x4),(x1,x5) | (x2,x6),(x3,x7)
+              const uint32_t lo = p ? xv[n].y : xv[n].x, hi = p ? xv[n].w : xv[n].z;
+              b0 = __byte_perm(lo, hi, 0x5410), b1 = __byte_perm(lo, hi, 0x7632);
+            } else {  // (x0,x2),(x1,x3) of the step's 4 values
+              const uint32_t lo = p ? xv[n].z : xv[n].x, hi = p ? xv[n].w : xv[n].y;
+              b0 = __byte_perm(lo, hi, 0x5410), b1 = __byte_perm(lo, hi, 0x7632);
+            }
+            mma(part[n], a0, a1, a2, a3, b0, b1);
+          }
+        }
+      }
+      // y += (scale·2^-e)·part + bias·Σx, rows r0 / r1, activation rows 8n + 2t, +1.
+      const uint32_t q0 = ssb[r0 * 2 + G], q1 = ssb[r1 * 2 + G];
+      const float s0 = __uint_as_float(q0 << 16), b0 = __uint_as_float(q0 & 0xFFFF0000u);
+      const float s1 = __uint_as_float(q1 << 16), b1 = __uint_as_float(q1 & 0xFFFF0000u);
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        const float2 xa = sxs[(8 * n + 2 * tq) * 2 + G], xb = sxs[(8 * n + 2 * tq + 1) * 2 + G];
+        acc[n][0] = fmaf(s0 * xa.y, part[n][0], fmaf(b0, xa.x, acc[n][0]));
+        acc[n][1] = fmaf(s0 * xb.y, part[n][1], fmaf(b0, xb.x, acc[n][1]));
+        acc[n][2] = fmaf(s1 * xa.y, part[n][2], fmaf(b1, xa.x, acc[n][2]));
+        acc[n][3] = fmaf(s1 * xb.y, part[n][3], fmaf(b1, xb.x, acc[n][3]));
+      }
+    }
+    if (++cks < ct.ks1) continue;
+
+    // ---- the unit's epilogue (block-uniform) ----
+    if constexpr (MODE == kSwiglu) {
+      // Lane: output o = tile·64 + 8·warp + gq (gate in acc[.][0..1], up in acc[.][2..3]) for rows
+      // 8n + 2t, +1. act packed per row over the unit's 64 outputs (one group of the down input).
+      const int o = ct.tile * 64 + 8 * warp + gq;
+      float act[NT][2];
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) act[n][u] = silu(acc[n][u]) * acc[n][2 + u];
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          float mx = fabsf(act[n][u]), sum = act[n][u];
+#pragma unroll
+          for (int off = 4; off < 32; off <<= 1) {
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            sum += __shfl_xor_sync(0xffffffffu, sum, off);
+          }
+          if (gq == 0) red[warp * BM + 8 * n + 2 * tq + u] = make_float2(mx, sum);
+        }
+      __syncthreads();
+      if (tid < BM && tid < ct.m_cnt) {
+        float mx = 0.f, sum = 0.f;
+        for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red[w * BM + tid].x), sum += red[w * BM + tid].y;
+        int E2 = 0;
+        frexpf(mx, &E2);
+        int e = mx > 0.f ? 15 - E2 : 0;
+        e = e < -120 ? -120 : e > 120 ? 120 : e;
+        rsc[tid] = ldexpf(1.f, e);
+        const int yr = __ldg(a.yrow + ct.e0 + tid);
+        reinterpret_cast<float2*>(a.yxs)[size_t(yr) * (a.n_out / 64) + ct.tile] = make_float2(sum, ldexpf(1.f, -e));
+      }
+      __syncthreads();
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int m = 8 * n + 2 * tq + u;
+          if (m < ct.m_cnt && o < a.n_out) {
+            const int yr = __ldg(a.yrow + ct.e0 + m);
+            const __half h = __float2half_rn(act[n][u] * rsc[m]);
+            a.yx[size_t(yr) * a.n_out + o] = *reinterpret_cast<const uint16_t*>(&h);
+          }
+        }
+    } else if constexpr (MODE == kItems) {
+      const int n0 = ct.tile * kBN + r0;
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int m = 8 * n + 2 * tq + u;
+          if (m < ct.m_cnt) {
+            float* y = a.y + size_t(__ldg(a.yrow + ct.e0 + m)) * a.ldy;
+            if (n0 < a.n_out) y[n0] = acc[n][u];
+            if (n0 + 8 < a.n_out) y[n0 + 8] = acc[n][2 + u];
+          }
+        }
+    } else {
+      const int n0 = ct.tile * kBN + r0;
+      bool last = true;
+      if (g.S > 1) {  // partials to ws; the last split to arrive sums all of them in split order
+        float* wsp = a.ws + (size_t(ct.split) * a.M) * g.N;
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const int m = ct.e0 + 8 * n + 2 * tq + u;
+            if (8 * n + 2 * tq + u < ct.m_cnt) {
+              if (n0 < g.N) __stcg(wsp + size_t(m) * g.N + n0, acc[n][u]);
+              if (n0 + 8 < g.N) __stcg(wsp + size_t(m) * g.N + n0 + 8, acc[n][2 + u]);
+            }
+          }
+        __threadfence();
+        __syncthreads();
+        int* flag = reinterpret_cast<int*>(rsc);
+        if (tid == 0) {
+          int* c = a.cnt + ct.tile * g.C + ct.chunk;
+          const int old = atomicAdd(c, 1);
+          flag[0] = old == g.S - 1;
+          if (old == g.S - 1) atomicExch(c, 0);
+        }
+        __syncthreads();
+        last = flag[0] != 0;
+        __syncthreads();  // flag read before the next epilogue may reuse rsc
+        if (last) {
+          __threadfence();
+#pragma unroll
+          for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+              const int m = ct.e0 + 8 * n + 2 * tq + u;
+              if (8 * n + 2 * tq + u < ct.m_cnt) {
+                float v0 = 0.f, v1 = 0.f;
+                for (int sp = 0; sp < g.S; ++sp) {
+                  const float* p = a.ws + (size_t(sp) * a.M + m) * g.N;
+                  v0 += sp == ct.split ? acc[n][u] : (n0 < g.N ? __ldcg(p + n0) : 0.f);
+                  v1 += sp == ct.split ? acc[n][2 + u] : (n0 + 8 < g.N ? __ldcg(p + n0 + 8) : 0.f);
+                }
+                acc[n][u] = v0, acc[n][2 + u] = v1;
+              }
+            }
+        }
+      }
+      if (last) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const int m = 8 * n + 2 * tq + u;
+            if (m < ct.m_cnt) {
+              float* y = a.y + size_t(ct.e0 + m) * a.ldy;
+              if (n0 < g.N) y[n0] = acc[n][u];
+              if (n0 + 8 < g.N) y[n0 + 8] = acc[n][2 + u];
+            }
+          }
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
+    cu += gridDim.x;
+    if (cu < n_units) {
+      ct = unit_of<BM>(g, cu, its, pu, n_items);
+      cks = ct.ks0;
+    }
+  }
+  cp_wait<0>();
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 132;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v > 0 ? v : 132;
+  }();
+  return n;
+}
+
+int tiles_of(int rows) { return (rows + kBN - 1) / kBN; }
+
+template <int BITS, int NT, int MODE> Status launch(const Args& g, int grid, cudaStream_t s) {
+  using C = Cfg<BITS, NT>;
+  auto k = qgemm_kernel<BITS, NT, MODE>;
+  const size_t smem = C::smem(g.a.max_items);
+  static size_t attr = 0;
+  if (smem > attr) {
+    LILY_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    attr = smem;
+  }
+  return launch_k("qgemm", k, dim3(grid), dim3(kThreads), smem, s, g);
+}
+
+template <int BITS, int MODE> Status launch_nt(int nt, const Args& g, int grid, cudaStream_t s) {
+  switch (nt) {
+    case 1: return launch<BITS, 1, MODE>(g, grid, s);
+    case 2: return launch<BITS, 2, MODE>(g, grid, s);
+    case 4: return launch<BITS, 4, MODE>(g, grid, s);
+    default: return launch<BITS, 8, MODE>(g, grid, s);
+  }
+}
+
+// Tile height for an average of `per` rows per unit: the smallest of 8/16/32/64 rows with room for
+// twice that, so most items fit one chunk while few rows waste few MMAs.
+int nt_for(double per) {
+  int nt = 1;
+  while (nt < 8 && 8.0 * nt < 2.0 * per) nt *= 2;
+  return nt;
+}
+
+}  // namespace
+
+int qgemm_splits(int rows, int cols) {
+  const int T = tiles_of(rows), nks = (cols + kBK - 1) / kBK;
+  int S = (2 * sm_count()) / std::max(T, 1);
+  S = std::min({S, 8, nks / 2});
+  return std::max(S, 1);
+}
+size_t qgemm_ws_floats(int rows, int cols, int M) {
+  const int S = qgemm_splits(rows, cols);
+  return S > 1 ? size_t(S) * size_t(M) * size_t(rows) : 0;
+}
+size_t qgemm_counters(int rows, int cols, int M) {
+  (void)cols;
+  return size_t(tiles_of(rows)) * size_t((M + 7) / 8);
+}
+
+Status qgemm(const QGemmArgs& a, Stream stream) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const bool items = a.items != nullptr;
+  const QW& w = a.w;
+  if (!w.codes || !w.sb || (w.bits != 4 && w.bits != 8) || w.cols <= 0 || w.cols % 64 != 0)
+    return cu_err("qgemm: weights must be 4- or 8-bit with a multiple of 64 columns (bits {} cols {})", w.bits, w.cols);
+  if (!a.x || !a.xs || a.ldx < w.cols || a.ldx % 8 != 0) return cu_err("qgemm: activation rows need ldx >= K and ldx % 8 == 0");
+  if (a.nt != 0 && a.nt != 1 && a.nt != 2 && a.nt != 4 && a.nt != 8) return cu_err("qgemm: nt {} not in 1, 2, 4, 8", a.nt);
+  Args g{};
+  g.a = a;
+  g.K = w.cols, g.nG = w.cols / 64, g.nks = (w.cols + kBK - 1) / kBK;
+  int nt = a.nt;
+  if (!items) {
+    if (a.M < 1 || !a.y || a.ldy < w.rows) return cu_err("qgemm: dense needs M >= 1 and y with ldy >= rows");
+    if (a.swiglu) return cu_err("qgemm: swiglu needs the items mode");
+    g.mode = kDense, g.N = w.rows, g.T = tiles_of(w.rows), g.S = qgemm_splits(w.rows, w.cols);
+    if (!nt) nt = a.M >= 64 ? 8 : nt_for(a.M / 2.0);
+    g.C = (a.M + 8 * nt - 1) / (8 * nt);
+    if (g.S > 1 && (!a.ws || !a.cnt)) return cu_err("qgemm: a {}-row matrix is split {} ways and needs ws / cnt", w.rows, g.S);
+    g.n_units = g.T * g.S * g.C;
+    const int grid = std::min(g.n_units, sm_count());
+    const int mode_bits = w.bits;
+    return mode_bits == 4 ? launch_nt<4, kDense>(nt, g, grid, s) : launch_nt<8, kDense>(nt, g, grid, s);
+  }
+  if (w.bits != 4 || !a.sh.codes || a.sh.cols != w.cols || a.sh.bits != 4) return cu_err("qgemm: experts must be 4-bit with a shared expert of the same K");
+  if (a.n_out <= 0 || a.max_items < 1 || a.max_items > kMaxItems || !a.xrow || !a.yrow || a.E < 1)
+    return cu_err("qgemm: items mode needs n_out, max_items (1..{}), xrow, yrow and E", kMaxItems);
+  if (w.rows < a.E * a.n_out) return cu_err("qgemm: expert matrix has {} rows, fewer than E·n_out", w.rows);
+  if (a.swiglu) {
+    if (!a.w2.codes || a.w2.cols != w.cols || a.w2.rows != w.rows || a.sh.rows < 2 * a.n_out)
+      return cu_err("qgemm: swiglu needs up weights like gate and a shared [gate|up]");
+    if (a.n_out % 64 != 0 || !a.yx || !a.yxs) return cu_err("qgemm: swiglu writes packed rows: n_out % 64 == 0, yx and yxs");
+    g.mode = kSwiglu, g.T = (a.n_out + 63) / 64;
+  } else {
+    if (!a.y || a.ldy < a.n_out || a.sh.rows < a.n_out) return cu_err("qgemm: items output y needs ldy >= n_out");
+    g.mode = kItems, g.T = tiles_of(a.n_out);
+  }
+  g.S = 1, g.C = 0, g.N = a.n_out;
+  // Rows per item: the step's routed entries over min(entries, E) experts.
+  if (!nt) {
+    const double ent = double(std::max(a.ent_hint, 1));
+    nt = nt_for(ent / std::min(ent, double(a.E)));
+  }
+  const int grid = sm_count();
+  return g.mode == kSwiglu ? launch_nt<4, kSwiglu>(nt, g, grid, s) : launch_nt<4, kItems>(nt, g, grid, s);
+}
+
+}  // namespace lily::cuda

@@ -1,0 +1,72 @@
+// The quantized GEMM family of the serving step: 4-bit (and the routers' 8-bit) MLX weights times
+// fp16 activation rows, for any number of rows, dense or expert-major (MoE). One kernel template
+// (qgemm.cu) with tiles chosen by rows: each 128-row weight tile is streamed from HBM through a
+// multi-stage cp.async ring once per chunk of up to 64 activation rows, 4-bit codes become exact
+// fp16 integers in registers, mma.sync m16n8k16 (weights as the 16-row A operand, 8 rows per n-tile
+// as B), fp32 accumulation, and per 64-group y += scale·2^-e·Σq·x16 + bias·Σx.
+//
+// Precision (../shared/docs/precision.md): weights exact; activations single-pass fp16 (x·2^e per
+// 64-group, so no group overflows or loses its small values to subnormals); fp32 sums.
+// Batch invariance: a row's result depends only on that row and the weights: the k order is fixed,
+// the k split of a dense matrix depends only on its shape, and rows never meet in a reduction. So
+// any number of rows, any tile height and any routing give a row bit-identical results.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/ops.h"
+#include "core/status.h"
+
+namespace lily::cuda {
+
+// Activation rows (the GEMM's B operand), R rows of K values (K a multiple of 64):
+//   X  fp16 [R][K]: x·2^e rounded to fp16, e per 64-group so its largest |x|·2^e lies in [2^14, 2^15);
+//   XS float [R][K/64][2] = {Σx (fp32, of the unrounded x), 2^-e}.
+// xpack16 packs fp32 rows x [R][ldx] (K ≤ ldx) into that form.
+Status xpack16(const float* x, int ldx, int K, int R, uint16_t* X, float* XS, Stream s);
+
+struct QGemmArgs {
+  // Dense (items == nullptr): y[m·ldy + n] = w_n · x_m for n < w.rows, m < M.
+  // Items (expert-major MoE; the routing table of broute: items int4 [n_items[0]] = {expert, rows,
+  // offset, -}, the shared expert last as expert E): routed expert e uses rows [e·n_out, +n_out) of w
+  // (and of w2 when swiglu), the shared expert rows [0, n_out) of sh (swiglu: gate rows [0, n_out),
+  // up rows [n_out, 2·n_out)); entry j of an item reads activation row xrow[off + j] and writes
+  // output row yrow[off + j].
+  QW w, w2, sh;
+  const uint16_t* x = nullptr;  // fp16 [rows][ldx]
+  const float* xs = nullptr;    // [rows][K/64][2]
+  int ldx = 0;                  // fp16 elements per activation row (≥ K, a multiple of 8)
+  int M = 0;                    // dense: rows
+  // Plain output: y fp32 [rows][ldy].
+  float* y = nullptr;
+  int ldy = 0;
+  // Items, swiglu: act = silu(gate)·up, written packed (the form above, K = n_out) at row yrow[..]
+  // of yx fp16 [rows][n_out] / yxs [rows][n_out/64][2]; n_out a multiple of 64.
+  bool swiglu = false;
+  uint16_t* yx = nullptr;
+  float* yxs = nullptr;
+  int n_out = 0;
+  const int32_t* items = nullptr;
+  const int32_t* n_items = nullptr;
+  int max_items = 0;  // bound on n_items[0] (≤ 1024)
+  int E = 0;
+  const int32_t* xrow = nullptr;
+  const int32_t* yrow = nullptr;
+  int ent_hint = 0;   // items: routed entries of the step, rows·top_k (chooses the tile height, never the result)
+  // Dense k split (when qgemm_splits(w) > 1): partial sums [splits][M][w.rows] fp32 in ws and one
+  // arrival counter per (tile, row chunk) in cnt (zero before the first call; each call leaves them
+  // zero). Sizes: qgemm_ws_floats / qgemm_counters.
+  float* ws = nullptr;
+  int32_t* cnt = nullptr;
+  int nt = 0;  // tests: force the tile height (8·nt rows; nt ∈ {1, 2, 4, 8}); 0 = chosen by rows
+};
+
+Status qgemm(const QGemmArgs& a, Stream s);
+
+// The dense k split of a matrix (a function of its shape only, never of the rows).
+int qgemm_splits(int rows, int cols);
+// Workspace a dense call of M rows needs (0 when unsplit) and its counters.
+size_t qgemm_ws_floats(int rows, int cols, int M);
+size_t qgemm_counters(int rows, int cols, int M);
+
+}  // namespace lily::cuda

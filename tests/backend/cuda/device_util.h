@@ -1,0 +1,112 @@
+// Helpers of the CUDA op tests: device buffers, seeded random inputs, random quantized matrices in the
+// device layout (codes as on disk, {scale, bias} bf16 pairs per 64-group), bf16/fp16 conversions as
+// the hardware rounds, and the skip when there is no GPU. Only for translation units built with CUDA.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/ops.h"
+#include "../cuda_test_env.h"
+
+namespace lily::testcuda {
+
+#define LILY_REQUIRE_GPU()                                         \
+  std::string why_;                                                \
+  if (!::lily::cuda_device_present(why_)) GTEST_SKIP() << "no CUDA device: " << why_
+
+inline std::mt19937_64& rng() {
+  static std::mt19937_64 r(1234);
+  return r;
+}
+inline float randn() { return std::normal_distribution<float>(0.f, 1.f)(rng()); }
+inline uint16_t bf16_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return uint16_t((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+}
+inline float f_of_bf16(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline float f_of_half(uint16_t h) {
+  const uint32_t s = uint32_t(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
+  if (e == 0) return (s ? -1.f : 1.f) * std::ldexp(float(m), -24);
+  uint32_t u = e == 31 ? s | 0x7F800000u | (m << 13) : s | ((e + 112) << 23) | (m << 13);
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+template <typename T> struct D {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit D(size_t n_) : n(n_) {
+    cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T));
+    cudaMemset(p, 0, std::max<size_t>(n, 1) * sizeof(T));
+  }
+  explicit D(const std::vector<T>& v) : D(v.size()) { cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice); }
+  ~D() { cudaFree(p); }
+  D(const D&) = delete;
+  D& operator=(const D&) = delete;
+  std::vector<T> get() const {
+    std::vector<T> v(n);
+    cudaDeviceSynchronize();
+    cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return v;
+  }
+};
+
+inline std::vector<float> randv(size_t n, float s = 1.f) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = s * randn();
+  return v;
+}
+
+// Random quantized matrix, host copies kept for the reference. Scales ~1/(levels·√cols), biases
+// centring the codes, so a row·x is O(1) for unit x.
+struct QMat {
+  int rows = 0, cols = 0, bits = 4;
+  std::vector<uint32_t> codes;  // [rows][cols·bits/32]
+  std::vector<uint16_t> sb;     // [rows][cols/64][2]
+  D<uint32_t> dcodes;
+  D<uint16_t> dsb;
+  cuda::QW q;
+  QMat(int r, int c, int b)
+      : rows(r), cols(c), bits(b), codes(gen_codes(r, c, b)), sb(gen_sb(r, c, b)), dcodes(codes), dsb(sb) {
+    q.codes = dcodes.p, q.sb = dsb.p, q.rows = rows, q.cols = cols, q.bits = bits;
+  }
+  int code(int r, int k) const {
+    const int per = 32 / bits;
+    const uint32_t w = codes[size_t(r) * (cols / per) + k / per];
+    return int((w >> (bits * (k % per))) & ((1u << bits) - 1));
+  }
+  float scale(int r, int g) const { return f_of_bf16(sb[(size_t(r) * (cols / 64) + g) * 2]); }
+  float bias(int r, int g) const { return f_of_bf16(sb[(size_t(r) * (cols / 64) + g) * 2 + 1]); }
+  float w(int r, int k) const { return scale(r, k / 64) * float(code(r, k)) + bias(r, k / 64); }
+
+ private:
+  static std::vector<uint32_t> gen_codes(int r, int c, int b) {
+    std::vector<uint32_t> v(size_t(r) * c * b / 32);
+    for (auto& w : v) w = uint32_t(rng()());
+    return v;
+  }
+  static std::vector<uint16_t> gen_sb(int r, int c, int b) {
+    std::vector<uint16_t> s(size_t(r) * c / 64 * 2);
+    const float lv = float((1 << b) - 1), s0 = 1.f / (lv * std::sqrt(float(c)));
+    for (size_t i = 0; i < s.size(); i += 2) {
+      const float sc = s0 * (0.5f + 0.5f * std::fabs(randn()));
+      s[i] = bf16_of(sc), s[i + 1] = bf16_of(-sc * lv * 0.5f * (1.f + 0.1f * randn()));
+    }
+    return s;
+  }
+};
+
+}  // namespace lily::testcuda
