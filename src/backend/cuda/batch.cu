@@ -12,6 +12,7 @@
 
 #include "backend/cuda/batch_ops.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/gemm/qgemm.h"
 #include "core/thread_pool.h"
 
 namespace lily {
@@ -35,6 +36,11 @@ struct BatchCtx {
   // per entry (L_b), with their group sums and scales.
   uint8_t *L_a = nullptr, *L_b = nullptr;
   float *XG_a = nullptr, *IS_a = nullptr, *XG_b = nullptr, *IS_b = nullptr;
+  // qgemm path (gemm/qgemm.h): fp16 rows (X_a: normed rows, og, o; X_b: MoE activations per entry;
+  // their group sums and scales in XS_a / XS_b), and the dense k split's workspace and counters.
+  uint16_t *X_a = nullptr, *X_b = nullptr;
+  float* ws = nullptr;
+  int32_t* cnt = nullptr;
   // Row table: [tok | pos | cap] int32 [cap] each, then pointers ctl [cap], p0 [L][cap], p1 [L][cap].
   char* tab_dev = nullptr;
   char* tab_host = nullptr;
@@ -105,6 +111,12 @@ bool i8_on() {
   static const bool on = env_is("LILY_BTC_I8", "1");
   return on;
 }
+// A/B of the qgemm family (gemm/qgemm.h, single-pass fp16 activations) against btc_gemm (fp16 hi + lo):
+// LILY_QGEMM=0 keeps btc_gemm.
+bool qgemm_on() {
+  static const bool on = !env_is("LILY_QGEMM", "0");
+  return on;
+}
 }  // namespace
 
 Status CudaBackend::batch_alloc(int B) {
@@ -152,7 +164,19 @@ Status CudaBackend::batch_alloc(int B) {
     x.L_b = dalloc<uint8_t>(nent * I * 4, x.owned);
     x.XG_b = dalloc<float>(nent * I / 64, x.owned);
     x.IS_b = dalloc<float>(nent, x.owned);
-    if (!x.yd || !x.ent || !x.IS_b) {
+    x.X_a = dalloc<uint16_t>(Bc * kmax, x.owned);
+    x.X_b = dalloc<uint16_t>(nent * I, x.owned);
+    size_t wsf = 0, nc = 0;
+    const int qkv_rows = qrows, in_rows = C + vd + 2 * nv;
+    for (auto [r, k] : {std::pair{in_rows, H}, {H, vd}, {qkv_rows, H}, {H, c.num_attention_heads * c.head_dim},
+                        {c.num_experts + 1, H}, {c.vocab_size, H}}) {
+      wsf = std::max(wsf, qgemm_ws_floats(r, k, cap));
+      nc = std::max(nc, qgemm_counters(r, k, cap));
+    }
+    x.ws = dalloc<float>(std::max<size_t>(wsf, 1), x.owned);
+    x.cnt = dalloc<int32_t>(std::max<size_t>(nc, 1), x.owned);
+    if (x.cnt) cudaMemset(x.cnt, 0, std::max<size_t>(nc, 1) * sizeof(int32_t));
+    if (!x.yd || !x.ent || !x.IS_b || !x.X_a || !x.X_b || !x.ws || !x.cnt) {
       x.release();
       return cu_err("cuda forward_batch: out of device memory for {} rows", cap);
     }
@@ -188,6 +212,26 @@ template <typename Mk>
 static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, int B, cudaStream_t s, Mk&& mk, bool i8) {
   const int H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
   const int nent = B * k + B;
+  if (qgemm_on()) {
+    QGemmArgs r{};
+    r.w = L.router, r.x = x.X_a, r.xs = x.XS_a, r.ldx = H, r.M = B, r.y = x.rl, r.ldy = E + 1, r.ws = x.ws, r.cnt = x.cnt;
+    LILY_TRY(qgemm(r, s));
+    mk("router gemm");
+    LILY_TRY(broute_topk(x.rl, E + 1, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, k, E, x.items,
+                         x.n_items, x.rowb, x.ent, s));
+    mk("top-k + route");
+    QGemmArgs m{};
+    m.w = L.gate, m.w2 = L.up, m.sh = L.sh_gate_up, m.x = x.X_a, m.xs = x.XS_a, m.ldx = H, m.swiglu = true;
+    m.yx = x.X_b, m.yxs = x.XS_b, m.n_out = I, m.items = x.items, m.n_items = x.n_items;
+    m.max_items = std::min(B * k, E) + 1, m.E = E, m.xrow = x.rowb, m.yrow = x.ent, m.ent_hint = B * k;
+    LILY_TRY(qgemm(m, s));
+    mk("moe gate+up (experts)");
+    m.w = L.down, m.w2 = QW{}, m.sh = L.sh_down, m.x = x.X_b, m.xs = x.XS_b, m.ldx = I, m.swiglu = false;
+    m.yx = nullptr, m.yxs = nullptr, m.y = x.yd, m.ldy = H, m.n_out = H, m.xrow = x.ent;
+    LILY_TRY(qgemm(m, s));
+    mk("moe down (experts)");
+    return Status::ok();
+  }
   BtcArgs r{};
   r.w = L.router, r.P = x.P_a, r.XS = x.XS_a, r.y = x.rl, r.ldy = E + 1, r.B = B;
   LILY_TRY(btc_gemm(r, s));
@@ -243,7 +287,13 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
   const int H = c.hidden_size, vd = c.gdn_value_dim(), k = c.num_experts_per_tok;
   const int nhd = c.num_attention_heads * c.head_dim;
   const float eps = c.rms_norm_eps;
+  const bool q = qgemm_on();
   auto dense = [&](const QW& w, const uint32_t* P, const float* XS, float* y, int ldy) {
+    if (q) {
+      QGemmArgs g{};
+      g.w = w, g.x = x.X_a, g.xs = XS, g.ldx = w.cols, g.M = B, g.y = y, g.ldy = ldy, g.ws = x.ws, g.cnt = x.cnt;
+      return qgemm(g, s);
+    }
     BtcArgs g{};
     g.w = w, g.P = P, g.XS = XS, g.y = y, g.ldy = ldy, g.B = B;
     return btc_gemm(g, s);
@@ -253,14 +303,16 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
   auto norm = [&](const float* in, const float* mix, bool moe, const void* gain, float* res_out, bool limbs = false) {
     BNormArgs n{};
     n.in = in, n.mix = moe ? nullptr : mix, n.yd = moe ? x.yd : nullptr, n.tw = x.topk_w, n.top_k = k;
-    n.gain = gain, n.H = H, n.B = B, n.eps = eps, n.res_out = res_out, n.P = x.P_a, n.XS = x.XS_a;
+    n.gain = gain, n.H = H, n.B = B, n.eps = eps, n.res_out = res_out, n.XS = x.XS_a;
+    if (q) n.X16 = x.X_a;
+    else n.P = x.P_a;
     if (limbs) n.L = x.L_a, n.XG = x.XG_a, n.IS = x.IS_a;
     return bnorm_pack(n, s);
   };
   // The int8 expert path for this model's shapes (decided once per step: the same for every layer).
   BI8Args q8{};
   q8.w = d.layers[0].gate, q8.w2 = d.layers[0].up, q8.sh = d.layers[0].sh_gate_up, q8.swiglu = true, q8.L = x.L_a;
-  bool i8 = i8_on() && bi8_ok(q8);
+  bool i8 = !q && i8_on() && bi8_ok(q8);
   q8.w = d.layers[0].down, q8.w2 = QW{}, q8.sh = d.layers[0].sh_down, q8.swiglu = false, q8.L = x.L_b;
   i8 = i8 && bi8_ok(q8);
   LILY_TRY(bembed(d.embed, x.tok(), x.xres[0], B, s));
@@ -281,7 +333,7 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
       g.dv = c.linear_value_head_dim, g.K = c.linear_conv_kernel_dim, g.B = B, g.eps = eps;
       LILY_TRY(bgdn_step(g, s));
       mk("gdn step");
-      LILY_TRY(bpack(x.og, vd, vd, B, x.P_a, x.XS_a, s));
+      LILY_TRY(q ? xpack16(x.og, vd, vd, B, x.X_a, x.XS_a, s) : bpack(x.og, vd, vd, B, x.P_a, x.XS_a, s));
       mk("pack");
       LILY_TRY(dense(L.out_proj, x.P_a, x.XS_a, x.mix, H));
       mk("gdn out_proj gemm");
@@ -296,7 +348,7 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
       a.theta = c.rope_theta, a.eps = eps;
       LILY_TRY(battn(a, s));
       mk("attn prep+decode+merge");
-      LILY_TRY(bpack(x.o, nhd, nhd, B, x.P_a, x.XS_a, s));
+      LILY_TRY(q ? xpack16(x.o, nhd, nhd, B, x.X_a, x.XS_a, s) : bpack(x.o, nhd, nhd, B, x.P_a, x.XS_a, s));
       mk("pack");
       LILY_TRY(dense(L.o_proj, x.P_a, x.XS_a, x.mix, H));
       mk("attn o_proj gemm");
@@ -441,7 +493,8 @@ Status CudaBackend::moe_rows(const DevLayer& L, const float* hn, int M, float* m
   const ModelConfig& c = cfg_;
   BatchCtx& x = *batch_;
   const int H = c.hidden_size;
-  LILY_TRY(bpack(hn, H, H, M, x.P_a, x.XS_a, s));
+  if (qgemm_on()) LILY_TRY(xpack16(hn, H, H, M, x.X_a, x.XS_a, s));
+  else LILY_TRY(bpack(hn, H, H, M, x.P_a, x.XS_a, s));
   LILY_TRY(moe_tc(x, c, L, M, s, [](const char*) {}, false));
   return bmoe_combine(x.yd, x.topk_w, c.num_experts_per_tok, H, M, mix, s);
 }

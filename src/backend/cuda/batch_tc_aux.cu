@@ -8,6 +8,7 @@
 #include "backend/cuda/batch_pack.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/dec_topk.cuh"
+#include "backend/cuda/gemm/pack16.cuh"
 #include "backend/cuda/tc_dot.cuh"
 
 namespace lily::cuda {
@@ -107,7 +108,8 @@ template <int U> __global__ void __launch_bounds__(kThreads) bnorm_pack_kernel(B
     }
   }
   __syncthreads();
-  pack_row(xn, H, reinterpret_cast<uint4*>(a.P) + size_t(b) * (H / 4), reinterpret_cast<float2*>(a.XS) + size_t(b) * (H / 64));
+  if (a.X16) pack16_row(xn, H, a.X16 + size_t(b) * H, a.XS + size_t(b) * (H / 64) * 2);
+  else pack_row(xn, H, reinterpret_cast<uint4*>(a.P) + size_t(b) * (H / 4), reinterpret_cast<float2*>(a.XS) + size_t(b) * (H / 64));
   if (a.L) tc_limb_row<false>(xn, H, a.L + size_t(b) * H * 4, a.XG + size_t(b) * (H / 64), a.IS + b, red);
 }
 
@@ -235,7 +237,7 @@ Status bpack(const float* x, int ldx, int K, int R, uint32_t* P, float* XS, Stre
 
 Status bnorm_pack(const BNormArgs& a, Stream s) {
   if (a.H <= 0 || a.H % 64 != 0 || a.H > 16 * kThreads) return cu_err("bnorm_pack: H={} unsupported", a.H);
-  if (!a.P || !a.XS || a.B < 1 || (a.yd && (!a.tw || a.top_k < 1)) || (a.L && (!a.XG || !a.IS)))
+  if ((!a.P && !a.X16) || !a.XS || a.B < 1 || (a.yd && (!a.tw || a.top_k < 1)) || (a.L && (!a.XG || !a.IS)))
     return cu_err("bnorm_pack: bad arguments");
   // U values per thread: 8 covers H ≤ 2048 (the model); the unused slots of U = 16 added zeros only.
   if (a.H <= 8 * kThreads)
