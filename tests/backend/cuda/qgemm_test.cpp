@@ -28,7 +28,8 @@ struct Packed {
   std::vector<double> xd;   // X decoded
   Packed(std::vector<uint16_t> X_, std::vector<float> XS_, int R_, int K_) : X(std::move(X_)), XS(std::move(XS_)), R(R_), K(K_) {
     xd.resize(X.size());
-    for (size_t i = 0; i < X.size(); ++i) xd[i] = f_of_half(X[i]);
+    for (int r = 0; r < R; ++r)  // value k of a row sits at qgemm_xpos(k)
+      for (int k = 0; k < K; ++k) xd[size_t(r) * K + k] = f_of_half(X[size_t(r) * K + cuda::qgemm_xpos(k)]);
   }
   double x(int r, int k) const { return xd[size_t(r) * K + k]; }
   double sum(int r, int g) const { return XS[(size_t(r) * (K / 64) + g) * 2]; }
@@ -308,17 +309,28 @@ TEST(CudaQgemm, MoeMatchesCpuAndIsBatchInvariant) {
 TEST(CudaQgemm, Bench) {
   LILY_REQUIRE_GPU();
   if (!std::getenv("LILY_QGEMM_BENCH")) GTEST_SKIP() << "set LILY_QGEMM_BENCH=1 to time qgemm";
+  // Each timing replays a CUDA graph of 20 calls on a created stream (as the step runs them: no host
+  // launch cost, PDL between consecutive calls).
+  cudaStream_t st;
+  cudaStreamCreate(&st);
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0), cudaEventCreate(&e1);
   auto time_us = [&](auto&& f) {
-    for (int i = 0; i < 3; ++i) f();
-    cudaEventRecord(e0);
     const int n = 20;
-    for (int i = 0; i < n; ++i) f();
-    cudaEventRecord(e1);
+    cudaGraph_t gr;
+    cudaGraphExec_t ex;
+    cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+    for (int i = 0; i < n; ++i) f(st);
+    cudaStreamEndCapture(st, &gr);
+    cudaGraphInstantiate(&ex, gr, 0);
+    cudaGraphLaunch(ex, st);
+    cudaEventRecord(e0, st);
+    cudaGraphLaunch(ex, st);
+    cudaEventRecord(e1, st);
     cudaEventSynchronize(e1);
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
+    cudaGraphExecDestroy(ex), cudaGraphDestroy(gr);
     return 1000.0 * ms / n;
   };
   const int H = 2048, I = 512, E = 256, k = 8;
@@ -340,7 +352,7 @@ TEST(CudaQgemm, Bench) {
     for (int B : Bs) {
       cuda::QGemmArgs a{};
       a.w = w.q, a.x = dX.p, a.xs = dXS.p, a.ldx = c.K, a.M = B, a.y = y.p, a.ldy = c.N, a.ws = ws.p, a.cnt = cnt.p;
-      const double us = time_us([&] { (void)cuda::qgemm(a, nullptr); });
+      const double us = time_us([&](cudaStream_t t) { (void)cuda::qgemm(a, t); });
       std::printf("[qgemm-bench] | %s %dx%d q%d | %d | %.1f | %.0f |\n", c.name, c.N, c.K, c.bits, B, us, bytes / us * 1e-3);
     }
   }
@@ -361,15 +373,15 @@ TEST(CudaQgemm, Bench) {
     cuda::QGemmArgs d = a;
     d.w = down.q, d.w2 = {}, d.sh = shd.q, d.x = act.p, d.xs = acts.p, d.ldx = I, d.swiglu = false, d.yx = nullptr, d.yxs = nullptr,
     d.y = y.p, d.ldy = H, d.n_out = H, d.xrow = rt.ent.p;
-    const double per_expert = 3.0 * I * H / 2 + 3.0 * I * H / 64 * 4 / 1;  // gate+up+down codes + {scale,bias}
     const double gu_bytes = (n_items) * (2.0 * I * H / 2 + 2.0 * I * H / 64 * 4), dn_bytes = (n_items) * (double(I) * H / 2 + double(I) * H / 64 * 4);
-    const double us_gu = time_us([&] { (void)cuda::qgemm(a, nullptr); });
-    const double us_dn = time_us([&] { (void)cuda::qgemm(d, nullptr); });
+    const double us_gu = time_us([&](cudaStream_t t) { (void)cuda::qgemm(a, t); });
+    const double us_dn = time_us([&](cudaStream_t t) { (void)cuda::qgemm(d, t); });
     std::printf("[qgemm-bench] | moe gate+up (%d experts) | %d | %.1f | %.0f |\n", n_items, B, us_gu, gu_bytes / us_gu * 1e-3);
     std::printf("[qgemm-bench] | moe down (%d experts) | %d | %.1f | %.0f |\n", n_items, B, us_dn, dn_bytes / us_dn * 1e-3);
-    (void)per_expert, (void)items;
+    (void)items;
   }
   cudaEventDestroy(e0), cudaEventDestroy(e1);
+  cudaStreamDestroy(st);
 }
 
 }  // namespace

@@ -1,13 +1,16 @@
-// Packing of activation rows for qgemm (qgemm.h): one 64-group per warp, lane l holding values 2l and
-// 2l+1. The group's largest |x| picks e (largest |x|·2^e in [2^14, 2^15)), Σx is a fixed butterfly
-// over the warp (deterministic), and x·2^e is rounded to fp16. Shared by xpack16 and bnorm_pack so
-// every producer packs a row the same way.
+// Packing of activation rows for qgemm (qgemm.h): one 64-group per warp. Lane l holds the values
+// 8c + i and 8c + i + 4 (c = l / 4, i = l % 4), which the layout stores side by side at 8c + 2i (the
+// order qgemm's 4-bit codes come in: [x0,x4,x1,x5,x2,x6,x3,x7] per 8 values). The group's largest |x|
+// picks e (largest |x|·2^e in [2^14, 2^15)), Σx is a fixed butterfly over the warp (deterministic),
+// and x·2^e is rounded to fp16. Shared by xpack16 and bnorm_pack so every producer packs a row the
+// same way.
 #pragma once
 #include <cuda_fp16.h>
 
 namespace lily::cuda {
 
-// X: the group's 64 fp16 values (lane l writes 2l, 2l+1); XS: {Σx, 2^-e} (lane 0). Every lane calls.
+// X: the group's 64 fp16 values in the stored order (lane l writes positions 2l, 2l+1); XS: {Σx, 2^-e}
+// (lane 0). Every lane calls.
 __device__ __forceinline__ void pack16_group(float v0, float v1, __half2* X, float2* XS) {
   float m = fmaxf(fabsf(v0), fabsf(v1)), s = v0 + v1;
 #pragma unroll
@@ -30,8 +33,8 @@ __device__ __forceinline__ void pack16_group(float v0, float v1, __half2* X, flo
 __device__ __forceinline__ void pack16_row(const float* x, int K, uint16_t* X, float* XS) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   for (int G = warp; G < K / 64; G += nw) {
-    const float2 v = *reinterpret_cast<const float2*>(x + 64 * G + 2 * lane);
-    pack16_group(v.x, v.y, reinterpret_cast<__half2*>(X + 64 * G), reinterpret_cast<float2*>(XS) + G);
+    const float* xg = x + 64 * G + 8 * (lane >> 2) + (lane & 3);
+    pack16_group(xg[0], xg[4], reinterpret_cast<__half2*>(X + 64 * G), reinterpret_cast<float2*>(XS) + G);
   }
 }
 

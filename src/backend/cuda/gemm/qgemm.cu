@@ -1,15 +1,18 @@
-// qgemm: the quantized GEMM of the serving step (contract in qgemm.h). One persistent block per SM
-// walks its work units (unit = 128 weight rows × one chunk of ≤ 8·NT activation rows × a k range),
-// streaming every unit's stages (128 k: codes, {scale, bias}, fp16 x and its group sums) through a
-// ring of NS shared-memory stages by cp.async, so NS−1 stages stay in flight across unit boundaries.
+// qgemm: the quantized GEMM of the serving step (contract in qgemm.h). Persistent blocks (two per SM
+// for tiles of ≤ 16 rows, else one) walk their work units (unit = 128 weight rows × one chunk of
+// ≤ 8·NT activation rows × a k range), streaming every unit's stages (256 k: codes, {scale, bias},
+// fp16 x and its group sums) through a ring of NS shared-memory stages by cp.async, so NS−1 stages
+// stay in flight across unit boundaries.
 //
 // MMA operands (m16n8k16, f16 → f32), swap AB: A = 16 weight rows × 16 k, B = 16 k × 8 activation
 // rows. Within a 64-group, lane quad t owns k 16t..16t+15 of a row: for 4-bit the two code words
 // 2t, 2t+1 of the group (8 bytes), for 8-bit the four words 4t..4t+3 (16 bytes). The k order inside
 // the MMA is permuted to match the codes: a 4-bit word (n0..n7) yields the fp16 pairs (n0,n4),
-// (n1,n5) for one k-step and (n2,n6), (n3,n7) for the next (lop3 into the 1024 exponent), and x is
-// permuted the same way by byte_perm from one 16-byte load. The group's four k-steps accumulate from
-// zero; then y += (scale·2^-e)·part + bias·Σx in a fixed order.
+// (n1,n5) for one k-step and (n2,n6), (n3,n7) for the next (lop3 into the 1024 exponent), and the
+// packers store x in that order ([x0,x4,x1,x5,x2,x6,x3,x7] per 8 values), so one 16-byte load is the
+// B fragments of two k-steps. The groups of a stage run as independent accumulator chains (ILP);
+// each group's four k-steps accumulate from zero, then y += (scale·2^-e)·part + bias·Σx in a fixed
+// order.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -20,31 +23,36 @@
 namespace lily::cuda {
 namespace {
 
-constexpr int kThreads = 256, kWarps = 8, kBN = 128, kBK = 128, kMaxItems = 1024;
+constexpr int kThreads = 256, kWarps = 8, kBN = 128, kBK = 256, kGS = kBK / 64, kMaxItems = 1024;
 
 enum Mode : int { kDense = 0, kItems = 1, kSwiglu = 2 };
 
 template <int BITS, int NT> struct Cfg {
   static constexpr int BM = 8 * NT;
-  static constexpr int kRowB = kBK * BITS / 8;  // code bytes of a row per stage (64 / 128)
+  static constexpr int BPS = (BITS == 4 && NT <= 2) ? 2 : 1;  // blocks per SM
+  static constexpr int kRowB = kBK * BITS / 8;  // code bytes of a row per stage (128 / 256)
   static constexpr int kCodes = kBN * kRowB;
-  static constexpr int kSb = kBN * 2 * 4;  // {scale, bias} bf16 per row and group
-  static constexpr int kX = BM * kBK * 2;  // fp16 rows, 256 bytes each
-  static constexpr int kXs = BM * 2 * 8;   // {Σx, 2^-e} per row and group
+  static constexpr int kSb = kBN * kGS * 4;  // {scale, bias} bf16 per row and group
+  static constexpr int kX = BM * kBK * 2;    // fp16 rows, 512 bytes each
+  static constexpr int kXs = BM * kGS * 8;   // {Σx, 2^-e} per row and group
   static constexpr int kStage = kCodes + kSb + kX + kXs;
-  static constexpr int NS = (200 * 1024) / kStage > 8 ? 8 : (200 * 1024) / kStage;
   // After the ring: the swiglu epilogue's per-warp row {max, sum} and per-row scale, then the items.
   static constexpr int kRed = kWarps * BM * 8 + BM * 4;
+  static constexpr int kBudget = (BPS == 2 ? 110 : 214) * 1024 - kRed - 6 * 1024;
+  static constexpr int NS = kBudget / kStage > 8 ? 8 : kBudget / kStage;
   static constexpr int kRing = NS * kStage;
+  // Groups whose MMA chains run together: fewer when NT already gives the warp independent chains.
+  static constexpr int GI = NT == 1 ? 4 : NT == 2 ? 2 : 1;
   static constexpr size_t smem(int max_items) { return size_t(kRing + kRed) + size_t(max_items) * 20 + 16; }
+  static_assert(NS >= 2, "qgemm: stage too large for the ring");
 };
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ void cp16(uint32_t dst, const void* src, bool ok) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
 }
-__device__ __forceinline__ void cp8(uint32_t dst, const void* src, bool ok) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(ok ? 8 : 0) : "memory");
+__device__ __forceinline__ void cp8(uint32_t dst, const void* src, int bytes) {  // bytes 8, 4 (zero the rest) or 0
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void cp4(uint32_t dst, const void* src, bool ok) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(ok ? 4 : 0) : "memory");
@@ -68,8 +76,8 @@ __device__ __forceinline__ __half2 u2h(uint32_t u) { return *reinterpret_cast<__
 __device__ __forceinline__ void cvt4(uint32_t w, int p, uint32_t& lo, uint32_t& hi) {
   const uint32_t v = p ? w >> 8 : w;
   const uint32_t a = lop_or(v, 0x000F000Fu, 0x64006400u), b = lop_or(v, 0x00F000F0u, 0x64006400u);
-  lo = h2u(__hsub2(u2h(a), u2h(0x64006400u)));                          // 1024 + n − 1024
-  hi = h2u(__hfma2(u2h(b), u2h(0x2C002C00u), u2h(0xD400D400u)));        // (1024 + 16n)/16 − 64
+  lo = h2u(__hsub2(u2h(a), u2h(0x64006400u)));                     // 1024 + n − 1024
+  hi = h2u(__hfma2(u2h(b), u2h(0x2C002C00u), u2h(0xD400D400u)));   // (1024 + 16n)/16 − 64
 }
 // 8-bit word (b0..b3) → (b0, b2), (b1, b3).
 __device__ __forceinline__ void cvt8(uint32_t w, uint32_t& lo, uint32_t& hi) {
@@ -120,8 +128,8 @@ __device__ __forceinline__ Unit unit_of(const Args& g, int u, const int4* its, c
   return r;
 }
 
-// Global row of smem weight row rr (0..127) of unit t, or null when past the matrix. Also which
-// matrix's {scale, bias} rows go with it (the same pointer arithmetic on sb).
+// Global codes and {scale, bias} rows of tile row rr (0..127) of unit t; null when past the matrix.
+// swiglu: tile rows 16w..16w+7 are gate rows of outputs tile·64 + 8w + 0..7, rows 16w+8.. their up rows.
 template <int BITS>
 __device__ __forceinline__ void weight_row(const Args& g, const Unit& t, int rr, const uint8_t*& code,
                                            const uint32_t*& sb) {
@@ -129,40 +137,33 @@ __device__ __forceinline__ void weight_row(const Args& g, const Unit& t, int rr,
   const size_t rb = size_t(a.w.cols) * BITS / 8, groups = size_t(a.w.cols / 64);
   const QW* m = &a.w;
   long row;
+  code = nullptr, sb = nullptr;
   if (g.mode == kSwiglu) {
     const int o = t.tile * 64 + 8 * (rr >> 4) + (rr & 7);
     const bool up = rr & 8;
-    if (o >= a.n_out) {
-      code = nullptr, sb = nullptr;
-      return;
-    }
+    if (o >= a.n_out) return;
     if (t.expert == a.E) m = &a.sh, row = up ? long(a.n_out) + o : o;
     else m = up ? &a.w2 : &a.w, row = long(t.expert) * a.n_out + o;
   } else if (g.mode == kItems) {
     const int n = t.tile * kBN + rr;
-    if (n >= a.n_out) {
-      code = nullptr, sb = nullptr;
-      return;
-    }
+    if (n >= a.n_out) return;
     if (t.expert == a.E) m = &a.sh, row = n;
     else row = long(t.expert) * a.n_out + n;
   } else {
     row = long(t.tile) * kBN + rr;
-    if (row >= g.N) {
-      code = nullptr, sb = nullptr;
-      return;
-    }
+    if (row >= g.N) return;
   }
   code = reinterpret_cast<const uint8_t*>(m->codes) + size_t(row) * rb;
   sb = reinterpret_cast<const uint32_t*>(m->sb) + size_t(row) * groups;
 }
 
 template <int BITS, int NT, int MODE>
-__global__ void __launch_bounds__(kThreads, 1) qgemm_kernel(Args g) {
+__global__ void __launch_bounds__(kThreads, Cfg<BITS, NT>::BPS) qgemm_kernel(Args g) {
   using C = Cfg<BITS, NT>;
-  constexpr int BM = C::BM, NS = C::NS;
-  constexpr int kCodeChunks = C::kCodes / 16 / kThreads;             // 16-byte code chunks per thread (2 / 4)
-  constexpr int kXChunks = (BM * 16 + kThreads - 1) / kThreads;      // 16-byte x chunks per thread
+  constexpr int BM = C::BM, NS = C::NS, GI = C::GI;
+  constexpr int kRowChunks = C::kRowB / 16;                         // 16-byte code chunks per row (8 / 16)
+  constexpr int kCodeChunks = kBN * kRowChunks / kThreads;          // per thread (4 / 8)
+  constexpr int kXChunks = (BM * 32 + kThreads - 1) / kThreads;     // 16-byte x chunks per thread
   extern __shared__ __align__(16) uint8_t sm[];
   float2* red = reinterpret_cast<float2*>(sm + C::kRing);            // [kWarps][BM]
   float* rsc = reinterpret_cast<float*>(red + kWarps * BM);          // [BM]
@@ -195,29 +196,31 @@ __global__ void __launch_bounds__(kThreads, 1) qgemm_kernel(Args g) {
   }
 
   // ---- the load cursor: unit, stage, and this thread's source rows for it ----
+  // Thread tid copies code chunk q = tid % kRowChunks of tile rows tid / kRowChunks + j·(256 / kRowChunks);
+  // {scale, bias} of row tid / 2, groups 2·(tid % 2) and +1; x chunk (tid + 256j) % 32 of row
+  // (tid + 256j) / 32; {Σx, 2^-e} of row tid / 4, group tid % 4.
+  constexpr int kRowStep = kThreads / kRowChunks;
+  const int cq = tid % kRowChunks, crr = tid / kRowChunks;
+  const int cgrp = BITS == 4 ? cq >> 1 : cq >> 2;
+  const int cpos = BITS == 4 ? (((cq >> 1) ^ (crr & 3)) << 1) | (cq & 1) : (((cq >> 2) ^ (crr & 3)) << 2) | (cq & 3);
+  const bool sb_pairs = (g.nG & 1) == 0;  // {scale, bias} of two groups are 8-byte aligned
   int lu = blockIdx.x, lks = 0;
   Unit lt{};
   const uint8_t* crow[kCodeChunks];
   const uint32_t* sbrow = nullptr;
   const uint16_t* xrow[kXChunks];
   const float* xsrow = nullptr;
-  auto load_unit = [&](bool rows_ok) {
+  auto load_unit = [&]() {
     lt = unit_of<BM>(g, lu, its, pu, n_items);
     lks = lt.ks0;
+    const uint32_t* d1;
+    const uint8_t* d2;
 #pragma unroll
-    for (int j = 0; j < kCodeChunks; ++j) {
-      const int rr = (tid + j * kThreads) / (C::kRowB / 16);
-      const uint32_t* dummy;
-      weight_row<BITS>(g, lt, rr, crow[j], dummy);
-    }
-    {
-      const uint8_t* dummy;
-      weight_row<BITS>(g, lt, tid >> 1, dummy, sbrow);
-    }
-    if (!rows_ok) return;
+    for (int j = 0; j < kCodeChunks; ++j) weight_row<BITS>(g, lt, crr + j * kRowStep, crow[j], d1);
+    weight_row<BITS>(g, lt, tid >> 1, d2, sbrow);
 #pragma unroll
     for (int j = 0; j < kXChunks; ++j) {
-      const int m = (tid + j * kThreads) >> 4;
+      const int m = (tid + j * kThreads) >> 5;
       xrow[j] = nullptr;
       if (m < BM && m < lt.m_cnt) {
         const int e = lt.e0 + m;
@@ -226,60 +229,63 @@ __global__ void __launch_bounds__(kThreads, 1) qgemm_kernel(Args g) {
       }
     }
     xsrow = nullptr;
-    if (tid < 2 * BM && (tid >> 1) < lt.m_cnt) {
-      const int e = lt.e0 + (tid >> 1);
+    if (tid < kGS * BM && (tid >> 2) < lt.m_cnt) {
+      const int e = lt.e0 + (tid >> 2);
       const int r = MODE == kDense ? e : __ldg(a.xrow + e);
       xsrow = a.xs + size_t(r) * g.nG * 2;
     }
   };
-  // Stage ks of the load cursor's unit into ring slot `slot`: weights and/or activations.
+  // Stage lks of the load cursor's unit into ring slot `slot`: weights and/or activations.
   auto load_stage = [&](int slot, bool wts, bool acts) {
     uint8_t* st = sm + size_t(slot) * C::kStage;
-    const int ng = min(2, g.nG - 2 * lks);
+    const int ng = min(kGS, g.nG - kGS * lks);
     if (wts) {
 #pragma unroll
       for (int j = 0; j < kCodeChunks; ++j) {
-        const int c = tid + j * kThreads, rr = c / (C::kRowB / 16), q = c % (C::kRowB / 16);
-        const int grp = BITS == 4 ? q >> 1 : q >> 2;
-        const bool ok = crow[j] && grp < ng;
-        const int pos = BITS == 4 ? (((q >> 1) ^ ((rr >> 1) & 1)) << 1) | (q & 1) : (((q >> 2) ^ (rr & 1)) << 2) | (q & 3);
-        const void* src = ok ? static_cast<const void*>(crow[j] + size_t(lks) * C::kRowB + q * 16) : a.w.codes;
-        cp16(smem_u32(st + rr * C::kRowB + pos * 16), src, ok);
+        const bool ok = crow[j] && cgrp < ng;
+        const void* src = ok ? static_cast<const void*>(crow[j] + size_t(lks) * C::kRowB + cq * 16) : a.w.codes;
+        cp16(smem_u32(st + (crr + j * kRowStep) * C::kRowB + cpos * 16), src, ok);
       }
-      {
-        const int grp = tid & 1;
-        const bool ok = sbrow && grp < ng;
-        cp4(smem_u32(st + C::kCodes + tid * 4), ok ? static_cast<const void*>(sbrow + 2 * lks + grp) : a.w.sb, ok);
+      if (tid < 2 * kBN) {
+        const int g0 = 2 * (tid & 1);
+        const uint32_t dst = smem_u32(st + C::kCodes + tid * 8);
+        const uint32_t* src = sbrow ? sbrow + kGS * lks + g0 : reinterpret_cast<const uint32_t*>(a.w.sb);
+        const int n = sbrow ? min(max(ng - g0, 0), 2) : 0;
+        if (sb_pairs) {
+          cp8(dst, src, 4 * n);
+        } else {
+          cp4(dst, src, n >= 1);
+          cp4(dst + 4, n >= 2 ? src + 1 : src, n >= 2);
+        }
       }
     }
     if (acts) {
       uint8_t* xs = st + C::kCodes + C::kSb;
 #pragma unroll
       for (int j = 0; j < kXChunks; ++j) {
-        const int c = tid + j * kThreads, m = c >> 4, q = c & 15;
+        const int c = tid + j * kThreads, m = c >> 5, q = c & 31;
         if (m < BM) {
           const bool ok = xrow[j] && (q >> 3) < ng;
-          cp16(smem_u32(xs + m * 256 + ((q ^ (m & 1)) << 4)), ok ? static_cast<const void*>(xrow[j] + lks * kBK + q * 8) : a.x, ok);
+          cp16(smem_u32(xs + m * 512 + ((q ^ (m & 1)) << 4)), ok ? static_cast<const void*>(xrow[j] + lks * kBK + q * 8) : a.x, ok);
         }
       }
-      if (tid < 2 * BM) {
-        const int grp = tid & 1;
-        const bool ok = xsrow && grp < ng;
-        cp8(smem_u32(xs + C::kX + tid * 8), ok ? static_cast<const void*>(xsrow + 2 * (2 * lks + grp)) : a.xs, ok);
+      if (tid < kGS * BM) {
+        const bool ok = xsrow && (tid & 3) < ng;
+        cp8(smem_u32(xs + C::kX + tid * 8), ok ? static_cast<const void*>(xsrow + 2 * (kGS * lks + (tid & 3))) : a.xs, ok ? 8 : 0);
       }
     }
   };
   auto advance_load = [&]() {
     if (++lks >= lt.ks1) {
       lu += gridDim.x;
-      if (lu < n_units) load_unit(true);
+      if (lu < n_units) load_unit();
     }
   };
 
   // Prologue: stages 0..NS-2. Dense: the weights before waiting on the previous kernel (they never
   // depend on it), then the activations; items: the routing table was needed first anyway.
+  load_unit();
   if (MODE == kDense) {
-    load_unit(false);
     const int u0 = lu, ks0 = lks;
     const Unit t0 = lt;
     for (int s = 0; s < NS - 1; ++s) {
@@ -290,14 +296,13 @@ __global__ void __launch_bounds__(kThreads, 1) qgemm_kernel(Args g) {
     pdl_wait();
     pdl_trigger();
     lu = u0, lks = ks0, lt = t0;
-    load_unit(true);
+    load_unit();
     for (int s = 0; s < NS - 1; ++s) {
       if (lu < n_units) load_stage(s, false, true);
       cp_commit();
       if (lu < n_units) advance_load();
     }
   } else {
-    load_unit(true);
     for (int s = 0; s < NS - 1; ++s) {
       if (lu < n_units) load_stage(s, true, true);
       cp_commit();
@@ -309,12 +314,13 @@ __global__ void __launch_bounds__(kThreads, 1) qgemm_kernel(Args g) {
   int cu = blockIdx.x, cks;
   Unit ct = unit_of<BM>(g, cu, its, pu, n_items);
   cks = ct.ks0;
-  float acc[NT][4], part[NT][4];
+  float acc[NT][4];
 #pragma unroll
   for (int n = 0; n < NT; ++n)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
   const int r0 = 16 * warp + gq, r1 = r0 + 8;  // this lane's weight rows in the tile
+  const int sw0 = r0 & 3, sw1 = r1 & 3;         // their group swizzle
 
   for (int it = 0; cu < n_units; ++it) {
     cp_wait<NS - 2>();
@@ -327,67 +333,84 @@ __global__ void __launch_bounds__(kThreads, 1) qgemm_kernel(Args g) {
     const uint32_t* ssb = reinterpret_cast<const uint32_t*>(st + C::kCodes);
     const uint8_t* sx = st + C::kCodes + C::kSb;
     const float2* sxs = reinterpret_cast<const float2*>(sx + C::kX);
-    const int ng = min(2, g.nG - 2 * cks);
-    for (int G = 0; G < ng; ++G) {
+    const int ng = min(kGS, g.nG - kGS * cks);
+    constexpr int kUnrollG = NT >= 8 ? 1 : kGS / GI;  // NT = 8: one group at a time keeps 255 registers
+#pragma unroll kUnrollG
+    for (int G0 = 0; G0 < kGS; G0 += GI) {
+      if (G0 >= ng) break;
+      float part[GI][NT][4];
+      uint32_t wc0[GI][BITS / 2], wc1[GI][BITS / 2];  // codes of rows r0, r1: 4-bit 2 words, 8-bit 4
 #pragma unroll
-      for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) part[n][i] = 0.f;
-      // Codes of rows r0, r1 for this group: 4-bit 2 words, 8-bit 4 words.
-      uint32_t w0[BITS / 2], w1[BITS / 2];
-      if constexpr (BITS == 4) {
-        const uint2 c0 = *reinterpret_cast<const uint2*>(st + r0 * C::kRowB + ((G ^ ((r0 >> 1) & 1)) << 5) + (tq << 3));
-        const uint2 c1 = *reinterpret_cast<const uint2*>(st + r1 * C::kRowB + ((G ^ ((r1 >> 1) & 1)) << 5) + (tq << 3));
-        w0[0] = c0.x, w0[1] = c0.y, w1[0] = c1.x, w1[1] = c1.y;
-      } else {
-        const uint4 c0 = *reinterpret_cast<const uint4*>(st + r0 * C::kRowB + ((G ^ (r0 & 1)) << 6) + (tq << 4));
-        const uint4 c1 = *reinterpret_cast<const uint4*>(st + r1 * C::kRowB + ((G ^ (r1 & 1)) << 6) + (tq << 4));
-        w0[0] = c0.x, w0[1] = c0.y, w0[2] = c0.z, w0[3] = c0.w;
-        w1[0] = c1.x, w1[1] = c1.y, w1[2] = c1.z, w1[3] = c1.w;
-      }
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {  // 16-byte x chunk j of the lane's 32 bytes: k 16t + 8j .. +7
-        uint4 xv[NT];
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-          const int m = 8 * n + gq;
-          xv[n] = *reinterpret_cast<const uint4*>(sx + m * 256 + (((G * 8 + 2 * tq + j) ^ (m & 1)) << 4));
+      for (int gi = 0; gi < GI; ++gi) {
+        const int G = G0 + gi;
+        if constexpr (BITS == 4) {
+          const uint2 c0 = *reinterpret_cast<const uint2*>(st + r0 * C::kRowB + ((G ^ sw0) << 5) + (tq << 3));
+          const uint2 c1 = *reinterpret_cast<const uint2*>(st + r1 * C::kRowB + ((G ^ sw1) << 5) + (tq << 3));
+          wc0[gi][0] = c0.x, wc0[gi][1] = c0.y, wc1[gi][0] = c1.x, wc1[gi][1] = c1.y;
+        } else {
+          const uint4 c0 = *reinterpret_cast<const uint4*>(st + r0 * C::kRowB + ((G ^ sw0) << 6) + (tq << 4));
+          const uint4 c1 = *reinterpret_cast<const uint4*>(st + r1 * C::kRowB + ((G ^ sw1) << 6) + (tq << 4));
+          wc0[gi][0] = c0.x, wc0[gi][1] = c0.y, wc0[gi][2] = c0.z, wc0[gi][3] = c0.w;
+          wc1[gi][0] = c1.x, wc1[gi][1] = c1.y, wc1[gi][2] = c1.z, wc1[gi][3] = c1.w;
         }
 #pragma unroll
-        for (int p = 0; p < 2; ++p) {  // k-step 2j + p
-          uint32_t a0, a1, a2, a3;
-          if constexpr (BITS == 4) {
-            cvt4(w0[j], p, a0, a2);
-            cvt4(w1[j], p, a1, a3);
-          } else {
-            cvt8(w0[2 * j + p], a0, a2);
-            cvt8(w1[2 * j + p], a1, a3);
-          }
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) part[gi][n][i] = 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {  // 16-byte x chunk j of the lane's 32 bytes per group: k-steps 2j, 2j+1
+        uint4 xv[GI][NT];
+#pragma unroll
+        for (int gi = 0; gi < GI; ++gi)
 #pragma unroll
           for (int n = 0; n < NT; ++n) {
-            uint32_t b0, b1;
-            if constexpr (BITS == 4) {  // (x0,x4),(x1,x5) | (x2,x6),(x3,x7)
-              const uint32_t lo = p ? xv[n].y : xv[n].x, hi = p ? xv[n].w : xv[n].z;
-              b0 = __byte_perm(lo, hi, 0x5410), b1 = __byte_perm(lo, hi, 0x7632);
-            } else {  // (x0,x2),(x1,x3) of the step's 4 values
-              const uint32_t lo = p ? xv[n].z : xv[n].x, hi = p ? xv[n].w : xv[n].y;
-              b0 = __byte_perm(lo, hi, 0x5410), b1 = __byte_perm(lo, hi, 0x7632);
+            const int m = 8 * n + gq;
+            xv[gi][n] = *reinterpret_cast<const uint4*>(sx + m * 512 + ((((G0 + gi) * 8 + 2 * tq + j) ^ (m & 1)) << 4));
+          }
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {
+#pragma unroll
+          for (int gi = 0; gi < GI; ++gi) {
+            uint32_t a0, a1, a2, a3;
+            if constexpr (BITS == 4) {
+              cvt4(wc0[gi][j], p, a0, a2);
+              cvt4(wc1[gi][j], p, a1, a3);
+            } else {
+              cvt8(wc0[gi][2 * j + p], a0, a2);
+              cvt8(wc1[gi][2 * j + p], a1, a3);
             }
-            mma(part[n], a0, a1, a2, a3, b0, b1);
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+              const uint4 v = xv[gi][n];  // (x0,x4) (x1,x5) (x2,x6) (x3,x7)
+              uint32_t b0, b1;
+              if constexpr (BITS == 4) {
+                b0 = p ? v.z : v.x, b1 = p ? v.w : v.y;
+              } else {  // (x0,x2),(x1,x3) | (x4,x6),(x5,x7)
+                b0 = __byte_perm(v.x, v.z, p ? 0x7632 : 0x5410), b1 = __byte_perm(v.y, v.w, p ? 0x7632 : 0x5410);
+              }
+              mma(part[gi][n], a0, a1, a2, a3, b0, b1);
+            }
           }
         }
       }
-      // y += (scale·2^-e)·part + bias·Σx, rows r0 / r1, activation rows 8n + 2t, +1.
-      const uint32_t q0 = ssb[r0 * 2 + G], q1 = ssb[r1 * 2 + G];
-      const float s0 = __uint_as_float(q0 << 16), b0 = __uint_as_float(q0 & 0xFFFF0000u);
-      const float s1 = __uint_as_float(q1 << 16), b1 = __uint_as_float(q1 & 0xFFFF0000u);
+      // y += (scale·2^-e)·part + bias·Σx, rows r0 / r1, activation rows 8n + 2t, +1; groups in order.
 #pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        const float2 xa = sxs[(8 * n + 2 * tq) * 2 + G], xb = sxs[(8 * n + 2 * tq + 1) * 2 + G];
-        acc[n][0] = fmaf(s0 * xa.y, part[n][0], fmaf(b0, xa.x, acc[n][0]));
-        acc[n][1] = fmaf(s0 * xb.y, part[n][1], fmaf(b0, xb.x, acc[n][1]));
-        acc[n][2] = fmaf(s1 * xa.y, part[n][2], fmaf(b1, xa.x, acc[n][2]));
-        acc[n][3] = fmaf(s1 * xb.y, part[n][3], fmaf(b1, xb.x, acc[n][3]));
+      for (int gi = 0; gi < GI; ++gi) {
+        const int G = G0 + gi;
+        if (G < ng) {
+          const uint32_t q0 = ssb[r0 * kGS + G], q1 = ssb[r1 * kGS + G];
+          const float s0 = __uint_as_float(q0 << 16), b0 = __uint_as_float(q0 & 0xFFFF0000u);
+          const float s1 = __uint_as_float(q1 << 16), b1 = __uint_as_float(q1 & 0xFFFF0000u);
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            const float2 xa = sxs[(8 * n + 2 * tq) * kGS + G], xb = sxs[(8 * n + 2 * tq + 1) * kGS + G];
+            acc[n][0] = fmaf(s0 * xa.y, part[gi][n][0], fmaf(b0, xa.x, acc[n][0]));
+            acc[n][1] = fmaf(s0 * xb.y, part[gi][n][1], fmaf(b0, xb.x, acc[n][1]));
+            acc[n][2] = fmaf(s1 * xa.y, part[gi][n][2], fmaf(b1, xa.x, acc[n][2]));
+            acc[n][3] = fmaf(s1 * xb.y, part[gi][n][3], fmaf(b1, xb.x, acc[n][3]));
+          }
+        }
       }
     }
     if (++cks < ct.ks1) continue;
@@ -395,8 +418,9 @@ __global__ void __launch_bounds__(kThreads, 1) qgemm_kernel(Args g) {
     // ---- the unit's epilogue (block-uniform) ----
     if constexpr (MODE == kSwiglu) {
       // Lane: output o = tile·64 + 8·warp + gq (gate in acc[.][0..1], up in acc[.][2..3]) for rows
-      // 8n + 2t, +1. act packed per row over the unit's 64 outputs (one group of the down input).
-      const int o = ct.tile * 64 + 8 * warp + gq;
+      // 8n + 2t, +1. act packed per row over the unit's 64 outputs (one group of the down input), at
+      // its place in the packers' order within 8 values (chunk warp, index gq → 2·(gq & 3) + gq / 4).
+      const int o = ct.tile * 64 + 8 * warp + gq, opos = ct.tile * 64 + 8 * warp + 2 * (gq & 3) + (gq >> 2);
       float act[NT][2];
 #pragma unroll
       for (int n = 0; n < NT; ++n)
@@ -435,7 +459,7 @@ __global__ void __launch_bounds__(kThreads, 1) qgemm_kernel(Args g) {
           if (m < ct.m_cnt && o < a.n_out) {
             const int yr = __ldg(a.yrow + ct.e0 + m);
             const __half h = __float2half_rn(act[n][u] * rsc[m]);
-            a.yx[size_t(yr) * a.n_out + o] = *reinterpret_cast<const uint16_t*>(&h);
+            a.yx[size_t(yr) * a.n_out + opos] = *reinterpret_cast<const uint16_t*>(&h);
           }
         }
     } else if constexpr (MODE == kItems) {
@@ -537,6 +561,8 @@ int tiles_of(int rows) { return (rows + kBN - 1) / kBN; }
 
 template <int BITS, int NT, int MODE> Status launch(const Args& g, int grid, cudaStream_t s) {
   using C = Cfg<BITS, NT>;
+  grid *= C::BPS;  // persistent: one block per SM slot (dense: no more than its units)
+  if (MODE == kDense) grid = std::min(grid, g.n_units);
   auto k = qgemm_kernel<BITS, NT, MODE>;
   const size_t smem = C::smem(g.a.max_items);
   static size_t attr = 0;
@@ -601,9 +627,7 @@ Status qgemm(const QGemmArgs& a, Stream stream) {
     g.C = (a.M + 8 * nt - 1) / (8 * nt);
     if (g.S > 1 && (!a.ws || !a.cnt)) return cu_err("qgemm: a {}-row matrix is split {} ways and needs ws / cnt", w.rows, g.S);
     g.n_units = g.T * g.S * g.C;
-    const int grid = std::min(g.n_units, sm_count());
-    const int mode_bits = w.bits;
-    return mode_bits == 4 ? launch_nt<4, kDense>(nt, g, grid, s) : launch_nt<8, kDense>(nt, g, grid, s);
+    return w.bits == 4 ? launch_nt<4, kDense>(nt, g, sm_count(), s) : launch_nt<8, kDense>(nt, g, sm_count(), s);
   }
   if (w.bits != 4 || !a.sh.codes || a.sh.cols != w.cols || a.sh.bits != 4) return cu_err("qgemm: experts must be 4-bit with a shared expert of the same K");
   if (a.n_out <= 0 || a.max_items < 1 || a.max_items > kMaxItems || !a.xrow || !a.yrow || a.E < 1)
@@ -624,8 +648,7 @@ Status qgemm(const QGemmArgs& a, Stream stream) {
     const double ent = double(std::max(a.ent_hint, 1));
     nt = nt_for(ent / std::min(ent, double(a.E)));
   }
-  const int grid = sm_count();
-  return g.mode == kSwiglu ? launch_nt<4, kSwiglu>(nt, g, grid, s) : launch_nt<4, kItems>(nt, g, grid, s);
+  return g.mode == kSwiglu ? launch_nt<4, kSwiglu>(nt, g, sm_count(), s) : launch_nt<4, kItems>(nt, g, sm_count(), s);
 }
 
 }  // namespace lily::cuda

@@ -20,10 +20,14 @@
 namespace lily::cuda {
 
 // Activation rows (the GEMM's B operand), R rows of K values (K a multiple of 64):
-//   X  fp16 [R][K]: x·2^e rounded to fp16, e per 64-group so its largest |x|·2^e lies in [2^14, 2^15);
+//   X  fp16 [R][K]: x·2^e rounded to fp16, e per 64-group so its largest |x|·2^e lies in [2^14, 2^15),
+//      stored in the order of the 4-bit codes' fp16 pairs: value k at qgemm_xpos(k)
+//      ([x0,x4,x1,x5,x2,x6,x3,x7] per 8 values);
 //   XS float [R][K/64][2] = {Σx (fp32, of the unrounded x), 2^-e}.
 // xpack16 packs fp32 rows x [R][ldx] (K ≤ ldx) into that form.
 Status xpack16(const float* x, int ldx, int K, int R, uint16_t* X, float* XS, Stream s);
+// Where value k of a row sits in X.
+constexpr int qgemm_xpos(int k) { return (k & ~7) | ((k & 3) << 1) | ((k >> 2) & 1); }
 
 struct QGemmArgs {
   // Dense (items == nullptr): y[m·ldy + n] = w_n · x_m for n < w.rows, m < M.
