@@ -140,13 +140,38 @@ def render_readme(d):
     ]
     for k, val in ex["self_checks"].items():
         lines.append(f"- {k}: {json.dumps(val)}")
-    lines += [
-        "",
-        "## How to compare",
-        "A bf16 engine may legitimately flip a greedy pick whose margin is tiny: tests/golden/golden_test.cpp "
-        "compares ids only where the margin exceeds 0.02 (and otherwise feeds the golden id), logprobs at "
-        "the golden top-8 within 0.03, and the forced logits within the tolerance stated there.",
-        "",
-    ]
+    env_path = os.path.join(d, "envelope.json")
+    if os.path.exists(env_path):
+        env = json.load(open(env_path))
+        v = env["versions"]
+        lines += [
+            "",
+            "## The precision budget (envelope.json)",
+            f"Transformers' own half-precision runs of this model, made by `tools/make_golden.py --envelope DIR` "
+            f"on {env['device']} (torch {v['torch']}, transformers {v['transformers']}): {env['method']}.",
+            "",
+            "| run | top-1 agree | max delta | median delta | forced max | forced rms |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, r in env["runs"].items():
+            lines.append(f"| {name} | {r['top1_agree']}/{r['top1_compared']} | {r['max_delta']:.3g} | "
+                         f"{r['median_delta']:.3g} | {r['forced_max']:.3g} | {r['forced_rms']:.3g} |")
+        lines += [
+            "",
+            "## How to compare",
+            "tests/golden/golden_test.cpp feeds the golden ids and holds every backend to the fp16 row: top-1 "
+            "agreement no lower, max and median delta and the forced logits' errors no higher "
+            "(../shared/docs/precision.md).",
+            "",
+        ]
+    else:
+        lines += [
+            "",
+            "## How to compare",
+            "A bf16 engine may legitimately flip a greedy pick whose margin is tiny: tests/golden/golden_test.cpp "
+            "compares ids only where the margin exceeds 0.02 (and otherwise feeds the golden id), logprobs at "
+            "the golden top-8 within 0.03, and the forced logits within the tolerance stated there.",
+            "",
+        ]
     with open(os.path.join(d, "README.md"), "w") as f:
         f.write("\n".join(lines))
