@@ -217,8 +217,13 @@ static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, int B
     r.w = L.router, r.x = x.X_a, r.xs = x.XS_a, r.ldx = H, r.M = B, r.y = x.rl, r.ldy = E + 1, r.ws = x.ws, r.cnt = x.cnt;
     LILY_TRY(qgemm(r, s));
     mk("router gemm");
-    LILY_TRY(broute_topk(x.rl, E + 1, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, k, E, x.items,
-                         x.n_items, x.rowb, x.ent, s));
+    if (route_split()) {
+      LILY_TRY(brouter_topk(x.rl, E + 1, E, k, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, s));
+      LILY_TRY(broute(x.topk_ids, B, k, E, x.items, x.n_items, x.rowb, x.ent, s));
+    } else {
+      LILY_TRY(broute_topk(x.rl, E + 1, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, k, E, x.items,
+                           x.n_items, x.rowb, x.ent, s));
+    }
     mk("top-k + route");
     QGemmArgs m{};
     m.w = L.gate, m.w2 = L.up, m.sh = L.sh_gate_up, m.x = x.X_a, m.xs = x.XS_a, m.ldx = H, m.swiglu = true;

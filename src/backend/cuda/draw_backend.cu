@@ -33,7 +33,11 @@ Status CudaBackend::decode_draw(std::span<SeqState* const> states, std::span<con
   if (tokens.size() != states.size() || spec.size() != states.size() || out.size() != states.size())
     return cu_err("decode_draw: {} states, {} tokens, {} specs, {} outputs", B, tokens.size(), spec.size(), out.size());
   if (B == 0) return Status::ok();
-  if (B > 1) return batch_step(states, tokens, {}, spec, out);
+  static const bool one = [] {  // LILY_BATCH_ONE=1 (A/B): one row runs the batched step too
+    const char* e = std::getenv("LILY_BATCH_ONE");
+    return e && e[0] == '1';
+  }();
+  if (B > 1 || one) return batch_step(states, tokens, {}, spec, out);
   auto* st = dynamic_cast<CudaSeqState*>(states[0]);
   if (!st || st->be != this) return cu_err("decode_draw: state belongs to another backend");
   LILY_TRY(st->reserve(st->n + 1));

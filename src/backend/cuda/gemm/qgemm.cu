@@ -41,7 +41,11 @@ template <int BITS, int NT> struct Cfg {
   static constexpr int kBudget = (BPS == 2 ? 110 : 214) * 1024 - kRed - 6 * 1024;
   static constexpr int NS = kBudget / kStage > 8 ? 8 : kBudget / kStage;
   static constexpr int kRing = NS * kStage;
-  // Groups whose MMA chains run together: fewer when NT already gives the warp independent chains.
+  // Warp grid: WR warps along the tile's rows (MT m-tiles of 16 each) × WT along its activation rows
+  // (NW n-tiles of 8 each). Two token warps for NT ≥ 4 halve the x fragments each warp reads from
+  // shared memory (the ring's bandwidth bounds large tiles).
+  static constexpr int WT = NT >= 4 ? 2 : 1, WR = kWarps / WT, MT = kBN / (16 * WR), NW = NT / WT;
+  // Groups whose MMA chains run together: fewer when the n-tiles already give the warp independent chains.
   static constexpr int GI = NT == 1 ? 4 : NT == 2 ? 2 : 1;
   static constexpr size_t smem(int max_items) { return size_t(kRing + kRed) + size_t(max_items) * 20 + 16; }
   static_assert(NS >= 2, "qgemm: stage too large for the ring");
@@ -314,13 +318,17 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT>::BPS) qgemm_kernel(Arg
   int cu = blockIdx.x, cks;
   Unit ct = unit_of<BM>(g, cu, its, pu, n_items);
   cks = ct.ks0;
-  float acc[NT][4];
+  constexpr int MT = C::MT, NW = C::NW, WT = C::WT;
+  const int wr = warp / WT, wt = warp % WT;  // this warp's place in the warp grid
+  float acc[MT][NW][4];
 #pragma unroll
-  for (int n = 0; n < NT; ++n)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
-  const int r0 = 16 * warp + gq, r1 = r0 + 8;  // this lane's weight rows in the tile
-  const int sw0 = r0 & 3, sw1 = r1 & 3;         // their group swizzle
+    for (int n = 0; n < NW; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][n][i] = 0.f;
+  // m-tile mt: tile rows 16·(wr·MT + mt) + gq (rb) and +8; n-tile n: activation rows 8·(wt·NW + n) + ...
+  auto row_of = [&](int mt) { return 16 * (wr * MT + mt) + gq; };
 
   for (int it = 0; cu < n_units; ++it) {
     cp_wait<NS - 2>();
@@ -334,81 +342,94 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT>::BPS) qgemm_kernel(Arg
     const uint8_t* sx = st + C::kCodes + C::kSb;
     const float2* sxs = reinterpret_cast<const float2*>(sx + C::kX);
     const int ng = min(kGS, g.nG - kGS * cks);
-    constexpr int kUnrollG = NT >= 8 ? 1 : kGS / GI;  // NT = 8: one group at a time keeps 255 registers
+    constexpr int kUnrollG = NT >= 8 ? 1 : kGS / GI;  // NT = 8: one group at a time keeps the registers
 #pragma unroll kUnrollG
     for (int G0 = 0; G0 < kGS; G0 += GI) {
       if (G0 >= ng) break;
-      float part[GI][NT][4];
-      uint32_t wc0[GI][BITS / 2], wc1[GI][BITS / 2];  // codes of rows r0, r1: 4-bit 2 words, 8-bit 4
+      float part[GI][MT][NW][4];
+      uint32_t wc0[GI][MT][BITS / 2], wc1[GI][MT][BITS / 2];  // codes of rows rb, rb+8: 4-bit 2 words, 8-bit 4
 #pragma unroll
       for (int gi = 0; gi < GI; ++gi) {
         const int G = G0 + gi;
-        if constexpr (BITS == 4) {
-          const uint2 c0 = *reinterpret_cast<const uint2*>(st + r0 * C::kRowB + ((G ^ sw0) << 5) + (tq << 3));
-          const uint2 c1 = *reinterpret_cast<const uint2*>(st + r1 * C::kRowB + ((G ^ sw1) << 5) + (tq << 3));
-          wc0[gi][0] = c0.x, wc0[gi][1] = c0.y, wc1[gi][0] = c1.x, wc1[gi][1] = c1.y;
-        } else {
-          const uint4 c0 = *reinterpret_cast<const uint4*>(st + r0 * C::kRowB + ((G ^ sw0) << 6) + (tq << 4));
-          const uint4 c1 = *reinterpret_cast<const uint4*>(st + r1 * C::kRowB + ((G ^ sw1) << 6) + (tq << 4));
-          wc0[gi][0] = c0.x, wc0[gi][1] = c0.y, wc0[gi][2] = c0.z, wc0[gi][3] = c0.w;
-          wc1[gi][0] = c1.x, wc1[gi][1] = c1.y, wc1[gi][2] = c1.z, wc1[gi][3] = c1.w;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const int r0 = row_of(mt), r1 = r0 + 8;
+          if constexpr (BITS == 4) {
+            const uint2 c0 = *reinterpret_cast<const uint2*>(st + r0 * C::kRowB + ((G ^ (r0 & 3)) << 5) + (tq << 3));
+            const uint2 c1 = *reinterpret_cast<const uint2*>(st + r1 * C::kRowB + ((G ^ (r1 & 3)) << 5) + (tq << 3));
+            wc0[gi][mt][0] = c0.x, wc0[gi][mt][1] = c0.y, wc1[gi][mt][0] = c1.x, wc1[gi][mt][1] = c1.y;
+          } else {
+            const uint4 c0 = *reinterpret_cast<const uint4*>(st + r0 * C::kRowB + ((G ^ (r0 & 3)) << 6) + (tq << 4));
+            const uint4 c1 = *reinterpret_cast<const uint4*>(st + r1 * C::kRowB + ((G ^ (r1 & 3)) << 6) + (tq << 4));
+            wc0[gi][mt][0] = c0.x, wc0[gi][mt][1] = c0.y, wc0[gi][mt][2] = c0.z, wc0[gi][mt][3] = c0.w;
+            wc1[gi][mt][0] = c1.x, wc1[gi][mt][1] = c1.y, wc1[gi][mt][2] = c1.z, wc1[gi][mt][3] = c1.w;
+          }
+#pragma unroll
+          for (int n = 0; n < NW; ++n)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) part[gi][mt][n][i] = 0.f;
         }
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) part[gi][n][i] = 0.f;
       }
 #pragma unroll
       for (int j = 0; j < 2; ++j) {  // 16-byte x chunk j of the lane's 32 bytes per group: k-steps 2j, 2j+1
-        uint4 xv[GI][NT];
+        uint4 xv[GI][NW];
 #pragma unroll
         for (int gi = 0; gi < GI; ++gi)
 #pragma unroll
-          for (int n = 0; n < NT; ++n) {
-            const int m = 8 * n + gq;
+          for (int n = 0; n < NW; ++n) {
+            const int m = 8 * (wt * NW + n) + gq;
             xv[gi][n] = *reinterpret_cast<const uint4*>(sx + m * 512 + ((((G0 + gi) * 8 + 2 * tq + j) ^ (m & 1)) << 4));
           }
 #pragma unroll
         for (int p = 0; p < 2; ++p) {
 #pragma unroll
-          for (int gi = 0; gi < GI; ++gi) {
-            uint32_t a0, a1, a2, a3;
-            if constexpr (BITS == 4) {
-              cvt4(wc0[gi][j], p, a0, a2);
-              cvt4(wc1[gi][j], p, a1, a3);
-            } else {
-              cvt8(wc0[gi][2 * j + p], a0, a2);
-              cvt8(wc1[gi][2 * j + p], a1, a3);
-            }
+          for (int gi = 0; gi < GI; ++gi)
 #pragma unroll
-            for (int n = 0; n < NT; ++n) {
-              const uint4 v = xv[gi][n];  // (x0,x4) (x1,x5) (x2,x6) (x3,x7)
-              uint32_t b0, b1;
+            for (int mt = 0; mt < MT; ++mt) {
+              uint32_t a0, a1, a2, a3;
               if constexpr (BITS == 4) {
-                b0 = p ? v.z : v.x, b1 = p ? v.w : v.y;
-              } else {  // (x0,x2),(x1,x3) | (x4,x6),(x5,x7)
-                b0 = __byte_perm(v.x, v.z, p ? 0x7632 : 0x5410), b1 = __byte_perm(v.y, v.w, p ? 0x7632 : 0x5410);
+                cvt4(wc0[gi][mt][j], p, a0, a2);
+                cvt4(wc1[gi][mt][j], p, a1, a3);
+              } else {
+                cvt8(wc0[gi][mt][2 * j + p], a0, a2);
+                cvt8(wc1[gi][mt][2 * j + p], a1, a3);
               }
-              mma(part[gi][n], a0, a1, a2, a3, b0, b1);
+#pragma unroll
+              for (int n = 0; n < NW; ++n) {
+                const uint4 v = xv[gi][n];  // (x0,x4) (x1,x5) (x2,x6) (x3,x7)
+                uint32_t b0, b1;
+                if constexpr (BITS == 4) {
+                  b0 = p ? v.z : v.x, b1 = p ? v.w : v.y;
+                } else {  // (x0,x2),(x1,x3) | (x4,x6),(x5,x7)
+                  b0 = __byte_perm(v.x, v.z, p ? 0x7632 : 0x5410), b1 = __byte_perm(v.y, v.w, p ? 0x7632 : 0x5410);
+                }
+                mma(part[gi][mt][n], a0, a1, a2, a3, b0, b1);
+              }
             }
-          }
         }
       }
-      // y += (scale·2^-e)·part + bias·Σx, rows r0 / r1, activation rows 8n + 2t, +1; groups in order.
+      // y += (scale·2^-e)·part + bias·Σx, rows rb / rb+8, activation rows 8n + 2t, +1; groups in order.
 #pragma unroll
       for (int gi = 0; gi < GI; ++gi) {
         const int G = G0 + gi;
         if (G < ng) {
-          const uint32_t q0 = ssb[r0 * kGS + G], q1 = ssb[r1 * kGS + G];
-          const float s0 = __uint_as_float(q0 << 16), b0 = __uint_as_float(q0 & 0xFFFF0000u);
-          const float s1 = __uint_as_float(q1 << 16), b1 = __uint_as_float(q1 & 0xFFFF0000u);
 #pragma unroll
-          for (int n = 0; n < NT; ++n) {
-            const float2 xa = sxs[(8 * n + 2 * tq) * kGS + G], xb = sxs[(8 * n + 2 * tq + 1) * kGS + G];
-            acc[n][0] = fmaf(s0 * xa.y, part[gi][n][0], fmaf(b0, xa.x, acc[n][0]));
-            acc[n][1] = fmaf(s0 * xb.y, part[gi][n][1], fmaf(b0, xb.x, acc[n][1]));
-            acc[n][2] = fmaf(s1 * xa.y, part[gi][n][2], fmaf(b1, xa.x, acc[n][2]));
-            acc[n][3] = fmaf(s1 * xb.y, part[gi][n][3], fmaf(b1, xb.x, acc[n][3]));
+          for (int mt = 0; mt < MT; ++mt) {
+            const int r0 = row_of(mt);
+            const uint32_t q0 = ssb[r0 * kGS + G], q1 = ssb[(r0 + 8) * kGS + G];
+            const float s0 = __uint_as_float(q0 << 16), b0 = __uint_as_float(q0 & 0xFFFF0000u);
+            const float s1 = __uint_as_float(q1 << 16), b1 = __uint_as_float(q1 & 0xFFFF0000u);
+#pragma unroll
+            for (int n = 0; n < NW; ++n) {
+              const int m = 8 * (wt * NW + n) + 2 * tq;
+              const float2 xa = sxs[m * kGS + G], xb = sxs[(m + 1) * kGS + G];
+              float* c = acc[mt][n];
+              const float* q = part[gi][mt][n];
+              c[0] = fmaf(s0 * xa.y, q[0], fmaf(b0, xa.x, c[0]));
+              c[1] = fmaf(s0 * xb.y, q[1], fmaf(b0, xb.x, c[1]));
+              c[2] = fmaf(s1 * xa.y, q[2], fmaf(b1, xa.x, c[2]));
+              c[3] = fmaf(s1 * xb.y, q[3], fmaf(b1, xb.x, c[3]));
+            }
           }
         }
       }
@@ -416,32 +437,34 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT>::BPS) qgemm_kernel(Arg
     if (++cks < ct.ks1) continue;
 
     // ---- the unit's epilogue (block-uniform) ----
+    // Lane values: acc[mt][n][u] = tile row rb(mt), activation row 8·(wt·NW + n) + 2t + u; acc[..][2 + u]
+    // the same for tile row rb + 8.
     if constexpr (MODE == kSwiglu) {
-      // Lane: output o = tile·64 + 8·warp + gq (gate in acc[.][0..1], up in acc[.][2..3]) for rows
-      // 8n + 2t, +1. act packed per row over the unit's 64 outputs (one group of the down input), at
-      // its place in the packers' order within 8 values (chunk warp, index gq → 2·(gq & 3) + gq / 4).
-      const int o = ct.tile * 64 + 8 * warp + gq, opos = ct.tile * 64 + 8 * warp + 2 * (gq & 3) + (gq >> 2);
-      float act[NT][2];
+      // Row group q = wr·MT + mt (tile rows 16q..16q+15): outputs tile·64 + 8q + gq, gate in acc[..][0..1],
+      // up in acc[..][2..3]. act is packed per activation row over the unit's 64 outputs (one group of
+      // the down input), each at its place in the packers' order within 8 values (chunk q, index gq →
+      // 2·(gq & 3) + gq / 4); the row's max and sum: over gq by shuffles, then over q = 0..7 in order.
+      float act[MT][NW][2];
 #pragma unroll
-      for (int n = 0; n < NT; ++n)
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int u = 0; u < 2; ++u) act[n][u] = silu(acc[n][u]) * acc[n][2 + u];
+        for (int n = 0; n < NW; ++n)
 #pragma unroll
-      for (int n = 0; n < NT; ++n)
+          for (int u = 0; u < 2; ++u) {
+            const float v = silu(acc[mt][n][u]) * acc[mt][n][2 + u];
+            act[mt][n][u] = v;
+            float mx = fabsf(v), sum = v;
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          float mx = fabsf(act[n][u]), sum = act[n][u];
-#pragma unroll
-          for (int off = 4; off < 32; off <<= 1) {
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-            sum += __shfl_xor_sync(0xffffffffu, sum, off);
+            for (int off = 4; off < 32; off <<= 1) {
+              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+              sum += __shfl_xor_sync(0xffffffffu, sum, off);
+            }
+            if (gq == 0) red[(wr * MT + mt) * BM + 8 * (wt * NW + n) + 2 * tq + u] = make_float2(mx, sum);
           }
-          if (gq == 0) red[warp * BM + 8 * n + 2 * tq + u] = make_float2(mx, sum);
-        }
       __syncthreads();
       if (tid < BM && tid < ct.m_cnt) {
         float mx = 0.f, sum = 0.f;
-        for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red[w * BM + tid].x), sum += red[w * BM + tid].y;
+        for (int q = 0; q < kWarps; ++q) mx = fmaxf(mx, red[q * BM + tid].x), sum += red[q * BM + tid].y;
         int E2 = 0;
         frexpf(mx, &E2);
         int e = mx > 0.f ? 15 - E2 : 0;
@@ -452,44 +475,55 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT>::BPS) qgemm_kernel(Arg
       }
       __syncthreads();
 #pragma unroll
-      for (int n = 0; n < NT; ++n)
+      for (int mt = 0; mt < MT; ++mt) {
+        const int q = wr * MT + mt;
+        const int o = ct.tile * 64 + 8 * q + gq, opos = ct.tile * 64 + 8 * q + 2 * (gq & 3) + (gq >> 2);
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const int m = 8 * n + 2 * tq + u;
-          if (m < ct.m_cnt && o < a.n_out) {
-            const int yr = __ldg(a.yrow + ct.e0 + m);
-            const __half h = __float2half_rn(act[n][u] * rsc[m]);
-            a.yx[size_t(yr) * a.n_out + opos] = *reinterpret_cast<const uint16_t*>(&h);
+        for (int n = 0; n < NW; ++n)
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const int m = 8 * (wt * NW + n) + 2 * tq + u;
+            if (m < ct.m_cnt && o < a.n_out) {
+              const int yr = __ldg(a.yrow + ct.e0 + m);
+              const __half h = __float2half_rn(act[mt][n][u] * rsc[m]);
+              a.yx[size_t(yr) * a.n_out + opos] = *reinterpret_cast<const uint16_t*>(&h);
+            }
           }
-        }
+      }
     } else if constexpr (MODE == kItems) {
-      const int n0 = ct.tile * kBN + r0;
 #pragma unroll
-      for (int n = 0; n < NT; ++n)
+      for (int mt = 0; mt < MT; ++mt) {
+        const int n0 = ct.tile * kBN + row_of(mt);
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const int m = 8 * n + 2 * tq + u;
-          if (m < ct.m_cnt) {
-            float* y = a.y + size_t(__ldg(a.yrow + ct.e0 + m)) * a.ldy;
-            if (n0 < a.n_out) y[n0] = acc[n][u];
-            if (n0 + 8 < a.n_out) y[n0 + 8] = acc[n][2 + u];
+        for (int n = 0; n < NW; ++n)
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const int m = 8 * (wt * NW + n) + 2 * tq + u;
+            if (m < ct.m_cnt) {
+              float* y = a.y + size_t(__ldg(a.yrow + ct.e0 + m)) * a.ldy;
+              if (n0 < a.n_out) y[n0] = acc[mt][n][u];
+              if (n0 + 8 < a.n_out) y[n0 + 8] = acc[mt][n][2 + u];
+            }
           }
-        }
+      }
     } else {
-      const int n0 = ct.tile * kBN + r0;
       bool last = true;
       if (g.S > 1) {  // partials to ws; the last split to arrive sums all of them in split order
         float* wsp = a.ws + (size_t(ct.split) * a.M) * g.N;
 #pragma unroll
-        for (int n = 0; n < NT; ++n)
+        for (int mt = 0; mt < MT; ++mt) {
+          const int n0 = ct.tile * kBN + row_of(mt);
 #pragma unroll
-          for (int u = 0; u < 2; ++u) {
-            const int m = ct.e0 + 8 * n + 2 * tq + u;
-            if (8 * n + 2 * tq + u < ct.m_cnt) {
-              if (n0 < g.N) __stcg(wsp + size_t(m) * g.N + n0, acc[n][u]);
-              if (n0 + 8 < g.N) __stcg(wsp + size_t(m) * g.N + n0 + 8, acc[n][2 + u]);
+          for (int n = 0; n < NW; ++n)
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+              const int mm = 8 * (wt * NW + n) + 2 * tq + u, m = ct.e0 + mm;
+              if (mm < ct.m_cnt) {
+                if (n0 < g.N) __stcg(wsp + size_t(m) * g.N + n0, acc[mt][n][u]);
+                if (n0 + 8 < g.N) __stcg(wsp + size_t(m) * g.N + n0 + 8, acc[mt][n][2 + u]);
+              }
             }
-          }
+        }
         __threadfence();
         __syncthreads();
         int* flag = reinterpret_cast<int*>(rsc);
@@ -505,40 +539,50 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT>::BPS) qgemm_kernel(Arg
         if (last) {
           __threadfence();
 #pragma unroll
-          for (int n = 0; n < NT; ++n)
+          for (int mt = 0; mt < MT; ++mt) {
+            const int n0 = ct.tile * kBN + row_of(mt);
 #pragma unroll
-            for (int u = 0; u < 2; ++u) {
-              const int m = ct.e0 + 8 * n + 2 * tq + u;
-              if (8 * n + 2 * tq + u < ct.m_cnt) {
-                float v0 = 0.f, v1 = 0.f;
-                for (int sp = 0; sp < g.S; ++sp) {
-                  const float* p = a.ws + (size_t(sp) * a.M + m) * g.N;
-                  v0 += sp == ct.split ? acc[n][u] : (n0 < g.N ? __ldcg(p + n0) : 0.f);
-                  v1 += sp == ct.split ? acc[n][2 + u] : (n0 + 8 < g.N ? __ldcg(p + n0 + 8) : 0.f);
+            for (int n = 0; n < NW; ++n)
+#pragma unroll
+              for (int u = 0; u < 2; ++u) {
+                const int mm = 8 * (wt * NW + n) + 2 * tq + u, m = ct.e0 + mm;
+                if (mm < ct.m_cnt) {
+                  float v0 = 0.f, v1 = 0.f;
+                  for (int sp = 0; sp < g.S; ++sp) {
+                    const float* p = a.ws + (size_t(sp) * a.M + m) * g.N;
+                    v0 += sp == ct.split ? acc[mt][n][u] : (n0 < g.N ? __ldcg(p + n0) : 0.f);
+                    v1 += sp == ct.split ? acc[mt][n][2 + u] : (n0 + 8 < g.N ? __ldcg(p + n0 + 8) : 0.f);
+                  }
+                  acc[mt][n][u] = v0, acc[mt][n][2 + u] = v1;
                 }
-                acc[n][u] = v0, acc[n][2 + u] = v1;
               }
-            }
+          }
         }
       }
       if (last) {
 #pragma unroll
-        for (int n = 0; n < NT; ++n)
+        for (int mt = 0; mt < MT; ++mt) {
+          const int n0 = ct.tile * kBN + row_of(mt);
 #pragma unroll
-          for (int u = 0; u < 2; ++u) {
-            const int m = 8 * n + 2 * tq + u;
-            if (m < ct.m_cnt) {
-              float* y = a.y + size_t(ct.e0 + m) * a.ldy;
-              if (n0 < g.N) y[n0] = acc[n][u];
-              if (n0 + 8 < g.N) y[n0 + 8] = acc[n][2 + u];
+          for (int n = 0; n < NW; ++n)
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+              const int m = 8 * (wt * NW + n) + 2 * tq + u;
+              if (m < ct.m_cnt) {
+                float* y = a.y + size_t(ct.e0 + m) * a.ldy;
+                if (n0 < g.N) y[n0] = acc[mt][n][u];
+                if (n0 + 8 < g.N) y[n0 + 8] = acc[mt][n][2 + u];
+              }
             }
-          }
+        }
       }
     }
 #pragma unroll
-    for (int n = 0; n < NT; ++n)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
+      for (int n = 0; n < NW; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mt][n][i] = 0.f;
     cu += gridDim.x;
     if (cu < n_units) {
       ct = unit_of<BM>(g, cu, its, pu, n_items);
