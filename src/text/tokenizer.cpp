@@ -18,7 +18,7 @@
 namespace lily {
 namespace {
 
-constexpr uint8_t kKnown = 1, kSpecial = 2;
+constexpr uint8_t kKnown = 1, kSpecial = 2, kAdded = 4;
 // tokenizer.json nests a few levels (Sequence of pre-tokenizers); the stages are read recursively.
 constexpr size_t kMaxJsonDepth = 64;
 
@@ -151,7 +151,7 @@ Status Tokenizer::init_from_json(const std::string& text) {
   };
   for (int32_t id = 0; id <= model_->max_id(); ++id)
     if (const std::string* tok = model_->id_to_token(id)) set(id, *tok, kKnown);
-  for (const auto& t : added_) set(t.id, t.content, static_cast<uint8_t>(kKnown | (t.special ? kSpecial : 0)));
+  for (const auto& t : added_) set(t.id, t.content, static_cast<uint8_t>(kKnown | kAdded | (t.special ? kSpecial : 0)));
   return Status::ok();
 }
 
@@ -235,6 +235,10 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
 
 bool Tokenizer::is_special(int32_t id) const {
   return id >= 0 && static_cast<size_t>(id) < id_flags_.size() && (id_flags_[id] & kSpecial);
+}
+
+bool Tokenizer::is_added(int32_t id) const {
+  return id >= 0 && static_cast<size_t>(id) < id_flags_.size() && (id_flags_[id] & kAdded);
 }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(id_flags_.size()); }

@@ -37,6 +37,7 @@ class Tokenizer {
 
   std::optional<int32_t> token_to_id(std::string_view token) const;  // vocab or added token, exact text
   bool is_special(int32_t id) const;
+  bool is_added(int32_t id) const;  // an added token (tokenizer.json added_tokens), special or not
   int32_t vocab_size() const;  // max id + 1 over vocab and added tokens
   const std::string& bos_token() const { return bos_token_; }  // from tokenizer_config.json ("" if none)
   const std::string& eos_token() const { return eos_token_; }
