@@ -21,7 +21,7 @@ void add_runtime_options(CLI::App& app, RuntimeArgs& a) {
   app.add_option("--threads", a.threads, "CPU threads (0 = all cores)");
   app.add_option("--max-queue", a.max_queue, "requests that may wait for the engine before 503");
   app.add_option("--parallel", a.parallel, "requests decoded together (continuous batching); more wait in the queue");
-  app.add_option("--interleave-ms", a.interleave_ms, "while others decode, a step prefills newcomers for about this long, by the measured cost of a forward (0: fixed 256-token chunks)");
+  app.add_option("--interleave-ms", a.interleave_ms, "while others decode, a step runs a newcomer's next prompt segment, then more only while they fit in about this long by the measured cost of a forward (0: one segment per step)");
   app.add_option("--max-cached", a.max_cached, "conversations whose model state is kept for reuse");
   app.add_option("--cache-mb", a.cache_mb, "memory budget of the cached states, MiB");
   app.add_option("--cache-shared-min", a.cache_shared_min,

@@ -29,7 +29,6 @@ Engine::Engine(Model& model, const Tokenizer& tok, EngineOptions opts)
     : model_(model), tok_(tok), opts_(opts), cache_(opts.max_cached_states, opts.cache_budget_bytes) {
   opts_.max_batch = std::max(1, opts_.max_batch);
   opts_.prefill_chunk = std::max(1, opts_.prefill_chunk);
-  opts_.interleave_chunk = std::clamp(opts_.interleave_chunk, 1, opts_.prefill_chunk);
   stop_ids_ = tok.stop_ids(model.config().eos_token_ids);
   logits_.resize(size_t(model.config().vocab_size));
   thread_ = std::thread([this] { worker(); });
@@ -172,28 +171,15 @@ Result<CacheEntry> Engine::checkout(const GenRequest& req, int& n_cached) {
   return e;
 }
 
-size_t Engine::interleave_tokens(double time_left, size_t tokens_left, size_t prompt_left, bool first) const {
-  size_t n = tokens_left;
-  if (opts_.interleave_ms > 0) {
-    if (!prefill_cost_.known()) return first ? std::min<size_t>(n, 32) : 0;  // not measured yet: one small chunk
-    size_t fit = prefill_cost_.tokens_within(time_left);
-    if (fit < 16) fit = first ? 16 : 0;  // the step's first chunk always moves; a later one only if it fits
-    n = std::min(n, fit);
-  }
-  // A short tail would pay a whole forward's fixed cost later: take it now (within the token cap).
-  if (n > 0 && prompt_left > n && prompt_left <= n + n / 4 && prompt_left <= tokens_left) n = prompt_left;
-  return n;
-}
-
 bool Engine::prefill_some() {
   using clk = std::chrono::steady_clock;
   bool others_decoding = false;
   for (auto& q : active_) others_decoding |= q->decoding();
-  // While others decode, this step's prefill is bounded (their inter-token latency is one decode
-  // step plus this): about interleave_ms by the measured cost of a forward, at most
-  // interleave_chunk tokens; otherwise whole chunks. Oldest request first.
+  // Oldest request first, one segment each (EngineOptions: segments are fixed by the prompt, never by
+  // this budget). While others decode (their inter-token latency is one decode step plus this), the
+  // step's first segment always runs and a later one only if its predicted time fits what is left of
+  // interleave_ms; otherwise segments until prefill_chunk tokens are used.
   const double time_budget = opts_.interleave_ms * 1e-3;
-  const size_t token_budget = size_t(std::max(1, opts_.interleave_chunk));
   double spent = 0;
   size_t used = 0;
   bool did = false;
@@ -207,14 +193,7 @@ bool Engine::prefill_some() {
         }
     Sequence* s = q.get();
     if (s->finished() || s->decoding()) continue;
-    size_t budget = size_t(opts_.prefill_chunk);
-    if (!others_decoding) {
-      if (used >= budget) break;
-      budget -= used;
-    } else {
-      budget = interleave_tokens(time_budget - spent, used < token_budget ? token_budget - used : 0, s->prompt_left(), !did);
-      if (budget == 0) break;
-    }
+    if (did && !others_decoding && used >= size_t(opts_.prefill_chunk)) break;
     if (!s->has_state()) {
       int n_cached = 0;
       const auto tc = std::chrono::steady_clock::now();
@@ -237,12 +216,19 @@ bool Engine::prefill_some() {
       s->feed_tail_in_decode();
       continue;
     }
-    auto chunk = s->next_chunk(budget);
+    auto chunk = s->next_segment(size_t(opts_.prefill_chunk));
+    if (did) {  // a later segment of this step: only within the budget
+      if (others_decoding && (opts_.interleave_ms <= 0 || !prefill_cost_.known() ||
+                              prefill_cost_.predict(chunk.size()) > time_budget - spent))
+        break;
+      if (!others_decoding && used + chunk.size() > size_t(opts_.prefill_chunk)) break;
+    }
     used += chunk.size();
     did = true;
     const bool last = chunk.size() == s->prompt_left();
     std::span<float> out = last ? std::span<float>(logits_.data(), size_t(model_.config().vocab_size)) : std::span<float>();
     const auto t0 = clk::now();
+    if (opts_.prefill_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(opts_.prefill_delay_ms));
     Status st = model_.forward(s->state(), chunk, out);
     const double took = std::chrono::duration<double>(clk::now() - t0).count();
     spent += took;

@@ -83,13 +83,17 @@ struct EngineOptions {
   int max_cached_states = 8;        // prefix cache entries (Lily keeps 2)
   size_t cache_budget_bytes = size_t(8) << 30;
   int shared_prefix_min = 256;      // shortest shared head worth a snapshot, tokens
-  int prefill_chunk = 512;          // tokens per forward during prefill (cancel checked between)
+  // A prompt is cut into segments at fixed points: every prefill_chunk tokens of absolute position
+  // and at its snapshot positions. Each forward is one segment, so a prompt's arithmetic (and with it
+  // a request's tokens) never depends on load or timing; the scheduler only decides how many
+  // segments a step runs.
+  int prefill_chunk = 512;          // segment length, tokens (cancel checked between segments)
   int decode_tail = 4;              // a prompt remainder this short is fed by decode steps instead
-  int interleave_chunk = 256;       // at most this many prefill tokens per step while others decode
-  // While others decode, a step's prefill takes about this long (predicted by the measured cost
-  // of a forward: fixed + per token; the step's first chunk moves at least 16 tokens), so their
-  // inter-token latency stays bounded on any backend. 0: interleave_chunk tokens per step.
+  // While others decode, a step runs the oldest newcomer's next segment, then more segments only
+  // while their predicted time (the measured cost of a forward: fixed + per token) fits in about
+  // this many milliseconds, so the running rows' inter-token latency stays bounded. 0: one segment.
   int interleave_ms = 30;
+  int prefill_delay_ms = 0;         // test hook: sleep this long before every prefill forward (a slow machine)
 };
 
 struct EngineStats {
@@ -119,10 +123,7 @@ class Engine {
  private:
   void worker();
   void step();                     // one scheduling step over the running batch
-  bool prefill_some();             // prompt chunks of the prefilling requests, within a token budget
-  // Tokens of the next prompt chunk while others decode: within the step's time left (seconds) and
-  // tokens left of interleave_chunk; `first`: no chunk has run in this step yet.
-  size_t interleave_tokens(double time_left, size_t tokens_left, size_t prompt_left, bool first) const;
+  bool prefill_some();             // prompt segments of the prefilling requests, within the step's budget
   void decode_all();               // one token for every decoding request
   void decode_pipelined(Sequence& s);  // one request alone: two device-drawn steps in flight
   void retire(Sequence& s, bool ok);  // state back to the cache

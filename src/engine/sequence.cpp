@@ -31,9 +31,9 @@ void Sequence::fed(std::span<const int32_t> tokens) {
   entry_.tokens.insert(entry_.tokens.end(), tokens.begin(), tokens.end());
 }
 
-std::span<const int32_t> Sequence::next_chunk(size_t max_len) const {
-  const size_t done = prompt_fed();
-  size_t len = std::min(prompt_left(), std::max<size_t>(max_len, 1));
+std::span<const int32_t> Sequence::next_segment(size_t seg_len) const {
+  const size_t done = prompt_fed(), q = std::max<size_t>(seg_len, 1);
+  size_t len = std::min(prompt_left(), (done / q + 1) * q - done);
   for (int snap : {req_->snapshot_at, req_->shared_prefix_at})
     if (snap > 0 && size_t(snap) > done && size_t(snap) < done + len) len = size_t(snap) - done;
   return std::span<const int32_t>(req_->prompt.data() + done, len);

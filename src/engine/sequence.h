@@ -49,7 +49,9 @@ class Sequence {
   // Records that `tokens` (the next prompt tokens, or the pending reply token) were fed.
   void fed(std::span<const int32_t> tokens);
   // The next prompt chunk of at most max_len tokens, cut at a snapshot point if one is due.
-  std::span<const int32_t> next_chunk(size_t max_len) const;
+  // The prompt's next segment: from the fed position to the next cut point (a multiple of seg_len,
+  // a snapshot position, or the prompt's end). A function of the prompt and the position only.
+  std::span<const int32_t> next_segment(size_t seg_len) const;
   // Whether the prompt has just been fed up to a snapshot point (the engine then caches a copy):
   // req.snapshot_at (this turn's reply start, for the next turn) or req.shared_prefix_at (the
   // shared head, a branch point for every later prompt starting with it).

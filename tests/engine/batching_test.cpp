@@ -1,6 +1,8 @@
 // Continuous batching on a tiny synthetic checkpoint: requests decoded together give exactly what
 // each gives alone (greedy and seeded sampling), at batch sizes 1, 3, 8 and 17, while rows join
-// (prefill interleaved in chunks) and leave (different lengths, cancels) at different steps.
+// (prompts in several segments interleaved with decode steps) and leave (different lengths, cancels)
+// at different steps; also on an artificially slowed engine (every prefill forward delayed), whose
+// schedule differs but whose tokens must not.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +13,7 @@
 #include <map>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <chrono>
 
 #include <unistd.h>
@@ -88,14 +91,15 @@ class BatchingTest : public ::testing::Test {
     return out;
   }
 
-  // What request i gives when it runs alone.
-  static const Out& alone(int i) {
-    static std::map<int, std::shared_ptr<Out>> memo;
-    auto& slot = memo[i];
+  // What request i gives when it runs alone on an engine cutting prompts into segments of `chunk`.
+  static const Out& alone(int i, int chunk = EngineOptions{}.prefill_chunk) {
+    static std::map<std::pair<int, int>, std::shared_ptr<Out>> memo;
+    auto& slot = memo[{i, chunk}];
     if (!slot) {
       EngineOptions eo;
       eo.max_seq = 128;
       eo.max_batch = 1;
+      eo.prefill_chunk = chunk;
       Engine e(*model_, *tok_, eo);
       slot = submit(e, request(i));
       slot->done.get_future().wait();
@@ -127,21 +131,21 @@ class BatchingTest : public ::testing::Test {
   static inline Tokenizer* tok_ = nullptr;
 };
 
-class BatchSizes : public BatchingTest, public ::testing::WithParamInterface<int> {};
+class BatchSizes : public BatchingTest, public ::testing::WithParamInterface<std::tuple<int, bool>> {};
 
 TEST_P(BatchSizes, BatchedEqualsAlone) {
-  const int n = GetParam();
+  const auto [n, slowed] = GetParam();
   EngineOptions eo;
   eo.max_seq = 128;
   eo.max_batch = n;
   eo.max_cached_states = 2;
-  eo.prefill_chunk = 64;
-  eo.interleave_chunk = 24;  // newcomers' prompts go in several chunks between decode steps
+  eo.prefill_chunk = 16;  // prompts of up to 60 tokens go in up to 4 segments, between decode steps
+  eo.prefill_delay_ms = slowed ? 7 : 0;
   Engine e(*model_, *tok_, eo);
   std::vector<std::shared_ptr<Out>> outs;
   for (int i = 0; i < n; ++i) outs.push_back(submit(e, request(i)));
   for (auto& o : outs) o->done.get_future().wait();
-  for (int i = 0; i < n; ++i) expect_same(*outs[i], alone(i), i);
+  for (int i = 0; i < n; ++i) expect_same(*outs[i], alone(i, eo.prefill_chunk), i);
   const double mean_batch = double(e.stats().decode_rows.load()) / std::max<uint64_t>(1, e.stats().decode_steps.load());
   std::printf("batch %d: %llu decode steps, mean rows per step %.2f\n", n,
               (unsigned long long)e.stats().decode_steps.load(), mean_batch);
@@ -151,14 +155,16 @@ TEST_P(BatchSizes, BatchedEqualsAlone) {
   expect_drained(e);
 }
 
-INSTANTIATE_TEST_SUITE_P(Engine, BatchSizes, ::testing::Values(1, 3, 8, 17));
+INSTANTIATE_TEST_SUITE_P(Engine, BatchSizes,
+                         ::testing::Values(std::tuple{1, false}, std::tuple{3, false}, std::tuple{8, false},
+                                           std::tuple{17, false}, std::tuple{8, true}, std::tuple{17, true}));
 
 TEST_F(BatchingTest, MoreRequestsThanSlotsAndCancels) {
   EngineOptions eo;
   eo.max_seq = 128;
   eo.max_batch = 4;
   eo.max_queue = 64;
-  eo.interleave_chunk = 7;
+  eo.prefill_chunk = 7;
   Engine e(*model_, *tok_, eo);
   std::vector<std::shared_ptr<Out>> outs;
   const int n = 12;
@@ -170,7 +176,7 @@ TEST_F(BatchingTest, MoreRequestsThanSlotsAndCancels) {
       EXPECT_LE(outs[i]->tokens.size(), 3u);
       continue;
     }
-    expect_same(*outs[i], alone(i), i);
+    expect_same(*outs[i], alone(i, eo.prefill_chunk), i);
   }
   expect_drained(e);
 }
