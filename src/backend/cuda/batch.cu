@@ -38,7 +38,7 @@ struct BatchCtx {
   float *XG_a = nullptr, *IS_a = nullptr, *XG_b = nullptr, *IS_b = nullptr;
   // qgemm path (gemm/qgemm.h): fp16 rows (X_a: normed rows, og, o; X_b: MoE activations per entry;
   // their group sums and scales in XS_a / XS_b), and the dense k split's workspace and counters.
-  uint16_t *X_a = nullptr, *X_b = nullptr;
+  uint16_t *X_a = nullptr, *X_b = nullptr, *Xl_a = nullptr, *Xl_b = nullptr;  // Xl_*: two-pass remainders
   float* ws = nullptr;
   int32_t* cnt = nullptr;
   // Row table: [tok | pos | cap] int32 [cap] each, then pointers ctl [cap], p0 [L][cap], p1 [L][cap].
@@ -117,6 +117,13 @@ bool qgemm_on() {
   static const bool on = !env_is("LILY_QGEMM", "0");
   return on;
 }
+// qgemm's activations in two passes (fp16 hi + lo, ~22 bits: the batch-1 step's precision class, so a
+// row batched stays within ~1e-5 of the row decoded alone) unless LILY_QGEMM_TERMS=1 (single pass, A/B
+// until one row runs the batched step too).
+bool qgemm_two() {
+  static const bool on = !env_is("LILY_QGEMM_TERMS", "1");
+  return on;
+}
 }  // namespace
 
 Status CudaBackend::batch_alloc(int B) {
@@ -166,6 +173,8 @@ Status CudaBackend::batch_alloc(int B) {
     x.IS_b = dalloc<float>(nent, x.owned);
     x.X_a = dalloc<uint16_t>(Bc * kmax, x.owned);
     x.X_b = dalloc<uint16_t>(nent * I, x.owned);
+    x.Xl_a = dalloc<uint16_t>(Bc * kmax, x.owned);
+    x.Xl_b = dalloc<uint16_t>(nent * I, x.owned);
     size_t wsf = 0, nc = 0;
     const int qkv_rows = qrows, in_rows = C + vd + 2 * nv;
     for (auto [r, k] : {std::pair{in_rows, H}, {H, vd}, {qkv_rows, H}, {H, c.num_attention_heads * c.head_dim},
@@ -176,7 +185,7 @@ Status CudaBackend::batch_alloc(int B) {
     x.ws = dalloc<float>(std::max<size_t>(wsf, 1), x.owned);
     x.cnt = dalloc<int32_t>(std::max<size_t>(nc, 1), x.owned);
     if (x.cnt) cudaMemset(x.cnt, 0, std::max<size_t>(nc, 1) * sizeof(int32_t));
-    if (!x.yd || !x.ent || !x.IS_b || !x.X_a || !x.X_b || !x.ws || !x.cnt) {
+    if (!x.yd || !x.ent || !x.IS_b || !x.X_a || !x.X_b || !x.Xl_a || !x.Xl_b || !x.ws || !x.cnt) {
       x.release();
       return cu_err("cuda forward_batch: out of device memory for {} rows", cap);
     }
@@ -213,8 +222,11 @@ static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, int B
   const int H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
   const int nent = B * k + B;
   if (qgemm_on()) {
+    uint16_t* la = qgemm_two() ? x.Xl_a : nullptr;
+    uint16_t* lb = qgemm_two() ? x.Xl_b : nullptr;
     QGemmArgs r{};
-    r.w = L.router, r.x = x.X_a, r.xs = x.XS_a, r.ldx = H, r.M = B, r.y = x.rl, r.ldy = E + 1, r.ws = x.ws, r.cnt = x.cnt;
+    r.w = L.router, r.x = x.X_a, r.xs = x.XS_a, r.xlo = la, r.ldx = H, r.M = B, r.y = x.rl, r.ldy = E + 1, r.ws = x.ws,
+    r.cnt = x.cnt;
     LILY_TRY(qgemm(r, s));
     mk("router gemm");
     if (route_split()) {
@@ -226,13 +238,13 @@ static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, int B
     }
     mk("top-k + route");
     QGemmArgs m{};
-    m.w = L.gate, m.w2 = L.up, m.sh = L.sh_gate_up, m.x = x.X_a, m.xs = x.XS_a, m.ldx = H, m.swiglu = true;
-    m.yx = x.X_b, m.yxs = x.XS_b, m.n_out = I, m.items = x.items, m.n_items = x.n_items;
+    m.w = L.gate, m.w2 = L.up, m.sh = L.sh_gate_up, m.x = x.X_a, m.xs = x.XS_a, m.xlo = la, m.ldx = H, m.swiglu = true;
+    m.yx = x.X_b, m.yxs = x.XS_b, m.yxlo = lb, m.n_out = I, m.items = x.items, m.n_items = x.n_items;
     m.max_items = std::min(B * k, E) + 1, m.E = E, m.xrow = x.rowb, m.yrow = x.ent, m.ent_hint = B * k;
     LILY_TRY(qgemm(m, s));
     mk("moe gate+up (experts)");
-    m.w = L.down, m.w2 = QW{}, m.sh = L.sh_down, m.x = x.X_b, m.xs = x.XS_b, m.ldx = I, m.swiglu = false;
-    m.yx = nullptr, m.yxs = nullptr, m.y = x.yd, m.ldy = H, m.n_out = H, m.xrow = x.ent;
+    m.w = L.down, m.w2 = QW{}, m.sh = L.sh_down, m.x = x.X_b, m.xs = x.XS_b, m.xlo = lb, m.ldx = I, m.swiglu = false;
+    m.yx = nullptr, m.yxs = nullptr, m.yxlo = nullptr, m.y = x.yd, m.ldy = H, m.n_out = H, m.xrow = x.ent;
     LILY_TRY(qgemm(m, s));
     mk("moe down (experts)");
     return Status::ok();
@@ -293,10 +305,11 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
   const int nhd = c.num_attention_heads * c.head_dim;
   const float eps = c.rms_norm_eps;
   const bool q = qgemm_on();
+  uint16_t* la = q && qgemm_two() ? x.Xl_a : nullptr;
   auto dense = [&](const QW& w, const uint32_t* P, const float* XS, float* y, int ldy) {
     if (q) {
       QGemmArgs g{};
-      g.w = w, g.x = x.X_a, g.xs = XS, g.ldx = w.cols, g.M = B, g.y = y, g.ldy = ldy, g.ws = x.ws, g.cnt = x.cnt;
+      g.w = w, g.x = x.X_a, g.xs = XS, g.xlo = la, g.ldx = w.cols, g.M = B, g.y = y, g.ldy = ldy, g.ws = x.ws, g.cnt = x.cnt;
       return qgemm(g, s);
     }
     BtcArgs g{};
@@ -309,7 +322,7 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
     BNormArgs n{};
     n.in = in, n.mix = moe ? nullptr : mix, n.yd = moe ? x.yd : nullptr, n.tw = x.topk_w, n.top_k = k;
     n.gain = gain, n.H = H, n.B = B, n.eps = eps, n.res_out = res_out, n.XS = x.XS_a;
-    if (q) n.X16 = x.X_a;
+    if (q) n.X16 = x.X_a, n.X16lo = la;
     else n.P = x.P_a;
     if (limbs) n.L = x.L_a, n.XG = x.XG_a, n.IS = x.IS_a;
     return bnorm_pack(n, s);
@@ -338,7 +351,7 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
       g.dv = c.linear_value_head_dim, g.K = c.linear_conv_kernel_dim, g.B = B, g.eps = eps;
       LILY_TRY(bgdn_step(g, s));
       mk("gdn step");
-      LILY_TRY(q ? xpack16(x.og, vd, vd, B, x.X_a, x.XS_a, s) : bpack(x.og, vd, vd, B, x.P_a, x.XS_a, s));
+      LILY_TRY(q ? xpack16(x.og, vd, vd, B, x.X_a, x.XS_a, la, s) : bpack(x.og, vd, vd, B, x.P_a, x.XS_a, s));
       mk("pack");
       LILY_TRY(dense(L.out_proj, x.P_a, x.XS_a, x.mix, H));
       mk("gdn out_proj gemm");
@@ -353,7 +366,7 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
       a.theta = c.rope_theta, a.eps = eps;
       LILY_TRY(battn(a, s));
       mk("attn prep+decode+merge");
-      LILY_TRY(q ? xpack16(x.o, nhd, nhd, B, x.X_a, x.XS_a, s) : bpack(x.o, nhd, nhd, B, x.P_a, x.XS_a, s));
+      LILY_TRY(q ? xpack16(x.o, nhd, nhd, B, x.X_a, x.XS_a, la, s) : bpack(x.o, nhd, nhd, B, x.P_a, x.XS_a, s));
       mk("pack");
       LILY_TRY(dense(L.o_proj, x.P_a, x.XS_a, x.mix, H));
       mk("attn o_proj gemm");
@@ -498,7 +511,7 @@ Status CudaBackend::moe_rows(const DevLayer& L, const float* hn, int M, float* m
   const ModelConfig& c = cfg_;
   BatchCtx& x = *batch_;
   const int H = c.hidden_size;
-  if (qgemm_on()) LILY_TRY(xpack16(hn, H, H, M, x.X_a, x.XS_a, s));
+  if (qgemm_on()) LILY_TRY(xpack16(hn, H, H, M, x.X_a, x.XS_a, qgemm_two() ? x.Xl_a : nullptr, s));
   else LILY_TRY(bpack(hn, H, H, M, x.P_a, x.XS_a, s));
   LILY_TRY(moe_tc(x, c, L, M, s, [](const char*) {}, false));
   return bmoe_combine(x.yd, x.topk_w, c.num_experts_per_tok, H, M, mix, s);

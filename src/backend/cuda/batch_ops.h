@@ -116,8 +116,10 @@ struct BNormArgs {
   float* n_out = nullptr;
   uint32_t* P = nullptr;
   float* XS = nullptr;
-  // Instead of P: n packed for qgemm (gemm/qgemm.h: fp16 [B][H], XS [B][H/64][2]).
+  // Instead of P: n packed for qgemm (gemm/qgemm.h: fp16 [B][H], XS [B][H/64][2]; X16lo the two-pass
+  // remainders, or null).
   uint16_t* X16 = nullptr;
+  uint16_t* X16lo = nullptr;
   // Optional: n also limb-packed (blimb_pack's layout and bits, K = H) for the int8 experts.
   uint8_t* L = nullptr;
   float* XG = nullptr;

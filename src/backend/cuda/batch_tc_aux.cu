@@ -108,7 +108,7 @@ template <int U> __global__ void __launch_bounds__(kThreads) bnorm_pack_kernel(B
     }
   }
   __syncthreads();
-  if (a.X16) pack16_row(xn, H, a.X16 + size_t(b) * H, a.XS + size_t(b) * (H / 64) * 2);
+  if (a.X16) pack16_row(xn, H, a.X16 + size_t(b) * H, a.XS + size_t(b) * (H / 64) * 2, a.X16lo ? a.X16lo + size_t(b) * H : nullptr);
   else pack_row(xn, H, reinterpret_cast<uint4*>(a.P) + size_t(b) * (H / 4), reinterpret_cast<float2*>(a.XS) + size_t(b) * (H / 64));
   if (a.L) tc_limb_row<false>(xn, H, a.L + size_t(b) * H * 4, a.XG + size_t(b) * (H / 64), a.IS + b, red);
 }

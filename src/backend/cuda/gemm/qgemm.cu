@@ -27,13 +27,14 @@ constexpr int kThreads = 256, kWarps = 8, kBN = 128, kBK = 256, kGS = kBK / 64, 
 
 enum Mode : int { kDense = 0, kItems = 1, kSwiglu = 2 };
 
-template <int BITS, int NT> struct Cfg {
+template <int BITS, int NT, int TERMS> struct Cfg {
   static constexpr int BM = 8 * NT;
-  static constexpr int BPS = (BITS == 4 && NT <= 2) ? 2 : 1;  // blocks per SM
+  static constexpr int BPS = (BITS == 4 && NT <= (TERMS == 2 ? 1 : 2)) ? 2 : 1;  // blocks per SM (≤ 128 registers)
   static constexpr int kRowB = kBK * BITS / 8;  // code bytes of a row per stage (128 / 256)
   static constexpr int kCodes = kBN * kRowB;
   static constexpr int kSb = kBN * kGS * 4;  // {scale, bias} bf16 per row and group
-  static constexpr int kX = BM * kBK * 2;    // fp16 rows, 512 bytes each
+  static constexpr int kXP = BM * kBK * 2;   // one fp16 plane: rows of 512 bytes
+  static constexpr int kX = kXP * TERMS;     // hi plane, then (two passes) the lo plane
   static constexpr int kXs = BM * kGS * 8;   // {Σx, 2^-e} per row and group
   static constexpr int kStage = kCodes + kSb + kX + kXs;
   // After the ring: the swiglu epilogue's per-warp row {max, sum} and per-row scale, then the items.
@@ -46,7 +47,7 @@ template <int BITS, int NT> struct Cfg {
   // shared memory (the ring's bandwidth bounds large tiles).
   static constexpr int WT = NT >= 4 ? 2 : 1, WR = kWarps / WT, MT = kBN / (16 * WR), NW = NT / WT;
   // Groups whose MMA chains run together: fewer when the n-tiles already give the warp independent chains.
-  static constexpr int GI = NT == 1 ? 4 : NT == 2 ? 2 : 1;
+  static constexpr int GI = (NT == 1 ? 4 : NT == 2 ? 2 : 1) / (TERMS == 2 && NT <= 2 ? 2 : 1);
   static constexpr size_t smem(int max_items) { return size_t(kRing + kRed) + size_t(max_items) * 20 + 16; }
   static_assert(NS >= 2, "qgemm: stage too large for the ring");
 };
@@ -161,9 +162,9 @@ __device__ __forceinline__ void weight_row(const Args& g, const Unit& t, int rr,
   sb = reinterpret_cast<const uint32_t*>(m->sb) + size_t(row) * groups;
 }
 
-template <int BITS, int NT, int MODE>
-__global__ void __launch_bounds__(kThreads, Cfg<BITS, NT>::BPS) qgemm_kernel(Args g) {
-  using C = Cfg<BITS, NT>;
+template <int BITS, int NT, int MODE, int TERMS>
+__global__ void __launch_bounds__(kThreads, Cfg<BITS, NT, TERMS>::BPS) qgemm_kernel(Args g) {
+  using C = Cfg<BITS, NT, TERMS>;
   constexpr int BM = C::BM, NS = C::NS, GI = C::GI;
   constexpr int kRowChunks = C::kRowB / 16;                         // 16-byte code chunks per row (8 / 16)
   constexpr int kCodeChunks = kBN * kRowChunks / kThreads;          // per thread (4 / 8)
@@ -212,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT>::BPS) qgemm_kernel(Arg
   Unit lt{};
   const uint8_t* crow[kCodeChunks];
   const uint32_t* sbrow = nullptr;
-  const uint16_t* xrow[kXChunks];
+  const uint16_t* xrow[kXChunks];  // hi rows; the lo rows sit at the same offset from a.xlo
   const float* xsrow = nullptr;
   auto load_unit = [&]() {
     lt = unit_of<BM>(g, lu, its, pu, n_items);
@@ -270,7 +271,10 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT>::BPS) qgemm_kernel(Arg
         const int c = tid + j * kThreads, m = c >> 5, q = c & 31;
         if (m < BM) {
           const bool ok = xrow[j] && (q >> 3) < ng;
-          cp16(smem_u32(xs + m * 512 + ((q ^ (m & 1)) << 4)), ok ? static_cast<const void*>(xrow[j] + lks * kBK + q * 8) : a.x, ok);
+          const uint32_t dst = smem_u32(xs + m * 512 + ((q ^ (m & 1)) << 4));
+          cp16(dst, ok ? static_cast<const void*>(xrow[j] + lks * kBK + q * 8) : a.x, ok);
+          if constexpr (TERMS == 2)
+            cp16(dst + C::kXP, ok ? static_cast<const void*>(a.xlo + (xrow[j] - a.x) + lks * kBK + q * 8) : a.x, ok);
         }
       }
       if (tid < kGS * BM) {
@@ -372,13 +376,15 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT>::BPS) qgemm_kernel(Arg
       }
 #pragma unroll
       for (int j = 0; j < 2; ++j) {  // 16-byte x chunk j of the lane's 32 bytes per group: k-steps 2j, 2j+1
-        uint4 xv[GI][NW];
+        uint4 xv[GI][NW][TERMS];
 #pragma unroll
         for (int gi = 0; gi < GI; ++gi)
 #pragma unroll
           for (int n = 0; n < NW; ++n) {
             const int m = 8 * (wt * NW + n) + gq;
-            xv[gi][n] = *reinterpret_cast<const uint4*>(sx + m * 512 + ((((G0 + gi) * 8 + 2 * tq + j) ^ (m & 1)) << 4));
+            const uint8_t* px = sx + m * 512 + ((((G0 + gi) * 8 + 2 * tq + j) ^ (m & 1)) << 4);
+#pragma unroll
+            for (int h = 0; h < TERMS; ++h) xv[gi][n][h] = *reinterpret_cast<const uint4*>(px + h * C::kXP);
           }
 #pragma unroll
         for (int p = 0; p < 2; ++p) {
@@ -395,16 +401,18 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT>::BPS) qgemm_kernel(Arg
                 cvt8(wc1[gi][mt][2 * j + p], a1, a3);
               }
 #pragma unroll
-              for (int n = 0; n < NW; ++n) {
-                const uint4 v = xv[gi][n];  // (x0,x4) (x1,x5) (x2,x6) (x3,x7)
-                uint32_t b0, b1;
-                if constexpr (BITS == 4) {
-                  b0 = p ? v.z : v.x, b1 = p ? v.w : v.y;
-                } else {  // (x0,x2),(x1,x3) | (x4,x6),(x5,x7)
-                  b0 = __byte_perm(v.x, v.z, p ? 0x7632 : 0x5410), b1 = __byte_perm(v.y, v.w, p ? 0x7632 : 0x5410);
+              for (int n = 0; n < NW; ++n)
+#pragma unroll
+                for (int h = 0; h < TERMS; ++h) {  // hi, then lo: both into the group's partial sums
+                  const uint4 v = xv[gi][n][h];  // (x0,x4) (x1,x5) (x2,x6) (x3,x7)
+                  uint32_t b0, b1;
+                  if constexpr (BITS == 4) {
+                    b0 = p ? v.z : v.x, b1 = p ? v.w : v.y;
+                  } else {  // (x0,x2),(x1,x3) | (x4,x6),(x5,x7)
+                    b0 = __byte_perm(v.x, v.z, p ? 0x7632 : 0x5410), b1 = __byte_perm(v.y, v.w, p ? 0x7632 : 0x5410);
+                  }
+                  mma(part[gi][mt][n], a0, a1, a2, a3, b0, b1);
                 }
-                mma(part[gi][mt][n], a0, a1, a2, a3, b0, b1);
-              }
             }
         }
       }
@@ -485,8 +493,13 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT>::BPS) qgemm_kernel(Arg
             const int m = 8 * (wt * NW + n) + 2 * tq + u;
             if (m < ct.m_cnt && o < a.n_out) {
               const int yr = __ldg(a.yrow + ct.e0 + m);
-              const __half h = __float2half_rn(act[mt][n][u] * rsc[m]);
+              const float v = act[mt][n][u] * rsc[m];
+              const __half h = __float2half_rn(v);
               a.yx[size_t(yr) * a.n_out + opos] = *reinterpret_cast<const uint16_t*>(&h);
+              if constexpr (TERMS == 2) {
+                const __half l = __float2half_rn(v - __half2float(h));
+                a.yxlo[size_t(yr) * a.n_out + opos] = *reinterpret_cast<const uint16_t*>(&l);
+              }
             }
           }
       }
@@ -603,11 +616,11 @@ int sm_count() {
 
 int tiles_of(int rows) { return (rows + kBN - 1) / kBN; }
 
-template <int BITS, int NT, int MODE> Status launch(const Args& g, int grid, cudaStream_t s) {
-  using C = Cfg<BITS, NT>;
+template <int BITS, int NT, int MODE, int TERMS> Status launch(const Args& g, int grid, cudaStream_t s) {
+  using C = Cfg<BITS, NT, TERMS>;
   grid *= C::BPS;  // persistent: one block per SM slot (dense: no more than its units)
   if (MODE == kDense) grid = std::min(grid, g.n_units);
-  auto k = qgemm_kernel<BITS, NT, MODE>;
+  auto k = qgemm_kernel<BITS, NT, MODE, TERMS>;
   const size_t smem = C::smem(g.a.max_items);
   static size_t attr = 0;
   if (smem > attr) {
@@ -617,13 +630,16 @@ template <int BITS, int NT, int MODE> Status launch(const Args& g, int grid, cud
   return launch_k("qgemm", k, dim3(grid), dim3(kThreads), smem, s, g);
 }
 
-template <int BITS, int MODE> Status launch_nt(int nt, const Args& g, int grid, cudaStream_t s) {
+template <int BITS, int MODE, int TERMS> Status launch_nt(int nt, const Args& g, int grid, cudaStream_t s) {
   switch (nt) {
-    case 1: return launch<BITS, 1, MODE>(g, grid, s);
-    case 2: return launch<BITS, 2, MODE>(g, grid, s);
-    case 4: return launch<BITS, 4, MODE>(g, grid, s);
-    default: return launch<BITS, 8, MODE>(g, grid, s);
+    case 1: return launch<BITS, 1, MODE, TERMS>(g, grid, s);
+    case 2: return launch<BITS, 2, MODE, TERMS>(g, grid, s);
+    case 4: return launch<BITS, 4, MODE, TERMS>(g, grid, s);
+    default: return launch<BITS, 8, MODE, TERMS>(g, grid, s);
   }
+}
+template <int BITS, int MODE> Status launch_terms(int nt, const Args& g, int grid, cudaStream_t s) {
+  return g.a.xlo ? launch_nt<BITS, MODE, 2>(nt, g, grid, s) : launch_nt<BITS, MODE, 1>(nt, g, grid, s);
 }
 
 // Tile height for an average of `per` rows per unit: the smallest of 8/16/32/64 rows with room for
@@ -671,7 +687,7 @@ Status qgemm(const QGemmArgs& a, Stream stream) {
     g.C = (a.M + 8 * nt - 1) / (8 * nt);
     if (g.S > 1 && (!a.ws || !a.cnt)) return cu_err("qgemm: a {}-row matrix is split {} ways and needs ws / cnt", w.rows, g.S);
     g.n_units = g.T * g.S * g.C;
-    return w.bits == 4 ? launch_nt<4, kDense>(nt, g, sm_count(), s) : launch_nt<8, kDense>(nt, g, sm_count(), s);
+    return w.bits == 4 ? launch_terms<4, kDense>(nt, g, sm_count(), s) : launch_terms<8, kDense>(nt, g, sm_count(), s);
   }
   if (w.bits != 4 || !a.sh.codes || a.sh.cols != w.cols || a.sh.bits != 4) return cu_err("qgemm: experts must be 4-bit with a shared expert of the same K");
   if (a.n_out <= 0 || a.max_items < 1 || a.max_items > kMaxItems || !a.xrow || !a.yrow || a.E < 1)
@@ -681,6 +697,7 @@ Status qgemm(const QGemmArgs& a, Stream stream) {
     if (!a.w2.codes || a.w2.cols != w.cols || a.w2.rows != w.rows || a.sh.rows < 2 * a.n_out)
       return cu_err("qgemm: swiglu needs up weights like gate and a shared [gate|up]");
     if (a.n_out % 64 != 0 || !a.yx || !a.yxs) return cu_err("qgemm: swiglu writes packed rows: n_out % 64 == 0, yx and yxs");
+    if (!a.xlo != !a.yxlo) return cu_err("qgemm: two-pass swiglu reads xlo and writes yxlo (both or neither)");
     g.mode = kSwiglu, g.T = (a.n_out + 63) / 64;
   } else {
     if (!a.y || a.ldy < a.n_out || a.sh.rows < a.n_out) return cu_err("qgemm: items output y needs ldy >= n_out");
@@ -692,7 +709,7 @@ Status qgemm(const QGemmArgs& a, Stream stream) {
     const double ent = double(std::max(a.ent_hint, 1));
     nt = nt_for(ent / std::min(ent, double(a.E)));
   }
-  return g.mode == kSwiglu ? launch_nt<4, kSwiglu>(nt, g, sm_count(), s) : launch_nt<4, kItems>(nt, g, sm_count(), s);
+  return g.mode == kSwiglu ? launch_terms<4, kSwiglu>(nt, g, sm_count(), s) : launch_terms<4, kItems>(nt, g, sm_count(), s);
 }
 
 }  // namespace lily::cuda

@@ -23,9 +23,11 @@ namespace lily::cuda {
 //   X  fp16 [R][K]: x·2^e rounded to fp16, e per 64-group so its largest |x|·2^e lies in [2^14, 2^15),
 //      stored in the order of the 4-bit codes' fp16 pairs: value k at qgemm_xpos(k)
 //      ([x0,x4,x1,x5,x2,x6,x3,x7] per 8 values);
-//   XS float [R][K/64][2] = {Σx (fp32, of the unrounded x), 2^-e}.
-// xpack16 packs fp32 rows x [R][ldx] (K ≤ ldx) into that form.
-Status xpack16(const float* x, int ldx, int K, int R, uint16_t* X, float* XS, Stream s);
+//   XS float [R][K/64][2] = {Σx (fp32, of the unrounded x), 2^-e};
+//   Xlo fp16 [R][K] (optional, same order): the remainders x·2^e − X rounded to fp16, so X + Xlo keeps
+//      ~22 bits of every x (the two-pass precision; without it, single pass).
+// xpack16 packs fp32 rows x [R][ldx] (K ≤ ldx) into that form (Xlo may be null).
+Status xpack16(const float* x, int ldx, int K, int R, uint16_t* X, float* XS, uint16_t* Xlo, Stream s);
 // Where value k of a row sits in X.
 constexpr int qgemm_xpos(int k) { return (k & ~7) | ((k & 3) << 1) | ((k >> 2) & 1); }
 
@@ -39,6 +41,7 @@ struct QGemmArgs {
   QW w, w2, sh;
   const uint16_t* x = nullptr;  // fp16 [rows][ldx]
   const float* xs = nullptr;    // [rows][K/64][2]
+  const uint16_t* xlo = nullptr;  // the remainders, same layout (null: single pass; set: two passes)
   int ldx = 0;                  // fp16 elements per activation row (≥ K, a multiple of 8)
   int M = 0;                    // dense: rows
   // Plain output: y fp32 [rows][ldy].
@@ -49,6 +52,7 @@ struct QGemmArgs {
   bool swiglu = false;
   uint16_t* yx = nullptr;
   float* yxs = nullptr;
+  uint16_t* yxlo = nullptr;  // two-pass output remainders (needed exactly when xlo is set)
   int n_out = 0;
   const int32_t* items = nullptr;
   const int32_t* n_items = nullptr;
