@@ -94,11 +94,12 @@ int min_per_split_env() {
 bool graphs_on() { return !env_is("LILY_BATCH_GRAPH", "0"); }
 // The tensor-core path (batch_tc*.cu) unless LILY_BATCH_TC=0 (the exact CUDA-core kernels, bit-identical
 // to the batch-1 step).
-// Top-k and routing table in one launch unless LILY_BTC_ROUTE=2 (brouter_topk, then broute).
-bool route_split() {
-  static const bool on = env_is("LILY_BTC_ROUTE", "2");
-  return on;
-}
+// From this many rows, top-k runs per row over the grid (brouter_topk) before the one-block routing
+// table (broute); below it one launch does both (broute_topk: its 32 warps take the rows in turn).
+// H200, 2026-12-04 (bench-batch, qgemm step): 16 rows 1,740 vs 1,746 tok/s (fused / split), 64 rows
+// 2,886 vs 2,979, 256 rows 4,636 vs 4,900.
+constexpr int kRouteSplitRows = 32;
+bool route_split(int B) { return B >= kRouteSplitRows; }
 bool tc_on() {
   static const bool on = !env_is("LILY_BATCH_TC", "0");
   return on;
@@ -229,7 +230,7 @@ static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, int B
     r.cnt = x.cnt;
     LILY_TRY(qgemm(r, s));
     mk("router gemm");
-    if (route_split()) {
+    if (route_split(B)) {
       LILY_TRY(brouter_topk(x.rl, E + 1, E, k, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, s));
       LILY_TRY(broute(x.topk_ids, B, k, E, x.items, x.n_items, x.rowb, x.ent, s));
     } else {
@@ -253,7 +254,7 @@ static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, int B
   r.w = L.router, r.P = x.P_a, r.XS = x.XS_a, r.y = x.rl, r.ldy = E + 1, r.B = B;
   LILY_TRY(btc_gemm(r, s));
   mk("router gemm");
-  if (route_split()) {
+  if (route_split(B)) {
     LILY_TRY(brouter_topk(x.rl, E + 1, E, k, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, s));
     LILY_TRY(broute(x.topk_ids, B, k, E, x.items, x.n_items, x.rowb, x.ent, s));
   } else {
