@@ -80,7 +80,10 @@ void Engine::worker() {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] { return stopping_ || !queue_.empty() || !active_.empty(); });
       if (stopping_) break;
-      while (active_.size() + admitted.size() < size_t(opts_.max_batch) && !queue_.empty()) {
+      // A request with forks (n > 1) takes a slot per choice.
+      size_t slots = active_.size();
+      while (!queue_.empty() && (slots == 0 || slots + 1 + queue_.front()->forks.size() <= size_t(opts_.max_batch))) {
+        slots += 1 + queue_.front()->forks.size();
         admitted.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
@@ -115,9 +118,11 @@ void Engine::step() {
   const auto t0 = clk::now();
   const uint64_t rows0 = stats_.decode_rows;
   const bool prefilled = prefill_some();
+  adopt_forks();
   drop_finished();
   const auto t1 = clk::now();
   decode_all();
+  adopt_forks();
   drop_finished();
   if (trace_)  // LILY_ENGINE_TRACE=1: one line per step on stderr
     std::fprintf(stderr, "engine step: prefill %.1f ms, decode %llu rows %.1f ms, %zu active\n",
@@ -135,7 +140,33 @@ void Engine::drop_finished() {
   active_.erase(std::remove_if(active_.begin(), active_.end(), [](auto& s) { return s->finished(); }), active_.end());
 }
 
+void Engine::make_forks(Sequence& s) {
+  const std::vector<float> logits = s.take_fork_logits();
+  for (auto& f : s.req().forks) {
+    auto q = std::make_unique<Sequence>(f, tok_, stop_ids_, stats_);
+    std::unique_ptr<SeqState> st = s.has_state() ? s.state().clone() : nullptr;
+    if (!st) {
+      q->finish(FinishReason::kError, "", "no memory for another choice's state");
+      continue;
+    }
+    CacheEntry e;
+    e.state = std::move(st);
+    q->attach(std::move(e), int(f->prompt.size()));
+    std::vector<float> l = logits;
+    if (q->on_logits(l)) forked_.push_back(std::move(q));
+    else retire(*q, true);
+  }
+}
+
+void Engine::adopt_forks() {
+  for (size_t i = 0; i < active_.size(); ++i)
+    if (active_[i]->fork_ready()) make_forks(*active_[i]);
+  for (auto& q : forked_) active_.push_back(std::move(q));
+  forked_.clear();
+}
+
 void Engine::retire(Sequence& s, bool ok) {
+  if (s.fork_ready()) make_forks(s);  // its first token ended it: the forks start from its state first
   if (!s.has_state()) return;
   cache_.put(s.release(ok));
 }

@@ -20,6 +20,7 @@
 #include "engine/prefill_cost.h"
 #include "engine/prefix_cache.h"
 #include "engine/sampler.h"
+#include "engine/token_constraint.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
 
@@ -51,6 +52,7 @@ struct GenEvent {
   FinishReason finish = FinishReason::kStop;
   std::string error;  // for kError: a message for the log, not for clients
   GenUsage usage;     // filled on the last event
+  std::string stop_string;  // the stop string that ended the reply ("" if none)
 };
 
 struct GenRequest {
@@ -72,6 +74,12 @@ struct GenRequest {
   // keeps one snapshot there that every later prompt starting with the same head branches from
   // (a copy per request), when the head has at least EngineOptions::shared_prefix_min tokens.
   int shared_prefix_at = -1;
+  // Structured outputs, thinking budgets: which tokens may be chosen (null: any).
+  std::unique_ptr<TokenConstraint> constraint;
+  // More choices of the same prompt (n > 1): each continues a copy of this request's state once
+  // its prompt is in (one prefill for all), starting from the same logits, with its own sampling,
+  // constraint and events. They share this request's batch slots on admission.
+  std::vector<std::shared_ptr<GenRequest>> forks;
   std::function<void(GenEvent&&)> on_event;
   std::atomic<bool> cancelled{false};   // set by the client side; seen before every step
 };
@@ -128,6 +136,8 @@ class Engine {
   void decode_pipelined(Sequence& s);  // one request alone: two device-drawn steps in flight
   void retire(Sequence& s, bool ok);  // state back to the cache
   void drop_finished();
+  void make_forks(Sequence& s);   // n > 1: the other choices, from s's state after its prompt
+  void adopt_forks();             // forks made during a phase join the running batch
   Result<CacheEntry> checkout(const GenRequest& req, int& n_cached);
 
   Model& model_;
@@ -138,6 +148,7 @@ class Engine {
   EngineStats stats_;
   std::vector<float> logits_;  // [max_batch, vocab] fp32
   std::vector<std::unique_ptr<Sequence>> active_;  // the running batch, oldest first (worker only)
+  std::vector<std::unique_ptr<Sequence>> forked_;  // forks made in the current phase (worker only)
   size_t state_bytes_ = 0;     // size of one state, known after the first allocation
   const bool trace_ = [] { const char* e = std::getenv("LILY_ENGINE_TRACE"); return e && *e == '1'; }();
   PrefillCost prefill_cost_;  // seconds per prefill forward: fixed + per token, measured

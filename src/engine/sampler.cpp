@@ -119,12 +119,24 @@ DrawSpec Sampler::device_spec() {
   return d;
 }
 
-SampleResult Sampler::sample(std::span<float> logits) {
+void apply_token_mask(std::span<float> logits, std::span<const uint64_t> allowed) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (size_t w = 0; w * 64 < logits.size(); ++w) {
+    const uint64_t bits = w < allowed.size() ? allowed[w] : 0;
+    if (bits == ~uint64_t(0)) continue;
+    const size_t end = std::min(logits.size(), w * 64 + 64);
+    for (size_t i = w * 64; i < end; ++i)
+      if (!((bits >> (i - w * 64)) & 1)) logits[i] = ninf;
+  }
+}
+
+SampleResult Sampler::sample(std::span<float> logits, std::span<const uint64_t> allowed) {
   SampleResult r;
   // Logprobs describe the model's distribution, before penalties and temperature (as vLLM's
   // default does); so they are taken from the raw logits.
   std::vector<float> raw;
   if (p_.top_logprobs >= 0) raw.assign(logits.begin(), logits.end());
+  if (!allowed.empty()) apply_token_mask(logits, allowed);
   apply_penalties(logits);
   r.id = draw(logits);
   if (p_.top_logprobs >= 0) compute_logprobs(raw, r.id, p_.top_logprobs, r);

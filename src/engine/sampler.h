@@ -45,7 +45,9 @@ class Sampler {
 
   // logits: [vocab] fp32, modified in place (penalties, temperature). Records the chosen token
   // so later penalties see it.
-  SampleResult sample(std::span<float> logits);
+  // allowed (optional): a bitset over the vocabulary; other tokens are never chosen. The
+  // log-probabilities still describe the model's raw distribution.
+  SampleResult sample(std::span<float> logits, std::span<const uint64_t> allowed = {});
 
   // Records a token that was fed without sampling (forced output), for the penalties.
   void accept(int32_t id);
@@ -73,6 +75,9 @@ class Sampler {
   std::vector<float> wf_;                               // scratch: weight of every id
   std::vector<double> w_;                               // scratch: block sums of the weights
 };
+
+// Sets the logits of tokens not in `allowed` (bit id % 64 of word id / 64) to -infinity.
+void apply_token_mask(std::span<float> logits, std::span<const uint64_t> allowed);
 
 // log_softmax of `logits` at `id`, and the top `k` entries (k <= 20), from raw logits.
 void compute_logprobs(std::span<const float> logits, int32_t id, int k, SampleResult& out);

@@ -61,6 +61,7 @@ void Sequence::finish(FinishReason why, std::string text, std::string error) {
   ev.finish = why;
   ev.error = std::move(error);
   ev.usage = usage_;
+  ev.stop_string = stop_string_;
   if (req_->on_event) req_->on_event(std::move(ev));
 }
 
@@ -77,6 +78,11 @@ CacheEntry Sequence::release(bool ok) {
 
 GenToken Sequence::choose(std::span<float> logits) {
   GenToken tok;
+  if (fork_pending()) {  // the first reply token: the other choices start from these logits too
+    fork_logits_.assign(logits.begin(), logits.end());
+    forked_ = true;
+  }
+  TokenConstraint* c = req_->constraint.get();
   if (!pending_.empty()) {
     tok.id = pending_.front();
     pending_.pop_front();
@@ -88,12 +94,19 @@ GenToken Sequence::choose(std::span<float> logits) {
     }
     sampler_.accept(tok.id);
   } else {
-    SampleResult r = sampler_.sample(logits);
+    std::span<const uint64_t> allowed;
+    if (c && c->constrains(tokens_left())) {
+      mask_.assign((logits.size() + 63) / 64, 0);
+      c->mask(tokens_left(), mask_);
+      allowed = mask_;
+    }
+    SampleResult r = sampler_.sample(logits, allowed);
     tok.id = r.id;
     tok.logprob = r.logprob;
     tok.top = std::move(r.top);
     sampled(r.id);
   }
+  if (c) c->accept(tok.id);
   return tok;
 }
 
@@ -112,6 +125,7 @@ GenToken Sequence::take_drawn(const Drawn& d) {
     for (int i = 0; i < d.n_top; ++i) tok.top.push_back({d.top_id[i], d.top_logprob[i]});
   }
   sampler_.accept(d.id);
+  if (req_->constraint) req_->constraint->accept(d.id);
   sampled(d.id);
   return tok;
 }
@@ -137,6 +151,7 @@ bool Sequence::deliver(GenToken tok) {
   ev.text = std::move(out.text);
   emit(std::move(ev));
   if (out.stopped) {
+    stop_string_ = std::move(out.matched);
     finish(FinishReason::kStop);
     return false;
   }

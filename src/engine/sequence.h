@@ -71,14 +71,19 @@ class Sequence {
   // The other way to the next token: when nothing is pending and the sampler allows it, the
   // backend draws it where the logits are (device_spec() for the step; take_drawn() turns the
   // result into what choose() would have returned, for deliver()).
-  bool device_drawable() const { return pending_.empty() && sampler_.device_drawable(); }
+  bool device_drawable() const { return pending_.empty() && sampler_.device_drawable() && !constrained() && !fork_pending(); }
   DrawSpec device_spec() { return sampler_.device_spec(); }
   GenToken take_drawn(const Drawn& d);
   // Whether the next step may be launched before this one's token reaches the host (the engine's
   // depth-2 pipeline): drawn on the device, and no token can be injected after the next draw.
   bool pipelinable() const {
-    return device_drawable() && !feeding_tail() && !(req_->inject_after && !injected_) && req_->step_delay_ms == 0;
+    return device_drawable() && !feeding_tail() && !(req_->inject_after && !injected_) && req_->step_delay_ms == 0 &&
+           !req_->constraint;
   }
+  // n > 1: the logits this request's first reply token was chosen from, kept for its forks (the
+  // engine starts them from a copy of the state: Engine::make_forks).
+  bool fork_ready() const { return !fork_logits_.empty(); }
+  std::vector<float> take_fork_logits() { return std::move(fork_logits_); }
   // Completion tokens this request may still produce.
   int tokens_left() const { return req_->max_tokens - usage_.completion_tokens; }
   // Ends the request now with the final event (text flushed only for kStop/kLength).
@@ -88,6 +93,8 @@ class Sequence {
 
  private:
   void sampled(int32_t id);  // after a draw: the test hook that injects tokens
+  bool constrained() const { return req_->constraint && req_->constraint->constrains(tokens_left()); }
+  bool fork_pending() const { return !req_->forks.empty() && !forked_; }
   std::shared_ptr<GenRequest> req_;
   const std::vector<int32_t>& stop_ids_;
   EngineStats& stats_;
@@ -99,6 +106,10 @@ class Sequence {
   std::deque<int32_t> pending_;  // forced prefix, injected tokens, or (test hook) the whole reply
   bool forced_ = false, injected_ = false, finished_ = false, tail_ = false;
   int32_t next_ = -1;
+  std::vector<uint64_t> mask_;      // the constraint's allowed tokens for this step
+  std::vector<float> fork_logits_;  // see fork_ready()
+  bool forked_ = false;
+  std::string stop_string_;         // the stop string that ended the reply
   GenUsage usage_;
 };
 

@@ -21,10 +21,14 @@ StopMatcher::Out StopMatcher::push(std::string_view piece) {
   }
   // The earliest complete match wins.
   size_t first = std::string::npos;
-  for (const auto& s : stops_) first = std::min(first, pending_.find(s));
+  const std::string* which = nullptr;
+  for (const auto& s : stops_)
+    if (size_t at = pending_.find(s); at < first || (at == first && at != std::string::npos && s.size() > which->size()))
+      first = at, which = &s;
   if (first != std::string::npos) {
     out.text = pending_.substr(0, first);
     out.stopped = stopped_ = true;
+    out.matched = *which;
     pending_.clear();
     return out;
   }

@@ -14,6 +14,7 @@ class StopMatcher {
   struct Out {
     std::string text;    // safe to emit now
     bool stopped = false;  // a stop string matched; `text` ends just before it
+    std::string matched;   // which one
   };
   // Feeds the next piece. After a stop, further pushes return nothing.
   Out push(std::string_view piece);
