@@ -6,7 +6,7 @@
 #
 # In:  B    the packed build, <build>/dev (scripts/device/pack.sh <build>); relative to the repository root
 #      OUT  where the two result files go (summary.txt, logs.tar.gz); the tool's $OUT, else /tmp/out
-# Out: LILY, LILY_TESTS, NODE (empty when none), LOGS (every log; packed at the end), CK (the checkpoint the
+# Out: LILY, TESTS_BIN, NODE (empty when none), LOGS (every log; packed at the end), CK (the checkpoint the
 #      model/bench/serve modes use), REPO, and the helpers log, say, gtest, cap, in_time, fail, synth_start,
 #      synth_wait.
 
@@ -60,7 +60,7 @@ gtest() {
   in_time "$name" || return 1
   f="$LOGS/$name.txt"
   log "$name: lily_tests --gtest_filter='$filt'${*:+ with $*}"
-  env "$@" timeout "$(cap "$to")" "$LILY_TESTS" --gtest_filter="$filt" > "$f" 2>&1
+  env "$@" timeout "$(cap "$to")" "$TESTS_BIN" --gtest_filter="$filt" > "$f" 2>&1
   rc=$?
   echo "rc $rc" >> "$f"
   gsum "$f" | say
@@ -97,7 +97,7 @@ if [[ $(cat "$BIN/.stamp" 2>/dev/null) != "$stamp" ]]; then   # a warm machine k
   rm -rf "$BIN" && mkdir -p "$BIN" && tar -C "$BIN" -xJf "$B/dev.tar.xz" && echo "$stamp" > "$BIN/.stamp"
 fi
 LILY=$BIN/lily
-LILY_TESTS=$BIN/lily_tests
+TESTS_BIN=$BIN/lily_tests
 export LD_LIBRARY_PATH="$BIN/rt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 NODE=""
 if [[ -f $B/node.xz ]]; then

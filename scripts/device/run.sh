@@ -105,12 +105,12 @@ full_check() {  # [suffix [VAR=x...]]
   local s=${1:-} rc
   (( $# )) && shift
   synth_wait quiet || { echo "no checkpoint at $CK (synth.txt)" > "$LOGS/full$s.txt"; return 1; }
-  env "$@" LILY_FULL_CKPT="$CK" LILY_FULL_STEPS="${FULL_STEPS:-3}" timeout "$(cap 300)" "$LILY_TESTS" \
+  env "$@" LILY_FULL_CKPT="$CK" LILY_FULL_STEPS="${FULL_STEPS:-3}" timeout "$(cap 300)" "$TESTS_BIN" \
     --gtest_filter='CudaModel.FullSizeCheckpoint*' > "$LOGS/full$s.txt" 2>&1
   rc=$?
   echo "rc $rc" >> "$LOGS/full$s.txt"
   if (( rc != 0 )) && [[ ${BISECT:-1} == 1 ]]; then
-    env "$@" LILY_FULL_CKPT="$CK" LILY_FULL_BISECT=1 timeout "$(cap 240)" "$LILY_TESTS" \
+    env "$@" LILY_FULL_CKPT="$CK" LILY_FULL_BISECT=1 timeout "$(cap 240)" "$TESTS_BIN" \
       --gtest_filter='CudaModel.FullSizeLayerBisect' > "$LOGS/full${s}_bisect.txt" 2>&1
     echo "rc $?" >> "$LOGS/full${s}_bisect.txt"
   fi
