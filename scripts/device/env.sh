@@ -47,7 +47,7 @@ gsum() {
     echo "op rows ok $(grep -cE '\| ok ' "$1"), FAIL $(grep -cE '\| FAIL ' "$1")"
     grep -E '\| FAIL ' "$1" | head -20
   fi
-  grep -E '^\[  (PASSED|SKIPPED|FAILED) \] [0-9]+ tests?[,.]|^\[  FAILED  \] [A-Za-z]' "$1" | grep -v ' ms)$'
+  grep -E '^\[ *(PASSED|SKIPPED|FAILED) *\] [0-9]+ tests?[,.]|^\[  FAILED  \] [A-Za-z]' "$1" | grep -v ' ms)$'
   grep -m1 -A1 ': Skipped$' "$1" | tail -1 | sed 's/^/skip reason: /'
   grep -A3 ': Failure$' "$1" | head -24
   grep -E '^rc (124|137)$' "$1" | sed 's/^rc .*/timed out/'
