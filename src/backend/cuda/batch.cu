@@ -1,12 +1,14 @@
 // CudaBackend::forward_batch: one decode step for B sequences (issue 7). The step is the decode
-// graph's sequence of ops with every projection, expert and the lm_head applied to all B rows
-// (batch_gemv.cu, batch_moe.cu) and the mixers per row on each row's own state (batch_mixer.cu).
+// graph's sequence of ops with every projection, the router, the experts and the lm_head applied to
+// all B rows by the qgemm family (gemm/qgemm.h; the exact CUDA-core kernels of batch_gemv.cu and
+// batch_moe.cu where the qgemm step does not apply) and the mixers per row on each row's own state
+// (batch_mixer.cu).
 // Per-row state pointers, positions and tokens live in one device table uploaded per step (one
 // H2D copy), so the step is captured once per batch size as a CUDA graph and replayed for any set
-// of sequences. Each row's logits equal what forward() gives that sequence alone (bit-identical:
-// the batched kernels copy the batch-1 kernels' arithmetic). Rows fall back to the per-row loop
-// where the batched kernels do not apply (bf16 K/V states, the A/B env knobs that change the
-// batch-1 arithmetic). B = 1 runs forward() (the batch-1 graph).
+// of sequences. Each row's result depends only on that row (batch invariant); with qgemm's two-pass
+// activations it stays within ~1e-5 of what forward() gives the sequence alone. Rows fall back to
+// the per-row loop where the batched kernels do not apply (bf16 K/V states, the A/B env knobs that
+// change the batch-1 arithmetic). B = 1 runs forward() (the batch-1 graph).
 #include <cstring>
 #include <map>
 
@@ -26,19 +28,13 @@ struct BatchCtx {
   float *rl = nullptr, *topk_w = nullptr, *act = nullptr, *logits = nullptr, *partial = nullptr;
   int32_t* topk_ids = nullptr;
   int urows = 0;
-  // Tensor-core path (LILY_BATCH_TC, default on): packed GEMM inputs (P_a: the normed rows, og, o;
-  // P_b: the MoE activations per entry), per-entry MoE buffers (entries: B·k routed + B shared) and
-  // the routing table.
-  uint32_t *P_a = nullptr, *P_b = nullptr;
-  float *XS_a = nullptr, *XS_b = nullptr, *eact = nullptr, *yd = nullptr;
+  // qgemm step (LILY_BATCH_TC, default on): packed GEMM inputs (gemm/qgemm.h: X_a the normed rows, og,
+  // o; X_b the MoE activations per entry; Xl_* their two-pass remainders; XS_* the group sums and
+  // scales), per-entry MoE outputs (entries: B·k routed + B shared), the routing table, and the dense
+  // k split's workspace and counters.
+  uint16_t *X_a = nullptr, *X_b = nullptr, *Xl_a = nullptr, *Xl_b = nullptr;
+  float *XS_a = nullptr, *XS_b = nullptr, *yd = nullptr;
   int32_t *items = nullptr, *n_items = nullptr, *rowb = nullptr, *ent = nullptr;
-  // int8 expert path (batch_moe_i8.cu): limb-packed MoE inputs (L_a: the normed rows) and activations
-  // per entry (L_b), with their group sums and scales.
-  uint8_t *L_a = nullptr, *L_b = nullptr;
-  float *XG_a = nullptr, *IS_a = nullptr, *XG_b = nullptr, *IS_b = nullptr;
-  // qgemm path (gemm/qgemm.h): fp16 rows (X_a: normed rows, og, o; X_b: MoE activations per entry;
-  // their group sums and scales in XS_a / XS_b), and the dense k split's workspace and counters.
-  uint16_t *X_a = nullptr, *X_b = nullptr, *Xl_a = nullptr, *Xl_b = nullptr;  // Xl_*: two-pass remainders
   float* ws = nullptr;
   int32_t* cnt = nullptr;
   // Row table: [tok | pos | cap] int32 [cap] each, then pointers ctl [cap], p0 [L][cap], p1 [L][cap].
@@ -92,39 +88,24 @@ int min_per_split_env() {
   return n >= 1 ? n : 64;
 }
 bool graphs_on() { return !env_is("LILY_BATCH_GRAPH", "0"); }
-// The tensor-core path (batch_tc*.cu) unless LILY_BATCH_TC=0 (the exact CUDA-core kernels, bit-identical
-// to the batch-1 step).
+// The qgemm step unless LILY_BATCH_TC=0 (the exact CUDA-core kernels, bit-identical to the batch-1 step).
+bool tc_on() {
+  static const bool on = !env_is("LILY_BATCH_TC", "0");
+  return on;
+}
+// qgemm's activations in two passes (fp16 hi + lo, ~22 bits: the batch-1 step's precision class, so a
+// row batched stays within ~1e-5 of the row decoded alone) unless LILY_QGEMM_TERMS=1 (single pass, the
+// A/B until one row runs the batched step too: +7..16% at 16..256 rows on the H200, 2026-12-04).
+bool qgemm_two() {
+  static const bool on = !env_is("LILY_QGEMM_TERMS", "1");
+  return on;
+}
 // From this many rows, top-k runs per row over the grid (brouter_topk) before the one-block routing
 // table (broute); below it one launch does both (broute_topk: its 32 warps take the rows in turn).
 // H200, 2026-12-04 (bench-batch, qgemm step): 16 rows 1,740 vs 1,746 tok/s (fused / split), 64 rows
 // 2,886 vs 2,979, 256 rows 4,636 vs 4,900.
 constexpr int kRouteSplitRows = 32;
 bool route_split(int B) { return B >= kRouteSplitRows; }
-bool tc_on() {
-  static const bool on = !env_is("LILY_BATCH_TC", "0");
-  return on;
-}
-// The experts on int8 tensor cores (batch_moe_i8.cu) where the shapes allow, with LILY_BTC_I8=1; default
-// off: on the H200 (2026-12-03, docs/perf/2026-12-03-batching-i8.md) the whole step was 1,088 vs 1,163 tok/s
-// at 16 rows and 1,699 vs 1,824 at 64 against btc_gemm's fp16 hi + lo kernels (gate+up 3.94 vs 4.22 ms,
-// down 2.57 vs 1.54 ms at 16 rows: one 8-entry chunk per block, no weight prefetch across units).
-bool i8_on() {
-  static const bool on = env_is("LILY_BTC_I8", "1");
-  return on;
-}
-// A/B of the qgemm family (gemm/qgemm.h, single-pass fp16 activations) against btc_gemm (fp16 hi + lo):
-// LILY_QGEMM=0 keeps btc_gemm.
-bool qgemm_on() {
-  static const bool on = !env_is("LILY_QGEMM", "0");
-  return on;
-}
-// qgemm's activations in two passes (fp16 hi + lo, ~22 bits: the batch-1 step's precision class, so a
-// row batched stays within ~1e-5 of the row decoded alone) unless LILY_QGEMM_TERMS=1 (single pass, A/B
-// until one row runs the batched step too).
-bool qgemm_two() {
-  static const bool on = !env_is("LILY_QGEMM_TERMS", "1");
-  return on;
-}
 }  // namespace
 
 Status CudaBackend::batch_alloc(int B) {
@@ -156,22 +137,13 @@ Status CudaBackend::batch_alloc(int B) {
   {
     const size_t kmax = std::max<size_t>({size_t(H), size_t(vd), size_t(c.num_attention_heads) * c.head_dim});
     const size_t nent = Bc * (c.num_experts_per_tok + 1), I = size_t(c.moe_intermediate_size);
-    x.P_a = dalloc<uint32_t>(Bc * kmax, x.owned);
     x.XS_a = dalloc<float>(Bc * kmax / 32, x.owned);
-    x.P_b = dalloc<uint32_t>(nent * I, x.owned);
     x.XS_b = dalloc<float>(nent * I / 32, x.owned);
-    x.eact = dalloc<float>(nent * I, x.owned);
     x.yd = dalloc<float>(nent * H, x.owned);
     x.items = dalloc<int32_t>(size_t(c.num_experts + 2) * 4, x.owned);
     x.n_items = dalloc<int32_t>(4, x.owned);
     x.rowb = dalloc<int32_t>(nent, x.owned);
     x.ent = dalloc<int32_t>(nent, x.owned);
-    x.L_a = dalloc<uint8_t>(Bc * H * 4, x.owned);  // K/64 groups × 256 bytes = 4 bytes per value
-    x.XG_a = dalloc<float>(Bc * H / 64, x.owned);
-    x.IS_a = dalloc<float>(Bc, x.owned);
-    x.L_b = dalloc<uint8_t>(nent * I * 4, x.owned);
-    x.XG_b = dalloc<float>(nent * I / 64, x.owned);
-    x.IS_b = dalloc<float>(nent, x.owned);
     x.X_a = dalloc<uint16_t>(Bc * kmax, x.owned);
     x.X_b = dalloc<uint16_t>(nent * I, x.owned);
     x.Xl_a = dalloc<uint16_t>(Bc * kmax, x.owned);
@@ -186,7 +158,7 @@ Status CudaBackend::batch_alloc(int B) {
     x.ws = dalloc<float>(std::max<size_t>(wsf, 1), x.owned);
     x.cnt = dalloc<int32_t>(std::max<size_t>(nc, 1), x.owned);
     if (x.cnt) cudaMemset(x.cnt, 0, std::max<size_t>(nc, 1) * sizeof(int32_t));
-    if (!x.yd || !x.ent || !x.IS_b || !x.X_a || !x.X_b || !x.Xl_a || !x.Xl_b || !x.ws || !x.cnt) {
+    if (!x.yd || !x.ent || !x.XS_a || !x.XS_b || !x.X_a || !x.X_b || !x.Xl_a || !x.Xl_b || !x.ws || !x.cnt) {
       x.release();
       return cu_err("cuda forward_batch: out of device memory for {} rows", cap);
     }
@@ -214,45 +186,19 @@ static Status gemv_rows(const QW& w, const float* x, int ldx, float* y, int ldy,
   return Status::ok();
 }
 
-// The MoE block of the tensor-core step on B rows packed in x.P_a / x.XS_a (i8: also limb-packed in
-// x.L_a): router GEMM, routing table, gate+up+SwiGLU and down, expert-major, into x.yd [B·k + B][H]
+// The MoE block of the qgemm step on B rows packed in x.X_a (+ x.Xl_a) / x.XS_a: router GEMM, routing
+// table, gate+up+SwiGLU (packed for down by its epilogue) and down, expert-major, into x.yd [B·k + B][H]
 // with the weights in x.topk_w (the combine is the caller's: folded into the next add + norm, or
 // bmoe_combine).
 template <typename Mk>
-static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, int B, cudaStream_t s, Mk&& mk, bool i8) {
+static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, int B, cudaStream_t s, Mk&& mk) {
   const int H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
-  const int nent = B * k + B;
-  if (qgemm_on()) {
-    uint16_t* la = qgemm_two() ? x.Xl_a : nullptr;
-    uint16_t* lb = qgemm_two() ? x.Xl_b : nullptr;
-    QGemmArgs r{};
-    r.w = L.router, r.x = x.X_a, r.xs = x.XS_a, r.xlo = la, r.ldx = H, r.M = B, r.y = x.rl, r.ldy = E + 1, r.ws = x.ws,
-    r.cnt = x.cnt;
-    LILY_TRY(qgemm(r, s));
-    mk("router gemm");
-    if (route_split(B)) {
-      LILY_TRY(brouter_topk(x.rl, E + 1, E, k, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, s));
-      LILY_TRY(broute(x.topk_ids, B, k, E, x.items, x.n_items, x.rowb, x.ent, s));
-    } else {
-      LILY_TRY(broute_topk(x.rl, E + 1, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, k, E, x.items,
-                           x.n_items, x.rowb, x.ent, s));
-    }
-    mk("top-k + route");
-    QGemmArgs m{};
-    m.w = L.gate, m.w2 = L.up, m.sh = L.sh_gate_up, m.x = x.X_a, m.xs = x.XS_a, m.xlo = la, m.ldx = H, m.swiglu = true;
-    m.yx = x.X_b, m.yxs = x.XS_b, m.yxlo = lb, m.n_out = I, m.items = x.items, m.n_items = x.n_items;
-    m.max_items = std::min(B * k, E) + 1, m.E = E, m.xrow = x.rowb, m.yrow = x.ent, m.ent_hint = B * k;
-    LILY_TRY(qgemm(m, s));
-    mk("moe gate+up (experts)");
-    m.w = L.down, m.w2 = QW{}, m.sh = L.sh_down, m.x = x.X_b, m.xs = x.XS_b, m.xlo = lb, m.ldx = I, m.swiglu = false;
-    m.yx = nullptr, m.yxs = nullptr, m.yxlo = nullptr, m.y = x.yd, m.ldy = H, m.n_out = H, m.xrow = x.ent;
-    LILY_TRY(qgemm(m, s));
-    mk("moe down (experts)");
-    return Status::ok();
-  }
-  BtcArgs r{};
-  r.w = L.router, r.P = x.P_a, r.XS = x.XS_a, r.y = x.rl, r.ldy = E + 1, r.B = B;
-  LILY_TRY(btc_gemm(r, s));
+  uint16_t* la = qgemm_two() ? x.Xl_a : nullptr;
+  uint16_t* lb = qgemm_two() ? x.Xl_b : nullptr;
+  QGemmArgs r{};
+  r.w = L.router, r.x = x.X_a, r.xs = x.XS_a, r.xlo = la, r.ldx = H, r.M = B, r.y = x.rl, r.ldy = E + 1, r.ws = x.ws,
+  r.cnt = x.cnt;
+  LILY_TRY(qgemm(r, s));
   mk("router gemm");
   if (route_split(B)) {
     LILY_TRY(brouter_topk(x.rl, E + 1, E, k, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, s));
@@ -262,78 +208,40 @@ static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, int B
                          x.n_items, x.rowb, x.ent, s));
   }
   mk("top-k + route");
-  if (i8) {
-    BI8Args q{};
-    q.w = L.gate, q.w2 = L.up, q.sh = L.sh_gate_up, q.L = x.L_a, q.XG = x.XG_a, q.IS = x.IS_a, q.y = x.eact, q.ldy = I;
-    q.n_out = I, q.n_out_sh = I, q.swiglu = true, q.items = x.items, q.n_items = x.n_items, q.E = E;
-    q.max_chunks = std::min(B * k, E) + 1 + (nent + 7) / 8, q.xrow = x.rowb, q.yrow = x.ent;
-    LILY_TRY(bi8_moe(q, s));
-    mk("moe gate+up (experts)");
-    LILY_TRY(blimb_pack(x.eact, I, I, nent, x.L_b, x.XG_b, x.IS_b, s));
-    mk("limb pack");
-    q.w = L.down, q.w2 = QW{}, q.sh = L.sh_down, q.L = x.L_b, q.XG = x.XG_b, q.IS = x.IS_b, q.y = x.yd, q.ldy = H;
-    q.n_out = H, q.n_out_sh = H, q.swiglu = false, q.xrow = x.ent, q.yrow = x.ent;
-    LILY_TRY(bi8_moe(q, s));
-    mk("moe down (experts)");
-    return Status::ok();
-  }
-  BtcArgs m{};
-  m.w = L.gate, m.w2 = L.up, m.sh = L.sh_gate_up, m.P = x.P_a, m.XS = x.XS_a, m.y = x.eact, m.ldy = I;
-  m.n_out = I, m.n_out_sh = I, m.swiglu = true, m.items = x.items, m.n_items = x.n_items;
-  m.max_items = std::min(B * k, E) + 1, m.E = E, m.xrow = x.rowb, m.yrow = x.ent, m.max_ent = nent;
-  m.Pout = x.P_b, m.XSout = x.XS_b;  // the stream kernel packs its output for down itself
-  const bool packed = btc_uses_stream(m);
-  LILY_TRY(btc_gemm(m, s));
+  QGemmArgs m{};
+  m.w = L.gate, m.w2 = L.up, m.sh = L.sh_gate_up, m.x = x.X_a, m.xs = x.XS_a, m.xlo = la, m.ldx = H, m.swiglu = true;
+  m.yx = x.X_b, m.yxs = x.XS_b, m.yxlo = lb, m.n_out = I, m.items = x.items, m.n_items = x.n_items;
+  m.max_items = std::min(B * k, E) + 1, m.E = E, m.xrow = x.rowb, m.yrow = x.ent, m.ent_hint = B * k;
+  LILY_TRY(qgemm(m, s));
   mk("moe gate+up (experts)");
-  if (!packed) {
-    LILY_TRY(bpack(x.eact, I, I, nent, x.P_b, x.XS_b, s));
-    mk("pack");
-  }
-  m.Pout = nullptr, m.XSout = nullptr;
-  m.w = L.down, m.w2 = QW{}, m.sh = L.sh_down, m.P = x.P_b, m.XS = x.XS_b, m.y = x.yd, m.ldy = H;
-  m.n_out = H, m.n_out_sh = H, m.swiglu = false, m.xrow = x.ent, m.yrow = x.ent;
-  LILY_TRY(btc_gemm(m, s));
+  m.w = L.down, m.w2 = QW{}, m.sh = L.sh_down, m.x = x.X_b, m.xs = x.XS_b, m.xlo = lb, m.ldx = I, m.swiglu = false;
+  m.yx = nullptr, m.yxs = nullptr, m.yxlo = nullptr, m.y = x.yd, m.ldy = H, m.n_out = H, m.xrow = x.ent;
+  LILY_TRY(qgemm(m, s));
   mk("moe down (experts)");
   return Status::ok();
 }
 
-// The step on the tensor-core path: every projection, the router, the experts and the lm_head
-// through btc_gemm on packed inputs; MoE expert-major (routing table on the device); the MoE
-// combine folded into the next add + norm. Mixers as the exact path.
+// The step on the qgemm path: every projection, the router, the experts and the lm_head through
+// qgemm on packed inputs; MoE expert-major (routing table on the device); the MoE combine folded into
+// the next add + norm. Mixers as the exact path.
 template <typename Mk>
 static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B, cudaStream_t s, Mk&& mk) {
   const int H = c.hidden_size, vd = c.gdn_value_dim(), k = c.num_experts_per_tok;
   const int nhd = c.num_attention_heads * c.head_dim;
   const float eps = c.rms_norm_eps;
-  const bool q = qgemm_on();
-  uint16_t* la = q && qgemm_two() ? x.Xl_a : nullptr;
-  auto dense = [&](const QW& w, const uint32_t* P, const float* XS, float* y, int ldy) {
-    if (q) {
-      QGemmArgs g{};
-      g.w = w, g.x = x.X_a, g.xs = XS, g.xlo = la, g.ldx = w.cols, g.M = B, g.y = y, g.ldy = ldy, g.ws = x.ws, g.cnt = x.cnt;
-      return qgemm(g, s);
-    }
-    BtcArgs g{};
-    g.w = w, g.P = P, g.XS = XS, g.y = y, g.ldy = ldy, g.B = B;
-    return btc_gemm(g, s);
+  uint16_t* la = qgemm_two() ? x.Xl_a : nullptr;
+  auto dense = [&](const QW& w, float* y, int ldy) {
+    QGemmArgs g{};
+    g.w = w, g.x = x.X_a, g.xs = x.XS_a, g.xlo = la, g.ldx = w.cols, g.M = B, g.y = y, g.ldy = ldy, g.ws = x.ws, g.cnt = x.cnt;
+    return qgemm(g, s);
   };
-  // add + norm (+ the previous layer's MoE combine when moe) → packed P_a.
-  // limbs: also limb-pack the normed rows into L_a (the int8 experts' input).
-  auto norm = [&](const float* in, const float* mix, bool moe, const void* gain, float* res_out, bool limbs = false) {
+  // add + norm (+ the previous layer's MoE combine when moe) → packed X_a.
+  auto norm = [&](const float* in, const float* mix, bool moe, const void* gain, float* res_out) {
     BNormArgs n{};
     n.in = in, n.mix = moe ? nullptr : mix, n.yd = moe ? x.yd : nullptr, n.tw = x.topk_w, n.top_k = k;
-    n.gain = gain, n.H = H, n.B = B, n.eps = eps, n.res_out = res_out, n.XS = x.XS_a;
-    if (q) n.X16 = x.X_a, n.X16lo = la;
-    else n.P = x.P_a;
-    if (limbs) n.L = x.L_a, n.XG = x.XG_a, n.IS = x.IS_a;
+    n.gain = gain, n.H = H, n.B = B, n.eps = eps, n.res_out = res_out, n.XS = x.XS_a, n.X16 = x.X_a, n.X16lo = la;
     return bnorm_pack(n, s);
   };
-  // The int8 expert path for this model's shapes (decided once per step: the same for every layer).
-  BI8Args q8{};
-  q8.w = d.layers[0].gate, q8.w2 = d.layers[0].up, q8.sh = d.layers[0].sh_gate_up, q8.swiglu = true, q8.L = x.L_a;
-  bool i8 = !q && i8_on() && bi8_ok(q8);
-  q8.w = d.layers[0].down, q8.w2 = QW{}, q8.sh = d.layers[0].sh_down, q8.swiglu = false, q8.L = x.L_b;
-  i8 = i8 && bi8_ok(q8);
   LILY_TRY(bembed(d.embed, x.tok(), x.xres[0], B, s));
   mk("embed");
   int p = 0;
@@ -343,7 +251,7 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
     LILY_TRY(norm(x.xres[p], nullptr, moe_pending, L.in_norm, x.xres[p ^ 1]));
     mk("add+norm+pack");
     if (!L.attn) {
-      LILY_TRY(dense(L.in_proj, x.P_a, x.XS_a, x.u, x.urows));
+      LILY_TRY(dense(L.in_proj, x.u, x.urows));
       mk("gdn in_proj gemm");
       BGdnArgs g{};
       g.u = x.u, g.ldu = x.urows, g.conv_w = L.conv_w, g.conv = x.p0(i), g.S = reinterpret_cast<float* const*>(x.p1(i));
@@ -352,12 +260,12 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
       g.dv = c.linear_value_head_dim, g.K = c.linear_conv_kernel_dim, g.B = B, g.eps = eps;
       LILY_TRY(bgdn_step(g, s));
       mk("gdn step");
-      LILY_TRY(q ? xpack16(x.og, vd, vd, B, x.X_a, x.XS_a, la, s) : bpack(x.og, vd, vd, B, x.P_a, x.XS_a, s));
+      LILY_TRY(xpack16(x.og, vd, vd, B, x.X_a, x.XS_a, la, s));
       mk("pack");
-      LILY_TRY(dense(L.out_proj, x.P_a, x.XS_a, x.mix, H));
+      LILY_TRY(dense(L.out_proj, x.mix, H));
       mk("gdn out_proj gemm");
     } else {
-      LILY_TRY(dense(L.qkv, x.P_a, x.XS_a, x.u, x.urows));
+      LILY_TRY(dense(L.qkv, x.u, x.urows));
       mk("attn qkv gemm");
       BAttnArgs a{};
       a.qkv = x.u, a.ldqkv = x.urows, a.q_norm = L.q_norm, a.k_norm = L.k_norm, a.q = x.q, a.kc = x.p0(i), a.vc = x.p1(i);
@@ -367,20 +275,20 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
       a.theta = c.rope_theta, a.eps = eps;
       LILY_TRY(battn(a, s));
       mk("attn prep+decode+merge");
-      LILY_TRY(q ? xpack16(x.o, nhd, nhd, B, x.X_a, x.XS_a, la, s) : bpack(x.o, nhd, nhd, B, x.P_a, x.XS_a, s));
+      LILY_TRY(xpack16(x.o, nhd, nhd, B, x.X_a, x.XS_a, la, s));
       mk("pack");
-      LILY_TRY(dense(L.o_proj, x.P_a, x.XS_a, x.mix, H));
+      LILY_TRY(dense(L.o_proj, x.mix, H));
       mk("attn o_proj gemm");
     }
     p ^= 1;
-    LILY_TRY(norm(x.xres[p], x.mix, false, L.post_norm, x.xres[p ^ 1], i8));
+    LILY_TRY(norm(x.xres[p], x.mix, false, L.post_norm, x.xres[p ^ 1]));
     mk("add+norm+pack");
-    LILY_TRY(moe_tc(x, c, L, B, s, mk, i8));
+    LILY_TRY(moe_tc(x, c, L, B, s, mk));
     p ^= 1;
     moe_pending = true;
   }
   LILY_TRY(norm(x.xres[p], nullptr, moe_pending, d.final_norm, nullptr));
-  LILY_TRY(dense(d.lm_head, x.P_a, x.XS_a, x.logits, c.vocab_size));
+  LILY_TRY(dense(d.lm_head, x.logits, c.vocab_size));
   mk("final norm+lm_head");
   return Status::ok();
 }
@@ -512,9 +420,8 @@ Status CudaBackend::moe_rows(const DevLayer& L, const float* hn, int M, float* m
   const ModelConfig& c = cfg_;
   BatchCtx& x = *batch_;
   const int H = c.hidden_size;
-  if (qgemm_on()) LILY_TRY(xpack16(hn, H, H, M, x.X_a, x.XS_a, qgemm_two() ? x.Xl_a : nullptr, s));
-  else LILY_TRY(bpack(hn, H, H, M, x.P_a, x.XS_a, s));
-  LILY_TRY(moe_tc(x, c, L, M, s, [](const char*) {}, false));
+  LILY_TRY(xpack16(hn, H, H, M, x.X_a, x.XS_a, qgemm_two() ? x.Xl_a : nullptr, s));
+  LILY_TRY(moe_tc(x, c, L, M, s, [](const char*) {}));
   return bmoe_combine(x.yd, x.topk_w, c.num_experts_per_tok, H, M, mix, s);
 }
 

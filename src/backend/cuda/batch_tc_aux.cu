@@ -1,44 +1,18 @@
-// The small kernels around the tensor-core GEMM of the batched step (batch_tc.cu): packing fp32
-// activation rows into the MMA B-fragment layout (fp16 hi + lo of x·2^e per 64-group), the residual
-// add + RMSNorm (+ MoE combine) that writes its output packed, and the expert-major routing table.
-// Every row is computed on its own (no cross-row arithmetic): batch invariant.
+// The small kernels around the batched step's qgemm calls: the residual add + RMSNorm (+ MoE combine)
+// that writes its output packed for qgemm (gemm/pack16.cuh), the combine alone, and the expert-major
+// routing table. Every row is computed on its own (no cross-row arithmetic): batch invariant.
 #include <cuda_fp16.h>
 
 #include "backend/cuda/batch_ops.h"
-#include "backend/cuda/batch_pack.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/dec_topk.cuh"
 #include "backend/cuda/gemm/pack16.cuh"
-#include "backend/cuda/tc_dot.cuh"
 
 namespace lily::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 
-
-// Packs one row of K values (x: global or shared) into P (uint4 [K/64·16]) and XS (float2 [K/64]).
-// Unit u = (group G, step s, quad t): phys positions base, base+4 (b0) and base+1, base+5 (b1) with
-// base = 64G + 8(2t + s/2) + 2(s%2) — the order the GEMM's code conversion yields. The 16 units of a
-// group are 16 consecutive lanes: group max (→ 2^e) and Σx by half-warp butterflies (fixed order).
-__device__ __forceinline__ void pack_row(const float* x, int K, uint4* P, float2* XS) {
-  const int nu = K / 4, lane = threadIdx.x & 31;
-  for (int u0 = threadIdx.x - lane; u0 < nu; u0 += blockDim.x) {  // warp-uniform trip count
-    const int u = u0 + lane;
-    const bool ok = u < nu;
-    float v0 = 0.f, v1 = 0.f, v2 = 0.f, v3 = 0.f;
-    const int base = pack_base(u);
-    if (ok) v0 = x[base], v1 = x[base + 4], v2 = x[base + 1], v3 = x[base + 5];
-    pack_unit(v0, v1, v2, v3, ok, u, P, XS);
-  }
-}
-
-__global__ void __launch_bounds__(kThreads) bpack_kernel(const float* x, int ldx, int K, uint4* P, float2* XS) {
-  pdl_wait();
-  pdl_trigger();
-  const int r = blockIdx.x;
-  pack_row(x + size_t(r) * ldx, K, P + size_t(r) * (K / 4), XS + size_t(r) * (K / 64));
-}
 
 // Σ_j tw[b][j]·yd[b·k + j][e] + tw[b][k]·yd[B·k + b][e], slot order then the shared expert. For k ≤ 8
 // every load is issued before the first fma (an unrolled guard loop): the rolled loop waited on one L2
@@ -108,9 +82,7 @@ template <int U> __global__ void __launch_bounds__(kThreads) bnorm_pack_kernel(B
     }
   }
   __syncthreads();
-  if (a.X16) pack16_row(xn, H, a.X16 + size_t(b) * H, a.XS + size_t(b) * (H / 64) * 2, a.X16lo ? a.X16lo + size_t(b) * H : nullptr);
-  else pack_row(xn, H, reinterpret_cast<uint4*>(a.P) + size_t(b) * (H / 4), reinterpret_cast<float2*>(a.XS) + size_t(b) * (H / 64));
-  if (a.L) tc_limb_row<false>(xn, H, a.L + size_t(b) * H * 4, a.XG + size_t(b) * (H / 64), a.IS + b, red);
+  pack16_row(xn, H, a.X16 + size_t(b) * H, a.XS + size_t(b) * (H / 64) * 2, a.X16lo ? a.X16lo + size_t(b) * H : nullptr);
 }
 
 __global__ void bcombine_kernel(const float* yd, const float* tw, int k, int H, int B, float* out) {
@@ -229,15 +201,9 @@ Status route_launch(const RouteArgs& a, Stream s) {
 
 }  // namespace
 
-Status bpack(const float* x, int ldx, int K, int R, uint32_t* P, float* XS, Stream s) {
-  if (K <= 0 || K % 64 != 0 || R < 1) return cu_err("bpack: K={} R={} unsupported", K, R);
-  return launch_k("bpack", bpack_kernel, dim3(R), dim3(kThreads), 0, static_cast<cudaStream_t>(s), x, ldx, K,
-                  reinterpret_cast<uint4*>(P), reinterpret_cast<float2*>(XS));
-}
-
 Status bnorm_pack(const BNormArgs& a, Stream s) {
   if (a.H <= 0 || a.H % 64 != 0 || a.H > 16 * kThreads) return cu_err("bnorm_pack: H={} unsupported", a.H);
-  if ((!a.P && !a.X16) || !a.XS || a.B < 1 || (a.yd && (!a.tw || a.top_k < 1)) || (a.L && (!a.XG || !a.IS)))
+  if (!a.X16 || !a.XS || a.B < 1 || (a.yd && (!a.tw || a.top_k < 1)))
     return cu_err("bnorm_pack: bad arguments");
   // U values per thread: 8 covers H ≤ 2048 (the model); the unused slots of U = 16 added zeros only.
   if (a.H <= 8 * kThreads)

@@ -178,40 +178,4 @@ __device__ __forceinline__ float tc_stage(const float* in, const float* mix, con
   return invS;
 }
 
-// One row of K values (K a multiple of 64) limb-packed by the whole block (any multiple of 32 threads)
-// into the global record of tc_stage's layout (L: K/64 × 256 bytes, XG: Σx·S per group) and *IS = 1/S;
-// the same bits as tc_stage<false> of that row. GLOBAL: x in global memory written by an earlier kernel
-// (read through L2), else x anywhere (shared memory). red: 32 floats of shared memory.
-template <bool GLOBAL>
-__device__ __forceinline__ void tc_limb_row(const float* x, int K, uint8_t* L, float* XG, float* IS, float* red) {
-  const int n_oct = K / 8, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  auto ld = [&](int i) { return GLOBAL ? __ldcg(x + i) : x[i]; };
-  float m = 0.f;
-  for (int i = threadIdx.x; i < K; i += blockDim.x) m = fmaxf(m, fabsf(ld(i)));
-  m = warp_max(m);
-  __syncthreads();  // red may still be read by an earlier reduction of the caller
-  if (lane == 0) red[warp] = m;
-  __syncthreads();
-  m = lane < nw ? red[lane] : 0.f;
-  m = warp_max(m);
-  float invS;
-  const float S = tc_scale(m, invS);
-  for (int o0 = threadIdx.x - lane; o0 < n_oct; o0 += blockDim.x) {  // warp-uniform: a group is 8 lanes
-    const int o = o0 + lane;
-    float y[8], gs = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) y[i] = o < n_oct ? ld(8 * o + i) : 0.f, gs += y[i];
-    gs += __shfl_xor_sync(0xffffffffu, gs, 1);
-    gs += __shfl_xor_sync(0xffffffffu, gs, 2);
-    gs += __shfl_xor_sync(0xffffffffu, gs, 4);
-    if (o < n_oct) {
-      if ((o & 7) == 0) XG[o / 8] = gs * S;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) y[i] *= S;
-      tc_put_limbs(y, L + (o / 8 * 4 + (o & 7) / 2) * 4 * 16, o & 1);
-    }
-  }
-  if (threadIdx.x == 0) *IS = invS;
-}
-
 }  // namespace lily::cuda
