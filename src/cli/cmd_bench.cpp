@@ -14,6 +14,7 @@
 
 #include "backend/cpu/fast_profile.h"
 #include "cli/command.h"
+#include "cli/step_bytes.h"
 #include "model/logits.h"
 #include "model/model.h"
 
@@ -26,33 +27,6 @@ struct BenchArgs {
   std::string model, backend = "cuda", contexts = "256,1024,4096,16384,32768,65536,131072", json_out, label;
   int max_seq = 0, threads = 0;
 };
-
-// Bytes of a quantized [rows, cols] linear: codes + bf16 scale and bias per 64-group.
-double qbytes(double rows, double cols, int bits) { return rows * (cols * bits / 8.0 + cols / 64.0 * 4.0); }
-
-// Bytes one decode step reads (weights actually used + recurrent state r/w + KV up to ctx).
-// kv_es: bytes per K/V cache and conv-window element (CUDA: 4 unless LILY_CUDA_KV=bf16).
-double step_bytes(const ModelConfig& c, double ctx, double kv_es) {
-  const double H = c.hidden_size, I = c.moe_intermediate_size, Is = c.shared_expert_intermediate_size;
-  const double C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nv = c.linear_num_value_heads;
-  double b = qbytes(1, H, 4) + qbytes(c.vocab_size, H, 4) + 2 * H;
-  for (int i = 0; i < c.num_hidden_layers; ++i) {
-    b += 4 * H;
-    if (c.is_full_attention[i]) {
-      const double nh = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
-      b += qbytes(nh * hd * (c.attn_output_gate ? 2 : 1) + 2 * nkv * hd, H, 4) + qbytes(H, nh * hd, 4);
-      b += 2 * nkv * hd * kv_es * (ctx + 1);  // K and V read (and the new row written)
-    } else {
-      b += qbytes(C + vd + 2 * nv, H, 4) + qbytes(H, vd, 4) + C * c.linear_conv_kernel_dim * 2;
-      b += 2 * nv * c.linear_key_head_dim * c.linear_value_head_dim * 4;  // fp32 state read + write
-      b += 2 * C * (c.linear_conv_kernel_dim - 1) * kv_es;
-    }
-    b += qbytes(c.num_experts + 1, H, 8);
-    b += c.num_experts_per_tok * (2 * qbytes(I, H, 4) + qbytes(H, I, 4));
-    b += 2 * qbytes(Is, H, 4) + qbytes(H, Is, 4);
-  }
-  return b;
-}
 
 uint64_t fnv1a(const std::vector<int32_t>& ids) {
   uint64_t h = 0xcbf29ce484222325ull;

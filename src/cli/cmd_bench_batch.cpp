@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/step_bytes.h"
 #include "model/logits.h"
 #include "model/model.h"
 #include "core/thread_pool.h"
@@ -66,9 +67,15 @@ int run_bench_batch(const BenchBatchArgs& a) {
   out["context"] = a.context;
   out["steps"] = a.steps;
   out["results"] = nlohmann::json::array();
-  std::fprintf(stderr, "bench-batch: %s on %s, context %d, %d timed steps\n", model.backend_name(), model.hardware().c_str(),
-               a.context, a.steps);
-  std::fprintf(stderr, "| batch | aggregate tok/s | per stream tok/s | ms/step (median) | vs batch 1 | decode_draw ms (median) |\n|---:|---:|---:|---:|---:|---:|\n");
+  // The byte floor of each step (cli/step_bytes.h) at the copy bandwidth measured now (0: not measured).
+  const double copy = model.copy_bandwidth_gbps();
+  double kv_es = 4;  // fp32 K/V and conv windows (CPU states; CUDA states unless LILY_CUDA_KV=bf16)
+  if (const char* kv = std::getenv("LILY_CUDA_KV"); kv && model.backend_name() == std::string("cuda") && std::string(kv) == "bf16")
+    kv_es = 2;
+  out["copy_gbps"] = copy;
+  std::fprintf(stderr, "bench-batch: %s on %s, context %d, %d timed steps; copy bandwidth %.0f GB/s\n", model.backend_name(),
+               model.hardware().c_str(), a.context, a.steps, copy);
+  std::fprintf(stderr, "| batch | aggregate tok/s | per stream tok/s | ms/step (median) | vs batch 1 | decode_draw ms (median) | floor ms | vs floor |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   using clk = std::chrono::steady_clock;
   double base = 0;
   for (int B : *bs) {
@@ -149,10 +156,14 @@ int run_bench_batch(const BenchBatchArgs& a) {
     std::vector<double> fb_sorted = fb_ms;
     std::sort(fb_sorted.begin(), fb_sorted.end());
     r["decode_draw_ms_median"] = fb_sorted[fb_sorted.size() / 2];
+    const double floor_ms = copy > 0 ? step_bytes(model.config(), a.context + a.steps / 2.0, kv_es, B) / (copy * 1e9) * 1e3 : 0.0;
+    r["step_bytes"] = step_bytes(model.config(), a.context + a.steps / 2.0, kv_es, B);
+    r["floor_ms"] = floor_ms;
     r["speedup_vs_batch1"] = base > 0 ? nlohmann::json(agg / base) : nlohmann::json(nullptr);
     out["results"].push_back(r);
-    std::fprintf(stderr, "| %d | %.1f | %.2f | %.2f | %s | %.2f |\n", B, agg, agg / B, sorted[sorted.size() / 2],
-                 base > 0 ? std::to_string(agg / base).substr(0, 5).c_str() : "-", fb_sorted[fb_sorted.size() / 2]);
+    std::fprintf(stderr, "| %d | %.1f | %.2f | %.2f | %s | %.2f | %.2f | %.2f |\n", B, agg, agg / B, sorted[sorted.size() / 2],
+                 base > 0 ? std::to_string(agg / base).substr(0, 5).c_str() : "-", fb_sorted[fb_sorted.size() / 2], floor_ms,
+                 floor_ms > 0 ? floor_ms / sorted[sorted.size() / 2] : 0.0);
   }
   const std::string text = out.dump(1);
   if (!a.json_out.empty()) std::ofstream(a.json_out) << text << "\n";
