@@ -21,6 +21,7 @@ void add_runtime_options(CLI::App& app, RuntimeArgs& a) {
   app.add_option("--threads", a.threads, "CPU threads (0 = all cores)");
   app.add_option("--max-queue", a.max_queue, "requests that may wait for the engine before 503");
   app.add_option("--parallel", a.parallel, "requests decoded together (continuous batching); more wait in the queue");
+  app.add_option("--prefill-chunk", a.prefill_chunk, "prompts are cut every this many tokens of position (and at their snapshot points), one forward per segment; the cut never depends on load, so neither do a request's tokens");
   app.add_option("--interleave-ms", a.interleave_ms, "while others decode, a step runs a newcomer's next prompt segment, then more only while they fit in about this long by the measured cost of a forward (0: one segment per step)");
   app.add_option("--max-cached", a.max_cached, "conversations whose model state is kept for reuse");
   app.add_option("--cache-mb", a.cache_mb, "memory budget of the cached states, MiB");
@@ -78,6 +79,7 @@ std::unique_ptr<Runtime> load_runtime(const RuntimeArgs& a) {
   eo.max_queue = std::max(1, a.max_queue);
   eo.max_batch = std::max(1, a.parallel);
   eo.interleave_ms = std::max(0, a.interleave_ms);
+  eo.prefill_chunk = std::max(1, a.prefill_chunk);
   eo.max_cached_states = std::max(1, a.max_cached);
   eo.cache_budget_bytes = size_t(std::max(1, a.cache_mb)) << 20;
   eo.shared_prefix_min = std::max(1, a.cache_shared_min);

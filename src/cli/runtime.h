@@ -22,6 +22,7 @@ struct RuntimeArgs {
   int max_queue = 64;
   int parallel = 8;          // requests decoded together
   int interleave_ms = 30;    // prefill time per step while others decode
+  int prefill_chunk = 512;   // prompt segment length (tokens): fixed cut points, one forward each
   int max_cached = 8;
   int cache_mb = 8192;
   int cache_shared_min = 256;
