@@ -49,7 +49,7 @@ nlohmann::ordered_json reply(Runtime& rt, const ChatArgs& a, const nlohmann::ord
     return nullptr;
   }
   auto channel = std::make_shared<EventChannel>();
-  prep.gen->on_event = [channel](GenEvent&& ev) { channel->push(std::move(ev)); };
+  prep.gen->on_event = [channel](GenEvent&& ev) { channel->push(0, std::move(ev)); };
   auto t0 = std::chrono::steady_clock::now();
   g_interrupted = false;
   if (!rt.engine->submit(prep.gen)) {
@@ -60,17 +60,18 @@ nlohmann::ordered_json reply(Runtime& rt, const ChatArgs& a, const nlohmann::ord
   std::string content, reasoning;
   bool in_dim = false;
   auto show = [&](const ReplyDelta& d) {
-    if (!d.reasoning.empty()) {
-      if (!in_dim) fmt::print("{}", st.dim());
-      in_dim = true;
-      fmt::print("{}", d.reasoning);
-      reasoning += d.reasoning;
-    }
-    if (!d.content.empty()) {
-      if (in_dim) fmt::print("{}\n\n", st.reset());
-      in_dim = false;
-      fmt::print("{}", d.content);
-      content += d.content;
+    for (const auto& it : d.items) {
+      if (it.kind == ReplyItem::Kind::kReasoning) {
+        if (!in_dim) fmt::print("{}", st.dim());
+        in_dim = true;
+        fmt::print("{}", it.text);
+        reasoning += it.text;
+      } else if (it.kind == ReplyItem::Kind::kContent) {
+        if (in_dim) fmt::print("{}\n\n", st.reset());
+        in_dim = false;
+        fmt::print("{}", it.text);
+        content += it.text;
+      }
     }
     std::fflush(stdout);
   };
@@ -80,11 +81,11 @@ nlohmann::ordered_json reply(Runtime& rt, const ChatArgs& a, const nlohmann::ord
     if (g_interrupted) prep.gen->cancelled = true;
     auto ev = channel->pop(std::chrono::milliseconds(50));
     if (!ev) continue;
-    show(parser.push(ev->text));
-    if (!ev->done) continue;
+    show(parser.push(ev->ev.text));
+    if (!ev->ev.done) continue;
     show(parser.flush());
-    usage = ev->usage;
-    finish = ev->finish;
+    usage = ev->ev.usage;
+    finish = ev->ev.finish;
     break;
   }
   if (in_dim) fmt::print("{}", st.reset());

@@ -25,6 +25,8 @@ void add_runtime_options(CLI::App& app, RuntimeArgs& a) {
   app.add_option("--interleave-ms", a.interleave_ms, "while others decode, a step runs a newcomer's next prompt segment, then more only while they fit in about this long by the measured cost of a forward (0: one segment per step)");
   app.add_option("--max-cached", a.max_cached, "conversations whose model state is kept for reuse");
   app.add_option("--cache-mb", a.cache_mb, "memory budget of the cached states, MiB");
+  app.add_option("--max-tokens-default", a.max_tokens_default,
+                 "completion tokens for a request that gives no max_tokens, capped by the context (0: up to the context)");
   app.add_option("--cache-shared-min", a.cache_shared_min,
                  "a system prompt (with tools) of at least this many tokens is snapshotted once and shared by every request that starts with it");
 }
@@ -100,6 +102,7 @@ std::unique_ptr<Runtime> load_runtime(const RuntimeArgs& a) {
   if (!base.empty() && base != so.model_names[0]) so.model_names.push_back(base);
   so.test_hooks = a.test_hooks;
   so.defaults = load_sampling_defaults(rt->dir);
+  so.default_max_tokens = std::max(0, a.max_tokens_default);
   rt->service = std::make_unique<CompletionService>(*rt->engine, *rt->tok, rt->tmpl.get(), so);
   return rt;
 }

@@ -26,6 +26,7 @@ struct RuntimeArgs {
   int max_cached = 8;
   int cache_mb = 8192;
   int cache_shared_min = 256;
+  int max_tokens_default = 4096;  // completion tokens when a request gives no max_tokens (0: up to the context)
   bool test_hooks = false;
 };
 

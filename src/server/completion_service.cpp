@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "structured/constraint.h"
+#include "structured/output_grammar.h"
 #include "text/chat_prompt.h"
 
 namespace lily {
@@ -17,7 +19,11 @@ using ojson = nlohmann::ordered_json;
 
 CompletionService::CompletionService(Engine& engine, const Tokenizer& tok, const ChatTemplate* tmpl,
                                      ServiceOptions opts)
-    : engine_(engine), tok_(tok), tmpl_(tmpl), opts_(std::move(opts)) {}
+    : engine_(engine),
+      tok_(tok),
+      tmpl_(tmpl),
+      opts_(std::move(opts)),
+      vocab_(std::make_shared<structured::VocabIndex>(tok, engine.vocab_size())) {}
 
 ojson rewrite_history_for_cache(const ojson& messages, bool thinking_enabled) {
   if (thinking_enabled) return messages;
@@ -172,7 +178,86 @@ std::optional<ApiError> CompletionService::prepare(const ApiRequest& req, Prepar
   }
   if (po.in_reasoning) gen->snapshot_at = reply_start(gen->prompt);
   gen->shared_prefix_at = shared_head_end(gen->prompt);
+  if (auto e = constraint(req, po, *gen)) return e;
+  // n > 1: the other choices share the prompt (and its prefill) and differ by their seed.
+  for (int i = 1; i < req.n; ++i) {
+    auto f = std::make_shared<GenRequest>();
+    f->prompt = gen->prompt;
+    f->max_tokens = gen->max_tokens;
+    f->sampling = gen->sampling;
+    if (f->sampling.seed) *f->sampling.seed += uint64_t(i);
+    f->stop = gen->stop;
+    f->forced_prefix = gen->forced_prefix;
+    f->inject_after = gen->inject_after;
+    f->inject_tokens = gen->inject_tokens;
+    f->forced_output = gen->forced_output;
+    f->step_delay_ms = gen->step_delay_ms;
+    f->cache_key = gen->cache_key;
+    if (gen->constraint) f->constraint = gen->constraint->fresh();
+    gen->forks.push_back(std::move(f));
+  }
   out.gen = std::move(gen);
+  return std::nullopt;
+}
+
+std::optional<ApiError> CompletionService::constraint(const ApiRequest& req, const ReplyParserOptions& po,
+                                                      GenRequest& gen) const {
+  using structured::OutputSpec;
+  OutputSpec os;
+  os.json = req.format != ApiRequest::Format::kText;
+  if (req.format == ApiRequest::Format::kJsonSchema) os.schema = &req.format_schema;
+  // Tools whose arguments follow their schema: strict ones (all of them when any is, the others
+  // as free text), or for tool_choice required/named the chosen ones.
+  bool any_strict = false;
+  std::vector<structured::ToolGrammar> tools;
+  if (po.parse_tools)
+    for (const auto& t : req.tools) {
+      const auto& f = t["function"];
+      const std::string name = f["name"];
+      if (req.tool_choice == "function" && name != req.tool_choice_name) continue;
+      const bool strict = f.contains("strict") && f["strict"].is_boolean() ? f["strict"].get<bool>() : req.strict_default;
+      any_strict = any_strict || strict;
+      tools.push_back({name, f.contains("parameters") ? &f["parameters"] : nullptr, strict});
+    }
+  const bool forced_call = po.parse_tools && (req.tool_choice == "required" || req.tool_choice == "function");
+  if (any_strict) {
+    if (forced_call) os.json = false;  // the reply is the call
+    os.tools = tools;
+    os.parallel_calls = req.parallel_tool_calls;
+  }
+  const bool triggered = any_strict && !os.json && !forced_call;  // tool_choice auto: from each <tool_call>
+  if (!os.json && os.tools.empty() && !req.think_budget) return std::nullopt;
+  auto spec = std::make_shared<structured::ConstraintSpec>();
+  spec->vocab = vocab_;
+  spec->allowed = vocab_->plain();
+  spec->stop_ids = engine_.stop_ids();
+  spec->in_think = po.in_reasoning;
+  spec->think_close = tok_.markers().think_close;
+  spec->think_budget = req.think_budget.value_or(-1);
+  if (os.json || !os.tools.empty()) {
+    os.prefix = po.in_reasoning ? "\n\n" : "";
+    os.after_trigger = triggered;
+    auto g = structured::output_grammar(os);
+    const std::string param = os.tools.empty() ? req.format_param : "tools";
+    if (!g) return ApiError::bad_request(g.message(), param, "unsupported_schema");
+    spec->grammar = std::move(g).value();
+    if (!os.tools.empty())  // the call markers are single tokens the model writes
+      for (const auto& m : {tok_.markers().tool_call_open, tok_.markers().tool_call_close})
+        if (m && *m < vocab_->n_vocab()) spec->allowed[size_t(*m) / 64] |= uint64_t(1) << (*m % 64);
+    if (triggered) {
+      if (!tok_.markers().tool_call_open) return std::nullopt;  // no <tool_call> token: nothing to trigger on
+      spec->trigger = tok_.markers().tool_call_open;
+    }
+  }
+  if (spec->in_think && !spec->think_close) spec->in_think = false;
+  // The guarantee (complete output) needs max_tokens >= the shortest output counted a byte per
+  // token; below that the output follows the grammar and may be cut by length.
+  if (spec->grammar && !triggered) {
+    const int64_t need = structured::GrammarConstraint(spec).reserve() - (spec->in_think ? 0 : 1);
+    spec->budget = gen.max_tokens >= need;
+  }
+  auto c = std::make_unique<structured::GrammarConstraint>(spec);
+  gen.constraint = std::move(c);
   return std::nullopt;
 }
 

@@ -14,6 +14,7 @@
 #include "server/api_error.h"
 #include "server/openai_request.h"
 #include "server/reply_parser.h"
+#include "structured/vocab_index.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -23,11 +24,11 @@ struct ServiceOptions {
   std::vector<std::string> model_names;  // accepted `model` values; the first is the main one
   bool test_hooks = false;
   SamplingParams defaults;               // from generation_config.json when present
-  int default_max_tokens = 0;            // 0 = up to the context
+  int default_max_tokens = 4096;         // when a request gives none (capped by the context); 0 = up to the context
 };
 
 struct PreparedRequest {
-  std::shared_ptr<GenRequest> gen;
+  std::shared_ptr<GenRequest> gen;  // choice 0; the others are gen->forks
   ReplyParserOptions parser;
   std::string prompt_text;
   std::string model;  // the name to echo back
@@ -49,12 +50,17 @@ class CompletionService {
   const ServiceOptions& options() const { return opts_; }
   Engine& engine() { return engine_; }
   const Tokenizer& tokenizer() const { return tok_; }
+  const structured::VocabIndex& vocab() const { return *vocab_; }
 
  private:
+  // The structured-output constraint a request asks for (none: null), or the 400.
+  std::optional<ApiError> constraint(const ApiRequest& req, const ReplyParserOptions& po, GenRequest& gen) const;
+
   Engine& engine_;
   const Tokenizer& tok_;
   const ChatTemplate* tmpl_;
   ServiceOptions opts_;
+  std::shared_ptr<const structured::VocabIndex> vocab_;  // token masks over the model's vocabulary
 };
 
 // Lily's history trick: with thinking off, the generation prompt ends "<think>\n\n</think>\n\n",

@@ -1,26 +1,37 @@
-// HttpServer: see http_server.h. Each generation request waits on its own HTTP thread for
-// engine events; a streaming client that goes away makes a write fail, which sets the
-// request's cancel flag, so the engine drops it before its next step.
+// HttpServer: see http_server.h. Generation routes parse their API's body into an ApiRequest,
+// prepare it (CompletionService) and hand it to answer_generation with their API's writer.
 #include "server/http_server.h"
 
 #include <chrono>
+#include <thread>
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
-#include "server/event_channel.h"
-#include "server/response_builder.h"
+#include "server/generation.h"
+#include "server/messages_api.h"
+#include "server/openai_writer.h"
+#include "server/tokenize_routes.h"
 
 namespace lily {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 namespace {
+
+bool anthropic_route(const std::string& path) { return path.rfind("/v1/messages", 0) == 0; }
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   res.set_content(e.to_json().dump(), "application/json");
+}
+void send_anthropic_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(anthropic_error(e).dump(), "application/json");
+}
+void send_error_for(const std::string& path, httplib::Response& res, const ApiError& e) {
+  if (anthropic_route(path)) send_anthropic_error(res, e);
+  else send_error(res, e);
 }
 
 void send_json(httplib::Response& res, const json& j) {
@@ -29,44 +40,25 @@ void send_json(httplib::Response& res, const json& j) {
 }
 
 std::string route_label(const std::string& path) {
-  for (const char* r : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
+  for (const char* r : {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages",
+                        "/v1/messages/count_tokens", "/v1/models", "/health", "/metrics", "/tokenize", "/detokenize"})
     if (path == r) return r;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  if (path.rfind("/v1/responses/", 0) == 0) return "/v1/responses/{id}";
   return "other";
-}
-
-// Latency bookkeeping for one request: time to first token, then gaps between tokens.
-struct TokenClock {
-  Clock::time_point start = Clock::now(), last;
-  bool first = true;
-  void tick(Metrics& m, size_t n_tokens) {
-    if (n_tokens == 0) return;
-    auto now = Clock::now();
-    if (first) m.observe_ttft(std::chrono::duration<double>(now - start).count());
-    else m.observe_itl(std::chrono::duration<double>(now - last).count() / double(n_tokens));
-    first = false;
-    last = now;
-  }
-};
-
-void log_request(const ResponseBuilder& b, const TokenClock& c) {
-  const auto& u = b.usage();
-  double secs = std::chrono::duration<double>(Clock::now() - c.start).count();
-  spdlog::info("{} prompt={} cached={} completion={} finish={} {:.2f}s {:.1f} tok/s", b.id(), u.prompt_tokens,
-               u.cached_tokens, u.completion_tokens, finish_reason_name(b.finish()), secs,
-               secs > 0 ? u.completion_tokens / secs : 0.0);
 }
 
 }  // namespace
 
 HttpServer::HttpServer(CompletionService& service, HttpOptions opts)
-    : svc_(service), opts_(std::move(opts)), http_(std::make_unique<httplib::Server>()) {
-  // One thread per waiting or streaming request plus headroom, so /health and /metrics answer
-  // even when the queue is full.
-  size_t n = opts_.n_threads > 0 ? size_t(opts_.n_threads) : size_t(svc_.engine().options().max_queue + 8);
+    : svc_(service), opts_(std::move(opts)), responses_(opts_.stored_responses), http_(std::make_unique<httplib::Server>()) {
+  const auto& eo = svc_.engine().options();
+  n_threads_ = opts_.n_threads > 0 ? size_t(opts_.n_threads) : size_t(eo.max_batch + eo.max_queue + kHttpHeadroom);
+  const size_t n = n_threads_;
   http_->new_task_queue = [n] { return new httplib::ThreadPool(n); };
   http_->set_payload_max_length(opts_.max_body_bytes);
   http_->set_keep_alive_max_count(1000);
+  http_->set_keep_alive_timeout(5);  // an idle connection holds a worker this long at most
   routes();
 }
 
@@ -86,32 +78,57 @@ Status HttpServer::bind() {
 void HttpServer::serve() { http_->listen_after_bind(); }
 void HttpServer::stop() { http_->stop(); }
 
+bool HttpServer::drain(double seconds) {
+  draining_ = true;
+  using clk = std::chrono::steady_clock;
+  auto idle = [this] {
+    const Engine& e = svc_.engine();
+    return in_flight_ == 0 && e.running() == 0 && e.queue_depth() == 0;
+  };
+  const auto until = clk::now() + std::chrono::duration<double>(seconds);
+  while (!idle() && clk::now() < until && !drain_cancelled_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (idle()) return true;
+  active_.cancel_all();  // out of time: each handler answers its cancelled request
+  const auto grace = clk::now() + std::chrono::seconds(10);
+  while (in_flight_ > 0 && clk::now() < grace) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return false;
+}
+
+bool HttpServer::refuse_if_draining(const httplib::Request& req, httplib::Response& res) {
+  if (!draining_) return false;
+  res.set_header("Retry-After", "5");
+  send_error_for(req.path, res, ApiError{503, "The server is shutting down", "server_error", "", "shutting_down"});
+  return true;
+}
+
 void HttpServer::routes() {
   auto& h = *http_;
   h.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (opts_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    std::string auth = req.get_header_value("Authorization");
-    if (auth == "Bearer " + opts_.api_key) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, ApiError{401, auth.empty() ? "Missing API key: send 'Authorization: Bearer <key>'"
-                                               : "Incorrect API key provided",
-                             "invalid_request_error", "", "invalid_api_key"});
+    const bool protected_route = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
+    if (opts_.api_key.empty() || !protected_route) return httplib::Server::HandlerResponse::Unhandled;
+    const std::string auth = req.get_header_value("Authorization"), key = req.get_header_value("x-api-key");
+    if (auth == "Bearer " + opts_.api_key || key == opts_.api_key) return httplib::Server::HandlerResponse::Unhandled;
+    send_error_for(req.path, res, ApiError{401, auth.empty() && key.empty()
+                                                    ? "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'"
+                                                    : "Incorrect API key provided",
+                                           "invalid_request_error", "", "invalid_api_key"});
     return httplib::Server::HandlerResponse::Handled;
   });
-  // Errors httplib produces itself (unknown route, body too large, bad request line) get
-  // OpenAI's error object too.
+  // Errors httplib produces itself (unknown route, body too large, bad request line) get the
+  // API's error object too.
   h.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     if (res.status == 404)
-      send_error(res, ApiError{404, fmt::format("Unknown route: {} {}", req.method, req.path), "invalid_request_error",
-                               "", "unknown_url"});
+      send_error_for(req.path, res, ApiError{404, fmt::format("Unknown route: {} {}", req.method, req.path),
+                                             "invalid_request_error", "", "unknown_url"});
     else if (res.status == 413)
-      send_error(res, ApiError{413, fmt::format("The request body is too large (limit {} bytes)", opts_.max_body_bytes),
-                               "invalid_request_error", "", "request_too_large"});
+      send_error_for(req.path, res, ApiError{413, fmt::format("The request body is too large (limit {} bytes)", opts_.max_body_bytes),
+                                             "invalid_request_error", "", "request_too_large"});
     else
-      send_error(res, ApiError{res.status, fmt::format("HTTP error {}", res.status), "invalid_request_error", "", ""});
+      send_error_for(req.path, res, ApiError{res.status, fmt::format("HTTP error {}", res.status), "invalid_request_error", "", ""});
     return httplib::Server::HandlerResponse::Handled;
   }));
-  h.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  h.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     try {
       if (ep) std::rethrow_exception(ep);
     } catch (const std::exception& e) {
@@ -119,15 +136,16 @@ void HttpServer::routes() {
     } catch (...) {
       spdlog::error("handler exception");
     }
-    send_error(res, ApiError::internal());
+    send_error_for(req.path, res, ApiError::internal());
   });
   h.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     metrics_.count_request(route_label(req.path), res.status);
   });
 
   h.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    send_json(res, {{"status", "ok"}, {"queue_depth", svc_.engine().queue_depth()}, {"busy", svc_.engine().busy()},
-                         {"running", svc_.engine().running()}});
+    send_json(res, {{"status", draining_ ? "draining" : "ok"}, {"queue_depth", svc_.engine().queue_depth()},
+                    {"busy", svc_.engine().busy()}, {"running", svc_.engine().running()}});
+    if (draining_) res.status = 503;
   });
   h.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.render(svc_.engine()), "text/plain; version=0.0.4");
@@ -150,87 +168,88 @@ void HttpServer::routes() {
     send_error(res, ApiError{404, fmt::format("The model '{}' does not exist", id), "invalid_request_error", "model",
                              "model_not_found"});
   });
+  add_tokenize_routes(h, svc_);
+  api_routes();
+  generation_routes();
+}
 
-  auto generate = [this](bool chat, const httplib::Request& req, httplib::Response& res) {
-    // ordered: the template prints tool schemas in the client's key order, as HF does.
+void HttpServer::api_routes() {
+  auto& h = *http_;
+  h.Get(R"(/v1/responses/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    if (auto r = responses_.get(req.matches[1])) return send_json(res, r->response);
+    send_error(res, ApiError{404, fmt::format("Response with id '{}' not found.", std::string(req.matches[1])),
+                             "invalid_request_error", "", "not_found"});
+  });
+  h.Delete(R"(/v1/responses/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1];
+    if (responses_.erase(id)) return send_json(res, {{"id", id}, {"object", "response"}, {"deleted", true}});
+    send_error(res, ApiError{404, fmt::format("Response with id '{}' not found.", id), "invalid_request_error", "", "not_found"});
+  });
+  h.Post("/v1/messages/count_tokens", [this](const httplib::Request& req, httplib::Response& res) {
+    nlohmann::ordered_json body;
+    ApiRequest api;
+    PreparedRequest prep;
+    if (auto e = parse_request_body(req.body, body)) return send_anthropic_error(res, *e);
+    if (auto e = parse_messages_request(body, svc_.options().test_hooks, true, api)) return send_anthropic_error(res, *e);
+    api.max_tokens = 1;
+    if (auto e = svc_.prepare(api, prep)) return send_anthropic_error(res, *e);
+    send_json(res, {{"input_tokens", int(prep.gen->prompt.size())}});
+  });
+}
+
+void HttpServer::generation_routes() {
+  auto& h = *http_;
+  const bool hooks = svc_.options().test_hooks;
+  auto hooks_for = [this](const std::string& path) {
+    GenerationHooks g;
+    g.metrics = &metrics_;
+    g.in_flight = &in_flight_;
+    g.active = &active_;
+    g.send_error = [path](httplib::Response& res, const ApiError& e) { send_error_for(path, res, e); };
+    return g;
+  };
+  // ordered: the template prints tool schemas in the client's key order, as HF does.
+  auto openai = [this, hooks, hooks_for](bool chat, const httplib::Request& req, httplib::Response& res) {
+    if (refuse_if_draining(req, res)) return;
     nlohmann::ordered_json body;
     if (auto e = parse_request_body(req.body, body)) return send_error(res, *e);
     ApiRequest api;
-    const bool hooks = svc_.options().test_hooks;
     if (auto e = chat ? parse_chat_request(body, hooks, api) : parse_completion_request(body, hooks, api))
       return send_error(res, *e);
     PreparedRequest prep;
     if (auto e = svc_.prepare(api, prep)) return send_error(res, *e);
-
-    auto channel = std::make_shared<EventChannel>();
-    prep.gen->on_event = [channel](GenEvent&& ev) { channel->push(std::move(ev)); };
-    auto builder = std::make_shared<ResponseBuilder>(api, prep.parser, prep.model, svc_.tokenizer());
-    auto clock = std::make_shared<TokenClock>();
-    auto gen = prep.gen;
-    if (!svc_.engine().submit(gen)) {
-      res.set_header("Retry-After", "1");
-      return send_error(res, ApiError{503, "The server is busy: its request queue is full; retry shortly", "server_error",
-                                      "", "queue_full"});
-    }
-
-    if (!api.stream) {
-      for (;;) {
-        auto ev = channel->pop(std::chrono::milliseconds(1000));
-        if (!ev) continue;
-        clock->tick(metrics_, ev->tokens.size());
-        builder->on_event(*ev);
-        if (!ev->done) continue;
-        if (ev->finish == FinishReason::kError) {
-          spdlog::error("{}: engine error: {}", builder->id(), ev->error);
-          return send_error(res, ApiError::internal());
-        }
-        if (ev->finish == FinishReason::kCancelled)
-          return send_error(res, ApiError{503, "The server is shutting down", "server_error", "", ""});
-        log_request(*builder, *clock);
-        return send_json(res, builder->whole());
-      }
-    }
-
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    auto finished = std::make_shared<std::atomic<bool>>(false);
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, channel, builder, clock, gen, finished](size_t, httplib::DataSink& sink) {
-          auto write = [&](const std::string& s) {
-            if (sink.write(s.data(), s.size())) return true;
-            gen->cancelled = true;  // the client went away: free the engine
-            return false;
-          };
-          for (;;) {
-            auto ev = channel->pop(std::chrono::milliseconds(1000));
-            if (!ev) {
-              // Still queued or prefilling: an SSE comment tells a gone client apart.
-              if (!write(": keep-alive\n\n")) return false;
-              continue;
-            }
-            clock->tick(metrics_, ev->tokens.size());
-            for (const auto& c : builder->on_event(*ev))
-              if (!write(sse_data(c))) return false;
-            if (!ev->done) continue;
-            if (ev->finish == FinishReason::kError) {
-              spdlog::error("{}: engine error: {}", builder->id(), ev->error);
-              write(sse_data(ApiError::internal().to_json()));
-            } else {
-              log_request(*builder, *clock);
-            }
-            *finished = true;
-            if (!write(kSseDone)) return false;
-            sink.done();
-            return true;
-          }
-        },
-        [gen, finished](bool) {
-          if (!*finished) gen->cancelled = true;
-        });
+    auto w = std::make_shared<OpenAIWriter>(api, prep.parser, prep.model, svc_.tokenizer());
+    answer_generation(svc_.engine(), req, res, std::move(prep), w, api.stream, hooks_for(req.path));
   };
-  h.Post("/v1/chat/completions", [generate](const httplib::Request& req, httplib::Response& res) { generate(true, req, res); });
-  h.Post("/v1/completions", [generate](const httplib::Request& req, httplib::Response& res) { generate(false, req, res); });
+  h.Post("/v1/chat/completions", [openai](const httplib::Request& req, httplib::Response& res) { openai(true, req, res); });
+  h.Post("/v1/completions", [openai](const httplib::Request& req, httplib::Response& res) { openai(false, req, res); });
+
+  h.Post("/v1/responses", [this, hooks, hooks_for](const httplib::Request& req, httplib::Response& res) {
+    if (refuse_if_draining(req, res)) return;
+    nlohmann::ordered_json body;
+    if (auto e = parse_request_body(req.body, body)) return send_error(res, *e);
+    ApiRequest api;
+    ResponsesContext ctx;
+    if (auto e = parse_responses_request(body, hooks, responses_, api, ctx)) return send_error(res, *e);
+    PreparedRequest prep;
+    if (auto e = svc_.prepare(api, prep)) return send_error(res, *e);
+    auto w = std::make_shared<ResponsesWriter>(api, prep.parser, prep.model, std::move(ctx));
+    GenerationHooks g = hooks_for(req.path);
+    if (w->context().store) g.on_complete = [this, w] { responses_.put(w->id(), w->stored()); };
+    answer_generation(svc_.engine(), req, res, std::move(prep), w, api.stream, std::move(g));
+  });
+
+  h.Post("/v1/messages", [this, hooks, hooks_for](const httplib::Request& req, httplib::Response& res) {
+    if (refuse_if_draining(req, res)) return;
+    nlohmann::ordered_json body;
+    if (auto e = parse_request_body(req.body, body)) return send_anthropic_error(res, *e);
+    ApiRequest api;
+    if (auto e = parse_messages_request(body, hooks, false, api)) return send_anthropic_error(res, *e);
+    PreparedRequest prep;
+    if (auto e = svc_.prepare(api, prep)) return send_anthropic_error(res, *e);
+    auto w = std::make_shared<MessagesWriter>(prep.parser, prep.model);
+    answer_generation(svc_.engine(), req, res, std::move(prep), w, api.stream, hooks_for(req.path));
+  });
 }
 
 }  // namespace lily

@@ -61,6 +61,28 @@ Err expect_object(const json& b, const char* k) {
     if (auto _e = (expr)) return _e; \
   } while (0)
 
+// Fields that would change the result but that lily does not implement: refused, not ignored.
+Err refuse_unsupported(const json& b) {
+  if (present(b, "logit_bias") && !(b["logit_bias"].is_object() && b["logit_bias"].empty()))
+    return bad("logit_bias", "'logit_bias' is not supported");
+  if (present(b, "best_of") && !(b["best_of"].is_number_integer() && b["best_of"].get<long long>() == 1))
+    return bad("best_of", "'best_of' is not supported (use 'n')");
+  if (present(b, "echo") && !(b["echo"].is_boolean() && !b["echo"].get<bool>())) return bad("echo", "'echo' is not supported");
+  if (present(b, "suffix") && !(b["suffix"].is_string() && b["suffix"].get<std::string>().empty()))
+    return bad("suffix", "'suffix' (insertion) is not supported");
+  for (const char* k : {"functions", "function_call"})
+    if (present(b, k)) return bad(k, fmt::format("'{}' is deprecated and not supported; use 'tools' and 'tool_choice'", k));
+  for (const char* k : {"audio", "prediction", "web_search_options"})
+    if (present(b, k)) return bad(k, fmt::format("'{}' is not supported", k));
+  if (present(b, "modalities")) {
+    const json& m = b["modalities"];
+    if (!m.is_array()) return bad("modalities", "'modalities' must be an array");
+    for (const auto& x : m)
+      if (x != "text") return bad("modalities", "only the 'text' modality is supported");
+  }
+  return std::nullopt;
+}
+
 // Fields shared by both endpoints.
 Err parse_common(const json& b, bool test_hooks, ApiRequest& r) {
   if (!b.is_object()) return bad("", "the request body must be a JSON object");
@@ -87,8 +109,8 @@ Err parse_common(const json& b, bool test_hooks, ApiRequest& r) {
   LILY_API_TRY(get_int(b, "seed", INT64_MIN, INT64_MAX, i));
   if (i) r.seed = uint64_t(*i);
   i.reset();
-  LILY_API_TRY(get_int(b, "n", INT64_MIN, INT64_MAX, i));
-  if (i && *i != 1) return bad("n", "'n' must be 1: lily generates one choice per request");
+  LILY_API_TRY(get_int(b, "n", 1, kMaxChoices, i));
+  if (i) r.n = int(*i);
   if (present(b, "stop")) {
     const json& s = b["stop"];
     if (s.is_string()) {
@@ -106,14 +128,8 @@ Err parse_common(const json& b, bool test_hooks, ApiRequest& r) {
   LILY_API_TRY(get_bool(b, "stream", r.stream));
   LILY_API_TRY(expect_object(b, "stream_options"));
   if (present(b, "stream_options")) LILY_API_TRY(get_bool(b["stream_options"], "include_usage", r.include_usage));
-  if (present(b, "response_format")) {
-    const json& f = b["response_format"];
-    if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
-      return bad("response_format", "'response_format' must be an object with a string 'type'");
-    if (f["type"] != "text")
-      return bad("response_format", fmt::format("response_format type '{}' is not supported yet; only 'text' is",
-                                                f["type"].get<std::string>()));
-  }
+  if (present(b, "response_format")) LILY_API_TRY(parse_response_format(b["response_format"], "response_format", false, r));
+  LILY_API_TRY(refuse_unsupported(b));
   std::string user;
   LILY_API_TRY(get_string(b, "user", user));
   LILY_API_TRY(expect_object(b, "metadata"));
@@ -211,6 +227,8 @@ Err parse_tools(const json& b, ApiRequest& r) {
         return bad(w + ".function.name", fmt::format("'{}.function.name' must be a non-empty string", w));
       if (present(f, "parameters") && !f["parameters"].is_object())
         return bad(w + ".function.parameters", fmt::format("'{}.function.parameters' must be an object", w));
+      if (present(f, "strict") && !f["strict"].is_boolean())
+        return bad(w + ".function.strict", fmt::format("'{}.function.strict' must be a boolean", w));
     }
     if (!t.empty()) r.tools = t;
   }
@@ -253,6 +271,42 @@ std::optional<ApiError> parse_request_body(std::string_view body, json& out) {
   return std::nullopt;
 }
 
+std::optional<ApiError> parse_response_format(const json& f, const std::string& param, bool flat, ApiRequest& r) {
+  r.format_param = param;
+  if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
+    return bad(param, fmt::format("'{}' must be an object with a string 'type'", param));
+  const std::string type = f["type"];
+  if (type == "text") {
+    r.format = ApiRequest::Format::kText;
+    return std::nullopt;
+  }
+  if (type == "json_object") {
+    r.format = ApiRequest::Format::kJsonObject;
+    return std::nullopt;
+  }
+  if (type != "json_schema")
+    return bad(param + ".type", fmt::format("'{}.type' must be 'text', 'json_object' or 'json_schema'", param));
+  const json* spec = &f;
+  std::string where = param;
+  if (!flat) {
+    if (!present(f, "json_schema") || !f["json_schema"].is_object())
+      return bad(param + ".json_schema", fmt::format("'{}.json_schema' must be an object with the 'schema'", param));
+    spec = &f["json_schema"];
+    where += ".json_schema";
+  }
+  if (present(*spec, "name") && !(*spec)["name"].is_string()) return bad(where + ".name", fmt::format("'{}.name' must be a string", where));
+  if (present(*spec, "strict") && !(*spec)["strict"].is_boolean())
+    return bad(where + ".strict", fmt::format("'{}.strict' must be a boolean", where));
+  if (!present(*spec, "schema")) return bad(where + ".schema", fmt::format("'{}.schema' is required", where));
+  const json& schema = (*spec)["schema"];
+  if (!schema.is_object() && !schema.is_boolean())
+    return bad(where + ".schema", fmt::format("'{}.schema' must be a JSON schema (an object)", where));
+  r.format = ApiRequest::Format::kJsonSchema;
+  r.format_schema = schema;
+  r.format_name = spec->value("name", "");
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_chat_request(const json& b, bool test_hooks, ApiRequest& r) {
   r = ApiRequest{};
   r.chat = true;
@@ -265,6 +319,13 @@ std::optional<ApiError> parse_chat_request(const json& b, bool test_hooks, ApiRe
   if (i) {
     if (!r.logprobs) return bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     r.top_logprobs = int(*i);
+  }
+  std::string effort;
+  LILY_API_TRY(get_string(b, "reasoning_effort", effort));
+  if (!effort.empty()) {
+    if (effort != "none" && effort != "minimal" && effort != "low" && effort != "medium" && effort != "high")
+      return bad("reasoning_effort", "'reasoning_effort' must be none, minimal, low, medium or high");
+    r.enable_thinking = effort != "none" && effort != "minimal";  // thinking is on or off; no levels
   }
   LILY_API_TRY(expect_object(b, "chat_template_kwargs"));
   if (present(b, "chat_template_kwargs")) {

@@ -3,30 +3,18 @@
 
 namespace lily {
 
-void ReplyDelta::append(ReplyDelta&& d) {
-  reasoning += d.reasoning;
-  content += d.content;
-  for (auto& c : d.calls) calls.push_back(std::move(c));
-}
-
 ReplyParser::ReplyParser(const ReplyParserOptions& o)
     : o_(o), reasoning_(o.in_reasoning), tools_(o.tools, o.parallel_tool_calls, o.id_seed) {}
 
 ReplyDelta ReplyParser::route(ReasoningParser::Delta d, bool final) {
   ReplyDelta out;
-  out.reasoning = std::move(d.reasoning);
+  out.add_text(ReplyItem::Kind::kReasoning, d.reasoning);
   if (!o_.parse_tools) {
-    out.content = std::move(d.content);
+    out.add_text(ReplyItem::Kind::kContent, d.content);
     return out;
   }
-  auto t = tools_.push(d.content);
-  if (final) {
-    auto f = tools_.flush();
-    t.content += f.content;
-    for (auto& c : f.calls) t.calls.push_back(std::move(c));
-  }
-  out.content = std::move(t.content);
-  out.calls = std::move(t.calls);
+  tools_.push(d.content, out);
+  if (final) tools_.flush(out);
   return out;
 }
 

@@ -1,5 +1,6 @@
-// A reply's text stream → reasoning, content and tool calls: the reasoning parser first, then
-// the tool-call parser on the content (calls written inside the reasoning stay reasoning).
+// A reply's text stream → reasoning, content and tool calls, in order: the reasoning parser
+// first, then the tool-call parser on the content (calls written inside the reasoning stay
+// reasoning).
 #pragma once
 #include <string>
 #include <string_view>
@@ -11,13 +12,6 @@
 #include "server/tool_call_parser.h"
 
 namespace lily {
-
-struct ReplyDelta {
-  std::string reasoning, content;
-  std::vector<ToolCall> calls;
-  bool empty() const { return reasoning.empty() && content.empty() && calls.empty(); }
-  void append(ReplyDelta&& d);
-};
 
 struct ReplyParserOptions {
   bool parse_reasoning = true;   // false: raw completions, everything is content

@@ -31,7 +31,8 @@ int64_t GrammarConstraint::reserve() const {
 bool GrammarConstraint::constrains(int tokens_left) const {
   switch (phase_) {
     case Phase::kThink:
-      return (spec_->think_budget >= 0 && thought_ >= spec_->think_budget) || tokens_left <= reserve();
+      return (spec_->think_budget >= 0 && thought_ >= spec_->think_budget) ||
+             (spec_->budget && spec_->grammar && !spec_->trigger && tokens_left <= reserve());
     case Phase::kActive: return true;
     default: return false;
   }
@@ -51,7 +52,7 @@ void GrammarConstraint::mask(int tokens_left, std::span<uint64_t> bits) {
   const Grammar& g = *spec_->grammar;
   // Whole-reply grammars keep one token for the stop token after the output.
   const bool whole = !spec_->trigger;
-  const int64_t limit = int64_t(tokens_left) - (whole ? 2 : 1);
+  const int64_t limit = spec_->budget ? int64_t(tokens_left) - (whole ? 2 : 1) : kInf;
   masks_.compute(g, pos_, limit, spec_->allowed, bits);
   if (whole && pos_.can_complete(g)) allow_stops();
   bool any = false;

@@ -24,6 +24,9 @@ struct ConstraintSpec {
   bool in_think = false;                        // the prompt opened a think block
   int think_budget = -1;                        // force </think> after this many thinking tokens (-1: no limit)
   std::optional<int32_t> trigger;               // constrain from this token to the end of the grammar, repeatedly
+  // The budget rule (complete output within the tokens left, </think> forced in time). Off when
+  // max_tokens is below reserve(): the output then follows the grammar and may be cut by length.
+  bool budget = true;
 };
 
 class GrammarConstraint : public TokenConstraint {

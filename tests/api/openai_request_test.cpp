@@ -52,12 +52,21 @@ TEST(OpenAIRequest, RejectsWithTheFieldNamed) {
            {R"({"temperature":3})", "temperature"},
            {R"({"max_tokens":0})", "max_tokens"},
            {R"({"max_tokens":1.5})", "max_tokens"},
-           {R"({"n":2})", "n"},
+           {R"({"n":9})", "n"},
+           {R"({"n":0})", "n"},
+           {R"({"logit_bias":{"50256":-100}})", "logit_bias"},
+           {R"({"best_of":2})", "best_of"},
+           {R"({"functions":[]})", "functions"},
+           {R"({"modalities":["text","audio"]})", "modalities"},
+           {R"({"reasoning_effort":"extreme"})", "reasoning_effort"},
+           {R"({"response_format":{"type":"json_schema"}})", "response_format.json_schema"},
+           {R"({"response_format":{"type":"json_schema","json_schema":{"name":"x"}}})", "response_format.json_schema.schema"},
+           {R"({"response_format":{"type":"xml"}})", "response_format.type"},
            {R"({"stop":[1]})", "stop"},
            {R"({"stream":"yes"})", "stream"},
            {R"({"top_logprobs":3})", "top_logprobs"},
            {R"({"logprobs":true,"top_logprobs":21})", "top_logprobs"},
-           {R"({"response_format":{"type":"json_object"}})", "response_format"},
+           {R"({"response_format":"json"})", "response_format"},
            {R"({"tools":{"a":1}})", "tools"},
            {R"({"tool_choice":"sometimes"})", "tool_choice"},
            {R"({"tool_choice":"required"})", "tool_choice"},
@@ -84,6 +93,22 @@ TEST(OpenAIRequest, RejectsWithTheFieldNamed) {
   oj hooked = base();
   hooked["lily_forced_output"] = "x";
   EXPECT_FALSE(chat(hooked, true));
+}
+
+TEST(OpenAIRequest, StructuredOutputsAndChoices) {
+  oj b = base();
+  b.update(oj::parse(R"({"n":3,"response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,
+    "schema":{"type":"object","properties":{"a":{"type":"integer"}}}}},"logit_bias":{},"reasoning_effort":"minimal"})"));
+  ApiRequest r;
+  ASSERT_FALSE(parse_chat_request(b, false, r));
+  EXPECT_EQ(r.n, 3);
+  EXPECT_EQ(r.format, ApiRequest::Format::kJsonSchema);
+  EXPECT_EQ(r.format_name, "p");
+  EXPECT_EQ(r.format_schema["properties"]["a"]["type"], "integer");
+  EXPECT_EQ(r.enable_thinking, std::optional<bool>(false));
+  b["response_format"] = oj::parse(R"({"type":"json_object"})");
+  ASSERT_FALSE(parse_chat_request(b, false, r));
+  EXPECT_EQ(r.format, ApiRequest::Format::kJsonObject);
 }
 
 TEST(OpenAIRequest, Completions) {

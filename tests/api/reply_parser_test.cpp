@@ -22,7 +22,7 @@ Assembled run(const ReplyParserOptions& o, const std::vector<std::string>& piece
   ReplyDelta all;
   for (const auto& s : pieces) all.append(p.push(s));
   all.append(p.flush());
-  return {all.reasoning, all.content, all.calls};
+  return {all.reasoning(), all.content(), all.calls()};
 }
 
 // Every way of cutting `text` that the tests use: whole, one cut at each byte, byte by byte.
@@ -132,14 +132,47 @@ TEST(ToolCallParser, UnknownFunctionFallsBackToContent) {
   expect_all_splits(with_tools(false), text, "", text);
 }
 
-TEST(ToolCallParser, MalformedFallsBackToContent) {
-  std::string text = "A <tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n</tool_call> B";
-  expect_all_splits(with_tools(false), text, "", text);
+TEST(ToolCallParser, NotACallFallsBackToContent) {
+  for (std::string text : {"A <tool_call>hello</tool_call> B", "<tool_call>\n<function=get\nweather>x</tool_call>",
+                           "x <tool_call>\n<parameter=city>\n1\n</parameter>\n</tool_call>"})
+    expect_all_splits(with_tools(false), text, "", text);
+  // Then a real call after the text.
+  expect_all_splits(with_tools(false), "<tool_call>?</tool_call>\n<tool_call>\n<function=now>\n</function>\n</tool_call>",
+                    "", "<tool_call>?</tool_call>", {{"now", json::object()}});
 }
 
-TEST(ToolCallParser, UnfinishedCallIsContent) {
+// A known function starts a call at once (its arguments stream), so a malformed body can no
+// longer become content: the call ends with the parameters it has.
+TEST(ToolCallParser, MalformedKnownCallEndsWithWhatItHas) {
+  std::string text = "A <tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n</tool_call> B";
+  expect_all_splits(with_tools(false), text, "", "A B", {{"get_weather", json{{"city", "Paris"}}}});
+  text = "<tool_call>\n<function=get_weather>\njunk<parameter=days>\n2\n</parameter>\n</tool_call>";
+  expect_all_splits(with_tools(false), text, "", "", {{"get_weather", json{{"days", 2}}}});
+}
+
+TEST(ToolCallParser, UnfinishedCallEndsWithWhatItHas) {
   std::string text = "Hi\n<tool_call>\n<function=get_weather>\n<parameter=city>\nPar";
-  expect_all_splits(with_tools(false), text, "", text);
+  expect_all_splits(with_tools(false), text, "", "Hi", {{"get_weather", json{{"city", "Par"}}}});
+  expect_all_splits(with_tools(false), "<tool_call>\n<function=get_weather>\n<parameter=days>\n4", "", "",
+                    {{"get_weather", json{{"days", 4}}}});
+}
+
+// Arguments go out as they are generated: a string value character by character, holding back
+// only what may be its closing tag; other types when they close.
+TEST(ToolCallParser, ArgumentsStreamAsGenerated) {
+  ReplyParser p(with_tools(false));
+  ReplyDelta d = p.push("<tool_call>\n<function=get_weather>\n<parameter=city>\nSan J");
+  ASSERT_EQ(d.items.size(), 1u);
+  EXPECT_TRUE(d.items[0].begin);
+  EXPECT_EQ(d.items[0].name, "get_weather");
+  EXPECT_EQ(d.items[0].text, "{\"city\":\"San J");
+  EXPECT_EQ(p.push("os\"e\n</par").items.at(0).text, "os\\\"e");
+  EXPECT_EQ(p.push("ameter>\n<parameter=days>\n1").items.at(0).text, "\",\"days\":");
+  EXPECT_TRUE(p.push("4").empty());
+  ReplyDelta last = p.push("\n</parameter>\n</function>\n</tool_call>");
+  ASSERT_EQ(last.items.size(), 1u);
+  EXPECT_EQ(last.items[0].text, "14}");
+  EXPECT_TRUE(last.items[0].end);
 }
 
 TEST(ToolCallParser, MissingCloseTagButCompleteFunction) {

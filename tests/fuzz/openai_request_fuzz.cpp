@@ -41,7 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                       ">\n<parameter=a>\n1\n</parameter>\n<parameter=b>\n{\"x\": [true]}\n</parameter>\n</function>\n</tool_call>";
     ReplyDelta d = p.push(utf8::to_valid_lossy(out));
     d.append(p.flush());
-    for (const auto& c : d.calls) {
+    for (const auto& c : d.calls()) {
       auto args = nlohmann::json::parse(c.arguments, nullptr, false);
       LILY_FUZZ_ASSERT(args.is_object(), c.arguments);
     }

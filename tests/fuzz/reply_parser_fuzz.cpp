@@ -31,7 +31,7 @@ Out run(const lily::ReplyParserOptions& o, const std::vector<std::string_view>& 
   lily::ReplyDelta all;
   for (auto piece : pieces) all.append(p.push(piece));
   all.append(p.flush());
-  return {all.reasoning, all.content, all.calls};
+  return {all.reasoning(), all.content(), all.calls()};
 }
 
 }  // namespace

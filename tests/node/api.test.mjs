@@ -4,7 +4,7 @@
 // rendering the checkpoint's template and HF `tokenizers` counting prompt tokens.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -12,36 +12,11 @@ import OpenAI from 'openai';
 import { Template } from '@huggingface/jinja';
 import { Tokenizer } from 'tokenizers';
 
-const LILY = process.env.LILY_BIN;
-const skip = !LILY ? 'LILY_BIN is not set: build lily and set LILY_BIN=<path>' : false;
+import { LILY, MODEL, skipReason as skip, startServer, metric, waitIdle } from './lily_server.mjs';
+
 if (skip) console.error(`SKIP api tests: ${skip}`);
 
-const MODEL = 'Qwen3.6-35B-A3B';
 let dir, main, keyed, client;
-
-async function startServer(args) {
-  const proc = spawn(LILY, ['serve', '--model', dir, '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let stderr = '';
-  proc.stderr.on('data', (d) => { stderr += d; });
-  const port = await new Promise((resolve, reject) => {
-    let out = '';
-    proc.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/listening on [^:\s]+:(\d+)/);
-      if (m) resolve(Number(m[1]));
-    });
-    proc.on('exit', (code) => reject(new Error(`lily serve exited (${code}): ${stderr}`)));
-    setTimeout(() => reject(new Error(`lily serve did not start: ${stderr}`)), 120000).unref();
-  });
-  const base = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 100; i++) {
-    try {
-      if ((await fetch(`${base}/health`)).ok) break;
-    } catch { /* not yet */ }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  return { proc, base, stderr: () => stderr };
-}
 
 function sdk(base, opts = {}) {
   return new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60000, ...opts });
@@ -52,8 +27,8 @@ test.before(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lily-api-'));
   const r = spawnSync(LILY, ['synth', '--preset', 'tiny', '--seed', '1', '--out', dir], { encoding: 'utf8' });
   assert.equal(r.status, 0, `lily synth failed: ${r.stderr}`);
-  main = await startServer(['--test-hooks', '--max-queue', '1', '--parallel', '2', '--max-seq', '1024']);
-  keyed = await startServer(['--api-key', 'sekret', '--max-body-mb', '1']);
+  main = await startServer(dir, ['--test-hooks', '--max-queue', '1', '--parallel', '2', '--max-seq', '1024']);
+  keyed = await startServer(dir, ['--api-key', 'sekret', '--max-body-mb', '1']);
   client = sdk(main.base);
 });
 
@@ -268,20 +243,6 @@ test('aborting a stream stops generation within a step and frees the engine', { 
   assert.ok(r.choices[0].message);
 });
 
-async function metric(base, name) {
-  const text = await (await fetch(`${base}/metrics`)).text();
-  const line = text.split('\n').find((l) => l.startsWith(name + ' '));
-  return Number(line.split(' ')[1]);
-}
-async function waitIdle(base) {
-  for (let i = 0; i < 200; i++) {
-    const h = await (await fetch(`${base}/health`)).json();
-    if (!h.busy && h.queue_depth === 0) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error('engine did not become idle');
-}
-
 async function expectError(promise, cls, status, check = () => {}) {
   await assert.rejects(promise, (e) => {
     assert.ok(e instanceof cls, `expected ${cls.name}, got ${e?.constructor?.name}: ${e?.message}`);
@@ -312,9 +273,11 @@ test('every error surfaces as the SDK error class of its status', { skip }, asyn
     OpenAI.BadRequestError, 400);
   await expectError(client.chat.completions.create({ model: MODEL, messages: [{ role: 'assistant', content: 'hi' }] }),
     OpenAI.BadRequestError, 400);  // the template: no user query
-  await expectError(chat({ n: 2 }), OpenAI.BadRequestError, 400, (e) => assert.equal(e.param, 'n'));
-  await expectError(chat({ response_format: { type: 'json_object' } }), OpenAI.BadRequestError, 400,
-    (e) => assert.match(e.message, /not supported/));
+  await expectError(chat({ n: 9 }), OpenAI.BadRequestError, 400, (e) => assert.equal(e.param, 'n'));
+  await expectError(chat({ response_format: { type: 'xml' } }), OpenAI.BadRequestError, 400,
+    (e) => assert.equal(e.param, 'response_format.type'));
+  await expectError(chat({ logit_bias: { 9707: 5 } }), OpenAI.BadRequestError, 400,
+    (e) => assert.match(e.message, /'logit_bias' is not supported/));
   await expectError(chat({ max_tokens: 5000 }), OpenAI.BadRequestError, 400,
     (e) => assert.equal(e.code, 'context_length_exceeded'));
   await expectError(chat({ messages: [{ role: 'user', content: 'word '.repeat(1200) }], max_tokens: undefined }),
