@@ -123,12 +123,12 @@ void answer_generation(Engine& engine, const httplib::Request& req, httplib::Res
   res.set_header("X-Accel-Buffering", "no");
   auto finished = std::make_shared<std::atomic<bool>>(false);
   auto done = std::make_shared<int>(0);
-  auto failed = std::make_shared<bool>(false);
+  auto failed = std::make_shared<bool>(false), cancelled = std::make_shared<bool>(false);
   Metrics* metrics = hooks.metrics;
   auto on_complete = hooks.on_complete;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [channel, writer, clock, cancel, finished, done, failed, n, metrics, on_complete, flight](size_t offset, httplib::DataSink& sink) {
+      [channel, writer, clock, cancel, finished, done, failed, cancelled, n, metrics, on_complete, flight](size_t offset, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) {
           if (sink.write(s.data(), s.size())) return true;
           cancel();  // the client went away: free the engine
@@ -152,9 +152,12 @@ void answer_generation(Engine& engine, const httplib::Request& req, httplib::Res
             spdlog::error("{}: engine error: {}", writer->id(), ce->ev.error);
             *failed = true;
           }
+          *cancelled = *cancelled || ce->ev.finish == FinishReason::kCancelled;
           if (++*done < n) continue;
           if (*failed) {
             write(writer->error_frame(ApiError::internal()));
+          } else if (*cancelled) {  // (a client that left reads nothing; this is the shutdown)
+            write(writer->error_frame(ApiError{503, "The server is shutting down", "server_error", "", "shutting_down"}));
           } else {
             log_request(*writer, *clock);
             if (on_complete) on_complete();

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <thread>
 
+#include <sys/socket.h>
+
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
@@ -59,6 +61,12 @@ HttpServer::HttpServer(CompletionService& service, HttpOptions opts)
   http_->set_payload_max_length(opts_.max_body_bytes);
   http_->set_keep_alive_max_count(1000);
   http_->set_keep_alive_timeout(5);  // an idle connection holds a worker this long at most
+  // httplib listens with a backlog of 5: a burst of connections beyond it waits for the client's
+  // SYN retry (a second). The listening socket is noted here and its backlog raised after bind.
+  http_->set_socket_options([this](int sock) {
+    httplib::default_socket_options(sock);
+    listen_fd_ = sock;
+  });
   routes();
 }
 
@@ -72,6 +80,7 @@ Status HttpServer::bind() {
     if (!http_->bind_to_port(opts_.host, opts_.port)) return errorf("cannot bind {}:{}", opts_.host, opts_.port);
     port_ = opts_.port;
   }
+  if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);
   return Status::ok();
 }
 

@@ -64,6 +64,7 @@ class HttpServer {
   ResponseStore responses_;
   std::unique_ptr<httplib::Server> http_;
   int port_ = 0;
+  int listen_fd_ = -1;
   size_t n_threads_ = 0;
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};  // generation requests being answered
