@@ -122,11 +122,16 @@ DrawSpec Sampler::device_spec() {
 void apply_token_mask(std::span<float> logits, std::span<const uint64_t> allowed) {
   const float ninf = -std::numeric_limits<float>::infinity();
   for (size_t w = 0; w * 64 < logits.size(); ++w) {
+    const size_t base = w * 64, end = std::min(logits.size(), base + 64);
     const uint64_t bits = w < allowed.size() ? allowed[w] : 0;
-    if (bits == ~uint64_t(0)) continue;
-    const size_t end = std::min(logits.size(), w * 64 + 64);
-    for (size_t i = w * 64; i < end; ++i)
-      if (!((bits >> (i - w * 64)) & 1)) logits[i] = ninf;
+    if (bits == 0) {
+      std::fill(logits.begin() + long(base), logits.begin() + long(end), ninf);
+      continue;
+    }
+    for (uint64_t off = ~bits; off; off &= off - 1) {  // the disallowed ones only
+      const size_t i = base + size_t(__builtin_ctzll(off));
+      if (i < end) logits[i] = ninf;
+    }
   }
 }
 

@@ -1,6 +1,8 @@
 // Metrics: see metrics.h.
 #include "server/metrics.h"
 
+#include "structured/constraint.h"
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -96,6 +98,12 @@ std::string Metrics::render(const Engine& engine) const {
                      "# HELP lily_prefix_cache_tokens_total Prompt tokens served from the cache.\n"
                      "# TYPE lily_prefix_cache_tokens_total counter\nlily_prefix_cache_tokens_total {}\n",
                      st.cache_hits.load(), st.cache_misses.load(), st.cached_tokens.load());
+  const auto& mt = structured::mask_totals();
+  out += fmt::format("# HELP lily_structured_masks_total Token masks computed for constrained (structured) outputs.\n"
+                     "# TYPE lily_structured_masks_total counter\nlily_structured_masks_total {}\n"
+                     "# HELP lily_structured_mask_seconds_total Time spent computing them.\n"
+                     "# TYPE lily_structured_mask_seconds_total counter\nlily_structured_mask_seconds_total {:.6f}\n",
+                     mt.masks.load(), double(mt.nanoseconds.load()) * 1e-9);
   return out;
 }
 

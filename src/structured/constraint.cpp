@@ -8,6 +8,11 @@
 
 namespace lily::structured {
 
+MaskTotals& mask_totals() {
+  static MaskTotals t;
+  return t;
+}
+
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const ConstraintSpec> spec)
     : spec_(std::move(spec)), masks_(*spec_->vocab) {
   if (spec_->in_think && spec_->think_close) phase_ = Phase::kThink;
@@ -61,7 +66,10 @@ void GrammarConstraint::mask(int tokens_left, std::span<uint64_t> bits) {
     spdlog::warn("structured output: no token fits the grammar here; ending the reply");
     allow_stops();
   }
-  mask_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto dt = std::chrono::steady_clock::now() - t0;
+  mask_seconds_ += std::chrono::duration<double>(dt).count();
+  mask_totals().masks++;
+  mask_totals().nanoseconds += uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(dt).count());
 }
 
 bool GrammarConstraint::accept(int32_t id) {

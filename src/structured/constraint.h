@@ -6,6 +6,7 @@
 // The budget rule: a token is allowed only if the output can still complete in the tokens left
 // after it (one byte per token always exists), so a reply never ends half-written.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -14,6 +15,12 @@
 #include "structured/token_mask.h"
 
 namespace lily::structured {
+
+// Process-wide totals of the masks computed (for /metrics): how many, and the time they took.
+struct MaskTotals {
+  std::atomic<uint64_t> masks{0}, nanoseconds{0};
+};
+MaskTotals& mask_totals();
 
 struct ConstraintSpec {
   std::shared_ptr<const Grammar> grammar;       // null: a thinking budget only

@@ -88,15 +88,22 @@ bool MaskComputer::text_stack(const Grammar& g, const Position& pos, size_t si, 
     }
   }
 
-  // Tokens that end the text: the rest of the token goes to the frames below, once per suffix.
+  // Tokens that end the text: the rest of the token goes to the frames below, once per suffix
+  // (and once per string while those frames stay the same).
   if (suffix_memo_.size() < t.suffixes.size()) {
     suffix_memo_.resize(t.suffixes.size());
     suffix_gen_.resize(t.suffixes.size(), 0);
   }
-  ++gen_;
+  const bool same_below = memo_table_ == &t && memo_grammar_ == &g && memo_below_.size() + 1 == st.size() &&
+                          std::equal(memo_below_.begin(), memo_below_.end(), st.begin());
+  if (!same_below) {
+    ++gen_;
+    memo_table_ = &t;
+    memo_grammar_ = &g;
+    memo_below_.assign(st.begin(), st.end() - 1);
+  }
   Frame done = f;
   done.s = 4;
-  std::vector<Cursor> cur, nxt;
   for (int32_t id : t.ends) {
     const int64_t content = a + t.count[size_t(id)];
     if (content < n.min || content > n.max) continue;
@@ -111,13 +118,13 @@ bool MaskComputer::text_stack(const Grammar& g, const Position& pos, size_t si, 
         Cursor c = below;
         c.n = 1;
         c.top[0] = done;
-        cur.assign(1, c);
+        cur_.assign(1, c);
         for (unsigned char b : suf) {
-          pos.feed(g, cur, b, nxt);
-          cur.swap(nxt);
-          if (cur.empty()) break;
+          pos.feed(g, cur_, b, nxt_);
+          cur_.swap(nxt_);
+          if (cur_.empty()) break;
         }
-        for (const Cursor& x : cur) best = std::min(best, pos.min_finish(g, x));
+        for (const Cursor& x : cur_) best = std::min(best, pos.min_finish(g, x));
       }
       suffix_memo_[sid] = best;
     }

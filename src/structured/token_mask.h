@@ -36,9 +36,16 @@ class MaskComputer {
   MaskStats stats_;
   std::vector<std::vector<Cursor>> levels_;
   std::vector<uint64_t> tmp_;
+  // Per suffix of the string table: the fewest bytes to finish after it, from the frames below the
+  // string. Those frames stay the same for the whole string, so the results carry over from one
+  // token to the next while they do (memo_below_ / memo_table_).
   std::vector<int64_t> suffix_memo_;
   std::vector<uint32_t> suffix_gen_;
   uint32_t gen_ = 0;
+  std::vector<Frame> memo_below_;
+  const TextTable* memo_table_ = nullptr;
+  const Grammar* memo_grammar_ = nullptr;
+  std::vector<Cursor> cur_, nxt_;
 };
 
 void reference_mask(const Grammar& g, const Position& pos, const VocabIndex& vocab, int64_t limit,

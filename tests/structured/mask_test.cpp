@@ -9,6 +9,7 @@
 
 #include "../text/tok_test_util.h"
 #include "structured/constraint.h"
+#include "server/tool_call_parser.h"
 #include "structured/output_grammar.h"
 
 namespace lily::structured {
@@ -196,6 +197,64 @@ TEST(TokenMask, ThinkingThenForcedCloseThenGrammar) {
   EXPECT_FALSE(b.constrains(1000));
   ASSERT_TRUE(b.accept(101));
   EXPECT_TRUE(b.constrains(1000));
+}
+
+// tool_choice auto: free text until the trigger token, then one call that follows the schema,
+// then free again (a second call is constrained too).
+TEST(TokenMask, TriggeredCallsFollowTheSchema) {
+  LILY_NEED_QWEN_TOKENIZER(tok);
+  auto vocab = std::make_shared<VocabIndex>(sampled_vocab(*tok));
+  int32_t trigger = -1;  // any id outside the trie stands for the <tool_call> token
+  for (int32_t id = 1; id < vocab->n_vocab() - 1 && trigger < 0; ++id)
+    if (!vocab->in_trie(id)) trigger = id;
+  const ojson tools = ojson::parse(R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+      "properties":{"city":{"type":"string","maxLength":10},"n":{"type":"integer","minimum":1,"maximum":3}},"required":["city","n"]}}}])");
+  OutputSpec os;
+  os.tools.push_back({"get_weather", &tools[0]["function"]["parameters"], true});
+  os.after_trigger = true;
+  auto spec = std::make_shared<ConstraintSpec>();
+  spec->grammar = output_grammar(os).value();
+  spec->vocab = vocab;
+  spec->allowed = vocab->plain();
+  spec->stop_ids = {vocab->n_vocab() - 1};
+  spec->trigger = trigger;
+  GrammarConstraint c(spec);
+  std::mt19937 rng(3);
+  std::vector<uint64_t> bits(vocab->words());
+  std::string reply;
+  for (int call = 0; call < 2; ++call) {
+    for (int i = 0; i < 5; ++i) {  // free text: not constrained
+      ASSERT_FALSE(c.constrains(1000));
+      ASSERT_TRUE(c.accept(int32_t('a' + i)));
+      reply += vocab->bytes(int32_t('a' + i));
+    }
+    ASSERT_TRUE(c.accept(trigger));
+    reply += "<tool_call>";
+    int steps = 0;
+    while (c.constrains(1000)) {
+      ASSERT_LT(++steps, 400);
+      c.mask(1000, bits);
+      const auto ids = ids_of(bits);
+      ASSERT_FALSE(ids.empty());
+      const int32_t id = ids[rng() % ids.size()];
+      ASSERT_TRUE(c.accept(id));
+      reply += vocab->bytes(id);
+    }
+    ASSERT_TRUE(reply.ends_with("</function>\n</tool_call>")) << reply;
+  }
+  ToolCallParser p(tools, true, 1);
+  ReplyDelta d;
+  p.push(reply, d);
+  p.flush(d);
+  const auto calls = d.calls();
+  ASSERT_EQ(calls.size(), 2u) << reply;
+  for (const auto& call : calls) {
+    const auto args = nlohmann::json::parse(call.arguments);
+    ASSERT_TRUE(args["city"].is_string()) << call.arguments;
+    EXPECT_LE(args["city"].get<std::string>().size(), 40u);
+    ASSERT_TRUE(args["n"].is_number_integer()) << call.arguments;
+    EXPECT_TRUE(args["n"] >= 1 && args["n"] <= 3) << call.arguments;
+  }
 }
 
 }  // namespace
