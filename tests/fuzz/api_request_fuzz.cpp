@@ -10,14 +10,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view raw(reinterpret_cast<const char*>(data), size);
   nlohmann::ordered_json body;
   if (auto e = parse_request_body(raw, body)) return 0;
-  static ResponseStore store = [] {
-    ResponseStore s;
+  static ResponseStore store;
+  static const bool stored = [] {
     StoredResponse r;
     r.chain = "resp_a";
     r.conversation = nlohmann::ordered_json::parse(R"([{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}])");
-    s.put("resp_a", r);
-    return s;
+    store.put("resp_a", r);
+    return true;
   }();
+  (void)stored;
   for (bool hooks : {false, true}) {
     ApiRequest req;
     ResponsesContext ctx;
