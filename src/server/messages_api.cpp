@@ -14,24 +14,10 @@ using ojson = nlohmann::ordered_json;
 namespace {
 
 using Err = std::optional<ApiError>;
-Err bad(const std::string& param, const std::string& msg) { return ApiError::bad_request(msg, param); }
-bool present(const ojson& b, const char* k) { return b.contains(k) && !b[k].is_null(); }
+const auto bad = bad_param;
 
 // Text of a content field: a string or text blocks.
-Err block_text(const ojson& c, const std::string& where, std::string& out) {
-  if (c.is_string()) {
-    out += c.get<std::string>();
-    return std::nullopt;
-  }
-  if (!c.is_array()) return bad(where, fmt::format("'{}' must be a string or an array of content blocks", where));
-  for (size_t k = 0; k < c.size(); ++k) {
-    const ojson& b = c[k];
-    if (!b.is_object() || b.value("type", "") != "text" || !b.contains("text") || !b["text"].is_string())
-      return bad(where, fmt::format("'{}[{}]' must be a text block (other block types are not supported here)", where, k));
-    out += b["text"].get<std::string>();
-  }
-  return std::nullopt;
-}
+Err block_text(const ojson& c, const std::string& where, std::string& out) { return text_parts(c, where, {"text"}, out); }
 
 Err convert_messages(const ojson& ms, ojson& out) {
   if (!ms.is_array()) return bad("messages", "'messages' must be an array");
@@ -130,23 +116,9 @@ Err parse_messages_request(const ojson& b, bool test_hooks, bool count_only, Api
   }
   if (auto e = convert_messages(b["messages"], msgs)) return e;
   chat["messages"] = msgs;
-  if (present(b, "tools")) {
-    if (!b["tools"].is_array()) return bad("tools", "'tools' must be an array");
-    ojson tools = ojson::array();
-    for (size_t i = 0; i < b["tools"].size(); ++i) {
-      const ojson& t = b["tools"][i];
-      const std::string w = fmt::format("tools[{}]", i);
-      if (!t.is_object()) return bad(w, fmt::format("'{}' must be an object", w));
-      if (present(t, "type") && t["type"] != "custom")
-        return bad(w + ".type", fmt::format("tools of type '{}' are not supported; only custom tools with an input_schema",
-                                            t["type"].is_string() ? t["type"].get<std::string>() : t["type"].dump()));
-      ojson f = ojson::object();
-      if (t.contains("name")) f["name"] = t["name"];
-      if (t.contains("description")) f["description"] = t["description"];
-      if (t.contains("input_schema")) f["parameters"] = t["input_schema"];
-      if (t.contains("strict")) f["strict"] = t["strict"];
-      tools.push_back({{"type", "function"}, {"function", f}});
-    }
+  if (present(b, "tools")) {  // custom tools → chat tools (server tools such as bash are refused)
+    ojson tools;
+    if (auto e = convert_flat_tools(b["tools"], {"", "custom"}, "input_schema", tools)) return e;
     chat["tools"] = tools;
   }
   if (present(b, "tool_choice")) {
@@ -232,7 +204,7 @@ std::vector<std::string> MessagesWriter::begin() {
 std::vector<std::string> MessagesWriter::on_event(int choice, const GenEvent& ev) {
   std::vector<std::string> out;
   if (choice != 0 || parse_.done) return out;
-  record(ev);
+  record(choice, ev);
   const ReplyDelta d = parse_.feed(ev);
   auto open = [&](Block kind, json block) {
     close_block(out);

@@ -2,6 +2,8 @@
 // client learns exactly what to fix; null counts as absent, as in OpenAI's API.
 #include "server/openai_request.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/json_depth.h"
@@ -14,9 +16,7 @@ namespace {
 
 using Err = std::optional<ApiError>;
 
-Err bad(const std::string& param, const std::string& msg) { return ApiError::bad_request(msg, param); }
-
-bool present(const json& b, const char* k) { return b.contains(k) && !b[k].is_null(); }
+Err bad(const std::string& param, const std::string& msg) { return bad_param(param, msg); }
 
 Err get_number(const json& b, const char* k, double lo, double hi, std::optional<float>& out) {
   if (!present(b, k)) return std::nullopt;
@@ -268,6 +268,45 @@ std::optional<ApiError> parse_request_body(std::string_view body, json& out) {
   if (out.is_discarded())
     return ApiError::bad_request("We could not parse the JSON body of your request: it is not valid JSON", "",
                                  "invalid_json");
+  return std::nullopt;
+}
+
+std::optional<ApiError> text_parts(const json& content, const std::string& where,
+                                   std::initializer_list<std::string_view> types, std::string& out) {
+  if (content.is_string()) {
+    out += content.get<std::string>();
+    return std::nullopt;
+  }
+  if (!content.is_array()) return bad(where, fmt::format("'{}' must be a string or an array of content parts", where));
+  for (size_t k = 0; k < content.size(); ++k) {
+    const json& p = content[k];
+    const std::string type = p.is_object() && p.contains("type") && p["type"].is_string() ? p["type"].get<std::string>() : "";
+    if (std::find(types.begin(), types.end(), type) == types.end())
+      return bad(where, fmt::format("'{}[{}]': parts of type '{}' are not supported here (text only)", where, k, type));
+    const char* key = type == "refusal" ? "refusal" : "text";
+    if (!p.contains(key) || !p[key].is_string()) return bad(where, fmt::format("'{}[{}].{}' must be a string", where, k, key));
+    out += p[key].get<std::string>();
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> convert_flat_tools(const json& tools, std::initializer_list<std::string_view> types,
+                                           const char* schema_key, json& out) {
+  if (!tools.is_array()) return bad("tools", "'tools' must be an array");
+  out = json::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const json& t = tools[i];
+    const std::string w = fmt::format("tools[{}]", i);
+    if (!t.is_object()) return bad(w, fmt::format("'{}' must be an object", w));
+    const std::string type = t.contains("type") && t["type"].is_string() ? t["type"].get<std::string>() : (present(t, "type") ? "?" : "");
+    if (std::find(types.begin(), types.end(), type) == types.end())
+      return bad(w + ".type", fmt::format("tools of type '{}' are not supported here; only function tools", type));
+    json f = json::object();
+    for (const char* k : {"name", "description", "strict"})
+      if (t.contains(k)) f[k] = t[k];
+    if (t.contains(schema_key)) f["parameters"] = t[schema_key];
+    out.push_back({{"type", "function"}, {"function", f}});
+  }
   return std::nullopt;
 }
 

@@ -62,6 +62,23 @@ std::optional<ApiError> parse_request_body(std::string_view body, nlohmann::orde
 std::optional<ApiError> parse_chat_request(const nlohmann::ordered_json& body, bool test_hooks, ApiRequest& out);
 std::optional<ApiError> parse_completion_request(const nlohmann::ordered_json& body, bool test_hooks, ApiRequest& out);
 
+// Helpers shared by the request parsers of every API (null counts as absent, as in OpenAI's API).
+inline bool present(const nlohmann::ordered_json& b, const char* k) { return b.contains(k) && !b[k].is_null(); }
+inline std::optional<ApiError> bad_param(const std::string& param, const std::string& msg) {
+  return ApiError::bad_request(msg, param);
+}
+// The text of a content field: a string, or an array of parts whose type is one of `types` (their
+// "text"; "refusal" parts their "refusal"), concatenated onto `out`. `where` names the field.
+std::optional<ApiError> text_parts(const nlohmann::ordered_json& content, const std::string& where,
+                                   std::initializer_list<std::string_view> types, std::string& out);
+
+// A list of flat tool objects (the Responses API's {type: "function", name, ...}, Anthropic's {name,
+// input_schema, ...}) → chat tools [{type: "function", function: {name, description, parameters,
+// strict}}]. `types`: the allowed values of "type" ("" : may be absent); `schema_key`: the field
+// holding the parameters' JSON schema.
+std::optional<ApiError> convert_flat_tools(const nlohmann::ordered_json& tools, std::initializer_list<std::string_view> types,
+                                           const char* schema_key, nlohmann::ordered_json& out);
+
 // response_format's object: {"type":"text"|"json_object"|"json_schema", "json_schema":{name, schema,
 // strict}}; flat (the Responses API's text.format): name, schema and strict beside type.
 std::optional<ApiError> parse_response_format(const nlohmann::ordered_json& f, const std::string& param, bool flat,

@@ -96,7 +96,7 @@ std::vector<std::string> OpenAIWriter::on_event(int index, const GenEvent& ev) {
   if (index < 0 || size_t(index) >= choices_.size()) return out;
   Choice& c = choices_[size_t(index)];
   if (c.parse.done) return out;
-  record(ev);
+  record(index, ev);
   if (chat_ && !c.started) out.push_back(sse_data(chunk(index, {{"role", "assistant"}, {"content", ""}}, nullptr)));
   c.started = true;
   const ReplyDelta d = c.parse.feed(ev);

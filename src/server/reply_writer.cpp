@@ -23,16 +23,14 @@ std::string random_id(const char* prefix) {
 
 std::string ReplyWriter::error_frame(const ApiError& e) const { return sse_data(error_body(e)); }
 
-void ReplyWriter::record(const GenEvent& ev) {
+void ReplyWriter::record(int choice, const GenEvent& ev) {
   if (!ev.done) return;
-  if (!any_done_) {
-    usage_ = ev.usage;
-    finish_ = ev.finish;
-    any_done_ = true;
-    return;
+  if (choice == 0) {
+    usage_.prompt_tokens = ev.usage.prompt_tokens;
+    usage_.cached_tokens = ev.usage.cached_tokens;
   }
   usage_.completion_tokens += ev.usage.completion_tokens;
-  if (ev.finish == FinishReason::kLength) finish_ = ev.finish;
+  if (choice == 0 || ev.finish == FinishReason::kLength) finish_ = ev.finish;
 }
 
 ReplyDelta ChoiceParse::feed(const GenEvent& ev) {

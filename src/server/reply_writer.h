@@ -36,10 +36,11 @@ class ReplyWriter {
   FinishReason finish() const { return finish_; }
 
  protected:
-  void record(const GenEvent& ev);  // the done event's usage (completion tokens summed over choices)
+  // A done event's usage: the prompt's from choice 0 (the others continue its state), completion
+  // tokens summed over the choices.
+  void record(int choice, const GenEvent& ev);
   GenUsage usage_;
   FinishReason finish_ = FinishReason::kStop;
-  bool any_done_ = false;
 };
 
 // One choice's text parsed as it arrives, with what whole replies need accumulated.

@@ -50,26 +50,10 @@ bool ResponseStore::erase(const std::string& id) {
 namespace {
 
 using Err = std::optional<ApiError>;
-Err bad(const std::string& param, const std::string& msg) { return ApiError::bad_request(msg, param); }
-bool present(const ojson& b, const char* k) { return b.contains(k) && !b[k].is_null(); }
+const auto bad = bad_param;
 
-// Text of a content field: a string, or parts of type input_text / output_text / text.
 Err part_text(const ojson& content, const std::string& where, std::string& out) {
-  if (content.is_string()) {
-    out = content.get<std::string>();
-    return std::nullopt;
-  }
-  if (!content.is_array()) return bad(where, fmt::format("'{}' must be a string or an array of content parts", where));
-  for (size_t k = 0; k < content.size(); ++k) {
-    const ojson& p = content[k];
-    const std::string type = p.is_object() && p.contains("type") && p["type"].is_string() ? p["type"].get<std::string>() : "";
-    if (type != "input_text" && type != "output_text" && type != "text" && type != "refusal")
-      return bad(where, fmt::format("'{}[{}]': content parts of type '{}' are not supported (text only)", where, k, type));
-    const char* key = type == "refusal" ? "refusal" : "text";
-    if (!p.contains(key) || !p[key].is_string()) return bad(where, fmt::format("'{}[{}].{}' must be a string", where, k, key));
-    out += p[key].get<std::string>();
-  }
-  return std::nullopt;
+  return text_parts(content, where, {"input_text", "output_text", "text", "refusal"}, out);
 }
 
 // Input items → chat messages, appended to `msgs`.
@@ -172,20 +156,9 @@ Err parse_responses_request(const ojson& b, bool test_hooks, ResponseStore& stor
     msgs.insert(msgs.begin(), ojson{{"role", "system"}, {"content", b["instructions"]}});
   }
   chat["messages"] = msgs;
-  // Tools: flat function tools → chat tools.
-  if (present(b, "tools")) {
-    if (!b["tools"].is_array()) return bad("tools", "'tools' must be an array");
-    ojson tools = ojson::array();
-    for (size_t i = 0; i < b["tools"].size(); ++i) {
-      const ojson& t = b["tools"][i];
-      const std::string type = t.is_object() && t.contains("type") && t["type"].is_string() ? t["type"].get<std::string>() : "";
-      if (type != "function")
-        return bad(fmt::format("tools[{}].type", i), fmt::format("tools of type '{}' are not supported; only 'function'", type));
-      ojson f = ojson::object();
-      for (const char* k : {"name", "description", "parameters", "strict"})
-        if (t.contains(k)) f[k] = t[k];
-      tools.push_back({{"type", "function"}, {"function", f}});
-    }
+  if (present(b, "tools")) {  // flat function tools → chat tools
+    ojson tools;
+    if (auto e = convert_flat_tools(b["tools"], {"function"}, "parameters", tools)) return e;
     chat["tools"] = tools;
   }
   if (present(b, "tool_choice")) {
@@ -300,7 +273,7 @@ std::vector<std::string> ResponsesWriter::begin() {
 std::vector<std::string> ResponsesWriter::on_event(int choice, const GenEvent& ev) {
   std::vector<std::string> out;
   if (choice != 0 || parse_.done) return out;
-  record(ev);
+  record(choice, ev);
   const ReplyDelta d = parse_.feed(ev);
   for (const auto& it : d.items) {
     if (it.kind == ReplyItem::Kind::kCall) {

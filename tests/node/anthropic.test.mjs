@@ -111,11 +111,15 @@ test('tool use: any / tool choice write valid input; the tool_result goes back i
   // Streaming tool use: input_json_delta pieces parse to the final input.
   const stream = client.messages.stream({ model: MODEL, max_tokens: 300, tools, tool_choice: { type: 'tool', name: 'get_time' },
     messages: [{ role: 'user', content: 'Time?' }] });
-  let partial = '';
-  stream.on('streamEvent', (ev) => { if (ev.type === 'content_block_delta' && ev.delta.type === 'input_json_delta') partial += ev.delta.partial_json; });
+  const partial = new Map();  // block index -> its input_json_delta pieces
+  stream.on('streamEvent', (ev) => {
+    if (ev.type === 'content_block_delta' && ev.delta.type === 'input_json_delta')
+      partial.set(ev.index, (partial.get(ev.index) ?? '') + ev.delta.partial_json);
+  });
   const final = await stream.finalMessage();
-  const use = final.content.find((b) => b.type === 'tool_use');
-  assert.deepEqual(JSON.parse(partial.slice(0, partial.indexOf('}') + 1)), use.input);
+  const index = final.content.findIndex((b) => b.type === 'tool_use');
+  const use = final.content[index];
+  assert.deepEqual(JSON.parse(partial.get(index)), use.input);
   assert.ok(ajv.validate(tools[0].input_schema, use.input));
   // Round trip: the assistant's tool_use and the user's tool_result render through the template.
   const next = await client.messages.create({ model: MODEL, max_tokens: 4, tools, messages: [

@@ -5,47 +5,28 @@
 // same shape. Bounded: about a minute on a 2-core machine.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 
 import { runLoad, metric } from '../../bench/load.mjs';
+import { skipReason, synthCheckpoint, startServer } from './lily_server.mjs';
 
-const LILY = process.env.LILY_BIN;
-const skip = !LILY ? 'LILY_BIN is not set: build lily and set LILY_BIN=<path>' : false;
+const skip = skipReason;
 if (skip) console.error(`SKIP soak test: ${skip}`);
 
 let dir, server, base;
 
 test.before(async () => {
   if (skip) return;
-  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lily-soak-'));
-  const r = spawnSync(LILY, ['synth', '--preset', 'tiny', '--seed', '4', '--out', dir], { encoding: 'utf8' });
-  assert.equal(r.status, 0, `lily synth failed: ${r.stderr}`);
-  server = spawn(LILY, ['serve', '--model', dir, '--port', '0', '--parallel', '16', '--max-queue', '64', '--max-seq', '512', '--max-cached', '64'],
-                 { stdio: ['ignore', 'pipe', 'pipe'] });
-  let stderr = '';
-  server.stderr.on('data', (d) => { stderr += d; });
-  const port = await new Promise((resolve, reject) => {
-    let out = '';
-    server.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/listening on [^:\s]+:(\d+)/);
-      if (m) resolve(Number(m[1]));
-    });
-    server.on('exit', (code) => reject(new Error(`lily serve exited (${code}): ${stderr}`)));
-    setTimeout(() => reject(new Error(`lily serve did not start: ${stderr}`)), 120000).unref();
-  });
-  base = `http://127.0.0.1:${port}`;
+  dir = synthCheckpoint(4);
+  server = await startServer(dir, ['--parallel', '16', '--max-queue', '64', '--max-seq', '512', '--max-cached', '64']);
+  base = server.base;
 });
 
 test.after(async () => {
-  if (server && server.exitCode === null) {
+  if (server && server.proc.exitCode === null) {
     const t = Date.now();
-    const exited = new Promise((r) => server.on('exit', r));
-    server.kill('SIGTERM');
-    await exited;
+    server.proc.kill('SIGTERM');
+    await server.exited;
     console.log(`server exited ${((Date.now() - t) / 1000).toFixed(1)} s after SIGTERM`);
   }
   if (dir) fs.rmSync(dir, { recursive: true, force: true });

@@ -104,10 +104,12 @@ test('json_schema: every output of every schema parses and validates (thinking o
 test('json_schema at the smallest budget that fits, and streamed', { skip }, async () => {
   const schema = schemas.person;
   // Smallest output (bytes): {"name":"x","age":0,"email":"","tags":[""]} = 44 bytes, plus the stop token.
-  const r = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }], seed: 9, max_tokens: 45,
+  // The SDK's parse() helper: message.parsed is the JSON it read from the content.
+  const r = await client.chat.completions.parse({ model: MODEL, messages: [{ role: 'user', content: 'x' }], seed: 9, max_tokens: 45,
     chat_template_kwargs: { enable_thinking: false }, response_format: { type: 'json_schema', json_schema: { name: 'p', schema } } });
   assert.equal(r.choices[0].finish_reason, 'stop');
   validate(schema, r.choices[0].message.content, 'smallest budget');
+  assert.ok(ajv.validate(schema, r.choices[0].message.parsed));
   const stream = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }], seed: 4,
     max_tokens: 200, stream: true, response_format: { type: 'json_schema', json_schema: { name: 'p', schema } } });
   let content = '', finish, deltas = 0;
@@ -140,6 +142,7 @@ test('n choices share one prefill; each is a valid, distinct output', { skip }, 
   for (const c of r.choices) validate(schema, c.message.content, `choice ${c.index}`);
   assert.equal(new Set(r.choices.map((c) => c.message.content)).size, 3);
   assert.equal(after - before, r.usage.prompt_tokens, 'the prompt was prefilled once');
+  assert.ok(r.usage.prompt_tokens_details.cached_tokens < r.usage.prompt_tokens, 'the prompt is counted once, from choice 0');
   // Streaming n: every choice's chunks carry its index and each ends with its own finish chunk.
   const stream = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }], n: 2, max_tokens: 6,
     stream: true, stream_options: { include_usage: true } });
