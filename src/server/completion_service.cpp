@@ -108,6 +108,11 @@ std::optional<ApiError> CompletionService::prepare(const ApiRequest& req, Prepar
                       "invalid_request_error", "model", "model_not_found"};
     out.model = req.model;
   }
+  // Choices: each takes a batch slot.
+  if (req.n > engine_.options().max_batch)
+    return ApiError::bad_request(fmt::format("'n' is {}, but this server decodes at most {} sequences together (--parallel)",
+                                             req.n, engine_.options().max_batch),
+                                 "n");
   // Prompt.
   if (req.chat) {
     auto p = render(req);
