@@ -364,8 +364,14 @@ uint32_t SchemaCompiler::compile_object(const ojson& s, const std::string& path)
   auto is_required = [&](const std::string& k) { return std::find(required.begin(), required.end(), k) != required.end(); };
   for (const auto& [k, sub] : props.items())
     o.props.push_back({ojson(k).dump() + ":", compile(sub, path + "/properties/" + pointer_token(k)), "", is_required(k)});
-  for (const auto& r : required)
-    if (!props.contains(r)) o.props.push_back({ojson(r).dump() + ":", b_.any_value(kAnyDepth - 1), "", true});
+  for (const auto& r : required) {
+    if (props.contains(r)) continue;
+    if (closed) {  // required, yet not allowed: nothing satisfies the schema
+      fail(fmt::format("required property '{}' at {} is not in 'properties' and additionalProperties is false", r, path));
+      return nothing();
+    }
+    o.props.push_back({ojson(r).dump() + ":", b_.any_value(kAnyDepth - 1), "", true});
+  }
   return b_.object(std::move(o));
 }
 

@@ -136,6 +136,13 @@ TEST(Matcher, UnsupportedKeywordsAreNamedWithTheirPlace) {
   EXPECT_FALSE(schema_grammar(R"({"$ref":"http://example.com/s.json"})", &err));
   EXPECT_NE(err.find("only references into the same schema"), std::string::npos) << err;
   EXPECT_FALSE(schema_grammar(R"({"type":"string","minLength":5,"maxLength":2})", &err));
+  EXPECT_FALSE(schema_grammar(R"({"type":"object","required":["a"],"additionalProperties":false})", &err));
+  EXPECT_NE(err.find("required property 'a'"), std::string::npos) << err;
+  // Without additionalProperties: false, a required name that is not listed may hold any value.
+  auto open = schema_grammar(R"({"type":"object","required":["a"]})");
+  ASSERT_TRUE(open);
+  EXPECT_TRUE(complete(*open, R"({"a":[1,"x"]})"));
+  EXPECT_FALSE(complete(*open, R"({})"));
   EXPECT_FALSE(schema_grammar(R"({"type":"integer","minimum":3,"maximum":2.5})", &err));
   // A required property that recurses forever has no finite value.
   EXPECT_FALSE(schema_grammar(R"({"$defs":{"n":{"type":"object","properties":{"n":{"$ref":"#/$defs/n"}},
