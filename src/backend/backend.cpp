@@ -1,6 +1,7 @@
 // Default implementations of the Backend interface's optional methods.
 #include "backend/backend.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/thread_pool.h"
@@ -44,6 +45,55 @@ Status Backend::decode_draw(std::span<SeqState* const> states, std::span<const i
   };
   if (B >= 2 && ThreadPool::global().size() > 1) ThreadPool::global().parallel_for(B, 1, draw);
   else draw(0, B);
+  return Status::ok();
+}
+
+Status Backend::step(std::span<const StepFeed> feeds) {
+  const size_t V = size_t(std::max(vocab_size(), 0));
+  std::vector<float> tmp;
+  std::vector<float> w;
+  std::vector<double> sums;
+  // Prompt segments, one forward each.
+  for (const StepFeed& f : feeds) {
+    if (f.tokens.size() < 2) continue;
+    if (f.draw) {
+      if (V == 0) return errorf("step: backend {} does not report its vocabulary size", name());
+      tmp.resize(V);
+      LILY_TRY(forward(*f.state, f.tokens, tmp));
+      draw_row(tmp, *f.draw, *f.drawn, w, sums);
+    } else {
+      LILY_TRY(forward(*f.state, f.tokens, f.logits ? std::span<float>(f.logits, V) : std::span<float>()));
+    }
+  }
+  // One-token feeds: one decode step.
+  std::vector<const StepFeed*> rows;
+  bool host = false;
+  for (const StepFeed& f : feeds)
+    if (f.tokens.size() == 1) rows.push_back(&f), host |= f.logits != nullptr;
+  if (rows.empty()) return Status::ok();
+  const size_t B = rows.size();
+  std::vector<SeqState*> states(B);
+  std::vector<int32_t> toks(B);
+  for (size_t b = 0; b < B; ++b) states[b] = rows[b]->state, toks[b] = rows[b]->tokens[0];
+  if (!host) {
+    std::vector<DrawSpec> spec(B);
+    std::vector<Drawn> out(B);
+    for (size_t b = 0; b < B; ++b)
+      if (rows[b]->draw) spec[b] = *rows[b]->draw;
+    LILY_TRY(decode_draw(states, toks, spec, out));
+    for (size_t b = 0; b < B; ++b)
+      if (rows[b]->draw) *rows[b]->drawn = out[b];
+    return Status::ok();
+  }
+  if (V == 0) return errorf("step: backend {} does not report its vocabulary size", name());
+  tmp.resize(B * V);
+  if (B == 1) LILY_TRY(forward(*states[0], toks, tmp));
+  else LILY_TRY(forward_batch(states, toks, tmp));
+  for (size_t b = 0; b < B; ++b) {
+    const std::span<const float> row(tmp.data() + b * V, V);
+    if (rows[b]->logits) std::copy(row.begin(), row.end(), rows[b]->logits);
+    else if (rows[b]->draw) draw_row(row, *rows[b]->draw, *rows[b]->drawn, w, sums);
+  }
   return Status::ok();
 }
 

@@ -33,12 +33,17 @@ class Backend {
   // forward_batch into host logits, then draw_row on the host. CUDA draws on the device.
   virtual Status decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,
                              std::span<const DrawSpec> spec, std::span<Drawn> out);
-  // Readies the backend for a server decoding up to max_rows requests at once, so that no request
-  // pays a first-use cost (CUDA: the batch scratch sized once, the step graph of every batch size
-  // 2..max_rows captured, then a throwaway prefill, decode and draw for the kernels' and the batch-1
-  // graph's first use). Default: nothing to do.
-  virtual Status prepare(int max_rows) {
-    (void)max_rows;
+  // One serving step (Model::step; the model has checked the feeds and reserved room for their
+  // tokens). Default: each prompt segment (a feed of several tokens) by forward(), then the one-token
+  // feeds as one decode_draw() (all of them drawn or silent) or forward_batch() step. CUDA runs the
+  // segments and the decode rows as one step (batch.cu).
+  virtual Status step(std::span<const StepFeed> feeds);
+  // Readies the backend for a server decoding up to max_rows requests at once, with steps of up to
+  // max_rows + step_tokens tokens, so that no request pays a first-use cost (CUDA: the batch scratch
+  // sized once, the step graph of every batch size 2..max_rows captured, then a throwaway prefill,
+  // decode and draw for the kernels' and the batch-1 graph's first use). Default: nothing to do.
+  virtual Status prepare(int max_rows, int step_tokens) {
+    (void)max_rows, (void)step_tokens;
     return Status::ok();
   }
   // Depth-2 pipelined decode of one sequence, where pipelined_draw() is true: launch_draw enqueues

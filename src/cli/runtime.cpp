@@ -21,8 +21,8 @@ void add_runtime_options(CLI::App& app, RuntimeArgs& a) {
   app.add_option("--threads", a.threads, "CPU threads (0 = all cores)");
   app.add_option("--max-queue", a.max_queue, "requests that may wait for the engine before 503");
   app.add_option("--parallel", a.parallel, "requests decoded together (continuous batching); more wait in the queue");
-  app.add_option("--prefill-chunk", a.prefill_chunk, "prompts are cut every this many tokens of position (and at their snapshot points), one forward per segment; the cut never depends on load, so neither do a request's tokens");
-  app.add_option("--interleave-ms", a.interleave_ms, "while others decode, a step runs a newcomer's next prompt segment, then more only while they fit in about this long by the measured cost of a forward (0: one segment per step)");
+  app.add_option("--prefill-chunk", a.prefill_chunk, "prompts are cut every this many tokens of position (and at their snapshot points), each segment fed whole by one step; the cut never depends on load, so neither do a request's tokens");
+  app.add_option("--step-tokens", a.step_tokens, "prompt tokens a step may carry beside the decoding requests' (the first segment always runs; more while they fit): bounds a step's time and so the running streams' inter-token latency");
   app.add_option("--max-cached", a.max_cached, "conversations whose model state is kept for reuse");
   app.add_option("--cache-mb", a.cache_mb, "memory budget of the cached states, MiB");
   app.add_option("--max-tokens-default", a.max_tokens_default,
@@ -80,14 +80,14 @@ std::unique_ptr<Runtime> load_runtime(const RuntimeArgs& a) {
   eo.max_seq = a.max_seq > 0 ? std::min(a.max_seq, model_max) : std::min(8192, model_max);
   eo.max_queue = std::max(1, a.max_queue);
   eo.max_batch = std::max(1, a.parallel);
-  eo.interleave_ms = std::max(0, a.interleave_ms);
+  eo.step_tokens = std::max(1, a.step_tokens);
   eo.prefill_chunk = std::max(1, a.prefill_chunk);
   eo.max_cached_states = std::max(1, a.max_cached);
   eo.cache_budget_bytes = size_t(std::max(1, a.cache_mb)) << 20;
   eo.shared_prefix_min = std::max(1, a.cache_shared_min);
   {  // first-use costs (every batch size's step graph, say) paid now, not by the first requests
     const auto t0 = std::chrono::steady_clock::now();
-    if (Status st = rt->model->prepare(eo.max_batch); !st)
+    if (Status st = rt->model->prepare(eo.max_batch, eo.step_tokens); !st)
       fmt::print(stderr, "lily: warning: backend not prepared ({}); the first steps of each kind prepare on use\n",
                  st.message());
     else if (const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); s > 0.05)

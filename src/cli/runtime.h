@@ -21,7 +21,7 @@ struct RuntimeArgs {
   int threads = 0;
   int max_queue = 64;
   int parallel = 8;          // requests decoded together
-  int interleave_ms = 30;    // prefill time per step while others decode
+  int step_tokens = 512;     // prompt tokens per step beside the decode rows
   int prefill_chunk = 512;   // prompt segment length (tokens): fixed cut points, one forward each
   int max_cached = 8;
   int cache_mb = 8192;

@@ -1,11 +1,12 @@
-// Engine: see engine.h. The worker loop is the scheduler: admit, drop cancelled, one prefill
-// chunk, one batched decode step, repeat. Everything that touches model states or the prefix
+// Engine: see engine.h. The worker loop is the scheduler: admit, drop cancelled, plan the step's
+// prompt segments and decode rows, run them as one Model::step, repeat. Everything that touches model states or the prefix
 // cache runs on the worker thread; submit() and the stats are the only shared parts.
 #include "engine/engine.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 
 #include <spdlog/spdlog.h>
@@ -117,19 +118,27 @@ void Engine::step() {
   using clk = std::chrono::steady_clock;
   const auto t0 = clk::now();
   const uint64_t rows0 = stats_.decode_rows;
-  const bool prefilled = prefill_some();
-  adopt_forks();
+  const std::vector<Segment> segs = plan_segments();
   drop_finished();
-  const auto t1 = clk::now();
-  decode_all();
+  const std::vector<Sequence*> rows = decode_rows();
+  size_t seg_tokens = 0;
+  for (const Segment& g : segs) seg_tokens += g.tokens.size();
+  static const bool pipeline = [] {
+    const char* e = std::getenv("LILY_ENGINE_PIPELINE");
+    return !(e && *e == '0');
+  }();
+  if (segs.empty() && pipeline && !host_sampling() && rows.size() == 1 && active_.size() == 1 &&
+      rows[0]->pipelinable() && model_.pipelined_draw())
+    decode_pipelined(*rows[0]);
+  else if (!segs.empty() || !rows.empty())
+    run_step(segs, rows);
   adopt_forks();
   drop_finished();
   if (trace_)  // LILY_ENGINE_TRACE=1: one line per step on stderr
-    std::fprintf(stderr, "engine step: prefill %.1f ms, decode %llu rows %.1f ms, %zu active\n",
-                 std::chrono::duration<double, std::milli>(t1 - t0).count(),
-                 (unsigned long long)(stats_.decode_rows - rows0), std::chrono::duration<double, std::milli>(clk::now() - t1).count(),
-                 active_.size());
-  if (!prefilled) {
+    std::fprintf(stderr, "engine step: %zu segments (%zu tokens), %llu decode rows, %.1f ms, %zu active\n", segs.size(),
+                 seg_tokens, (unsigned long long)(stats_.decode_rows - rows0),
+                 std::chrono::duration<double, std::milli>(clk::now() - t0).count(), active_.size());
+  if (segs.empty()) {
     int delay = 0;
     for (auto& s : active_) delay = std::max(delay, s->req().step_delay_ms);
     if (delay > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
@@ -202,29 +211,15 @@ Result<CacheEntry> Engine::checkout(const GenRequest& req, int& n_cached) {
   return e;
 }
 
-bool Engine::prefill_some() {
-  using clk = std::chrono::steady_clock;
-  bool others_decoding = false;
-  for (auto& q : active_) others_decoding |= q->decoding();
+std::vector<Engine::Segment> Engine::plan_segments() {
   // Oldest request first, one segment each (EngineOptions: segments are fixed by the prompt, never by
-  // this budget). While others decode (their inter-token latency is one decode step plus this), the
-  // step's first segment always runs and a later one only if its predicted time fits what is left of
-  // interleave_ms; otherwise segments until prefill_chunk tokens are used.
-  const double time_budget = opts_.interleave_ms * 1e-3;
-  double spent = 0;
+  // this budget): the step's first segment always, a later one while the step's prompt tokens stay
+  // within step_tokens.
+  std::vector<Segment> segs;
   size_t used = 0;
-  bool did = false;
   for (auto& q : active_) {
-    // A request that finished its prompt in this step decodes in it too: the rest is interleaved.
-    if (!others_decoding && did)
-      for (auto& d : active_)
-        if (d->decoding()) {
-          others_decoding = true;
-          break;
-        }
     Sequence* s = q.get();
     if (s->finished() || s->decoding()) continue;
-    if (did && !others_decoding && used >= size_t(opts_.prefill_chunk)) break;
     if (!s->has_state()) {
       int n_cached = 0;
       const auto tc = std::chrono::steady_clock::now();
@@ -234,7 +229,9 @@ bool Engine::prefill_some() {
                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - tc).count(), n_cached);
       if (!e) {
         // No memory for another state: wait for a running request to leave, unless none runs.
-        if (others_decoding || did) break;
+        bool others = !segs.empty();
+        for (auto& d : active_) others |= d->has_state() && !d->finished();
+        if (others) break;
         s->finish(FinishReason::kError, "", e.message());
         continue;
       }
@@ -242,53 +239,20 @@ bool Engine::prefill_some() {
       stats_.prompt_tokens += s->req().prompt.size();
     }
     // A few tokens left (after a snapshot cut, say): fed by decode steps, one a step, beside the
-    // others, instead of a forward of their own.
+    // others, instead of a segment of their own.
     if (s->prompt_left() <= size_t(std::max(0, opts_.decode_tail)) && !s->snapshot_ahead()) {
       s->feed_tail_in_decode();
       continue;
     }
     auto chunk = s->next_segment(size_t(opts_.prefill_chunk));
-    if (did) {  // a later segment of this step: only within the budget
-      if (others_decoding && (opts_.interleave_ms <= 0 || !prefill_cost_.known() ||
-                              prefill_cost_.predict(chunk.size()) > time_budget - spent))
-        break;
-      if (!others_decoding && used + chunk.size() > size_t(opts_.prefill_chunk)) break;
-    }
+    if (!segs.empty() && used + chunk.size() > size_t(std::max(1, opts_.step_tokens))) break;
     used += chunk.size();
-    did = true;
-    const bool last = chunk.size() == s->prompt_left();
-    std::span<float> out = last ? std::span<float>(logits_.data(), size_t(model_.config().vocab_size)) : std::span<float>();
-    const auto t0 = clk::now();
-    if (opts_.prefill_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(opts_.prefill_delay_ms));
-    Status st = model_.forward(s->state(), chunk, out);
-    const double took = std::chrono::duration<double>(clk::now() - t0).count();
-    spent += took;
-    if (st) prefill_cost_.add(chunk.size(), took);
-    if (trace_)
-      std::fprintf(stderr, "engine: prefill chunk %zu tokens %.1f ms (model %.1f ms + %.3f ms/token)\n", chunk.size(),
-                   took * 1e3, prefill_cost_.fixed() * 1e3, prefill_cost_.per_token() * 1e3);
-    if (!st) {
-      s->finish(FinishReason::kError, "", st.message());
-      retire(*s, false);
-      continue;
-    }
-    s->fed(chunk);
-    // A copy of the state where a later prompt will branch (one per shared head).
-    if (auto snap = s->at_snapshot(); snap != Sequence::Snapshot::kNone &&
-                                      !(snap == Sequence::Snapshot::kShared && cache_.holds(s->entry().tokens))) {
-      CacheEntry c;
-      c.tokens = s->entry().tokens;
-      c.state = s->state().clone();
-      c.key = snap == Sequence::Snapshot::kShared ? std::string() : s->req().cache_key;
-      c.shared = snap == Sequence::Snapshot::kShared;
-      if (c.state) cache_.put(std::move(c));
-    }
-    if (last && !s->on_logits(out)) retire(*s, true);
+    segs.push_back({s, chunk, chunk.size() == s->prompt_left()});
   }
-  return did;
+  return segs;
 }
 
-void Engine::decode_all() {
+std::vector<Sequence*> Engine::decode_rows() {
   std::vector<Sequence*> rows;
   for (auto& s : active_) {
     if (!s->decoding()) continue;
@@ -302,60 +266,101 @@ void Engine::decode_all() {
     }
     rows.push_back(s.get());
   }
-  if (rows.empty()) return;
-  // Rows whose requests need nothing but the raw logits are drawn by the backend where the logits
-  // are (a GPU returns a few bytes per row); a step with any other row takes whole logits rows.
-  static const bool host_only = [] {
+  return rows;
+}
+
+bool Engine::host_sampling() {
+  static const bool on = [] {
     const char* e = std::getenv("LILY_HOST_SAMPLING");
     return e && *e == '1';
   }();
-  static const bool pipeline = [] {
-    const char* e = std::getenv("LILY_ENGINE_PIPELINE");
-    return !(e && *e == '0');
-  }();
-  if (pipeline && !host_only && rows.size() == 1 && active_.size() == 1 && rows[0]->pipelinable() &&
-      model_.pipelined_draw())
-    return decode_pipelined(*rows[0]);
-  const size_t V = size_t(model_.config().vocab_size), B = rows.size();
-  std::vector<SeqState*> states(B);
+  return on;
+}
+
+void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequence*>& rows) {
+  const size_t V = size_t(model_.config().vocab_size), B = rows.size(), S = segs.size();
+  // Rows whose requests need nothing but the raw logits are drawn by the backend where the logits
+  // are (a GPU returns a few bytes per row); a step with any other row takes whole logits rows. A
+  // segment that ends its prompt takes its logits (the first reply token's sampler, forks).
   std::vector<int32_t> toks(B);
   std::vector<char> silent(B);  // rows feeding a prompt tail token: nothing drawn, nothing delivered
-  for (size_t b = 0; b < B; ++b)
-    states[b] = &rows[b]->state(), toks[b] = rows[b]->next_token(), silent[b] = rows[b]->silent_step();
-  bool all_drawable = !host_only;
+  for (size_t b = 0; b < B; ++b) toks[b] = rows[b]->next_token(), silent[b] = rows[b]->silent_step();
+  bool all_drawable = !host_sampling();
   for (size_t b = 0; b < B && all_drawable; ++b) all_drawable = silent[b] || rows[b]->device_drawable();
-  std::vector<GenToken> chosen(B);
-  Status st = Status::ok();
-  if (all_drawable) {
-    std::vector<DrawSpec> spec(B);
-    std::vector<Drawn> drawn(B);
-    for (size_t b = 0; b < B; ++b) spec[b] = silent[b] ? DrawSpec{} : rows[b]->device_spec();
-    st = model_.decode_draw(states, toks, spec, drawn);
-    if (st)
-      for (size_t b = 0; b < B; ++b)
-        if (!silent[b]) chosen[b] = rows[b]->take_drawn(drawn[b]);
-  } else {
-    if (logits_.size() < B * V) logits_.resize(B * V);
-    std::span<float> all(logits_.data(), B * V);
-    st = B == 1 ? model_.forward(*states[0], toks, all) : model_.forward_batch(states, toks, all);
-    // Sampling reads a whole vocabulary row per sequence: the rows are sampled in parallel (each
-    // touches only its own sampler), then delivered in order on this thread.
-    auto choose = [&](size_t b0, size_t b1) {
-      for (size_t b = b0; b < b1; ++b)
-        if (!silent[b]) chosen[b] = rows[b]->choose(all.subspan(b * V, V));
-    };
-    if (st && B >= 2 && ThreadPool::global().size() > 1) ThreadPool::global().parallel_for(B, 1, choose);
-    else if (st) choose(0, B);
+  size_t n_logits = all_drawable ? 0 : B;
+  std::vector<size_t> seg_row(S, SIZE_MAX);  // logits row of a segment that ends its prompt
+  for (size_t i = 0; i < S; ++i)
+    if (segs[i].last) seg_row[i] = n_logits++;
+  if (logits_.size() < n_logits * V) logits_.resize(n_logits * V);
+  std::vector<DrawSpec> spec(B);
+  std::vector<Drawn> drawn(B);
+  std::vector<StepFeed> feeds;
+  feeds.reserve(S + B);
+  for (size_t i = 0; i < S; ++i) {
+    StepFeed f;
+    f.state = &segs[i].seq->state(), f.tokens = segs[i].tokens;
+    if (segs[i].last) f.logits = logits_.data() + seg_row[i] * V;
+    feeds.push_back(f);
   }
-  stats_.decode_steps++;
-  stats_.decode_rows += B;
+  for (size_t b = 0; b < B; ++b) {
+    StepFeed f;
+    f.state = &rows[b]->state(), f.tokens = std::span<const int32_t>(&toks[b], 1);
+    if (!all_drawable) {
+      f.logits = logits_.data() + b * V;
+    } else if (!silent[b]) {
+      spec[b] = rows[b]->device_spec();
+      f.draw = &spec[b], f.drawn = &drawn[b];
+    }
+    feeds.push_back(f);
+  }
+  using clk = std::chrono::steady_clock;
+  const auto t0 = clk::now();
+  if (opts_.prefill_delay_ms > 0 && S > 0) std::this_thread::sleep_for(std::chrono::milliseconds(opts_.prefill_delay_ms * int(S)));
+  Status st = model_.step(feeds);
+  if (trace_ && S > 0)
+    std::fprintf(stderr, "engine: step of %zu segments + %zu rows %.1f ms\n", S, B,
+                 std::chrono::duration<double, std::milli>(clk::now() - t0).count());
+  if (B > 0) stats_.decode_steps++, stats_.decode_rows += B;
   if (!st) {
-    spdlog::error("decode step of {} rows failed: {}", B, st.message());
+    spdlog::error("step of {} segments and {} rows failed: {}", S, B, st.message());
+    for (const Segment& g : segs) {
+      g.seq->finish(FinishReason::kError, "", st.message());
+      retire(*g.seq, false);
+    }
     for (Sequence* s : rows) {
       s->finish(FinishReason::kError, "", st.message());
       retire(*s, false);
     }
     return;
+  }
+  // Segments: fed; a copy of the state where a later prompt will branch; the first reply token.
+  for (size_t i = 0; i < S; ++i) {
+    Sequence* s = segs[i].seq;
+    s->fed(segs[i].tokens);
+    if (auto snap = s->at_snapshot(); snap != Sequence::Snapshot::kNone &&
+                                      !(snap == Sequence::Snapshot::kShared && cache_.holds(s->entry().tokens))) {
+      CacheEntry c;
+      c.tokens = s->entry().tokens;
+      c.state = s->state().clone();
+      c.key = snap == Sequence::Snapshot::kShared ? std::string() : s->req().cache_key;
+      c.shared = snap == Sequence::Snapshot::kShared;
+      if (c.state) cache_.put(std::move(c));
+    }
+    if (segs[i].last && !s->on_logits(std::span<float>(logits_.data() + seg_row[i] * V, V))) retire(*s, true);
+  }
+  // Decode rows. Sampling reads a whole vocabulary row per sequence: host rows are sampled in parallel
+  // (each touches only its own sampler), then delivered in order on this thread.
+  std::vector<GenToken> chosen(B);
+  if (all_drawable) {
+    for (size_t b = 0; b < B; ++b)
+      if (!silent[b]) chosen[b] = rows[b]->take_drawn(drawn[b]);
+  } else {
+    auto choose = [&](size_t b0, size_t b1) {
+      for (size_t b = b0; b < b1; ++b)
+        if (!silent[b]) chosen[b] = rows[b]->choose(std::span<float>(logits_.data() + b * V, V));
+    };
+    if (B >= 2 && ThreadPool::global().size() > 1) ThreadPool::global().parallel_for(B, 1, choose);
+    else choose(0, B);
   }
   for (size_t b = 0; b < B; ++b) {
     Sequence* s = rows[b];

@@ -1,8 +1,8 @@
 // The engine: turns token requests into generated text. One worker thread runs a continuous
-// batch: requests are admitted FIFO at step boundaries (up to max_batch at once), a newcomer's
-// prompt is prefilled one chunk per step between the decode steps of the running requests (so
-// they keep flowing), every decoding request advances one token per step in one batched
-// forward, and a finished or cancelled request leaves at once. Each request has its own
+// batch: requests are admitted FIFO at step boundaries (up to max_batch at once); each step is one
+// Model::step over every decoding request's next token and newcomers' prompt segments (a bounded
+// number of tokens, so the running requests keep flowing), and a finished or cancelled request
+// leaves at once. Each request has its own
 // sampler and stop rules; states come from and go back to the prefix cache.
 #pragma once
 #include <atomic>
@@ -13,11 +13,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "engine/prefill_cost.h"
 #include "engine/prefix_cache.h"
 #include "engine/sampler.h"
 #include "engine/token_constraint.h"
@@ -92,15 +92,15 @@ struct EngineOptions {
   size_t cache_budget_bytes = size_t(8) << 30;
   int shared_prefix_min = 256;      // shortest shared head worth a snapshot, tokens
   // A prompt is cut into segments at fixed points: every prefill_chunk tokens of absolute position
-  // and at its snapshot positions. Each forward is one segment, so a prompt's arithmetic (and with it
-  // a request's tokens) never depends on load or timing; the scheduler only decides how many
+  // and at its snapshot positions. A segment is fed whole by one step, so a prompt's arithmetic (and
+  // with it a request's tokens) never depends on load or timing; the scheduler only decides how many
   // segments a step runs.
   int prefill_chunk = 512;          // segment length, tokens (cancel checked between segments)
   int decode_tail = 4;              // a prompt remainder this short is fed by decode steps instead
-  // While others decode, a step runs the oldest newcomer's next segment, then more segments only
-  // while their predicted time (the measured cost of a forward: fixed + per token) fits in about
-  // this many milliseconds, so the running rows' inter-token latency stays bounded. 0: one segment.
-  int interleave_ms = 30;
+  // A step is every decoding request's next token plus newcomers' prompt segments, oldest first:
+  // the first always, more while their tokens stay within step_tokens (vLLM's
+  // max_num_batched_tokens), so a step's time, and the running rows' inter-token latency, is bounded.
+  int step_tokens = 512;
   int prefill_delay_ms = 0;         // test hook: sleep this long before every prefill forward (a slow machine)
 };
 
@@ -130,9 +130,16 @@ class Engine {
 
  private:
   void worker();
+  struct Segment {                 // a prompt segment of this step
+    Sequence* seq;
+    std::span<const int32_t> tokens;
+    bool last;                     // the prompt's end: its logits choose the first reply token
+  };
   void step();                     // one scheduling step over the running batch
-  bool prefill_some();             // prompt segments of the prefilling requests, within the step's budget
-  void decode_all();               // one token for every decoding request
+  std::vector<Segment> plan_segments();  // the newcomers' segments of this step, within step_tokens
+  std::vector<Sequence*> decode_rows();  // the decoding requests, each with room for one more token
+  void run_step(const std::vector<Segment>& segs, const std::vector<Sequence*>& rows);  // one Model::step
+  static bool host_sampling();      // LILY_HOST_SAMPLING=1: every row's logits to the host (A/B, tests)
   void decode_pipelined(Sequence& s);  // one request alone: two device-drawn steps in flight
   void retire(Sequence& s, bool ok);  // state back to the cache
   void drop_finished();
@@ -151,7 +158,6 @@ class Engine {
   std::vector<std::unique_ptr<Sequence>> forked_;  // forks made in the current phase (worker only)
   size_t state_bytes_ = 0;     // size of one state, known after the first allocation
   const bool trace_ = [] { const char* e = std::getenv("LILY_ENGINE_TRACE"); return e && *e == '1'; }();
-  PrefillCost prefill_cost_;  // seconds per prefill forward: fixed + per token, measured
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

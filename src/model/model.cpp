@@ -69,9 +69,27 @@ Status Model::forward_batch(std::span<SeqState* const> states, std::span<const i
   return impl_->backend->forward_batch(states, tokens, logits);
 }
 
-Status Model::prepare(int max_rows) {
-  if (max_rows < 1) return errorf("prepare: {} rows", max_rows);
-  return impl_->backend->prepare(max_rows);
+Status Model::prepare(int max_rows, int step_tokens) {
+  if (max_rows < 1 || step_tokens < 0) return errorf("prepare: {} rows, {} step tokens", max_rows, step_tokens);
+  return impl_->backend->prepare(max_rows, step_tokens);
+}
+
+Status Model::step(std::span<const StepFeed> feeds) {
+  const int V = config().vocab_size;
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    const StepFeed& f = feeds[i];
+    if (!f.state || f.tokens.empty()) return errorf("step: feed {} has no state or no tokens", i);
+    if (f.draw && (!f.drawn || f.logits)) return errorf("step: feed {} asks for a draw without a Drawn, or for logits too", i);
+    if (f.draw && (!(f.draw->inv_t >= 0.0f) || !(f.draw->u >= 0.0 && f.draw->u < 1.0) || f.draw->top_logprobs > kMaxDrawTop))
+      return errorf("step: feed {} has a bad draw spec (inv_t {}, u {}, top_logprobs {})", i, f.draw->inv_t, f.draw->u,
+                    f.draw->top_logprobs);
+    for (int32_t t : f.tokens)
+      if (t < 0 || t >= V) return errorf("step: feed {} has token {} outside the vocabulary", i, t);
+    for (size_t j = 0; j < i; ++j)
+      if (feeds[j].state == f.state) return errorf("step: feeds {} and {} share one state", j, i);
+  }
+  for (const StepFeed& f : feeds) LILY_TRY(f.state->reserve(f.state->n_tokens() + int(f.tokens.size())));
+  return impl_->backend->step(feeds);
 }
 
 Status Model::decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,

@@ -36,6 +36,18 @@ class SeqState {
   }
 };
 
+// One sequence's part of a serving step (Model::step): tokens appended to *state at positions
+// state->n_tokens()..., and what comes back for the last of them: nothing, its logits (host fp32
+// [vocab] at `logits`), or a token drawn where the logits are (*draw → *drawn; model/draw.h).
+// A decode row feeds one token; a newcomer's prompt segment feeds several.
+struct StepFeed {
+  SeqState* state = nullptr;
+  std::span<const int32_t> tokens;
+  float* logits = nullptr;
+  const DrawSpec* draw = nullptr;
+  Drawn* drawn = nullptr;
+};
+
 struct ModelOptions {
   std::string backend = "cpu";  // "cpu" | "cuda"
   int threads = 0;              // cpu: 0 = all cores
@@ -63,9 +75,14 @@ class Model {
   // where the logits are; out[b] receives it. Same rows-are-independent contract.
   Status decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens, std::span<const DrawSpec> spec,
                      std::span<Drawn> out);
-  // Readies the backend for serving up to max_rows requests at once (Backend::prepare); a server
-  // calls it once at start, so no request pays a first-use cost (a graph capture, say).
-  Status prepare(int max_rows);
+  // One serving step over several sequences (distinct states): decode rows and prompt segments
+  // together, every token-parallel op once over all their tokens where the backend can. Each feed
+  // gets what forward() (or decode_draw()) would give it alone.
+  Status step(std::span<const StepFeed> feeds);
+  // Readies the backend for serving up to max_rows requests at once, with steps of up to
+  // max_rows + step_tokens tokens (Backend::prepare); a server calls it once at start, so no
+  // request pays a first-use cost (a graph capture, say).
+  Status prepare(int max_rows, int step_tokens = 0);
   // Depth-2 pipelined decode of one sequence (Backend::launch_draw / collect_draw), where
   // pipelined_draw() says the backend has it: launch a step feeding `token` (or, token < 0, the
   // token the previous launched step drew, not yet read back), collect the oldest step's draw.

@@ -10,11 +10,13 @@
 // the per-row loop where the batched kernels do not apply (bf16 K/V states, the A/B env knobs that
 // change the batch-1 arithmetic). B = 1 runs forward() (the batch-1 graph).
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "backend/cuda/batch_ops.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gemm/qgemm.h"
+#include "backend/cuda/prefill_ops.h"
 #include "core/thread_pool.h"
 
 namespace lily {
@@ -41,6 +43,17 @@ struct BatchCtx {
   char* tab_dev = nullptr;
   char* tab_host = nullptr;
   float* host_logits = nullptr;  // pinned [cap][V] (LILY_BATCH_D2H=pinned)
+  // Mixed steps (CudaBackend::step): the rows whose logits the step computes, gathered packed for the
+  // lm_head (Gx / Gxl / Gxs, [cap] rows); their table: out_idx [cap], fin_pos [cap] int32, then
+  // fin_ctl [cap] (the state of each decode row and each segment's last row, and that row's position).
+  uint16_t *Gx = nullptr, *Gxl = nullptr;
+  float* Gxs = nullptr;
+  char* mtab_dev = nullptr;
+  char* mtab_host = nullptr;
+  size_t mtab_bytes = 0, mtab_ptr_off = 0;
+  int32_t* out_idx(char* base) const { return reinterpret_cast<int32_t*>(base); }
+  int32_t* fin_pos(char* base) const { return out_idx(base) + cap; }
+  StepCtl** fin_ctl(char* base) const { return reinterpret_cast<StepCtl**>(base + mtab_ptr_off); }
   size_t tab_bytes = 0, ptr_off = 0;
   std::map<int, cudaGraphExec_t> graphs;
   // LILY_BATCH_PROFILE=1: steps run uncaptured with an event after each op; the third step of
@@ -61,8 +74,9 @@ struct BatchCtx {
     for (void* p : owned) cudaFree(p);
     owned.clear();
     if (tab_host) cudaFreeHost(tab_host);
+    if (mtab_host) cudaFreeHost(mtab_host);
     if (host_logits) cudaFreeHost(host_logits);
-    tab_host = nullptr, host_logits = nullptr;
+    tab_host = nullptr, mtab_host = nullptr, host_logits = nullptr;
     cap = 0;
   }
   ~BatchCtx() { release(); }
@@ -167,12 +181,20 @@ Status CudaBackend::batch_alloc(int B) {
   x.ptr_off = (3 * Bc * 4 + 15) & ~size_t(15);
   x.tab_bytes = x.ptr_off + (1 + 2 * size_t(x.L)) * Bc * sizeof(void*);
   x.tab_dev = dalloc<char>(x.tab_bytes, x.owned);
-  if (!x.tab_dev || !x.partial || !x.logits || !x.act) {
+  x.mtab_ptr_off = (2 * Bc * 4 + 15) & ~size_t(15);
+  x.mtab_bytes = x.mtab_ptr_off + Bc * sizeof(void*);
+  x.mtab_dev = dalloc<char>(x.mtab_bytes, x.owned);
+  x.Gx = dalloc<uint16_t>(Bc * H, x.owned);
+  x.Gxl = dalloc<uint16_t>(Bc * H, x.owned);
+  x.Gxs = dalloc<float>(Bc * H / 32, x.owned);
+  if (!x.tab_dev || !x.partial || !x.logits || !x.act || !x.mtab_dev || !x.Gx || !x.Gxl || !x.Gxs) {
     x.release();
     return cu_err("cuda forward_batch: out of device memory for {} rows", cap);
   }
   LILY_CU_TRY(cudaHostAlloc(&x.tab_host, x.tab_bytes, cudaHostAllocDefault));
   std::memset(x.tab_host, 0, x.tab_bytes);
+  LILY_CU_TRY(cudaHostAlloc(&x.mtab_host, x.mtab_bytes, cudaHostAllocDefault));
+  std::memset(x.mtab_host, 0, x.mtab_bytes);
   x.cap = cap;
   return Status::ok();
 }
@@ -221,11 +243,23 @@ static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, int B
   return Status::ok();
 }
 
+// A mixed step's layout (CudaBackend::step): rows [0, D) are decode rows (one token each, the batched
+// mixers); the rest are prompt segments, whose mixers seg_mixers(layer, attn) runs (the prefill
+// kernels, one segment at a time, reading x.u and writing x.og / x.o at the segment's rows). The
+// lm_head runs on the n_out rows listed in the mixed table (out_idx), gathered.
+struct MixedPlan {
+  int D = 0, n_out = 0;
+  std::function<Status(int layer, bool attn)> seg_mixers;
+};
+
 // The step on the qgemm path: every projection, the router, the experts and the lm_head through
 // qgemm on packed inputs; MoE expert-major (routing table on the device); the MoE combine folded into
-// the next add + norm. Mixers as the exact path.
+// the next add + norm. Mixers as the exact path. B rows in all; a mixed step (mp) runs the batched
+// mixers on its decode rows only and the lm_head on its n_out rows.
 template <typename Mk>
-static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B, cudaStream_t s, Mk&& mk) {
+static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B, cudaStream_t s, Mk&& mk,
+                         const MixedPlan* mp = nullptr) {
+  const int Bd = mp ? mp->D : B;  // rows on the batched (decode) mixers
   const int H = c.hidden_size, vd = c.gdn_value_dim(), k = c.num_experts_per_tok;
   const int nhd = c.num_attention_heads * c.head_dim;
   const float eps = c.rms_norm_eps;
@@ -257,8 +291,9 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
       g.u = x.u, g.ldu = x.urows, g.conv_w = L.conv_w, g.conv = x.p0(i), g.S = reinterpret_cast<float* const*>(x.p1(i));
       g.pos = x.pos(), g.A_log = L.A_log, g.dt_bias = L.dt_bias, g.gnorm = L.gnorm, g.og = x.og, g.ldo = vd;
       g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.dk = c.linear_key_head_dim;
-      g.dv = c.linear_value_head_dim, g.K = c.linear_conv_kernel_dim, g.B = B, g.eps = eps;
-      LILY_TRY(bgdn_step(g, s));
+      g.dv = c.linear_value_head_dim, g.K = c.linear_conv_kernel_dim, g.B = Bd, g.eps = eps;
+      if (Bd > 0) LILY_TRY(bgdn_step(g, s));
+      if (mp) LILY_TRY(mp->seg_mixers(i, false));
       mk("gdn step");
       LILY_TRY(xpack16(x.og, vd, vd, B, x.X_a, x.XS_a, la, s));
       mk("pack");
@@ -271,9 +306,10 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
       a.qkv = x.u, a.ldqkv = x.urows, a.q_norm = L.q_norm, a.k_norm = L.k_norm, a.q = x.q, a.kc = x.p0(i), a.vc = x.p1(i);
       a.cap = x.caps(), a.pos = x.pos(), a.out = x.o, a.partial = x.partial, a.nh = c.num_attention_heads;
       a.nkv = c.num_key_value_heads, a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim;
-      a.rot = c.rotary_dim(), a.n_split = attn_max_splits(), a.min_per_split = min_per_split_env(), a.B = B;
+      a.rot = c.rotary_dim(), a.n_split = attn_max_splits(), a.min_per_split = min_per_split_env(), a.B = Bd;
       a.theta = c.rope_theta, a.eps = eps;
-      LILY_TRY(battn(a, s));
+      if (Bd > 0) LILY_TRY(battn(a, s));
+      if (mp) LILY_TRY(mp->seg_mixers(i, true));
       mk("attn prep+decode+merge");
       LILY_TRY(xpack16(x.o, nhd, nhd, B, x.X_a, x.XS_a, la, s));
       mk("pack");
@@ -288,7 +324,20 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
     moe_pending = true;
   }
   LILY_TRY(norm(x.xres[p], nullptr, moe_pending, d.final_norm, nullptr));
-  LILY_TRY(dense(d.lm_head, x.logits, c.vocab_size));
+  if (!mp) {
+    LILY_TRY(dense(d.lm_head, x.logits, c.vocab_size));
+    mk("final norm+lm_head");
+    return Status::ok();
+  }
+  // The rows that need logits, gathered (packed) for the lm_head.
+  const int32_t* idx = x.out_idx(x.mtab_dev);
+  LILY_TRY(brow_gather(x.X_a, size_t(H) * 2, idx, mp->n_out, x.Gx, s));
+  if (la) LILY_TRY(brow_gather(la, size_t(H) * 2, idx, mp->n_out, x.Gxl, s));
+  LILY_TRY(brow_gather(x.XS_a, size_t(H / 64) * 2 * sizeof(float), idx, mp->n_out, x.Gxs, s));
+  QGemmArgs g{};
+  g.w = d.lm_head, g.x = x.Gx, g.xs = x.Gxs, g.xlo = la ? x.Gxl : nullptr, g.ldx = H, g.M = mp->n_out, g.y = x.logits;
+  g.ldy = c.vocab_size, g.ws = x.ws, g.cnt = x.cnt;
+  if (mp->n_out > 0) LILY_TRY(qgemm(g, s));
   mk("final norm+lm_head");
   return Status::ok();
 }
@@ -450,14 +499,14 @@ Status CudaBackend::batch_graph(int B, cudaGraphExec_t& out) {
   return Status::ok();
 }
 
-// Sizes the batch scratch (also for the prefill's short chunks) and the draw buffers for max_rows
-// once and captures the step graph of every batch size 2..max_rows (B = 1 is the batch-1 graph), so
+// Sizes the batch scratch (for mixed steps of max_rows + step_tokens rows, and the prefill's short
+// chunks) and the draw buffers for max_rows once and captures the step graph of every batch size 2..max_rows (B = 1 is the batch-1 graph), so
 // that a batch growing to a size not seen before costs no capture (tens of ms) in the middle of
 // serving. Then a throwaway 16-token prefill, two decode steps and one pipelined draw: the first
 // request's TTFT no longer includes the kernels' first use and the batch-1 graph's capture (~50 ms).
-Status CudaBackend::prepare(int max_rows) {
+Status CudaBackend::prepare(int max_rows, int step_tokens) {
   if (max_rows >= 2 && batch_knobs_ok() && cfg_.linear_value_head_dim <= 256 && graphs_on()) {
-    LILY_TRY(batch_alloc(std::max(max_rows, pf_small_moe_max())));
+    LILY_TRY(batch_alloc(std::max(max_rows + step_tokens, pf_small_moe_max())));
     LILY_TRY(ensure_draw(max_rows));
     for (int B = 2; B <= max_rows; ++B) {
       cudaGraphExec_t ex = nullptr;
@@ -560,6 +609,128 @@ Status CudaBackend::batch_step(std::span<SeqState* const> states, std::span<cons
     for (auto& e : x.ev) cudaEventDestroy(e.second);
     x.ev.clear();
   }
+  return Status::ok();
+}
+
+// One serving step over decode rows and prompt segments together (issue 24): the segments' tokens
+// are rows of the batched step beside the decode rows, so every projection, the router, the experts
+// and the lm_head run once over all of them (qgemm, two-pass activations as the batched step); only
+// the mixers are per sequence: the batched DeltaNet step and decode attention on the decode rows,
+// the prefill kernels (chunked DeltaNet, causal flash attention over the cache) on each segment's
+// rows. A step with no segment (or a lone feed, or a shape or state the batched kernels do not take)
+// is Backend::step: the captured decode graphs, or the prefill path for a lone prompt.
+Status CudaBackend::step(std::span<const StepFeed> feeds) {
+  const ModelConfig& c = cfg_;
+  int D = 0, R = 0, max_seg = 0;
+  bool any_seg = false, ok = feeds.size() >= 2;
+  for (const StepFeed& f : feeds) {
+    auto* st = dynamic_cast<CudaSeqState*>(f.state);
+    if (!st || st->be != this) return cu_err("step: a state belongs to another backend");
+    const int L = int(f.tokens.size());
+    if (st->n + L > st->cap) return cu_err("step: {} + {} tokens exceed the state's room {}", st->n, L, st->cap);
+    ok = ok && st->f32;
+    if (L == 1) ++D;
+    else any_seg = true, max_seg = std::max(max_seg, L);
+    R += L;
+  }
+  ok = ok && any_seg && batch_knobs_ok() && tc_on() && c.linear_value_head_dim <= 256 &&
+       c.shared_expert_intermediate_size == c.moe_intermediate_size && prefill_shapes_ok(c);
+  if (ok && pf_cap_ == 0) LILY_TRY(pf_alloc(prefill_chunk_cap()));
+  if (!ok || max_seg > pf_cap_) return Backend::step(feeds);
+  LILY_TRY(batch_alloc(R));
+  BatchCtx& x = *batch_;
+  const int H = c.hidden_size, C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nhd = c.num_attention_heads * c.head_dim;
+  // Row table: decode rows first (feed order), then each segment's tokens; the mixed table: rows that
+  // need logits (out_idx, with the feed each serves) and the rows that leave each state's position.
+  struct Seg {
+    CudaSeqState* st;
+    int row0, L;
+  };
+  std::vector<Seg> segs;
+  std::vector<const StepFeed*> outs;
+  auto* ti = reinterpret_cast<int32_t*>(x.tab_host);
+  void** tp = x.ptrs(x.tab_host);
+  int32_t* oi = x.out_idx(x.mtab_host);
+  int32_t* fp = x.fin_pos(x.mtab_host);
+  StepCtl** fc = x.fin_ctl(x.mtab_host);
+  int r = 0, nfin = 0;
+  auto put_row = [&](CudaSeqState& st, int32_t tok, int pos) {
+    ti[r] = tok, ti[x.cap + r] = pos, ti[2 * x.cap + r] = st.cap;
+    tp[r] = st.ctl;
+    for (int l = 0; l < x.L; ++l) {
+      const auto& SL = st.layers[size_t(l)];
+      tp[x.cap + size_t(l) * x.cap + r] = SL.kc ? static_cast<void*>(SL.kc) : static_cast<void*>(SL.conv);
+      tp[x.cap + size_t(x.L + l) * x.cap + r] = SL.vc ? static_cast<void*>(SL.vc) : static_cast<void*>(SL.S);
+    }
+    ++r;
+  };
+  for (int pass = 0; pass < 2; ++pass)
+    for (const StepFeed& f : feeds) {
+      const int L = int(f.tokens.size());
+      if ((L == 1) != (pass == 0)) continue;
+      auto& st = *static_cast<CudaSeqState*>(f.state);
+      if (L > 1) segs.push_back({&st, r, L});
+      for (int j = 0; j < L; ++j) put_row(st, f.tokens[size_t(j)], st.n + j);
+      fc[nfin] = st.ctl, fp[nfin] = st.n + L - 1, ++nfin;
+      if (f.logits || f.draw) oi[outs.size()] = r - 1, outs.push_back(&f);
+    }
+  LILY_CU_TRY(cudaMemcpyAsync(x.tab_dev, x.tab_host, x.tab_bytes, cudaMemcpyHostToDevice, stream_));
+  LILY_CU_TRY(cudaMemcpyAsync(x.mtab_dev, x.mtab_host, x.mtab_bytes, cudaMemcpyHostToDevice, stream_));
+  // The segments' mixers: the prefill kernels on their rows of x.u, into x.og (DeltaNet) / x.o.
+  auto& p = pf_;
+  const float eps = c.rms_norm_eps;
+  MixedPlan mp;
+  mp.D = D, mp.n_out = int(outs.size());
+  mp.seg_mixers = [&](int i, bool attn) -> Status {
+    const DevLayer& Lw = d_.layers[size_t(i)];
+    for (const Seg& sg : segs) {
+      CudaSeqState& st = *sg.st;
+      auto& SL = st.layers[size_t(i)];
+      const int pos0 = st.n;
+      if (!attn) {
+        pf::GdnPrefillArgs g{};
+        g.u = x.u + size_t(sg.row0) * x.urows, g.ldu = x.urows, g.M = sg.L;
+        const size_t wn = size_t(C) * (c.linear_conv_kernel_dim - 1) * (st.f32 ? 2 : 1);  // uint16 units
+        g.win_in = SL.conv + size_t(pos0 & 1) * wn, g.win_out = SL.conv + size_t((pos0 + sg.L) & 1) * wn, g.win_f32 = st.f32;
+        g.conv_w = Lw.conv_w, g.A_log = Lw.A_log, g.dt_bias = Lw.dt_bias, g.gnorm = Lw.gnorm, g.S = SL.S;
+        g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.K = c.linear_conv_kernel_dim, g.eps = eps;
+        g.qn = p.qn, g.kn = p.kn, g.v = p.v, g.g = p.g, g.beta = p.beta, g.o_raw = p.o_raw;
+        g.o = x.og + size_t(sg.row0) * vd, g.wy = p.wy;
+        LILY_TRY(pf::gdn_prefill(g, stream_));
+      } else {
+        pf::AttnPrefillArgs a{};
+        a.u = x.u + size_t(sg.row0) * x.urows, a.ldu = x.urows, a.M = sg.L, a.pos0 = pos0;
+        a.q_norm = Lw.q_norm, a.k_norm = Lw.k_norm, a.kc = SL.kc, a.vc = SL.vc, a.kv_f32 = st.f32, a.terms = 3;
+        a.qb = p.qb, a.out = x.o + size_t(sg.row0) * nhd, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
+        a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim(), a.max_seq = st.cap;
+        a.theta = c.rope_theta, a.eps = eps;
+        LILY_TRY(pf::attn_prefill(a, stream_));
+      }
+    }
+    return Status::ok();
+  };
+  auto mk = [](const char*) {};
+  LILY_TRY(enqueue_tc(x, c, d_, R, stream_, mk, &mp));
+  LILY_TRY(bfinish(x.fin_ctl(x.mtab_dev), x.fin_pos(x.mtab_dev), nfin, stream_));
+  // Outputs: rows drawn on the device (the others' specs are unused), logits rows to the host.
+  const size_t V = size_t(c.vocab_size);
+  bool any_draw = false;
+  for (size_t o = 0; o < outs.size(); ++o) {
+    any_draw |= outs[o]->draw != nullptr;
+    if (outs[o]->logits)
+      LILY_CU_TRY(cudaMemcpyAsync(outs[o]->logits, x.logits + o * V, V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  }
+  if (any_draw) {
+    std::vector<DrawSpec> spec(outs.size());
+    std::vector<Drawn> got(outs.size());
+    for (size_t o = 0; o < outs.size(); ++o)
+      if (outs[o]->draw) spec[o] = *outs[o]->draw;
+    LILY_TRY(draw_device(x.logits, int(outs.size()), spec, got));
+    for (size_t o = 0; o < outs.size(); ++o)
+      if (outs[o]->draw) *outs[o]->drawn = got[o];
+  }
+  LILY_CU_TRY(cudaStreamSynchronize(stream_));
+  for (const StepFeed& f : feeds) static_cast<CudaSeqState*>(f.state)->n += int(f.tokens.size());
   return Status::ok();
 }
 

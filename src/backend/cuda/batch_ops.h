@@ -117,6 +117,10 @@ Status bnorm_pack(const BNormArgs& a, Stream s);
 // out[b] = the MoE combine of bnorm_pack (tests).
 Status bmoe_combine(const float* yd, const float* tw, int top_k, int H, int B, float* out, Stream s);
 
+// Rows gathered: dst row r (row_bytes, a multiple of 4) = src row idx[r] (device), r < n. The mixed
+// step's rows that need logits, packed for the lm_head.
+Status brow_gather(const void* src, size_t row_bytes, const int32_t* idx, int n, void* dst, Stream s);
+
 // Expert-major routing on the device (one block): from ids [B][k], the active experts in ascending id
 // (items int32 [n][4] = {expert, rows, offset, chunks before}), then the shared expert {E, B, B·k, ...};
 // rowb/ent [B·k + B]: per entry in item order, the token row b and the entry index (b·k + slot, or

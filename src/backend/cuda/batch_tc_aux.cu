@@ -199,6 +199,15 @@ Status route_launch(const RouteArgs& a, Stream s) {
   return launch_k("broute", broute_kernel, dim3(1), dim3(1024), smem, static_cast<cudaStream_t>(s), a);
 }
 
+// dst row r = src row idx[r], 32-bit words (one block per row).
+__global__ void brow_gather_kernel(const uint32_t* src, int words, const int32_t* idx, uint32_t* dst) {
+  pdl_wait();
+  pdl_trigger();
+  const uint32_t* in = src + size_t(idx[blockIdx.x]) * words;
+  uint32_t* out = dst + size_t(blockIdx.x) * words;
+  for (int i = threadIdx.x; i < words; i += blockDim.x) out[i] = in[i];
+}
+
 }  // namespace
 
 Status bnorm_pack(const BNormArgs& a, Stream s) {
@@ -232,6 +241,13 @@ Status broute_topk(const float* logits, int ld, bool norm_topk, bool has_shared,
   a.logits = logits, a.ld = ld, a.norm_topk = norm_topk, a.has_shared = has_shared, a.ids_out = ids, a.w_out = w;
   a.B = B, a.k = top_k, a.E = E, a.items = reinterpret_cast<int4*>(items), a.n_items = n_items, a.rowb = rowb, a.ent = ent;
   return route_launch(a, s);
+}
+
+Status brow_gather(const void* src, size_t row_bytes, const int32_t* idx, int n, void* dst, Stream s) {
+  if (n <= 0) return Status::ok();
+  if (row_bytes % 4 != 0) return cu_err("brow_gather: rows of {} bytes (a multiple of 4 needed)", row_bytes);
+  return launch_k("brow_gather", brow_gather_kernel, dim3(n), dim3(kThreads), 0, static_cast<cudaStream_t>(s),
+                  static_cast<const uint32_t*>(src), int(row_bytes / 4), idx, static_cast<uint32_t*>(dst));
 }
 
 }  // namespace lily::cuda

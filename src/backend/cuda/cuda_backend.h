@@ -31,6 +31,8 @@ template <typename T> T* dalloc(size_t n, std::vector<void*>& owned) {
 }
 
 class CudaBackend;
+// Shapes the prefill kernels (prefill.cu) support: the real model and the tiny/small presets.
+bool prefill_shapes_ok(const ModelConfig& c);
 struct BatchCtx;  // batched decode scratch, row table and graphs per batch size (batch.cu)
 void destroy_batch_ctx(BatchCtx* b);
 
@@ -194,8 +196,11 @@ class CudaBackend final : public Backend {
     return Status::ok();
   }
 
-  // Scratch for max_rows rows and the step graph of every batch size up to it (batch.cu).
-  Status prepare(int max_rows) override;
+  // Scratch for max_rows + step_tokens rows and the step graph of every batch size up to max_rows
+  // (batch.cu).
+  Status prepare(int max_rows, int step_tokens) override;
+  // Decode rows and prompt segments as one batched step (batch.cu).
+  Status step(std::span<const StepFeed> feeds) override;
   // One decode step for B sequences, weights read once for all rows (batch.cu).
   Status forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
                        std::span<float> logits) override;
@@ -367,6 +372,7 @@ class CudaBackend final : public Backend {
   } pf_;
   int pf_cap_ = 0;
   Status pf_alloc(int chunk);
+  int prefill_chunk_cap() const;  // the prefill scratch's chunk (LILY_PREFILL_CHUNK, default 4096)
   BatchCtx* batch_ = nullptr;  // batch.cu
   Status batch_alloc(int B);
   // forward_batch, or (spec given) decode_draw's rows drawn on the device (batch.cu).

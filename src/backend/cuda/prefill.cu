@@ -262,7 +262,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
 
 // Shapes the prefill kernels support (the real model and the tiny/small presets); anything else
 // (e.g. the wide-seed23 golden's 32-dim DeltaNet heads) is prefilled by replaying the decode graph.
-static bool pf_shapes_ok(const ModelConfig& c) {
+bool prefill_shapes_ok(const ModelConfig& c) {
   const int hd = c.head_dim, nk = c.linear_num_key_heads, nv = c.linear_num_value_heads;
   return c.linear_key_head_dim == 128 && c.linear_value_head_dim == 128 && nk > 0 && nv % nk == 0 && nv <= 128 &&
          (hd == 64 || hd == 128 || hd == 256) && c.rotary_dim() > 0 && c.rotary_dim() <= hd && c.rotary_dim() % 2 == 0 &&
@@ -272,11 +272,13 @@ static bool pf_shapes_ok(const ModelConfig& c) {
          c.linear_conv_kernel_dim >= 2 && c.linear_conv_kernel_dim <= 9 && c.quant.group_size == 64;
 }
 
+int CudaBackend::prefill_chunk_cap() const { return env_int("LILY_PREFILL_CHUNK", 4096, 64, 1 << 16); }
+
 Status CudaBackend::prefill(CudaSeqState& st, std::span<const int32_t> tokens, std::span<float> logits) {
   const int M = int(tokens.size());
   const int min_m = env_int("LILY_PREFILL_MIN", 8, 1, 1 << 20);
-  if (M >= min_m && pf_shapes_ok(cfg_)) {
-    const int chunk_env = env_int("LILY_PREFILL_CHUNK", 4096, 64, 1 << 16);
+  if (M >= min_m && prefill_shapes_ok(cfg_)) {
+    const int chunk_env = prefill_chunk_cap();
     if (pf_cap_ == 0) LILY_TRY(pf_alloc(chunk_env));  // bounded by the chunk, not the prompt
     // LILY_PREFILL_PROFILE=1: events between ops, a per-op table on stderr (adds small gaps) for
     // prompts of 1,024 tokens and more; =2: for every prefill forward (the short ones a server

@@ -1,0 +1,218 @@
+// Model::step (one serving step: decode rows and prompt segments together) against forward() on
+// each sequence alone, on the first golden checkpoint: sequences at different positions (fresh
+// states, short and long contexts) feed segments of 2..130 tokens and single decode tokens in one
+// step, asking for nothing, logits, or a device draw (greedy and at a temperature, with logprobs).
+// Then every sequence decodes one token in a batched step and one more alone, so the states the
+// mixed step left (K/V caches, conv windows, DeltaNet states, the decode graph's position) are
+// checked too. Backends: cpu (Backend::step: forwards, then one batched decode step), and
+// LILY_BACKEND's if set (cuda: the segments' tokens are rows of the batched step, batch.cu).
+// Stated tolerance: every logit within 1e-5 + 1e-6·|alone| on the CPU; on CUDA, where the step's
+// tensor-core GEMMs round differently from the prefill's and the batch-1 GEMVs, 2e-3 + 2e-3·|alone|
+// (as forward_batch_test), the argmax agreeing where its margin exceeds that, and draws equal to
+// draw_row on the alone logits (the id, where the draw is not within the tolerance of a boundary;
+// logprobs within the same tolerance).
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "model/draw.h"
+#include "model/model.h"
+
+namespace lily {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string first_golden() {
+  const fs::path root = fs::path(LILY_SOURCE_DIR) / "tests" / "data" / "golden";
+  std::vector<std::string> v;
+  std::error_code ec;
+  if (fs::is_directory(root, ec))
+    for (const auto& e : fs::directory_iterator(root, ec))
+      if (fs::exists(e.path() / "model.safetensors")) v.push_back(e.path().string());
+  std::sort(v.begin(), v.end());
+  return v.empty() ? "" : v.front();
+}
+
+std::vector<std::string> backends() {
+  std::vector<std::string> b = {"cpu"};
+  if (const char* e = std::getenv("LILY_BACKEND"); e && *e && std::find(b.begin(), b.end(), e) == b.end()) b.push_back(e);
+  return b;
+}
+
+std::vector<int32_t> tokens_of(int seq, int from, int len, int V) {
+  std::vector<int32_t> p;
+  for (int i = from; i < from + len; ++i) p.push_back(int32_t((uint64_t(i + 97 * seq) * 2654435761u) % uint32_t(V)));
+  return p;
+}
+
+int32_t argmax_of(const std::vector<float>& l) { return int32_t(std::max_element(l.begin(), l.end()) - l.begin()); }
+
+// The second largest logit's gap to the largest.
+double margin_of(const std::vector<float>& l) {
+  const int32_t a = argmax_of(l);
+  float second = -INFINITY;
+  for (size_t i = 0; i < l.size(); ++i)
+    if (int32_t(i) != a) second = std::max(second, l[i]);
+  return double(l[size_t(a)]) - double(second);
+}
+
+struct Case {
+  int context;    // tokens in the state before the step
+  int feed;       // tokens the step feeds (1: a decode row)
+  enum Out { kNone, kLogits, kGreedy, kTemp } out;
+};
+
+void run_cases(Model& model, const std::string& backend, const std::vector<Case>& cases, double atol, double rtol) {
+  const int V = model.config().vocab_size;
+  const size_t n = cases.size();
+  std::vector<std::unique_ptr<SeqState>> mixed, alone;
+  for (size_t s = 0; s < n; ++s)
+    for (auto* set : {&mixed, &alone}) {
+      auto st = model.new_state(512);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      if (cases[s].context > 0) ASSERT_TRUE(model.forward(**st, tokens_of(int(s), 0, cases[s].context, V), {}).is_ok());
+      set->push_back(std::move(*st));
+    }
+  // The step.
+  std::vector<std::vector<int32_t>> toks(n);
+  std::vector<std::vector<float>> got(n, std::vector<float>(size_t(V)));
+  std::vector<DrawSpec> spec(n);
+  std::vector<Drawn> drawn(n);
+  std::vector<StepFeed> feeds(n);
+  for (size_t s = 0; s < n; ++s) {
+    toks[s] = tokens_of(int(s), cases[s].context, cases[s].feed, V);
+    feeds[s].state = mixed[s].get(), feeds[s].tokens = toks[s];
+    if (cases[s].out == Case::kLogits) feeds[s].logits = got[s].data();
+    if (cases[s].out == Case::kGreedy) spec[s].top_logprobs = 3;
+    if (cases[s].out == Case::kTemp) spec[s].inv_t = 1.25f, spec[s].u = 0.37 + 0.05 * double(s), spec[s].top_logprobs = 0;
+    if (cases[s].out >= Case::kGreedy) feeds[s].draw = &spec[s], feeds[s].drawn = &drawn[s];
+  }
+  ASSERT_TRUE(model.step(feeds).is_ok());
+  double max_err = 0;
+  std::vector<int32_t> next(n);
+  std::vector<float> ref(static_cast<size_t>(V));
+  std::vector<float> w;
+  std::vector<double> sums;
+  for (size_t s = 0; s < n; ++s) {
+    SCOPED_TRACE(fmt::format("seq {} (context {}, feed {})", s, cases[s].context, cases[s].feed));
+    ASSERT_TRUE(model.forward(*alone[s], toks[s], ref).is_ok());
+    EXPECT_EQ(mixed[s]->n_tokens(), alone[s]->n_tokens());
+    next[s] = argmax_of(ref);
+    if (cases[s].out == Case::kLogits) {
+      for (int v = 0; v < V; ++v) {
+        const float a = ref[size_t(v)], b = got[s][size_t(v)];
+        max_err = std::max(max_err, double(std::fabs(a - b)));
+        ASSERT_NEAR(b, a, atol + rtol * std::fabs(a)) << "id " << v;
+      }
+      if (margin_of(ref) > 2 * (atol + rtol * std::fabs(ref[size_t(next[s])]))) EXPECT_EQ(argmax_of(got[s]), next[s]);
+    } else if (cases[s].out >= Case::kGreedy) {
+      Drawn want;
+      draw_row(ref, spec[s], want, w, sums);
+      EXPECT_NEAR(drawn[s].logprob, want.logprob, atol + rtol * std::fabs(want.logprob));
+      if (drawn[s].id != want.id) {  // only where the alone logits put the draw within the tolerance of another id
+        const double tol = atol + rtol * std::fabs(ref[size_t(want.id)]);
+        EXPECT_LE(std::fabs(double(ref[size_t(want.id)]) - double(ref[size_t(drawn[s].id)])), 4 * tol)
+            << "drew " << drawn[s].id << " where draw_row on the alone logits draws " << want.id;
+      }
+      if (cases[s].out == Case::kGreedy) {
+        EXPECT_EQ(drawn[s].n_top, 3);
+        if (drawn[s].n_top > 0) EXPECT_EQ(drawn[s].top_id[0], drawn[s].id);
+      }
+    }
+  }
+  // Every sequence decodes one token in a batched step, then one alone: the states must agree.
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::vector<float>> out(n, std::vector<float>(size_t(V)));
+    if (round == 0) {
+      std::vector<StepFeed> dec(n);
+      for (size_t s = 0; s < n; ++s) dec[s].state = mixed[s].get(), dec[s].tokens = {&next[s], 1}, dec[s].logits = out[s].data();
+      ASSERT_TRUE(model.step(dec).is_ok());
+    } else {
+      for (size_t s = 0; s < n; ++s) ASSERT_TRUE(model.forward(*mixed[s], {&next[s], 1}, out[s]).is_ok());
+    }
+    for (size_t s = 0; s < n; ++s) {
+      SCOPED_TRACE(fmt::format("after the step, round {}, seq {}", round, s));
+      ASSERT_TRUE(model.forward(*alone[s], {&next[s], 1}, ref).is_ok());
+      for (int v = 0; v < V; ++v) {
+        const float a = ref[size_t(v)], b = out[s][size_t(v)];
+        max_err = std::max(max_err, double(std::fabs(a - b)));
+        ASSERT_NEAR(b, a, atol + rtol * std::fabs(a)) << "id " << v;
+      }
+      next[s] = argmax_of(ref);
+    }
+  }
+  fmt::print("[model-step] {}: {} feeds, max |step - alone| logit {:.2e}\n", backend, n, max_err);
+}
+
+TEST(ModelStep, SegmentsAndDecodeRowsEqualForwardAlone) {
+  const std::string dir = first_golden();
+  if (dir.empty()) GTEST_SKIP() << "no checkpoints under tests/data/golden";
+  for (const std::string& backend : backends()) {
+    SCOPED_TRACE("backend " + backend);
+    ModelOptions o;
+    o.backend = backend;
+    o.verbose = false;
+    auto m = Model::load(dir, o);
+    ASSERT_TRUE(m.is_ok()) << m.message();
+    Model& model = **m;
+    ASSERT_TRUE(model.prepare(8, 256).is_ok());
+    const bool loose = backend == "cuda";
+    const double atol = loose ? 2e-3 : 1e-5, rtol = loose ? 2e-3 : 1e-6;
+    // Decode rows beside segments: fresh and filled states, segments across the 64-token chunk edges
+    // of the prefill kernels, every kind of output.
+    run_cases(model, backend,
+              {{0, 64, Case::kLogits}, {0, 7, Case::kNone}, {5, 1, Case::kGreedy}, {40, 1, Case::kTemp},
+               {1, 65, Case::kGreedy}, {130, 1, Case::kLogits}, {63, 2, Case::kLogits}, {17, 130, Case::kTemp}},
+              atol, rtol);
+    // Segments only (no decode row), one of them a single token.
+    run_cases(model, backend, {{0, 33, Case::kLogits}, {200, 129, Case::kLogits}, {3, 1, Case::kLogits}}, atol, rtol);
+  }
+}
+
+TEST(ModelStep, RefusesBadFeeds) {
+  const std::string dir = first_golden();
+  if (dir.empty()) GTEST_SKIP() << "no checkpoints under tests/data/golden";
+  ModelOptions o;
+  o.verbose = false;
+  auto m = Model::load(dir, o);
+  ASSERT_TRUE(m.is_ok()) << m.message();
+  Model& model = **m;
+  const int V = model.config().vocab_size;
+  auto a = model.new_state(8);
+  ASSERT_TRUE(a.is_ok());
+  const int32_t toks[3] = {1, 2, V};
+  StepFeed f[2];
+  f[0].state = a->get(), f[0].tokens = {toks, 2};
+  f[1] = f[0];
+  auto st = model.step(f);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("share one state"), std::string::npos) << st.message();
+  f[0].tokens = {toks, 3};
+  st = model.step({f, 1});
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("vocabulary"), std::string::npos) << st.message();
+  f[0].tokens = {toks, 2};
+  DrawSpec bad;
+  bad.u = 1.5;
+  Drawn d;
+  f[0].draw = &bad, f[0].drawn = &d;
+  st = model.step({f, 1});
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("draw spec"), std::string::npos) << st.message();
+  f[0].draw = nullptr;
+  std::vector<int32_t> nine(9, 1);  // more than max_seq
+  f[0].tokens = nine;
+  st = model.step({f, 1});
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_EQ((*a)->n_tokens(), 0) << "a refused step changed the state";
+}
+
+}  // namespace
+}  // namespace lily
