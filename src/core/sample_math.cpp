@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 
 // Every product and sum separately rounded (no FMA contraction where the target has FMA), as the
@@ -169,6 +170,75 @@ int32_t draw_inverse_cdf(std::span<const float> logits, int32_t argmax_id, float
     }
   }
   return argmax_id;
+}
+
+void apply_token_mask(std::span<float> logits, std::span<const uint64_t> allowed) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (size_t w = 0; w * 64 < logits.size(); ++w) {
+    const size_t base = w * 64, end = std::min(logits.size(), base + 64);
+    const uint64_t bits = w < allowed.size() ? allowed[w] : 0;
+    if (bits == 0) {
+      std::fill(logits.begin() + long(base), logits.begin() + long(end), ninf);
+      continue;
+    }
+    for (uint64_t off = ~bits; off; off &= off - 1) {  // the disallowed ones only
+      const size_t i = base + size_t(__builtin_ctzll(off));
+      if (i < end) logits[i] = ninf;
+    }
+  }
+}
+
+void apply_draw_penalties(std::span<float> logits, std::span<const DrawPenalty> pen, float repetition) {
+  const int64_t n = int64_t(logits.size());
+  for (const DrawPenalty& p : pen) {
+    if (p.id < 0 || p.id >= n) continue;
+    float& l = logits[size_t(p.id)];
+    if (p.flags & kPenaltyRepeat) l = l > 0 ? l / repetition : l * repetition;
+    if (p.flags & kPenaltySubtract) l = l - p.sub;
+  }
+}
+
+int32_t draw_filtered(std::span<const float> logits, int32_t argmax_id, float inv_t, const DrawCuts& cuts, double u,
+                      std::vector<float>& w, std::vector<uint64_t>& keys) {
+  const size_t V = logits.size();
+  w.resize(V);
+  softmax_weights(logits, logits[size_t(argmax_id)], inv_t, -40.0f, w.data());
+  keys.clear();
+  for (size_t i = 0; i < V; ++i)
+    if (w[i] > 0.0f) keys.push_back(draw_key(logits[i], int32_t(i)));
+  if (keys.empty()) return argmax_id;
+  const auto best_first = std::greater<uint64_t>();
+  if (cuts.top_k > 0 && size_t(cuts.top_k) < keys.size()) {
+    std::nth_element(keys.begin(), keys.begin() + (cuts.top_k - 1), keys.end(), best_first);
+    keys.resize(size_t(cuts.top_k));
+  }
+  auto weight = [&](uint64_t key) { return w[size_t(draw_key_id(key))]; };
+  if (cuts.min_p > 0.0f)
+    keys.erase(std::remove_if(keys.begin(), keys.end(), [&](uint64_t k) { return !(weight(k) >= cuts.min_p); }),
+               keys.end());
+  std::sort(keys.begin(), keys.end(), best_first);
+  size_t n = keys.size();
+  DrawU128 total = 0;
+  for (uint64_t k : keys) total += draw_fixed(weight(k));
+  if (cuts.top_p < 1.0f) {
+    const DrawU128 need = draw_top_p_need(cuts.top_p, total);
+    DrawU128 cum = 0;
+    for (size_t i = 0; i < n; ++i) {
+      cum += draw_fixed(weight(keys[i]));
+      if (cum >= need) {
+        n = i + 1;
+        break;
+      }
+    }
+    total = cum;
+  }
+  const DrawU128 target = draw_walk_target(u, total);
+  DrawU128 cum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    cum += draw_fixed(weight(keys[i]));
+    if (cum > target) return draw_key_id(keys[i]);
+  }
+  return draw_key_id(keys[n - 1]);  // not reached: target < total
 }
 
 }  // namespace lily

@@ -1,6 +1,8 @@
 // Token sampling on a backend's fp32 logits: penalties, temperature, top-k, top-p, min-p and a
 // seeded draw. Temperature 0 is greedy (ties to the lowest id, like the model's argmax), so a
-// request with a seed, or at temperature 0, is reproducible run to run.
+// request with a seed, or at temperature 0, is reproducible run to run. The draw itself is
+// model/draw.h's draw_row (defined in core/sample_math.h), the same one a backend makes where the
+// logits are: the sampler keeps the request's state (generator, token counts) and writes the spec.
 #pragma once
 #include "model/draw.h"
 #include "model/logits.h"  // argmax: ties go to the lowest id
@@ -43,41 +45,39 @@ class Sampler {
   // prompt: the tokens the repetition penalty also covers.
   Sampler(const SamplingParams& params, std::span<const int32_t> prompt);
 
-  // logits: [vocab] fp32, modified in place (penalties, temperature). Records the chosen token
-  // so later penalties see it.
+  // logits: [vocab] fp32, the model's raw row. Draws as draw_row does with next_spec(allowed),
+  // and records the chosen token so later penalties see it.
   // allowed (optional): a bitset over the vocabulary; other tokens are never chosen. The
   // log-probabilities still describe the model's raw distribution.
-  SampleResult sample(std::span<float> logits, std::span<const uint64_t> allowed = {});
+  SampleResult sample(std::span<const float> logits, std::span<const uint64_t> allowed = {});
 
   // Records a token that was fed without sampling (forced output), for the penalties.
   void accept(int32_t id);
 
-  // Whether this request's draws need nothing but the raw logits (no penalties, no top-k/top-p/
-  // min-p cut, at most kMaxDrawTop log-probabilities), so a backend can make them where the
-  // logits are (model/draw.h).
+  // Whether a backend can make this request's draws where the logits are (model/draw.h): at most
+  // kMaxDrawTop log-probabilities and kMaxDrawPenalties penalised tokens (a longer list is
+  // sampled on the host rather than uploaded each step).
   bool device_drawable() const;
+  // Whether the next draw depends on the tokens drawn before (penalties): its spec must wait for
+  // the previous token's accept().
+  bool penalized() const;
   // The spec of the next draw (requires device_drawable()), taking the uniform from this
   // sampler's generator exactly as sample() would: the same seed gives the same tokens either
-  // way. Call accept() with the drawn id after.
-  DrawSpec device_spec();
+  // way. Its penalties point into this sampler and `allowed` stays the caller's: both valid until
+  // the next accept(). Call accept() with the drawn id after.
+  DrawSpec device_spec(std::span<const uint64_t> allowed = {});
 
  private:
-  void apply_penalties(std::span<float> logits) const;
-  bool greedy() const;      // argmax: temperature 0 or top_k 1
-  bool plain_draw() const;  // a temperature draw with no cut: draw_inverse_cdf
-  int32_t draw(std::span<float> logits);
+  bool greedy() const;  // argmax: temperature 0 or top_k 1
+  DrawPenalty& penalty_entry(int32_t id);
 
   SamplingParams p_;
   std::mt19937_64 rng_;
   std::unordered_map<int32_t, int> generated_counts_;  // for presence/frequency
-  std::unordered_map<int32_t, int> seen_;               // prompt + generated, for repetition
-  std::vector<int32_t> idx_;                            // scratch: candidate ids
-  std::vector<float> wf_;                               // scratch: weight of every id
-  std::vector<double> w_;                               // scratch: block sums of the weights
+  std::vector<DrawPenalty> penalties_;                  // one per penalised token (DrawSpec::penalties)
+  std::unordered_map<int32_t, size_t> penalty_at_;      // token -> index in penalties_
+  DrawScratch scratch_;
 };
-
-// Sets the logits of tokens not in `allowed` (bit id % 64 of word id / 64) to -infinity.
-void apply_token_mask(std::span<float> logits, std::span<const uint64_t> allowed);
 
 // log_softmax of `logits` at `id`, and the top `k` entries (k <= 20), from raw logits.
 void compute_logprobs(std::span<const float> logits, int32_t id, int k, SampleResult& out);

@@ -78,6 +78,7 @@ CacheEntry Sequence::release(bool ok) {
 
 GenToken Sequence::choose(std::span<float> logits) {
   GenToken tok;
+  vocab_ = logits.size();
   if (fork_pending()) {  // the first reply token: the other choices start from these logits too
     fork_logits_.assign(logits.begin(), logits.end());
     forked_ = true;
@@ -115,6 +116,13 @@ void Sequence::sampled(int32_t id) {
     pending_.assign(req_->inject_tokens.begin(), req_->inject_tokens.end());
     injected_ = true;
   }
+}
+
+DrawSpec Sequence::device_spec() {
+  if (!constrained()) return sampler_.device_spec();
+  mask_.assign((vocab_ + 63) / 64, 0);  // as choose() does
+  req_->constraint->mask(tokens_left(), mask_);
+  return sampler_.device_spec(mask_);
 }
 
 GenToken Sequence::take_drawn(const Drawn& d) {

@@ -70,15 +70,20 @@ class Sequence {
   bool deliver(GenToken tok);
   // The other way to the next token: when nothing is pending and the sampler allows it, the
   // backend draws it where the logits are (device_spec() for the step; take_drawn() turns the
-  // result into what choose() would have returned, for deliver()).
-  bool device_drawable() const { return pending_.empty() && sampler_.device_drawable() && !constrained() && !fork_pending(); }
-  DrawSpec device_spec() { return sampler_.device_spec(); }
+  // result into what choose() would have returned, for deliver()). A constrained step's spec
+  // carries the constraint's mask, sized as choose() sizes it: from the vocabulary of a logits
+  // row this request has seen (its first reply token's, chosen from the prompt's logits).
+  bool device_drawable() const {
+    return pending_.empty() && sampler_.device_drawable() && (!constrained() || vocab_ > 0) && !fork_pending();
+  }
+  DrawSpec device_spec();
   GenToken take_drawn(const Drawn& d);
   // Whether the next step may be launched before this one's token reaches the host (the engine's
-  // depth-2 pipeline): drawn on the device, and no token can be injected after the next draw.
+  // depth-2 pipeline): drawn on the device, no token can be injected after the next draw, and the
+  // next draw's spec does not depend on this one's token (penalties).
   bool pipelinable() const {
     return device_drawable() && !feeding_tail() && !(req_->inject_after && !injected_) && req_->step_delay_ms == 0 &&
-           !req_->constraint;
+           !req_->constraint && !sampler_.penalized();
   }
   // n > 1: the logits this request's first reply token was chosen from, kept for its forks (the
   // engine starts them from a copy of the state: Engine::make_forks).
@@ -107,6 +112,7 @@ class Sequence {
   bool forced_ = false, injected_ = false, finished_ = false, tail_ = false;
   int32_t next_ = -1;
   std::vector<uint64_t> mask_;      // the constraint's allowed tokens for this step
+  size_t vocab_ = 0;                // the logits rows' length, once choose() has seen one
   std::vector<float> fork_logits_;  // see fork_ready()
   bool forked_ = false;
   std::string stop_string_;         // the stop string that ended the reply

@@ -1,8 +1,8 @@
 // What the engine needs from a constraint on a request's tokens (structured outputs, a thinking
 // budget): whether the next token is constrained, the mask of allowed tokens, and the token that
-// was chosen. A row whose next token is constrained is sampled on the host from masked logits; the
-// others may still be drawn where the logits are. One instance per reply, used by one thread at a
-// time (the row's sampling).
+// was chosen. A constrained row's mask goes with its draw (model/draw.h's DrawSpec::allowed), on
+// the host or where the logits are. One instance per reply, used by one thread at a time (the
+// row's sampling).
 #pragma once
 #include <cstdint>
 #include <memory>

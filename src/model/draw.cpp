@@ -2,8 +2,7 @@
 #include "model/draw.h"
 
 #include <algorithm>
-
-#include "core/sample_math.h"
+#include <utility>
 
 namespace lily {
 
@@ -18,13 +17,30 @@ void set_logprobs(std::span<const float> logits, int k, Drawn& out) {
   }
 }
 
-void draw_row(std::span<const float> logits, const DrawSpec& spec, Drawn& out, std::vector<float>& w,
-              std::vector<double>& sums) {
-  const int32_t best = argmax_fast(logits);
-  out.id = spec.inv_t > 0.0f ? draw_inverse_cdf(logits, best, spec.inv_t, spec.u, w, sums) : best;
+void draw_row(std::span<const float> logits, const DrawSpec& spec, Drawn& out, DrawScratch& s) {
+  std::span<const float> l = logits;
+  if (draw_edits_logits(spec)) {
+    s.edited.assign(logits.begin(), logits.end());
+    if (spec.allowed) apply_token_mask(s.edited, std::span<const uint64_t>(spec.allowed, size_t(spec.n_allowed)));
+    apply_draw_penalties(s.edited, std::span<const DrawPenalty>(spec.penalties, size_t(spec.n_penalties)),
+                         spec.repetition);
+    l = s.edited;
+  }
+  const int32_t best = argmax_fast(l);
+  if (!(spec.inv_t > 0.0f)) out.id = best;
+  else if (draw_is_filtered(spec)) out.id = draw_filtered(l, best, spec.inv_t, spec.cuts, spec.u, s.w, s.keys);
+  else out.id = draw_inverse_cdf(l, best, spec.inv_t, spec.u, s.w, s.sums);
   out.n_top = 0;
   out.logprob = 0.0f;
   if (spec.top_logprobs >= 0) set_logprobs(logits, spec.top_logprobs, out);
+}
+
+void draw_row(std::span<const float> logits, const DrawSpec& spec, Drawn& out, std::vector<float>& w,
+              std::vector<double>& sums) {
+  DrawScratch s;
+  s.w.swap(w), s.sums.swap(sums);
+  draw_row(logits, spec, out, s);
+  s.w.swap(w), s.sums.swap(sums);
 }
 
 }  // namespace lily

@@ -19,9 +19,14 @@ Status CudaBackend::ensure_draw(int B) {
 
 Status CudaBackend::draw_device(const float* logits, int B, std::span<const DrawSpec> spec, std::span<Drawn> out) {
   const int V = cfg_.vocab_size;
+  if (spec.size() < size_t(B) || out.size() < size_t(B)) return cu_err("draw_device: {} rows, {} specs", B, spec.size());
   LILY_TRY(ensure_draw(B));
-  LILY_CU_TRY(cudaMemcpyAsync(draw_spec_, spec.data(), size_t(B) * sizeof(DrawSpec), cudaMemcpyHostToDevice, stream_));
-  LILY_TRY(draw_rows(logits, B, V, draw_spec_, draw_out_, draw_scratch_, stream_));
+  // The specs with their penalty lists and masks, in one copy to the head of the draw scratch (the
+  // engine thread's buffer, reused: this call returns after the copy has been made).
+  static thread_local std::vector<unsigned char> image;
+  LILY_TRY(pack_draw_specs(spec.first(size_t(B)), V, draw_scratch_, image));
+  LILY_CU_TRY(cudaMemcpyAsync(draw_scratch_, image.data(), image.size(), cudaMemcpyHostToDevice, stream_));
+  LILY_TRY(draw_rows(logits, B, V, static_cast<const DrawSpec*>(draw_scratch_), draw_out_, draw_scratch_, stream_));
   LILY_CU_TRY(cudaMemcpyAsync(out.data(), draw_out_, size_t(B) * sizeof(Drawn), cudaMemcpyDeviceToHost, stream_));
   LILY_CU_TRY(cudaStreamSynchronize(stream_));
   return Status::ok();
@@ -59,6 +64,8 @@ Status CudaBackend::launch_draw(SeqState& state, int32_t token, const DrawSpec& 
   if (token < 0 && (pipe_launched_ == 0 || pipe_last_ != st))
     return cu_err("launch_draw: no step was launched for this state to feed its drawn token");
   if (token >= cfg_.vocab_size) return cu_err("launch_draw: token {} outside the vocabulary", token);
+  if (draw_edits_logits(spec))  // its lists would have to outlive the call; the engine never pipelines them
+    return cu_err("launch_draw: a spec with a token mask or penalties cannot be pipelined");
   LILY_TRY(st->reserve(st->n + 1));
   if (st->n + 1 > st->cap) return cu_err("launch_draw: the state is full ({} of max_seq {})", st->n, st->limit);
   LILY_TRY(ensure_draw(2));
