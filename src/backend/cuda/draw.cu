@@ -559,8 +559,12 @@ size_t draw_scratch_bytes(int B, int V) {
 
 Status pack_draw_specs(std::span<const DrawSpec> spec, int V, const void* device_at, std::vector<unsigned char>& image) {
   const size_t B = spec.size(), words = mask_words(V);
-  image.resize(upload_bytes(int(B), V));
-  size_t off = align16(B * sizeof(DrawSpec));
+  size_t off = align16(B * sizeof(DrawSpec)), size = off;  // the exact size: no fill of unused bytes
+  for (const DrawSpec& s : spec) {
+    if (s.n_penalties > 0) size += align16(size_t(std::min(s.n_penalties, kMaxDrawPenalties)) * sizeof(DrawPenalty));
+    if (s.allowed) size += align16(std::min(size_t(std::max(s.n_allowed, 0)), words) * sizeof(uint64_t));
+  }
+  image.resize(size);
   const auto* dev = static_cast<const unsigned char*>(device_at);
   for (size_t b = 0; b < B; ++b) {
     DrawSpec s = spec[b];
@@ -586,7 +590,6 @@ Status pack_draw_specs(std::span<const DrawSpec> spec, int V, const void* device
     }
     std::memcpy(image.data() + b * sizeof(DrawSpec), &s, sizeof s);
   }
-  image.resize(off);
   return Status::ok();
 }
 
