@@ -51,7 +51,7 @@
 #                         slowest engine steps and the prefill chunks go to the summary)
 #           SERVE_AB      ';'-separated settings, each words of VAR=x (server env; LOGPROBS=0|1 for the clients)
 #                         and --flag value (serve options), at SERVE_AB_CLIENTS [16],
-#                         e.g. 'LILY_ENGINE_PIPELINE=0;LOGPROBS=1 --interleave-ms 20' ['']
+#                         e.g. 'LILY_ENGINE_PIPELINE=0;LOGPROBS=1 --step-tokens 1024' ['']
 #   cpu:    THREADS ["1 2 4 8 16"]  PROMPT [256]
 #   golden-envelope: GOLDENS (golden folders) [tests/data/golden/*]
 #   llama:  LLAMA_SRC (a carried llama.cpp checkout) [.llama/llama.cpp]  LLAMA_MODEL (a .gguf on the device)
@@ -315,6 +315,9 @@ mode_serve() {
   [[ -n $NODE ]] || { fail serve "no node (pack.sh packs node.xz unless NODE=0)"; return 1; }
   synth_wait || return 1
   full_wait
+  # The server needs a tokenizer; `lily synth` writes one only for the small presets (the full preset's
+  # vocabulary is the real model's): the Qwen3 tokenizer's ids all lie inside it.
+  [[ -f $CK/tokenizer.json ]] || cp "$TOKD"/tokenizer.json "$TOKD"/tokenizer_config.json "$CK/"
   serve_run serve "${CLIENTS:-1 16 64}"
   split "${SERVE_AB:-}"
   for e in "${SPLIT[@]}"; do

@@ -4,6 +4,9 @@
 // experts), one untimed warm-up step, then --steps timed Model::decode_draw steps (the server's step:
 // each row's greedy token drawn where its logits are) feeding each row its token. JSON: per B the
 // aggregate tok/s, per-stream tok/s, median step time and the speed-up over B = 1.
+// --prompt-tokens N: every timed step also feeds newcomers' prompts as a server's step does
+// (Model::step): ⌈N / --segment⌉ fresh sequences, a segment of --segment tokens each, their logits
+// to the host; the table then gives the prompt tokens per second the step carried beside the rows.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,6 +30,7 @@ namespace {
 struct BenchBatchArgs {
   std::string model, backend = "cpu", batches = "1,2,4,8,16", json_out, label;
   int context = 256, steps = 16, threads = 0;
+  int prompt_tokens = 0, segment = 96;  // newcomers' prompt tokens per step, in segments of this length
   bool check = false;  // compare the warm-up step's rows with forward() on clones of the states
 };
 
@@ -52,6 +56,7 @@ int run_bench_batch(const BenchBatchArgs& a) {
   auto bs = parse_list(a.batches);
   if (!bs) return fail(bs.message());
   if (a.context <= 0 || a.steps <= 0) return fail("--context and --steps must be positive");
+  if (a.prompt_tokens < 0 || a.segment < 1) return fail("--prompt-tokens must be >= 0 and --segment >= 1");
   ModelOptions mo;
   mo.backend = a.backend;
   mo.threads = a.threads;
@@ -75,7 +80,13 @@ int run_bench_batch(const BenchBatchArgs& a) {
   out["copy_gbps"] = copy;
   std::fprintf(stderr, "bench-batch: %s on %s, context %d, %d timed steps; copy bandwidth %.0f GB/s\n", model.backend_name(),
                model.hardware().c_str(), a.context, a.steps, copy);
-  std::fprintf(stderr, "| batch | aggregate tok/s | per stream tok/s | ms/step (median) | vs batch 1 | decode_draw ms (median) | floor ms | vs floor |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  const int n_seg = (a.prompt_tokens + a.segment - 1) / a.segment;
+  out["prompt_tokens"] = a.prompt_tokens, out["segment"] = a.segment;
+  if (n_seg > 0)
+    std::fprintf(stderr, "each step also feeds %d prompt segments of %d tokens (fresh sequences, logits to the host)\n", n_seg,
+                 a.segment);
+  std::fprintf(stderr, "| batch | aggregate tok/s | per stream tok/s | ms/step (median) | vs batch 1 | decode_draw ms (median) | floor ms | vs floor |%s\n|---:|---:|---:|---:|---:|---:|---:|---:|%s\n",
+               n_seg ? " prompt tok/s |" : "", n_seg ? "---:|" : "");
   using clk = std::chrono::steady_clock;
   double base = 0;
   for (int B : *bs) {
@@ -108,11 +119,37 @@ int run_bench_batch(const BenchBatchArgs& a) {
     // are (on CUDA no logits cross PCIe). The --check warm-up step takes whole logits rows instead.
     std::vector<DrawSpec> specs(static_cast<size_t>(B));
     std::vector<Drawn> drawn(static_cast<size_t>(B));
+    // Newcomers (--prompt-tokens): fresh states, emptied before each step (outside the timing).
+    std::vector<std::unique_ptr<SeqState>> fresh;
+    std::vector<std::vector<int32_t>> seg_tok(static_cast<size_t>(n_seg));
+    std::vector<float> seg_logits(size_t(n_seg) * size_t(V));
+    for (int j = 0; j < n_seg; ++j) {
+      auto st = model.new_state(a.segment + 1);
+      if (!st) return fail(st.message());
+      fresh.push_back(std::move(*st));
+      for (int i = 0; i < a.segment; ++i)
+        seg_tok[size_t(j)].push_back(int32_t(uint64_t(uint32_t(uint64_t(i + 104729 * (j + 1)) * 2654435761ull)) % uint64_t(V)));
+    }
+    std::vector<StepFeed> feeds;
     for (int step = 0; step <= a.steps; ++step) {  // step 0: warm-up at the exact shape
+      for (auto& f : fresh) f->reset();
       const auto t0 = clk::now();
       const bool logits_step = step == 0 && a.check;
       if (logits_step) {
         if (Status r = model.forward_batch(rows, next, lb); !r) return fail(r.message());
+      } else if (n_seg > 0) {
+        feeds.clear();
+        for (int j = 0; j < n_seg; ++j) {
+          StepFeed f;
+          f.state = fresh[size_t(j)].get(), f.tokens = seg_tok[size_t(j)], f.logits = seg_logits.data() + size_t(j) * size_t(V);
+          feeds.push_back(f);
+        }
+        for (int b = 0; b < B; ++b) {
+          StepFeed f;
+          f.state = rows[size_t(b)], f.tokens = {&next[size_t(b)], 1}, f.draw = &specs[size_t(b)], f.drawn = &drawn[size_t(b)];
+          feeds.push_back(f);
+        }
+        if (Status r = model.step(feeds); !r) return fail(r.message());
       } else if (Status r = model.decode_draw(rows, next, specs, drawn); !r) {
         return fail(r.message());
       }
@@ -160,10 +197,13 @@ int run_bench_batch(const BenchBatchArgs& a) {
     r["step_bytes"] = step_bytes(model.config(), a.context + a.steps / 2.0, kv_es, B);
     r["floor_ms"] = floor_ms;
     r["speedup_vs_batch1"] = base > 0 ? nlohmann::json(agg / base) : nlohmann::json(nullptr);
+    const double prompt_tps = double(n_seg) * a.segment * a.steps / (total / 1e3);
+    if (n_seg > 0) r["prompt_tok_s"] = prompt_tps;
     out["results"].push_back(r);
-    std::fprintf(stderr, "| %d | %.1f | %.2f | %.2f | %s | %.2f | %.2f | %.2f |\n", B, agg, agg / B, sorted[sorted.size() / 2],
+    std::fprintf(stderr, "| %d | %.1f | %.2f | %.2f | %s | %.2f | %.2f | %.2f |%s\n", B, agg, agg / B, sorted[sorted.size() / 2],
                  base > 0 ? std::to_string(agg / base).substr(0, 5).c_str() : "-", fb_sorted[fb_sorted.size() / 2], floor_ms,
-                 floor_ms > 0 ? floor_ms / sorted[sorted.size() / 2] : 0.0);
+                 floor_ms > 0 ? floor_ms / sorted[sorted.size() / 2] : 0.0,
+                 n_seg > 0 ? (" " + std::to_string(int(prompt_tps)) + " |").c_str() : "");
   }
   const std::string text = out.dump(1);
   if (!a.json_out.empty()) std::ofstream(a.json_out) << text << "\n";
@@ -182,6 +222,8 @@ Registrar reg("bench-batch", "Batched decode throughput: aggregate tok/s of the 
                 app.add_option("--threads", a->threads, "CPU threads (0: all cores)");
                 app.add_option("--json", a->json_out, "Also write the JSON to this file");
                 app.add_option("--label", a->label, "Free text recorded in the JSON (commit, notes)");
+                app.add_option("--prompt-tokens", a->prompt_tokens, "Newcomers' prompt tokens fed beside the rows in every timed step (Model::step)");
+                app.add_option("--segment", a->segment, "Length of each newcomer's prompt segment (--prompt-tokens)");
                 app.add_flag("--check", a->check, "Compare the warm-up step's rows with forward() alone (max |d|, argmax)");
                 return [a] { return run_bench_batch(*a); };
               });

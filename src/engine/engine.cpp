@@ -217,6 +217,7 @@ std::vector<Engine::Segment> Engine::plan_segments() {
   // within step_tokens.
   std::vector<Segment> segs;
   size_t used = 0;
+  const size_t budget = size_t(std::max(1, opts_.step_tokens));
   for (auto& q : active_) {
     Sequence* s = q.get();
     if (s->finished() || s->decoding()) continue;
@@ -245,7 +246,7 @@ std::vector<Engine::Segment> Engine::plan_segments() {
       continue;
     }
     auto chunk = s->next_segment(size_t(opts_.prefill_chunk));
-    if (!segs.empty() && used + chunk.size() > size_t(std::max(1, opts_.step_tokens))) break;
+    if (!segs.empty() && used + chunk.size() > budget) break;
     used += chunk.size();
     segs.push_back({s, chunk, chunk.size() == s->prompt_left()});
   }

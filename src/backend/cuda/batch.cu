@@ -709,8 +709,20 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
     }
     return Status::ok();
   };
-  auto mk = [](const char*) {};
-  LILY_TRY(enqueue_tc(x, c, d_, R, stream_, mk, &mp));
+  // LILY_BATCH_PROFILE=1: an event after each op (segment mixers inside the mixer ops); the third mixed
+  // step of each row count prints the table.
+  x.prof = env_is("LILY_BATCH_PROFILE", "1");
+  auto mk = [&](const char* name) {
+    if (!x.prof) return;
+    cudaEvent_t e;
+    cudaEventCreate(&e);
+    cudaEventRecord(e, stream_);
+    x.ev.push_back({name, e});
+  };
+  mk("start");
+  Status enq = enqueue_tc(x, c, d_, R, stream_, mk, &mp);
+  x.prof = false;
+  LILY_TRY(enq);
   LILY_TRY(bfinish(x.fin_ctl(x.mtab_dev), x.fin_pos(x.mtab_dev), nfin, stream_));
   // Outputs: rows drawn on the device (the others' specs are unused), logits rows to the host.
   const size_t V = size_t(c.vocab_size);
@@ -731,6 +743,14 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
   }
   LILY_CU_TRY(cudaStreamSynchronize(stream_));
   for (const StepFeed& f : feeds) static_cast<CudaSeqState*>(f.state)->n += int(f.tokens.size());
+  if (!x.ev.empty()) {
+    if (++x.prof_calls[-R] == 3) {
+      std::fprintf(stderr, "(mixed step: %d decode rows, %zu segments, %d rows in all)\n", D, segs.size(), R);
+      print_profile(R);
+    }
+    for (auto& e : x.ev) cudaEventDestroy(e.second);
+    x.ev.clear();
+  }
   return Status::ok();
 }
 
