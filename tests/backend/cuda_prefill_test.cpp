@@ -595,6 +595,87 @@ TEST(CudaPrefill, GdnPrefill) {
   gdn_case(real, {65, 2, 200}, true, true, false);
 }
 
+// Several independent sequences in one launch per kernel (pf::gdn_prefill_segments: the mixed serving
+// step's segments), each with its own state, window, rows of u and scratch: bit-identical to
+// gdn_prefill on each alone, and within the chunked form's tolerance of the CPU reference.
+void gdn_segments_case(GdnCase& G, const std::vector<int>& lens, bool win_f32) {
+  const int nk = G.nk, nv = G.nv, C = 2 * nk * 128 + nv * 128, vd = nv * 128, kd = nk * 128, W = G.K - 1;
+  const int ldu = C + vd + 2 * nv, n = int(lens.size());
+  int Mt = 0, Mmax = 0;
+  size_t wyt = 0;
+  for (int L : lens) Mt += L, Mmax = std::max(Mmax, L), wyt += cuda::pf::gdn_wy_floats(L, nv);
+  auto u = randv(size_t(Mt) * ldu, 0.5f);
+  DBuf<uint16_t> dcw(to_bits(G.conv_w)), ddt(to_bits(G.dt_bias)), dgn(to_bits(G.gnorm));
+  DBuf<float> dA(G.A_log), du(u);
+  const size_t wbytes = size_t(C) * W * (win_f32 ? 4 : 2);
+  std::vector<std::vector<float>> win(n), S(n);
+  // Two copies of every sequence's state: [0] for the segments launch, [1] for one launch each.
+  std::vector<std::unique_ptr<DBuf<uint8_t>>> wb[2][2];
+  std::vector<std::unique_ptr<DBuf<float>>> dS[2];
+  for (int j = 0; j < n; ++j) {
+    win[j] = rand_bf16(size_t(C) * W);
+    S[j] = randv(size_t(nv) * 128 * 128, 0.05f);
+    for (int c = 0; c < 2; ++c) {
+      for (int b = 0; b < 2; ++b) wb[c][b].push_back(std::make_unique<DBuf<uint8_t>>(wbytes));
+      if (win_f32) cudaMemcpy(wb[c][0][j]->p, win[j].data(), wbytes, cudaMemcpyHostToDevice);
+      else { auto bits = to_bits(win[j]); cudaMemcpy(wb[c][0][j]->p, bits.data(), wbytes, cudaMemcpyHostToDevice); }
+      dS[c].push_back(std::make_unique<DBuf<float>>(S[j]));
+    }
+  }
+  DBuf<float> qn(size_t(Mt) * kd), kn(size_t(Mt) * kd), v(size_t(Mt) * vd), g(size_t(Mt) * nv), be(size_t(Mt) * nv);
+  DBuf<float> oraw(size_t(Mt) * vd), o(size_t(Mt) * vd), o1(size_t(Mt) * vd), wy(wyt);
+  std::vector<cuda::pf::GdnPrefillArgs> args(n);
+  int t0 = 0, longest = 0;
+  size_t wo = 0;
+  for (int j = 0; j < n; ++j) {
+    cuda::pf::GdnPrefillArgs& a = args[j];
+    const int M = lens[j];
+    a.u = du.p + size_t(t0) * ldu, a.ldu = ldu, a.M = M;
+    a.win_in = wb[0][0][j]->p, a.win_out = wb[0][M & 1][j]->p, a.win_f32 = win_f32;
+    a.conv_w = dcw.p, a.A_log = dA.p, a.dt_bias = ddt.p, a.gnorm = dgn.p, a.S = dS[0][j]->p, a.nk = nk, a.nv = nv, a.K = G.K;
+    a.qn = qn.p + size_t(t0) * kd, a.kn = kn.p + size_t(t0) * kd, a.v = v.p + size_t(t0) * vd, a.g = g.p + size_t(t0) * nv;
+    a.beta = be.p + size_t(t0) * nv, a.o_raw = oraw.p + size_t(t0) * vd, a.o = o.p + size_t(t0) * vd, a.wy = wy.p + wo;
+    if (M > lens[longest]) longest = j;
+    t0 += M, wo += cuda::pf::gdn_wy_floats(M, nv);
+  }
+  DBuf<uint8_t> dargs(args.size() * sizeof(cuda::pf::GdnPrefillArgs));
+  cudaMemcpy(dargs.p, args.data(), args.size() * sizeof(cuda::pf::GdnPrefillArgs), cudaMemcpyHostToDevice);
+  ASSERT_TRUE(cuda::pf::gdn_prefill_segments(args[longest], reinterpret_cast<const cuda::pf::GdnPrefillArgs*>(dargs.p), n, nullptr).is_ok());
+  // One launch each, on the second copies of the states, same scratch rows.
+  t0 = 0;
+  for (int j = 0; j < n; ++j) {
+    cuda::pf::GdnPrefillArgs a = args[j];
+    a.win_in = wb[1][0][j]->p, a.win_out = wb[1][lens[j] & 1][j]->p, a.S = dS[1][j]->p, a.o = o1.p + size_t(t0) * vd;
+    ASSERT_TRUE(cuda::pf::gdn_prefill(a, nullptr).is_ok());
+    t0 += lens[j];
+  }
+  std::string shape = dims({nk, nv}) + " segments ";
+  for (int j = 0; j < n; ++j) shape += (j ? "+" : "") + std::to_string(lens[j]);
+  if (!win_f32) shape += " bf16 win";
+  check("gdn segments out == alone", shape, o.down(), o1.down(), 0.f, 0.f);
+  std::vector<float> ref, got_S, ref_S, alone_S;
+  t0 = 0;
+  for (int j = 0; j < n; ++j) {
+    std::vector<float> up(u.begin() + size_t(t0) * ldu, u.begin() + size_t(t0 + lens[j]) * ldu), out1, w = win[j], s = S[j];
+    G.cpu(up, lens[j], ldu, w, s, out1);
+    ref.insert(ref.end(), out1.begin(), out1.end());
+    auto a = dS[0][j]->down(), b = dS[1][j]->down();
+    got_S.insert(got_S.end(), a.begin(), a.end()), alone_S.insert(alone_S.end(), b.begin(), b.end());
+    ref_S.insert(ref_S.end(), s.begin(), s.end());
+    t0 += lens[j];
+  }
+  check("gdn segments state == alone", shape, got_S, alone_S, 0.f, 0.f);
+  check("gdn segments out", shape, o.down(), ref, 5e-4f, 5e-4f);
+  check("gdn segments state", shape, got_S, ref_S, 2e-4f, 2e-4f);
+}
+TEST(CudaPrefill, GdnPrefillSegments) {
+  REQUIRE_GPU();
+  GdnCase small(2, 4), real(16, 32);
+  gdn_segments_case(small, {5, 64, 65, 2, 130}, true);
+  gdn_segments_case(small, {96, 7}, false);
+  gdn_segments_case(real, {96, 96, 33, 129, 2}, true);
+}
+
 // ------------------------------------------------------------------------------- attention
 // terms 3 (fp32 caches): q/K/V/P split into bf16 hi + lo, checked against the plain fp32
 // reference; terms 1: bf16 operands, checked against a reference that rounds q/K/V to bf16.

@@ -9,6 +9,7 @@
 // activations it stays within ~1e-5 of what forward() gives the sequence alone. Rows fall back to
 // the per-row loop where the batched kernels do not apply (bf16 K/V states, the A/B env knobs that
 // change the batch-1 arithmetic). B = 1 runs forward() (the batch-1 graph).
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -50,6 +51,8 @@ struct BatchCtx {
   float* Gxs = nullptr;
   char* mtab_dev = nullptr;
   char* mtab_host = nullptr;
+  void* seg_args = nullptr;  // the mixed step's per-segment DeltaNet args, every layer (pf::GdnPrefillArgs)
+  size_t seg_args_cap = 0;
   size_t mtab_bytes = 0, mtab_ptr_off = 0;
   int32_t* out_idx(char* base) const { return reinterpret_cast<int32_t*>(base); }
   int32_t* fin_pos(char* base) const { return out_idx(base) + cap; }
@@ -75,6 +78,8 @@ struct BatchCtx {
     owned.clear();
     if (tab_host) cudaFreeHost(tab_host);
     if (mtab_host) cudaFreeHost(mtab_host);
+    if (seg_args) cudaFree(seg_args);
+    seg_args = nullptr, seg_args_cap = 0;
     if (host_logits) cudaFreeHost(host_logits);
     tab_host = nullptr, mtab_host = nullptr, host_logits = nullptr;
     cap = 0;
@@ -245,7 +250,8 @@ static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, int B
 
 // A mixed step's layout (CudaBackend::step): rows [0, D) are decode rows (one token each, the batched
 // mixers); the rest are prompt segments, whose mixers seg_mixers(layer, attn) runs (the prefill
-// kernels, one segment at a time, reading x.u and writing x.og / x.o at the segment's rows). The
+// kernels: the DeltaNet over every segment in one launch per kernel, attention a segment at a time;
+// reading x.u and writing x.og / x.o at the segment's rows). The
 // lm_head runs on the n_out rows listed in the mixed table (out_idx), gathered.
 struct MixedPlan {
   int D = 0, n_out = 0;
@@ -621,7 +627,8 @@ Status CudaBackend::batch_step(std::span<SeqState* const> states, std::span<cons
 // is Backend::step: the captured decode graphs, or the prefill path for a lone prompt.
 Status CudaBackend::step(std::span<const StepFeed> feeds) {
   const ModelConfig& c = cfg_;
-  int D = 0, R = 0, max_seg = 0;
+  int D = 0, R = 0;
+  size_t wy_need = 0;  // the segments' chunked-DeltaNet scratch (floats)
   bool any_seg = false, ok = feeds.size() >= 2;
   for (const StepFeed& f : feeds) {
     auto* st = dynamic_cast<CudaSeqState*>(f.state);
@@ -630,16 +637,17 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
     if (st->n + L > st->cap) return cu_err("step: {} + {} tokens exceed the state's room {}", st->n, L, st->cap);
     ok = ok && st->f32;
     if (L == 1) ++D;
-    else any_seg = true, max_seg = std::max(max_seg, L);
+    else any_seg = true, wy_need += pf::gdn_wy_floats(L, c.linear_num_value_heads);
     R += L;
   }
   ok = ok && any_seg && batch_knobs_ok() && tc_on() && c.linear_value_head_dim <= 256 &&
        c.shared_expert_intermediate_size == c.moe_intermediate_size && prefill_shapes_ok(c);
   if (ok && pf_cap_ == 0) LILY_TRY(pf_alloc(prefill_chunk_cap()));
-  if (!ok || max_seg > pf_cap_) return Backend::step(feeds);
+  // The segments' mixers share the prefill scratch, each at its own rows.
+  if (!ok || R - D > pf_cap_ || wy_need > pf::gdn_wy_floats(pf_cap_, c.linear_num_value_heads)) return Backend::step(feeds);
   LILY_TRY(batch_alloc(R));
   BatchCtx& x = *batch_;
-  const int H = c.hidden_size, C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nhd = c.num_attention_heads * c.head_dim;
+  const int C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nhd = c.num_attention_heads * c.head_dim;
   // Row table: decode rows first (feed order), then each segment's tokens; the mixed table: rows that
   // need logits (out_idx, with the feed each serves) and the rows that leave each state's position.
   struct Seg {
@@ -681,31 +689,67 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
   const float eps = c.rms_norm_eps;
   MixedPlan mp;
   mp.D = D, mp.n_out = int(outs.size());
+  // The segments' DeltaNet args of every layer, uploaded once: one launch per kernel and layer covers
+  // every segment (pf::gdn_prefill_segments; segment j's scratch rows start at its prompt-row offset,
+  // its WY scratch after the previous segments'). Fits the prefill scratch when the step's prompt rows
+  // do (checked above).
+  const int n_gdn = c.num_hidden_layers - int(std::count_if(d_.layers.begin(), d_.layers.end(), [](const DevLayer& l) { return l.attn; }));
+  const int S = int(segs.size());
+  std::vector<pf::GdnPrefillArgs> gargs(size_t(n_gdn) * size_t(S));
+  std::vector<int> gdn_idx(size_t(c.num_hidden_layers), -1);
+  size_t longest = 0;
+  for (int i = 0, gi = 0; i < c.num_hidden_layers; ++i) {
+    const DevLayer& Lw = d_.layers[size_t(i)];
+    if (Lw.attn) continue;
+    gdn_idx[size_t(i)] = gi;
+    size_t wy_off = 0;
+    for (int j = 0; j < S; ++j) {
+      const Seg& sg = segs[size_t(j)];
+      CudaSeqState& st = *sg.st;
+      auto& SL = st.layers[size_t(i)];
+      const int pos0 = st.n;
+      const size_t pr = size_t(sg.row0 - D);  // the segment's first prompt row: its scratch rows
+      pf::GdnPrefillArgs& g = gargs[size_t(gi) * S + j];
+      g.u = x.u + size_t(sg.row0) * x.urows, g.ldu = x.urows, g.M = sg.L;
+      const size_t wn = size_t(C) * (c.linear_conv_kernel_dim - 1) * (st.f32 ? 2 : 1);  // uint16 units
+      g.win_in = SL.conv + size_t(pos0 & 1) * wn, g.win_out = SL.conv + size_t((pos0 + sg.L) & 1) * wn, g.win_f32 = st.f32;
+      g.conv_w = Lw.conv_w, g.A_log = Lw.A_log, g.dt_bias = Lw.dt_bias, g.gnorm = Lw.gnorm, g.S = SL.S;
+      g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.K = c.linear_conv_kernel_dim, g.eps = eps;
+      const size_t kd = size_t(c.gdn_key_dim()), nv = size_t(c.linear_num_value_heads);
+      g.qn = p.qn + pr * kd, g.kn = p.kn + pr * kd, g.v = p.v + pr * vd, g.g = p.g + pr * nv, g.beta = p.beta + pr * nv;
+      g.o_raw = p.o_raw + pr * vd, g.o = x.og + size_t(sg.row0) * vd, g.wy = p.wy + wy_off;
+      wy_off += pf::gdn_wy_floats(sg.L, c.linear_num_value_heads);
+      if (gi == 0 && size_t(sg.L) > size_t(gargs[longest].M)) longest = size_t(j);
+    }
+    ++gi;
+  }
+  if (!gargs.empty()) {
+    if (x.seg_args_cap < gargs.size()) {
+      if (x.seg_args) cudaFree(x.seg_args);
+      x.seg_args = nullptr, x.seg_args_cap = 0;
+      LILY_CU_TRY(cudaMalloc(&x.seg_args, gargs.size() * sizeof(pf::GdnPrefillArgs)));
+      x.seg_args_cap = gargs.size();
+    }
+    LILY_CU_TRY(cudaMemcpyAsync(x.seg_args, gargs.data(), gargs.size() * sizeof(pf::GdnPrefillArgs), cudaMemcpyHostToDevice, stream_));
+  }
+  auto* seg_dev = static_cast<pf::GdnPrefillArgs*>(x.seg_args);
   mp.seg_mixers = [&](int i, bool attn) -> Status {
     const DevLayer& Lw = d_.layers[size_t(i)];
+    if (!attn) {
+      const int gi = gdn_idx[size_t(i)];
+      return pf::gdn_prefill_segments(gargs[size_t(gi) * S + longest], seg_dev + size_t(gi) * S, S, stream_);
+    }
     for (const Seg& sg : segs) {
       CudaSeqState& st = *sg.st;
       auto& SL = st.layers[size_t(i)];
       const int pos0 = st.n;
-      if (!attn) {
-        pf::GdnPrefillArgs g{};
-        g.u = x.u + size_t(sg.row0) * x.urows, g.ldu = x.urows, g.M = sg.L;
-        const size_t wn = size_t(C) * (c.linear_conv_kernel_dim - 1) * (st.f32 ? 2 : 1);  // uint16 units
-        g.win_in = SL.conv + size_t(pos0 & 1) * wn, g.win_out = SL.conv + size_t((pos0 + sg.L) & 1) * wn, g.win_f32 = st.f32;
-        g.conv_w = Lw.conv_w, g.A_log = Lw.A_log, g.dt_bias = Lw.dt_bias, g.gnorm = Lw.gnorm, g.S = SL.S;
-        g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.K = c.linear_conv_kernel_dim, g.eps = eps;
-        g.qn = p.qn, g.kn = p.kn, g.v = p.v, g.g = p.g, g.beta = p.beta, g.o_raw = p.o_raw;
-        g.o = x.og + size_t(sg.row0) * vd, g.wy = p.wy;
-        LILY_TRY(pf::gdn_prefill(g, stream_));
-      } else {
-        pf::AttnPrefillArgs a{};
-        a.u = x.u + size_t(sg.row0) * x.urows, a.ldu = x.urows, a.M = sg.L, a.pos0 = pos0;
-        a.q_norm = Lw.q_norm, a.k_norm = Lw.k_norm, a.kc = SL.kc, a.vc = SL.vc, a.kv_f32 = st.f32, a.terms = 3;
-        a.qb = p.qb, a.out = x.o + size_t(sg.row0) * nhd, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
-        a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim(), a.max_seq = st.cap;
-        a.theta = c.rope_theta, a.eps = eps;
-        LILY_TRY(pf::attn_prefill(a, stream_));
-      }
+      pf::AttnPrefillArgs a{};
+      a.u = x.u + size_t(sg.row0) * x.urows, a.ldu = x.urows, a.M = sg.L, a.pos0 = pos0;
+      a.q_norm = Lw.q_norm, a.k_norm = Lw.k_norm, a.kc = SL.kc, a.vc = SL.vc, a.kv_f32 = st.f32, a.terms = 3;
+      a.qb = p.qb, a.out = x.o + size_t(sg.row0) * nhd, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
+      a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim(), a.max_seq = st.cap;
+      a.theta = c.rope_theta, a.eps = eps;
+      LILY_TRY(pf::attn_prefill(a, stream_));
     }
     return Status::ok();
   };

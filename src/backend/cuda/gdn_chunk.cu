@@ -62,7 +62,10 @@ __device__ __forceinline__ void mma3(float* d, const FragA& a, const FragB& b) {
 constexpr int kLdK1 = kD + 4;  // Ks, Qs row stride (floats): A loads (g, t) and B loads (n=g, k=t) hit 32 banks
 constexpr int kSmem1 = (2 * kC * kLdK1 + kC * kC + 3 * kC) * 4;
 
-__global__ void __launch_bounds__(256, 2) wy_kernel(GdnPrefillArgs a) {
+template <bool kSeg>
+__global__ void __launch_bounds__(256, 2) wy_kernel(GdnPrefillArgs a0, const GdnPrefillArgs* segs) {
+  const GdnPrefillArgs a = seg_args<kSeg>(a0, segs);
+  if (int(blockIdx.x) * kC >= a.M) return;  // segments: the grid covers the longest
   extern __shared__ float4 sm4[];
   float* Ks = reinterpret_cast<float*>(sm4);
   float* Qs = Ks + kC * kLdK1;
@@ -73,7 +76,8 @@ __global__ void __launch_bounds__(256, 2) wy_kernel(GdnPrefillArgs a) {
   const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int t0 = c * kC, n = min(kC, a.M - t0), kh = h / (a.nv / a.nk);
   const int kd = a.nk * kD, vd = a.nv * kD;
-  float* out = a.wy + (size_t(h) * gridDim.x + c) * kPer;
+  const int nch = kSeg ? (a.M + kC - 1) / kC : int(gridDim.x);
+  float* out = a.wy + (size_t(h) * nch + c) * kPer;
   // Q, K rows of the chunk (zero past n), every load of the thread in flight at once.
 #pragma unroll
   for (int it = 0; it < kC * (kD / 4) / 256; ++it) {
@@ -168,7 +172,10 @@ __global__ void __launch_bounds__(256, 2) wy_kernel(GdnPrefillArgs a) {
 constexpr int kLdW = kD + 4, kLdQ = kD + 4, kLdK = kD + 8, kLdU = kCS + 8, kLdP = kC + 4, kLdS = kCS + 8;
 constexpr int kSmem2 = (kC * kLdW + kC * kLdQ + kC * kLdK + 2 * kC * kLdU + kC * kLdP + kD * kLdS + 3 * kC) * 4;
 
-__global__ void __launch_bounds__(256, 1) state_kernel(GdnPrefillArgs a, int nch) {
+template <bool kSeg>
+__global__ void __launch_bounds__(256, 1) state_kernel(GdnPrefillArgs a0, int nch0, const GdnPrefillArgs* segs) {
+  const GdnPrefillArgs a = seg_args<kSeg>(a0, segs);
+  const int nch = kSeg ? (a.M + kC - 1) / kC : nch0;
   extern __shared__ float4 sm4[];
   float* Ws = reinterpret_cast<float*>(sm4);
   float* Qs = Ws + kC * kLdW;
@@ -354,22 +361,34 @@ __global__ void __launch_bounds__(256, 1) state_kernel(GdnPrefillArgs a, int nch
 
 size_t gdn_wy_floats(int M, int nv) { return size_t((M + kC - 1) / kC) * nv * kPer; }
 
-Status gdn_chunk_scan(const GdnPrefillArgs& a, Stream stream) {
+// The two kernels over one sequence's M tokens (segs null: a, grid z = 1) or over n_seg segments
+// (segs: device array of their args, grid z = segment, x sized for the longest; a holds the longest M).
+static Status chunk_launch(const GdnPrefillArgs& a, const GdnPrefillArgs* segs, int n_seg, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   static bool attr = false;
   if (!attr) {
-    LILY_CU_TRY(cudaFuncSetAttribute(wy_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem1));
-    LILY_CU_TRY(cudaFuncSetAttribute(state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem2));
+    LILY_CU_TRY(cudaFuncSetAttribute(wy_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem1));
+    LILY_CU_TRY(cudaFuncSetAttribute(wy_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem1));
+    LILY_CU_TRY(cudaFuncSetAttribute(state_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem2));
+    LILY_CU_TRY(cudaFuncSetAttribute(state_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem2));
     attr = true;
   }
   const int nch = (a.M + kC - 1) / kC;
-  wy_kernel<<<dim3(nch, a.nv), 256, kSmem1, s>>>(a);
+  if (segs) wy_kernel<true><<<dim3(nch, a.nv, n_seg), 256, kSmem1, s>>>(a, segs);
+  else wy_kernel<false><<<dim3(nch, a.nv), 256, kSmem1, s>>>(a, nullptr);
   LILY_TRY(launch_status("pf::gdn_wy"));
   if (a.prof) a.prof(a.prof_ctx, "gdn: chunk WY factors (tensor cores)");
-  state_kernel<<<a.nv * kSlices, 256, kSmem2, s>>>(a, nch);
+  if (segs) state_kernel<true><<<dim3(a.nv * kSlices, 1, n_seg), 256, kSmem2, s>>>(a, nch, segs);
+  else state_kernel<false><<<a.nv * kSlices, 256, kSmem2, s>>>(a, nch, nullptr);
   LILY_TRY(launch_status("pf::gdn_chunk_state"));
   if (a.prof) a.prof(a.prof_ctx, "gdn: chunk state + output (tensor cores)");
   return Status::ok();
+}
+
+Status gdn_chunk_scan(const GdnPrefillArgs& a, Stream stream) { return chunk_launch(a, nullptr, 1, stream); }
+
+Status gdn_chunk_scan_segments(const GdnPrefillArgs& longest, const GdnPrefillArgs* segs, int n_seg, Stream stream) {
+  return chunk_launch(longest, segs, n_seg, stream);
 }
 
 }  // namespace lily::cuda::pf

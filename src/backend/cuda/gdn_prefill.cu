@@ -18,7 +18,10 @@ constexpr int kD = 128, kT = 32;
 
 __device__ __forceinline__ float softplus(float v) { return v > 20.f ? v : log1pf(expf(v)); }
 
-__global__ void __launch_bounds__(kD) prep_kernel(GdnPrefillArgs a) {
+template <bool kSeg>
+__global__ void __launch_bounds__(kD) prep_kernel(GdnPrefillArgs a0, const GdnPrefillArgs* segs) {
+  const GdnPrefillArgs a = seg_args<kSeg>(a0, segs);
+  if (int(blockIdx.x) >= a.M) return;
   __shared__ float red[32];
   const int m = blockIdx.x, hb = blockIdx.y, d = threadIdx.x, K = a.K, W = K - 1;
   const int kd = a.nk * kD, vd = a.nv * kD, C = 2 * kd + vd;
@@ -56,7 +59,10 @@ __global__ void __launch_bounds__(kD) prep_kernel(GdnPrefillArgs a) {
 // inputs for tokens m0−3 .. m0+kPT−1 in registers (one load per token instead of four), and the
 // per-token L2 sums of a q/k head reduce kPT tokens at once.
 constexpr int kPT = 16;
-__global__ void __launch_bounds__(kD) prep4_kernel(GdnPrefillArgs a) {
+template <bool kSeg>
+__global__ void __launch_bounds__(kD) prep4_kernel(GdnPrefillArgs a0, const GdnPrefillArgs* segs) {
+  const GdnPrefillArgs a = seg_args<kSeg>(a0, segs);
+  if (int(blockIdx.x) * kPT >= a.M) return;
   __shared__ float red[kD / 32][kPT];
   const int m0 = blockIdx.x * kPT, hb = blockIdx.y, d = threadIdx.x, lane = d & 31, warp = d >> 5;
   const int kd = a.nk * kD, vd = a.nv * kD, C = 2 * kd + vd, ch = hb * kD + d, n = min(kPT, a.M - m0);
@@ -114,7 +120,9 @@ __global__ void __launch_bounds__(kD) prep4_kernel(GdnPrefillArgs a) {
   }
 }
 
-__global__ void window_kernel(GdnPrefillArgs a, int C) {
+template <bool kSeg>
+__global__ void window_kernel(GdnPrefillArgs a0, int C, const GdnPrefillArgs* segs) {
+  const GdnPrefillArgs a = seg_args<kSeg>(a0, segs);
   const int ch = blockIdx.x * blockDim.x + threadIdx.x;
   if (ch >= C) return;
   const int W = a.K - 1;
@@ -210,7 +218,10 @@ __global__ void __launch_bounds__(kWarps * 32) scan_kernel(GdnPrefillArgs a) {
 }
 
 // One block per token, one warp per head (looping): o = gain ⊙ o_raw·rsqrt(mean o²+eps) ⊙ silu(z).
-__global__ void gated_norm_kernel(GdnPrefillArgs a, int C) {
+template <bool kSeg>
+__global__ void gated_norm_kernel(GdnPrefillArgs a0, int C, const GdnPrefillArgs* segs) {
+  const GdnPrefillArgs a = seg_args<kSeg>(a0, segs);
+  if (int(blockIdx.x) >= a.M) return;
   const int m = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int vd = a.nv * kD;
   const uint16_t* gain = static_cast<const uint16_t*>(a.gnorm);
@@ -232,11 +243,13 @@ __global__ void gated_norm_kernel(GdnPrefillArgs a, int C) {
 
 }  // namespace
 
-Status gdn_prefill(const GdnPrefillArgs& a, Stream stream) {
+// One sequence (segs null) or n_seg segments (segs: their args on the device; a: the longest's, for
+// the grids). Segments take the chunked recurrence only.
+static Status prefill_launch(const GdnPrefillArgs& a, const GdnPrefillArgs* segs, int n_seg, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (a.nk <= 0 || a.nv % a.nk != 0 || a.nv > kD) return cu_err("pf::gdn_prefill: {} value / {} key heads unsupported", a.nv, a.nk);
   if (a.K < 2 || a.K > 9) return cu_err("pf::gdn_prefill: conv kernel {} unsupported", a.K);
-  if (a.M <= 0) return Status::ok();
+  if (a.M <= 0 || n_seg <= 0) return Status::ok();
   const int C = 2 * a.nk * kD + a.nv * kD;
   auto prof = [&](const char* what) {
     if (a.prof) a.prof(a.prof_ctx, what);
@@ -245,30 +258,47 @@ Status gdn_prefill(const GdnPrefillArgs& a, Stream stream) {
     const char* e = std::getenv("LILY_GDN_PREP");
     return !(e && e[0] == '0');
   }();
-  if (a.K == 4 && prep4 && kD % 32 == 0 && kD / 32 == 4)
-    prep4_kernel<<<dim3((a.M + kPT - 1) / kPT, 2 * a.nk + a.nv), kD, 0, s>>>(a);
-  else
-    prep_kernel<<<dim3(a.M, 2 * a.nk + a.nv), kD, 0, s>>>(a);
+  const unsigned z = unsigned(n_seg);
+  if (a.K == 4 && prep4 && kD % 32 == 0 && kD / 32 == 4) {
+    const dim3 g((a.M + kPT - 1) / kPT, 2 * a.nk + a.nv, z);
+    if (segs) prep4_kernel<true><<<g, kD, 0, s>>>(a, segs);
+    else prep4_kernel<false><<<g, kD, 0, s>>>(a, nullptr);
+  } else {
+    const dim3 g(a.M, 2 * a.nk + a.nv, z);
+    if (segs) prep_kernel<true><<<g, kD, 0, s>>>(a, segs);
+    else prep_kernel<false><<<g, kD, 0, s>>>(a, nullptr);
+  }
   LILY_TRY(launch_status("pf::gdn_prep"));
   prof("gdn: conv+L2+gates (prep)");
-  window_kernel<<<(C + 255) / 256, 256, 0, s>>>(a, C);
+  if (segs) window_kernel<true><<<dim3((C + 255) / 256, 1, z), 256, 0, s>>>(a, C, segs);
+  else window_kernel<false><<<(C + 255) / 256, 256, 0, s>>>(a, C, nullptr);
   LILY_TRY(launch_status("pf::gdn_window"));
   prof("gdn: conv window");
   static const bool chunked = [] {
     const char* e = std::getenv("LILY_GDN_CHUNK");
     return !(e && e[0] == '0');
   }();
-  if (a.wy && chunked) {
+  if (segs) {
+    LILY_TRY(gdn_chunk_scan_segments(a, segs, n_seg, stream));
+  } else if (a.wy && chunked) {
     LILY_TRY(gdn_chunk_scan(a, stream));
   } else {
     scan_kernel<<<a.nv * kSlices, kWarps * 32, 0, s>>>(a);
     LILY_TRY(launch_status("pf::gdn_scan"));
     prof("gdn: recurrence scan");
   }
-  gated_norm_kernel<<<a.M, 256, 0, s>>>(a, C);
+  if (segs) gated_norm_kernel<true><<<dim3(a.M, 1, z), 256, 0, s>>>(a, C, segs);
+  else gated_norm_kernel<false><<<a.M, 256, 0, s>>>(a, C, nullptr);
   LILY_TRY(launch_status("pf::gdn_gated_norm"));
   prof("gdn: gated norm");
   return Status::ok();
+}
+
+Status gdn_prefill(const GdnPrefillArgs& a, Stream stream) { return prefill_launch(a, nullptr, 1, stream); }
+
+Status gdn_prefill_segments(const GdnPrefillArgs& longest, const GdnPrefillArgs* segs, int n_seg, Stream stream) {
+  if (!longest.wy) return cu_err("pf::gdn_prefill_segments: the chunked form (wy scratch) is required");
+  return prefill_launch(longest, segs, n_seg, stream);
 }
 
 }  // namespace lily::cuda::pf

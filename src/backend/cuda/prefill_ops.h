@@ -109,10 +109,24 @@ struct GdnPrefillArgs {
   void* prof_ctx = nullptr;
 };
 Status gdn_prefill(const GdnPrefillArgs& a, Stream s);
+// gdn_prefill over n_seg independent segments (each its own state, window, rows of u and scratch,
+// chunked form: wy set) in one launch per kernel: segs is a device array of their args, longest the
+// args of the one with the most tokens (grid sizes; its pointers are not used). Each segment's
+// arithmetic is exactly gdn_prefill's on it alone.
+Status gdn_prefill_segments(const GdnPrefillArgs& longest, const GdnPrefillArgs* segs, int n_seg, Stream s);
 // The recurrence alone in the chunked form (chunk 64, tensor cores, fp32 state): reads qn, kn, v,
 // g, beta, updates S, writes o_raw. Called by gdn_prefill when a.wy is set.
 size_t gdn_wy_floats(int M, int nv);
 Status gdn_chunk_scan(const GdnPrefillArgs& a, Stream s);
+Status gdn_chunk_scan_segments(const GdnPrefillArgs& longest, const GdnPrefillArgs* segs, int n_seg, Stream s);
+#ifdef __CUDACC__
+// A kernel's args: its own (one sequence) or its segment's (grid z), from the device array segs.
+template <bool kSeg>
+__device__ __forceinline__ const GdnPrefillArgs& seg_args(const GdnPrefillArgs& a0, const GdnPrefillArgs* segs) {
+  if constexpr (kSeg) return segs[blockIdx.z];
+  else return a0;
+}
+#endif
 
 // ---- attention prefill (attn_prefill.cu) -----------------------------------------------------
 // u: fp32 [M, ldu] = [q (nh·qw, per head [q | gate] when qw = 2hd) | k (nkv·hd) | v (nkv·hd)].
