@@ -177,7 +177,12 @@ void Engine::adopt_forks() {
 void Engine::retire(Sequence& s, bool ok) {
   if (s.fork_ready()) make_forks(s);  // its first token ended it: the forks start from its state first
   if (!s.has_state()) return;
-  cache_.put(s.release(ok));
+  cache_put(s.release(ok));
+}
+
+void Engine::cache_put(CacheEntry e) {
+  for (auto& st : cache_.put(std::move(e)))
+    if (st && spare_.size() < size_t(opts_.max_batch)) spare_.push_back(std::move(st));
 }
 
 Result<CacheEntry> Engine::checkout(const GenRequest& req, int& n_cached) {
@@ -191,6 +196,12 @@ Result<CacheEntry> Engine::checkout(const GenRequest& req, int& n_cached) {
   stats_.cache_misses++;
   CacheEntry e;
   e.key = req.cache_key;
+  if (!spare_.empty()) {  // a state the cache let go
+    e.state = std::move(spare_.back());
+    spare_.pop_back();
+    e.state->reset();
+    return e;
+  }
   // A fresh allocation when it fits beside the cached states, else recycle the oldest one.
   if (cache_.size() > 0 && !cache_.fits(state_bytes_)) {
     auto old = cache_.take_lru();
@@ -345,7 +356,7 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
       c.state = s->state().clone();
       c.key = snap == Sequence::Snapshot::kShared ? std::string() : s->req().cache_key;
       c.shared = snap == Sequence::Snapshot::kShared;
-      if (c.state) cache_.put(std::move(c));
+      if (c.state) cache_put(std::move(c));
     }
     if (segs[i].last && !s->on_logits(std::span<float>(logits_.data() + seg_row[i] * V, V))) retire(*s, true);
   }

@@ -152,6 +152,10 @@ class Engine {
   EngineOptions opts_;
   std::vector<int32_t> stop_ids_;
   PrefixCache cache_;
+  // States the prefix cache let go, kept for the next newcomers (a fresh allocation costs a GPU
+  // several ms and a free synchronises it); at most max_batch, the rest are freed.
+  std::vector<std::unique_ptr<SeqState>> spare_;
+  void cache_put(CacheEntry e);
   EngineStats stats_;
   std::vector<float> logits_;  // [max_batch, vocab] fp32
   std::vector<std::unique_ptr<Sequence>> active_;  // the running batch, oldest first (worker only)

@@ -64,13 +64,18 @@ std::optional<CacheEntry> PrefixCache::take_lru() {
   return e;
 }
 
-void PrefixCache::put(CacheEntry e) {
+std::vector<std::unique_ptr<SeqState>> PrefixCache::put(CacheEntry e) {
+  std::vector<std::unique_ptr<SeqState>> out;
   e.last_used = ++clock_;
   if (!e.tokens.empty())
-    std::erase_if(entries_, [&](const CacheEntry& o) { return o.tokens == e.tokens; });
+    for (auto it = entries_.begin(); it != entries_.end();)
+      if (it->tokens == e.tokens) out.push_back(std::move(it->state)), it = entries_.erase(it);
+      else ++it;
   const size_t b = e.state->bytes();
-  while (!entries_.empty() && (int(entries_.size()) + 1 > max_entries_ || bytes() + b > budget_)) take_lru();
+  while (!entries_.empty() && (int(entries_.size()) + 1 > max_entries_ || bytes() + b > budget_))
+    out.push_back(std::move(take_lru()->state));
   entries_.push_back(std::move(e));
+  return out;
 }
 
 }  // namespace lily

@@ -35,8 +35,9 @@ class PrefixCache {
   // Removes and returns the least recently used entry (to recycle its allocation).
   std::optional<CacheEntry> take_lru();
   // Stores an entry, evicting the least recently used ones over the limits (the new entry is
-  // always kept). An entry with the same (non-empty) tokens is replaced.
-  void put(CacheEntry e);
+  // always kept). An entry with the same (non-empty) tokens is replaced. The states evicted or
+  // replaced are returned (their allocations can be reused; dropping them frees them).
+  std::vector<std::unique_ptr<SeqState>> put(CacheEntry e);
   // Whether a new allocation of `bytes` fits beside the cached entries.
   bool fits(size_t bytes) const;
 

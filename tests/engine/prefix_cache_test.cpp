@@ -46,10 +46,13 @@ TEST(PrefixCache, StrictPrefixKeyThenLongest) {
 
 TEST(PrefixCache, EvictsLeastRecentlyUsed) {
   PrefixCache c(2, 1 << 20);
-  c.put(entry({1, 1}));
-  c.put(entry({2, 2}));
-  c.put(entry({3, 3}));  // evicts {1,1}
+  EXPECT_TRUE(c.put(entry({1, 1})).empty());
+  EXPECT_TRUE(c.put(entry({2, 2})).empty());
+  auto evicted = c.put(entry({3, 3}));  // evicts {1,1}: its state comes back for reuse
+  ASSERT_EQ(evicted.size(), 1u);
+  EXPECT_NE(evicted[0], nullptr);
   EXPECT_EQ(c.size(), 2);
+  EXPECT_EQ(c.put(entry({3, 3})).size(), 1u);  // the same tokens again: the old entry's state comes back
   EXPECT_FALSE(c.take({1, 1, 5}, ""));
   EXPECT_TRUE(c.take({2, 2, 5}, ""));
   PrefixCache small(8, 250);  // budget for two 100-byte states
