@@ -57,6 +57,12 @@ Status Model::forward(SeqState& state, std::span<const int32_t> tokens, std::spa
 
 namespace lily {
 
+// A draw spec a backend can take: a temperature's inverse ≥ 0, a uniform in [0, 1), at most kMaxDrawTop
+// alternatives.
+static bool spec_ok(const DrawSpec& d) {
+  return d.inv_t >= 0.0f && d.u >= 0.0 && d.u < 1.0 && d.top_logprobs <= kMaxDrawTop;
+}
+
 Status Model::forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
                             std::span<float> logits) {
   if (states.size() != tokens.size()) return errorf("forward_batch: {} states but {} tokens", states.size(), tokens.size());
@@ -80,7 +86,7 @@ Status Model::step(std::span<const StepFeed> feeds) {
     const StepFeed& f = feeds[i];
     if (!f.state || f.tokens.empty()) return errorf("step: feed {} has no state or no tokens", i);
     if (f.draw && (!f.drawn || f.logits)) return errorf("step: feed {} asks for a draw without a Drawn, or for logits too", i);
-    if (f.draw && (!(f.draw->inv_t >= 0.0f) || !(f.draw->u >= 0.0 && f.draw->u < 1.0) || f.draw->top_logprobs > kMaxDrawTop))
+    if (f.draw && !spec_ok(*f.draw))
       return errorf("step: feed {} has a bad draw spec (inv_t {}, u {}, top_logprobs {})", i, f.draw->inv_t, f.draw->u,
                     f.draw->top_logprobs);
     for (int32_t t : f.tokens)
@@ -101,7 +107,7 @@ Status Model::decode_draw(std::span<SeqState* const> states, std::span<const int
     for (size_t j = 0; j < i; ++j)
       if (states[i] == states[j]) return errorf("decode_draw: rows {} and {} share one state", j, i);
   for (const auto& d : spec)
-    if (!(d.inv_t >= 0.0f) || !(d.u >= 0.0 && d.u < 1.0) || d.top_logprobs > kMaxDrawTop)
+    if (!spec_ok(d))
       return errorf("decode_draw: bad spec (inv_t {}, u {}, top_logprobs {})", d.inv_t, d.u, d.top_logprobs);
   for (SeqState* st : states) LILY_TRY(st->reserve(st->n_tokens() + 1));
   return impl_->backend->decode_draw(states, tokens, spec, out);
@@ -128,7 +134,7 @@ Status Model::decode_greedy(SeqState& state, int32_t first, int n_steps, std::ve
 bool Model::pipelined_draw() const { return impl_->backend->pipelined_draw(); }
 Status Model::launch_draw(SeqState& state, int32_t token, const DrawSpec& spec) {
   if (token >= config().vocab_size) return errorf("launch_draw: token {} outside the vocabulary", token);
-  if (!(spec.inv_t >= 0.0f) || !(spec.u >= 0.0 && spec.u < 1.0) || spec.top_logprobs > kMaxDrawTop)
+  if (!spec_ok(spec))
     return errorf("launch_draw: bad spec (inv_t {}, u {}, top_logprobs {})", spec.inv_t, spec.u, spec.top_logprobs);
   LILY_TRY(state.reserve(state.n_tokens() + 1));
   return impl_->backend->launch_draw(state, token, spec);

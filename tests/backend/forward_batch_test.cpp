@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -21,22 +20,10 @@
 #include <gtest/gtest.h>
 
 #include "model/model.h"
+#include "golden_dirs.h"
 
 namespace lily {
 namespace {
-
-namespace fs = std::filesystem;
-
-std::string first_golden() {
-  const fs::path root = fs::path(LILY_SOURCE_DIR) / "tests" / "data" / "golden";
-  std::vector<std::string> v;
-  std::error_code ec;
-  if (fs::is_directory(root, ec))
-    for (const auto& e : fs::directory_iterator(root, ec))
-      if (fs::exists(e.path() / "model.safetensors")) v.push_back(e.path().string());
-  std::sort(v.begin(), v.end());
-  return v.empty() ? "" : v.front();
-}
 
 std::vector<std::string> backends() {
   std::vector<std::string> b = {"cpu", "cpu-ref"};

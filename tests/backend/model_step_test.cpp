@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -23,22 +22,10 @@
 
 #include "model/draw.h"
 #include "model/model.h"
+#include "golden_dirs.h"
 
 namespace lily {
 namespace {
-
-namespace fs = std::filesystem;
-
-std::string first_golden() {
-  const fs::path root = fs::path(LILY_SOURCE_DIR) / "tests" / "data" / "golden";
-  std::vector<std::string> v;
-  std::error_code ec;
-  if (fs::is_directory(root, ec))
-    for (const auto& e : fs::directory_iterator(root, ec))
-      if (fs::exists(e.path() / "model.safetensors")) v.push_back(e.path().string());
-  std::sort(v.begin(), v.end());
-  return v.empty() ? "" : v.front();
-}
 
 std::vector<std::string> backends() {
   std::vector<std::string> b = {"cpu"};
@@ -77,7 +64,9 @@ void run_cases(Model& model, const std::string& backend, const std::vector<Case>
     for (auto* set : {&mixed, &alone}) {
       auto st = model.new_state(512);
       ASSERT_TRUE(st.is_ok()) << st.message();
-      if (cases[s].context > 0) ASSERT_TRUE(model.forward(**st, tokens_of(int(s), 0, cases[s].context, V), {}).is_ok());
+      if (cases[s].context > 0) {
+        ASSERT_TRUE(model.forward(**st, tokens_of(int(s), 0, cases[s].context, V), {}).is_ok());
+      }
       set->push_back(std::move(*st));
     }
   // The step.
@@ -111,7 +100,9 @@ void run_cases(Model& model, const std::string& backend, const std::vector<Case>
         max_err = std::max(max_err, double(std::fabs(a - b)));
         ASSERT_NEAR(b, a, atol + rtol * std::fabs(a)) << "id " << v;
       }
-      if (margin_of(ref) > 2 * (atol + rtol * std::fabs(ref[size_t(next[s])]))) EXPECT_EQ(argmax_of(got[s]), next[s]);
+      if (margin_of(ref) > 2 * (atol + rtol * std::fabs(ref[size_t(next[s])]))) {
+        EXPECT_EQ(argmax_of(got[s]), next[s]);
+      }
     } else if (cases[s].out >= Case::kGreedy) {
       Drawn want;
       draw_row(ref, spec[s], want, w, sums);
@@ -123,7 +114,9 @@ void run_cases(Model& model, const std::string& backend, const std::vector<Case>
       }
       if (cases[s].out == Case::kGreedy) {
         EXPECT_EQ(drawn[s].n_top, 3);
-        if (drawn[s].n_top > 0) EXPECT_EQ(drawn[s].top_id[0], drawn[s].id);
+        if (drawn[s].n_top > 0) {
+          EXPECT_EQ(drawn[s].top_id[0], drawn[s].id);
+        }
       }
     }
   }

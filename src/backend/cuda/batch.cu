@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 
+#include "backend/cuda/batch_ctx.h"
 #include "backend/cuda/batch_ops.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gemm/qgemm.h"
@@ -23,73 +24,9 @@
 namespace lily {
 namespace cuda {
 
-struct BatchCtx {
-  int cap = 0, L = 0;
-  std::vector<void*> owned;
-  // Activations, fp32, row-major per batch row.
-  float *xres[2] = {}, *mix = nullptr, *xn = nullptr, *u = nullptr, *og = nullptr, *o = nullptr, *q = nullptr;
-  float *rl = nullptr, *topk_w = nullptr, *act = nullptr, *logits = nullptr, *partial = nullptr;
-  int32_t* topk_ids = nullptr;
-  int urows = 0;
-  // qgemm step (LILY_BATCH_TC, default on): packed GEMM inputs (gemm/qgemm.h: X_a the normed rows, og,
-  // o; X_b the MoE activations per entry; Xl_* their two-pass remainders; XS_* the group sums and
-  // scales), per-entry MoE outputs (entries: B·k routed + B shared), the routing table, and the dense
-  // k split's workspace and counters.
-  uint16_t *X_a = nullptr, *X_b = nullptr, *Xl_a = nullptr, *Xl_b = nullptr;
-  float *XS_a = nullptr, *XS_b = nullptr, *yd = nullptr;
-  int32_t *items = nullptr, *n_items = nullptr, *rowb = nullptr, *ent = nullptr;
-  float* ws = nullptr;
-  int32_t* cnt = nullptr;
-  // Row table: [tok | pos | cap] int32 [cap] each, then pointers ctl [cap], p0 [L][cap], p1 [L][cap].
-  char* tab_dev = nullptr;
-  char* tab_host = nullptr;
-  float* host_logits = nullptr;  // pinned [cap][V] (LILY_BATCH_D2H=pinned)
-  // Mixed steps (CudaBackend::step): the rows whose logits the step computes, gathered packed for the
-  // lm_head (Gx / Gxl / Gxs, [cap] rows); their table: out_idx [cap], fin_pos [cap] int32, then
-  // fin_ctl [cap] (the state of each decode row and each segment's last row, and that row's position).
-  uint16_t *Gx = nullptr, *Gxl = nullptr;
-  float* Gxs = nullptr;
-  char* mtab_dev = nullptr;
-  char* mtab_host = nullptr;
-  void* seg_args = nullptr;  // the mixed step's per-segment DeltaNet args, every layer (pf::GdnPrefillArgs)
-  size_t seg_args_cap = 0;
-  size_t mtab_bytes = 0, mtab_ptr_off = 0;
-  int32_t* out_idx(char* base) const { return reinterpret_cast<int32_t*>(base); }
-  int32_t* fin_pos(char* base) const { return out_idx(base) + cap; }
-  StepCtl** fin_ctl(char* base) const { return reinterpret_cast<StepCtl**>(base + mtab_ptr_off); }
-  size_t tab_bytes = 0, ptr_off = 0;
-  std::map<int, cudaGraphExec_t> graphs;
-  // LILY_BATCH_PROFILE=1: steps run uncaptured with an event after each op; the third step of
-  // each batch size prints the time per op kind (stderr).
-  std::vector<std::pair<const char*, cudaEvent_t>> ev;
-  bool prof = false;
-  std::map<int, int> prof_calls;
-  int32_t* tok() const { return reinterpret_cast<int32_t*>(tab_dev); }
-  int32_t* pos() const { return tok() + cap; }
-  int32_t* caps() const { return tok() + 2 * cap; }
-  void** ptrs(char* base) const { return reinterpret_cast<void**>(base + ptr_off); }
-  StepCtl* const* ctl() const { return reinterpret_cast<StepCtl* const*>(ptrs(tab_dev)); }
-  void* const* p0(int layer) const { return ptrs(tab_dev) + cap + size_t(layer) * cap; }
-  void* const* p1(int layer) const { return ptrs(tab_dev) + cap + size_t(L + layer) * cap; }
-  void release() {
-    for (auto& g : graphs) cudaGraphExecDestroy(g.second);
-    graphs.clear();
-    for (void* p : owned) cudaFree(p);
-    owned.clear();
-    if (tab_host) cudaFreeHost(tab_host);
-    if (mtab_host) cudaFreeHost(mtab_host);
-    if (seg_args) cudaFree(seg_args);
-    seg_args = nullptr, seg_args_cap = 0;
-    if (host_logits) cudaFreeHost(host_logits);
-    tab_host = nullptr, mtab_host = nullptr, host_logits = nullptr;
-    cap = 0;
-  }
-  ~BatchCtx() { release(); }
-};
 
 void destroy_batch_ctx(BatchCtx* b) { delete b; }
 
-namespace {
 bool env_is(const char* name, const char* val) {
   const char* e = std::getenv(name);
   return e && std::strcmp(e, val) == 0;
@@ -106,12 +43,13 @@ int min_per_split_env() {
   const int n = e && *e ? std::atoi(e) : 64;
   return n >= 1 ? n : 64;
 }
-bool graphs_on() { return !env_is("LILY_BATCH_GRAPH", "0"); }
 // The qgemm step unless LILY_BATCH_TC=0 (the exact CUDA-core kernels, bit-identical to the batch-1 step).
 bool tc_on() {
   static const bool on = !env_is("LILY_BATCH_TC", "0");
   return on;
 }
+namespace {
+bool graphs_on() { return !env_is("LILY_BATCH_GRAPH", "0"); }
 // qgemm's activations in two passes (fp16 hi + lo, ~22 bits: the batch-1 step's precision class, so a
 // row batched stays within ~1e-5 of the row decoded alone) unless LILY_QGEMM_TERMS=1 (single pass, the
 // A/B until one row runs the batched step too: +7..16% at 16..256 rows on the H200, 2026-12-04).
@@ -248,23 +186,13 @@ static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, int B
   return Status::ok();
 }
 
-// A mixed step's layout (CudaBackend::step): rows [0, D) are decode rows (one token each, the batched
-// mixers); the rest are prompt segments, whose mixers seg_mixers(layer, attn) runs (the prefill
-// kernels: the DeltaNet over every segment in one launch per kernel, attention a segment at a time;
-// reading x.u and writing x.og / x.o at the segment's rows). The
-// lm_head runs on the n_out rows listed in the mixed table (out_idx), gathered.
-struct MixedPlan {
-  int D = 0, n_out = 0;
-  std::function<Status(int layer, bool attn)> seg_mixers;
-};
 
 // The step on the qgemm path: every projection, the router, the experts and the lm_head through
 // qgemm on packed inputs; MoE expert-major (routing table on the device); the MoE combine folded into
 // the next add + norm. Mixers as the exact path. B rows in all; a mixed step (mp) runs the batched
 // mixers on its decode rows only and the lm_head on its n_out rows.
-template <typename Mk>
-static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B, cudaStream_t s, Mk&& mk,
-                         const MixedPlan* mp = nullptr) {
+Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B, cudaStream_t s, const Marker& mk,
+                  const MixedPlan* mp) {
   const int Bd = mp ? mp->D : B;  // rows on the batched (decode) mixers
   const int H = c.hidden_size, vd = c.gdn_value_dim(), k = c.num_experts_per_tok;
   const int nhd = c.num_attention_heads * c.head_dim;
@@ -351,17 +279,10 @@ static Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d,
 Status CudaBackend::enqueue_batch(int B, cudaStream_t s) {
   const ModelConfig& c = cfg_;
   BatchCtx& x = *batch_;
-  // Profiling: an event after each op (names of op kinds; time is attributed to the op before).
-  auto mk = [&](const char* name) {
-    if (!x.prof) return;
-    cudaEvent_t e;
-    cudaEventCreate(&e);
-    cudaEventRecord(e, s);
-    x.ev.push_back({name, e});
-  };
+  const Marker mk = [&](const char* name) { x.mark(name, s); };
   mk("start");
   if (tc_on() && c.shared_expert_intermediate_size == c.moe_intermediate_size) {
-    LILY_TRY(enqueue_tc(x, c, d_, B, s, mk));
+    LILY_TRY(enqueue_tc(x, c, d_, B, s, mk, nullptr));
     return bfinish(x.ctl(), x.pos(), B, s);
   }
   const int H = c.hidden_size, C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), E = c.num_experts, k = c.num_experts_per_tok;
@@ -424,6 +345,16 @@ Status CudaBackend::enqueue_batch(int B, cudaStream_t s) {
   mk("final norm+lm_head");
   (void)C;
   return bfinish(x.ctl(), x.pos(), B, s);
+}
+
+// After a profiled step (events recorded): the table on the third step of this kind (key: the batch size,
+// or minus the rows of a mixed step), then the events go.
+void CudaBackend::end_profile(int key, int B) {
+  BatchCtx& x = *batch_;
+  if (x.ev.empty()) return;
+  if (++x.prof_calls[key] == 3) print_profile(B);
+  for (auto& e : x.ev) cudaEventDestroy(e.second);
+  x.ev.clear();
 }
 
 void CudaBackend::print_profile(int B) {
@@ -566,18 +497,7 @@ Status CudaBackend::batch_step(std::span<SeqState* const> states, std::span<cons
   LILY_TRY(batch_alloc(B));
   BatchCtx& x = *batch_;
   // Row table on the host (pinned), then one copy to the device.
-  auto* ti = reinterpret_cast<int32_t*>(x.tab_host);
-  void** tp = x.ptrs(x.tab_host);
-  for (int b = 0; b < B; ++b) {
-    CudaSeqState& r = *seqs[size_t(b)];
-    ti[b] = tokens[size_t(b)], ti[x.cap + b] = r.n, ti[2 * x.cap + b] = r.cap;
-    tp[b] = r.ctl;
-    for (int l = 0; l < x.L; ++l) {
-      const auto& SL = r.layers[size_t(l)];
-      tp[x.cap + size_t(l) * x.cap + b] = SL.kc ? static_cast<void*>(SL.kc) : static_cast<void*>(SL.conv);
-      tp[x.cap + size_t(x.L + l) * x.cap + b] = SL.vc ? static_cast<void*>(SL.vc) : static_cast<void*>(SL.S);
-    }
-  }
+  for (int b = 0; b < B; ++b) x.put_row(b, *seqs[size_t(b)], tokens[size_t(b)], seqs[size_t(b)]->n);
   LILY_CU_TRY(cudaMemcpyAsync(x.tab_dev, x.tab_host, x.tab_bytes, cudaMemcpyHostToDevice, stream_));
   x.prof = env_is("LILY_BATCH_PROFILE", "1");
   if (x.prof) {
@@ -610,191 +530,7 @@ Status CudaBackend::batch_step(std::span<SeqState* const> states, std::span<cons
     LILY_CU_TRY(cudaStreamSynchronize(stream_));
   }
   for (CudaSeqState* r : seqs) r->n += 1;
-  if (!x.ev.empty()) {
-    if (++x.prof_calls[B] == 3) print_profile(B);
-    for (auto& e : x.ev) cudaEventDestroy(e.second);
-    x.ev.clear();
-  }
-  return Status::ok();
-}
-
-// One serving step over decode rows and prompt segments together (issue 24): the segments' tokens
-// are rows of the batched step beside the decode rows, so every projection, the router, the experts
-// and the lm_head run once over all of them (qgemm, two-pass activations as the batched step); only
-// the mixers are per sequence: the batched DeltaNet step and decode attention on the decode rows,
-// the prefill kernels (chunked DeltaNet, causal flash attention over the cache) on each segment's
-// rows. A step with no segment (or a lone feed, or a shape or state the batched kernels do not take)
-// is Backend::step: the captured decode graphs, or the prefill path for a lone prompt.
-Status CudaBackend::step(std::span<const StepFeed> feeds) {
-  const ModelConfig& c = cfg_;
-  int D = 0, R = 0;
-  size_t wy_need = 0;  // the segments' chunked-DeltaNet scratch (floats)
-  bool any_seg = false, ok = feeds.size() >= 2;
-  for (const StepFeed& f : feeds) {
-    auto* st = dynamic_cast<CudaSeqState*>(f.state);
-    if (!st || st->be != this) return cu_err("step: a state belongs to another backend");
-    const int L = int(f.tokens.size());
-    if (st->n + L > st->cap) return cu_err("step: {} + {} tokens exceed the state's room {}", st->n, L, st->cap);
-    ok = ok && st->f32;
-    if (L == 1) ++D;
-    else any_seg = true, wy_need += pf::gdn_wy_floats(L, c.linear_num_value_heads);
-    R += L;
-  }
-  ok = ok && any_seg && batch_knobs_ok() && tc_on() && c.linear_value_head_dim <= 256 &&
-       c.shared_expert_intermediate_size == c.moe_intermediate_size && prefill_shapes_ok(c);
-  if (ok && pf_cap_ == 0) LILY_TRY(pf_alloc(prefill_chunk_cap()));
-  // The segments' mixers share the prefill scratch, each at its own rows.
-  if (!ok || R - D > pf_cap_ || wy_need > pf::gdn_wy_floats(pf_cap_, c.linear_num_value_heads)) return Backend::step(feeds);
-  LILY_TRY(batch_alloc(R));
-  BatchCtx& x = *batch_;
-  const int C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nhd = c.num_attention_heads * c.head_dim;
-  // Row table: decode rows first (feed order), then each segment's tokens; the mixed table: rows that
-  // need logits (out_idx, with the feed each serves) and the rows that leave each state's position.
-  struct Seg {
-    CudaSeqState* st;
-    int row0, L;
-  };
-  std::vector<Seg> segs;
-  std::vector<const StepFeed*> outs;
-  auto* ti = reinterpret_cast<int32_t*>(x.tab_host);
-  void** tp = x.ptrs(x.tab_host);
-  int32_t* oi = x.out_idx(x.mtab_host);
-  int32_t* fp = x.fin_pos(x.mtab_host);
-  StepCtl** fc = x.fin_ctl(x.mtab_host);
-  int r = 0, nfin = 0;
-  auto put_row = [&](CudaSeqState& st, int32_t tok, int pos) {
-    ti[r] = tok, ti[x.cap + r] = pos, ti[2 * x.cap + r] = st.cap;
-    tp[r] = st.ctl;
-    for (int l = 0; l < x.L; ++l) {
-      const auto& SL = st.layers[size_t(l)];
-      tp[x.cap + size_t(l) * x.cap + r] = SL.kc ? static_cast<void*>(SL.kc) : static_cast<void*>(SL.conv);
-      tp[x.cap + size_t(x.L + l) * x.cap + r] = SL.vc ? static_cast<void*>(SL.vc) : static_cast<void*>(SL.S);
-    }
-    ++r;
-  };
-  for (int pass = 0; pass < 2; ++pass)
-    for (const StepFeed& f : feeds) {
-      const int L = int(f.tokens.size());
-      if ((L == 1) != (pass == 0)) continue;
-      auto& st = *static_cast<CudaSeqState*>(f.state);
-      if (L > 1) segs.push_back({&st, r, L});
-      for (int j = 0; j < L; ++j) put_row(st, f.tokens[size_t(j)], st.n + j);
-      fc[nfin] = st.ctl, fp[nfin] = st.n + L - 1, ++nfin;
-      if (f.logits || f.draw) oi[outs.size()] = r - 1, outs.push_back(&f);
-    }
-  LILY_CU_TRY(cudaMemcpyAsync(x.tab_dev, x.tab_host, x.tab_bytes, cudaMemcpyHostToDevice, stream_));
-  LILY_CU_TRY(cudaMemcpyAsync(x.mtab_dev, x.mtab_host, x.mtab_bytes, cudaMemcpyHostToDevice, stream_));
-  // The segments' mixers: the prefill kernels on their rows of x.u, into x.og (DeltaNet) / x.o.
-  auto& p = pf_;
-  const float eps = c.rms_norm_eps;
-  MixedPlan mp;
-  mp.D = D, mp.n_out = int(outs.size());
-  // The segments' DeltaNet args of every layer, uploaded once: one launch per kernel and layer covers
-  // every segment (pf::gdn_prefill_segments; segment j's scratch rows start at its prompt-row offset,
-  // its WY scratch after the previous segments'). Fits the prefill scratch when the step's prompt rows
-  // do (checked above).
-  const int n_gdn = c.num_hidden_layers - int(std::count_if(d_.layers.begin(), d_.layers.end(), [](const DevLayer& l) { return l.attn; }));
-  const int S = int(segs.size());
-  std::vector<pf::GdnPrefillArgs> gargs(size_t(n_gdn) * size_t(S));
-  std::vector<int> gdn_idx(size_t(c.num_hidden_layers), -1);
-  size_t longest = 0;
-  for (int i = 0, gi = 0; i < c.num_hidden_layers; ++i) {
-    const DevLayer& Lw = d_.layers[size_t(i)];
-    if (Lw.attn) continue;
-    gdn_idx[size_t(i)] = gi;
-    size_t wy_off = 0;
-    for (int j = 0; j < S; ++j) {
-      const Seg& sg = segs[size_t(j)];
-      CudaSeqState& st = *sg.st;
-      auto& SL = st.layers[size_t(i)];
-      const int pos0 = st.n;
-      const size_t pr = size_t(sg.row0 - D);  // the segment's first prompt row: its scratch rows
-      pf::GdnPrefillArgs& g = gargs[size_t(gi) * S + j];
-      g.u = x.u + size_t(sg.row0) * x.urows, g.ldu = x.urows, g.M = sg.L;
-      const size_t wn = size_t(C) * (c.linear_conv_kernel_dim - 1) * (st.f32 ? 2 : 1);  // uint16 units
-      g.win_in = SL.conv + size_t(pos0 & 1) * wn, g.win_out = SL.conv + size_t((pos0 + sg.L) & 1) * wn, g.win_f32 = st.f32;
-      g.conv_w = Lw.conv_w, g.A_log = Lw.A_log, g.dt_bias = Lw.dt_bias, g.gnorm = Lw.gnorm, g.S = SL.S;
-      g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.K = c.linear_conv_kernel_dim, g.eps = eps;
-      const size_t kd = size_t(c.gdn_key_dim()), nv = size_t(c.linear_num_value_heads);
-      g.qn = p.qn + pr * kd, g.kn = p.kn + pr * kd, g.v = p.v + pr * vd, g.g = p.g + pr * nv, g.beta = p.beta + pr * nv;
-      g.o_raw = p.o_raw + pr * vd, g.o = x.og + size_t(sg.row0) * vd, g.wy = p.wy + wy_off;
-      wy_off += pf::gdn_wy_floats(sg.L, c.linear_num_value_heads);
-      if (gi == 0 && size_t(sg.L) > size_t(gargs[longest].M)) longest = size_t(j);
-    }
-    ++gi;
-  }
-  if (!gargs.empty()) {
-    if (x.seg_args_cap < gargs.size()) {
-      if (x.seg_args) cudaFree(x.seg_args);
-      x.seg_args = nullptr, x.seg_args_cap = 0;
-      LILY_CU_TRY(cudaMalloc(&x.seg_args, gargs.size() * sizeof(pf::GdnPrefillArgs)));
-      x.seg_args_cap = gargs.size();
-    }
-    LILY_CU_TRY(cudaMemcpyAsync(x.seg_args, gargs.data(), gargs.size() * sizeof(pf::GdnPrefillArgs), cudaMemcpyHostToDevice, stream_));
-  }
-  auto* seg_dev = static_cast<pf::GdnPrefillArgs*>(x.seg_args);
-  mp.seg_mixers = [&](int i, bool attn) -> Status {
-    const DevLayer& Lw = d_.layers[size_t(i)];
-    if (!attn) {
-      const int gi = gdn_idx[size_t(i)];
-      return pf::gdn_prefill_segments(gargs[size_t(gi) * S + longest], seg_dev + size_t(gi) * S, S, stream_);
-    }
-    for (const Seg& sg : segs) {
-      CudaSeqState& st = *sg.st;
-      auto& SL = st.layers[size_t(i)];
-      const int pos0 = st.n;
-      pf::AttnPrefillArgs a{};
-      a.u = x.u + size_t(sg.row0) * x.urows, a.ldu = x.urows, a.M = sg.L, a.pos0 = pos0;
-      a.q_norm = Lw.q_norm, a.k_norm = Lw.k_norm, a.kc = SL.kc, a.vc = SL.vc, a.kv_f32 = st.f32, a.terms = 3;
-      a.qb = p.qb, a.out = x.o + size_t(sg.row0) * nhd, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
-      a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim(), a.max_seq = st.cap;
-      a.theta = c.rope_theta, a.eps = eps;
-      LILY_TRY(pf::attn_prefill(a, stream_));
-    }
-    return Status::ok();
-  };
-  // LILY_BATCH_PROFILE=1: an event after each op (segment mixers inside the mixer ops); the third mixed
-  // step of each row count prints the table.
-  x.prof = env_is("LILY_BATCH_PROFILE", "1");
-  auto mk = [&](const char* name) {
-    if (!x.prof) return;
-    cudaEvent_t e;
-    cudaEventCreate(&e);
-    cudaEventRecord(e, stream_);
-    x.ev.push_back({name, e});
-  };
-  mk("start");
-  Status enq = enqueue_tc(x, c, d_, R, stream_, mk, &mp);
-  x.prof = false;
-  LILY_TRY(enq);
-  LILY_TRY(bfinish(x.fin_ctl(x.mtab_dev), x.fin_pos(x.mtab_dev), nfin, stream_));
-  // Outputs: rows drawn on the device (the others' specs are unused), logits rows to the host.
-  const size_t V = size_t(c.vocab_size);
-  bool any_draw = false;
-  for (size_t o = 0; o < outs.size(); ++o) {
-    any_draw |= outs[o]->draw != nullptr;
-    if (outs[o]->logits)
-      LILY_CU_TRY(cudaMemcpyAsync(outs[o]->logits, x.logits + o * V, V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-  }
-  if (any_draw) {
-    std::vector<DrawSpec> spec(outs.size());
-    std::vector<Drawn> got(outs.size());
-    for (size_t o = 0; o < outs.size(); ++o)
-      if (outs[o]->draw) spec[o] = *outs[o]->draw;
-    LILY_TRY(draw_device(x.logits, int(outs.size()), spec, got));
-    for (size_t o = 0; o < outs.size(); ++o)
-      if (outs[o]->draw) *outs[o]->drawn = got[o];
-  }
-  LILY_CU_TRY(cudaStreamSynchronize(stream_));
-  for (const StepFeed& f : feeds) static_cast<CudaSeqState*>(f.state)->n += int(f.tokens.size());
-  if (!x.ev.empty()) {
-    if (++x.prof_calls[-R] == 3) {
-      std::fprintf(stderr, "(mixed step: %d decode rows, %zu segments, %d rows in all)\n", D, segs.size(), R);
-      print_profile(R);
-    }
-    for (auto& e : x.ev) cudaEventDestroy(e.second);
-    x.ev.clear();
-  }
+  end_profile(B, B);
   return Status::ok();
 }
 

@@ -387,6 +387,7 @@ class CudaBackend final : public Backend {
   bool moe_rows_ok(int M);
   Status moe_rows(const DevLayer& L, const float* hn, int M, float* mix, cudaStream_t s);
   void print_profile(int B);
+  void end_profile(int key, int B);  // after a profiled step: print on the third of its kind, free the events
   Status pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool want_logits);
   std::vector<std::pair<const char*, cudaEvent_t>>* prof_ = nullptr;
   // Profiling: enqueue only the ops named only_ (per-op graphs); bytes each op reads, by name.
