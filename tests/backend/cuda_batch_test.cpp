@@ -415,7 +415,7 @@ std::vector<float> unpack16(const std::vector<uint16_t>& X, const std::vector<ui
 }
 
 // Packs x (R rows of K) and runs qgemm dense: y [R][w.rows].
-std::vector<float> tc_dense(const QW& w, const std::vector<float>& xh, int R, bool two) {
+std::vector<float> tc_dense(const QW& w, const std::vector<float>& xh, int R, bool two, int kernel = 0) {
   const int K = w.cols;
   D<float> x(xh), y(size_t(R) * w.rows), ws(cuda::qgemm_ws_floats(w.rows, K, R));
   D<int32_t> cnt(cuda::qgemm_counters(w.rows, K, R));
@@ -423,7 +423,7 @@ std::vector<float> tc_dense(const QW& w, const std::vector<float>& xh, int R, bo
   EXPECT_TRUE(cuda::xpack16(x.p, K, K, R, p.X.p, p.XS.p, two ? p.Xlo.p : nullptr, nullptr).is_ok());
   cuda::QGemmArgs a{};
   a.w = w, a.x = p.X.p, a.xs = p.XS.p, a.xlo = two ? p.Xlo.p : nullptr, a.ldx = K, a.M = R, a.y = y.p, a.ldy = w.rows;
-  a.ws = ws.p, a.cnt = cnt.p;
+  a.ws = ws.p, a.cnt = cnt.p, a.kernel = kernel;
   EXPECT_TRUE(cuda::qgemm(a, nullptr).is_ok());
   auto v = y.get();
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
@@ -443,20 +443,27 @@ TEST(CudaBatchTc, GemmMatchesCpuAndIsBatchInvariant) {
     const auto xh = act_rows(R, s.K);
     std::vector<float> ref(size_t(R) * s.rows);
     cpu::qmatmul(w.w, xh.data(), R, s.K, ref.data(), s.rows, false);
-    const auto y64 = tc_dense(w.q, xh, R, two);
+    const auto y64 = tc_dense(w.q, xh, R, two, 1);  // the mma.sync tiles (rows below qgemm_wg_rows())
     const std::string shape = std::to_string(s.bits) + "-bit " + std::to_string(s.rows) + "x" + std::to_string(s.K) +
                               (two ? " two-pass" : " one pass");
     NormErr ne;
     for (int r = 0; r < R; ++r) ne.add(&y64[size_t(r) * s.rows], &ref[size_t(r) * s.rows], s.rows);
     row("qgemm vs cpu (normwise)", shape, R, float(ne.worst));
     EXPECT_LE(ne.worst, two ? kTolGemm : kTolGemm1) << shape;
+    if (s.bits == 4) {  // the dense wgmma tile (many rows)
+      const auto yw = tc_dense(w.q, xh, R, two, 2);
+      NormErr nw;
+      for (int r = 0; r < R; ++r) nw.add(&yw[size_t(r) * s.rows], &ref[size_t(r) * s.rows], s.rows);
+      row("qgemm wgmma vs cpu (normwise)", shape, R, float(nw.worst));
+      EXPECT_LE(nw.worst, two ? kTolGemm : kTolGemm1) << shape;
+    }
     for (int B : kBs) {
       if (B == 64) continue;
       // Batch row b = source row (b·7 + B) mod 64: other positions, other neighbours.
       std::vector<float> xb(size_t(B) * s.K);
       for (int b = 0; b < B; ++b)
         std::copy_n(&xh[size_t((b * 7 + B) % R) * s.K], s.K, &xb[size_t(b) * s.K]);
-      const auto yb = tc_dense(w.q, xb, B, two);
+      const auto yb = tc_dense(w.q, xb, B, two, 1);
       float inv = 0.f;
       for (int b = 0; b < B; ++b)
         for (int c = 0; c < s.rows; ++c)

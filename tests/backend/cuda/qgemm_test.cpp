@@ -5,7 +5,8 @@
 // and the expert-major MoE (gate+up+SwiGLU packed for down, down per entry) on routings from broute.
 // Tolerance per output: 1e-5 · Σ|terms| (fp32 sums over K ≤ 4096; a wrong k order or fragment is
 // O(Σ|terms|)). Batch invariance: a row's outputs are bit-identical at every row count and tile
-// height. One table row per check; skips loudly without a GPU. LILY_QGEMM_BENCH=1 adds timings.
+// height of one kernel (the mma.sync tiles, or the dense wgmma tile from qgemm_wg_rows() rows), and the
+// two kernels agree within 1e-6 · Σ|terms|. One table row per check; skips loudly without a GPU. LILY_QGEMM_BENCH=1 adds timings.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -135,22 +136,34 @@ TEST(CudaQgemm, DenseMatchesCpuAndIsBatchInvariant) {
     D<int32_t> cnt(cuda::qgemm_counters(c.N, c.K, kMaxM));
     const std::string shape = std::to_string(c.N) + "x" + std::to_string(c.K) + " q" + std::to_string(c.bits) +
                               " split " + std::to_string(cuda::qgemm_splits(c.N, c.K)) + (terms == 2 ? " two-pass" : "");
-    auto run = [&](int M, int nt) {
+    auto run = [&](int M, int nt, int kernel = 0) {
       D<float> y(size_t(M) * c.N);
       cuda::QGemmArgs a{};
       a.w = w.q, a.x = dX.p, a.xs = dXS.p, a.xlo = terms == 2 ? dXlo.p : nullptr, a.ldx = c.K, a.M = M, a.y = y.p,
-      a.ldy = c.N, a.ws = ws.p, a.cnt = cnt.p, a.nt = nt;
+      a.ldy = c.N, a.ws = ws.p, a.cnt = cnt.p, a.nt = nt, a.kernel = kernel;
       const Status st = cuda::qgemm(a, nullptr);
       EXPECT_TRUE(st.is_ok()) << st.message();
       auto got = y.get();
       EXPECT_EQ(cudaGetLastError(), cudaSuccess);
       return got;
     };
-    const std::vector<float> base = run(kMaxM, 0);  // every other run must give these rows bit for bit
+    // Every run must give these rows bit for bit: the mma.sync tiles' (forced tile heights, fewer rows
+    // than qgemm_wg_rows(), 8-bit) or the wgmma tile's (4-bit from qgemm_wg_rows() rows).
+    const std::vector<float> base = run(kMaxM, 0, 1);
+    const bool has_wg = c.bits == 4;
+    const std::vector<float> base_wg = has_wg ? run(kMaxM, 0, 2) : base;
+    if (has_wg) {  // the two kernels agree to fp32 rounding (their tensor-core sums group k differently)
+      double worst = 0;
+      for (size_t i = 0; i < base.size(); ++i) worst = std::max(worst, std::fabs(double(base_wg[i]) - base[i]) / (1e-6 * tol[i] / 1e-5));
+      table("dense wgmma vs mma.sync", shape, "M=130", worst, worst <= 1.0);
+      EXPECT_LE(worst, 1.0) << shape << ": the wgmma tile differs from the mma.sync tiles by more than 1e-6·Σ|terms|";
+    }
     for (int nt : {0, 1, 2, 4, 8}) {
       for (int M : Ms) {
         if (nt != 0 && M != 9 && M != 64 && M != 130) continue;
         if (terms == 2 && nt != 0 && M != 64) continue;
+        const bool wg = has_wg && nt == 0 && cuda::qgemm_wg_rows() > 0 && M >= cuda::qgemm_wg_rows();
+        const std::vector<float>& want = wg ? base_wg : base;
         const auto got = run(M, nt);
         if (HasFailure()) return;
         double worst = 0;
@@ -160,9 +173,9 @@ TEST(CudaQgemm, DenseMatchesCpuAndIsBatchInvariant) {
           const double r = std::fabs(double(got[i]) - ref[i]) / tol[i];
           if (!(r <= 1.0) && first == size_t(-1)) first = i;
           worst = std::max(worst, r != r ? 1e30 : r);
-          d = std::max(d, std::fabs(got[i] - base[i]));
+          d = std::max(d, std::fabs(got[i] - want[i]));
         }
-        const std::string rows = "M=" + std::to_string(M) + " nt=" + (nt ? std::to_string(nt) : "auto");
+        const std::string rows = "M=" + std::to_string(M) + " nt=" + (nt ? std::to_string(nt) : "auto") + (wg ? " wgmma" : "");
         table("dense vs cpu", shape, rows, worst, first == size_t(-1));
         table("dense invariance", shape, rows, d, d == 0.f);
         EXPECT_EQ(first, size_t(-1)) << shape << " " << rows << ": first bad output row " << (first / c.N) << " col "
@@ -358,24 +371,28 @@ TEST(CudaQgemm, Bench) {
   } dense[] = {{"gdn in_proj", 12352, 2048, 4}, {"gdn out_proj", 2048, 4096, 4}, {"attn qkv", 9216, 2048, 4},
                {"router", 257, 2048, 8}, {"lm_head", 248320, 2048, 4}};
   const int Bs[] = {1, 16, 64, 256};
+  const int Bd[] = {1, 16, 32, 64, 128, 256, 736};  // dense: up to a mixed step's rows
   D<uint16_t> dX(size_t(256) * 4096 * 9), dXlo(size_t(256) * 4096 * 9);
   D<float> dXS(size_t(256) * 4096 / 64 * 2 * 9);
-  std::printf("[qgemm-bench] | op | rows | us | GB/s (weights once) |\n");
+  std::printf("[qgemm-bench] | op | rows | us | GB/s (weights once) | TFLOP/s |\n");
   for (const Dn& c : dense) {
     QMat w(c.N, c.K, c.bits);
-    D<float> y(size_t(256) * c.N);
-    D<float> ws(cuda::qgemm_ws_floats(c.N, c.K, 256));
-    D<int32_t> cnt(cuda::qgemm_counters(c.N, c.K, 256));
+    D<float> y(size_t(736) * c.N);
+    D<float> ws(cuda::qgemm_ws_floats(c.N, c.K, 736));
+    D<int32_t> cnt(cuda::qgemm_counters(c.N, c.K, 736));
     const double bytes = double(c.N) * c.K * c.bits / 8 + double(c.N) * c.K / 64 * 4;
     for (int terms : {1, 2})
-      for (int B : Bs) {
-        cuda::QGemmArgs a{};
-        a.w = w.q, a.x = dX.p, a.xs = dXS.p, a.xlo = terms == 2 ? dXlo.p : nullptr, a.ldx = c.K, a.M = B, a.y = y.p,
-        a.ldy = c.N, a.ws = ws.p, a.cnt = cnt.p;
-        const double us = time_us([&](cudaStream_t t) { (void)cuda::qgemm(a, t); });
-        std::printf("[qgemm-bench] | %s %dx%d q%d%s | %d | %.1f | %.0f |\n", c.name, c.N, c.K, c.bits, terms == 2 ? " two-pass" : "",
-                    B, us, bytes / us * 1e-3);
-      }
+      for (int B : Bd)
+        for (int kernel : {1, 2}) {
+          if (kernel == 2 && c.bits != 4) continue;
+          cuda::QGemmArgs a{};
+          a.w = w.q, a.x = dX.p, a.xs = dXS.p, a.xlo = terms == 2 ? dXlo.p : nullptr, a.ldx = c.K, a.M = B, a.y = y.p,
+          a.ldy = c.N, a.ws = ws.p, a.cnt = cnt.p, a.kernel = kernel;
+          const double us = time_us([&](cudaStream_t t) { (void)cuda::qgemm(a, t); });
+          std::printf("[qgemm-bench] | %s %dx%d q%d%s %s | %d | %.1f | %.0f | %.1f |\n", c.name, c.N, c.K, c.bits,
+                      terms == 2 ? " two-pass" : "", kernel == 2 ? "wgmma" : "mma.sync", B, us, bytes / us * 1e-3,
+                      2.0 * B * c.N * c.K / us * 1e-6);
+        }
   }
   QMat gate(E * I, H, 4), up(E * I, H, 4), down(E * H, I, 4), shgu(2 * I, H, 4), shd(H, I, 4);
   for (int terms : {1, 2})

@@ -16,9 +16,11 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gemm/qgemm.h"
+#include "backend/cuda/gemm/qgemm_wg.h"
 
 namespace lily::cuda {
 namespace {
@@ -652,6 +654,14 @@ int nt_for(double per) {
 
 }  // namespace
 
+int qgemm_wg_rows() {
+  static const int v = [] {  // LILY_QGEMM_WG: A/B of the threshold while it is measured
+    const char* e = std::getenv("LILY_QGEMM_WG");
+    return e && *e ? std::atoi(e) : 64;
+  }();
+  return v;
+}
+
 int qgemm_splits(int rows, int cols) {
   const int T = tiles_of(rows), nks = (cols + kBK - 1) / kBK;
   int S = (2 * sm_count()) / std::max(T, 1);
@@ -686,6 +696,12 @@ Status qgemm(const QGemmArgs& a, Stream stream) {
     if (!nt) nt = a.M >= 64 ? 8 : nt_for(a.M / 2.0);
     g.C = (a.M + 8 * nt - 1) / (8 * nt);
     if (g.S > 1 && (!a.ws || !a.cnt)) return cu_err("qgemm: a {}-row matrix is split {} ways and needs ws / cnt", w.rows, g.S);
+    const int wgr = qgemm_wg_rows();
+    if (a.kernel == 2 || (a.kernel == 0 && w.bits == 4 && wgr > 0 && a.M >= wgr)) {
+      WgArgs wa{};
+      wa.a = a, wa.N = w.rows, wa.K = w.cols, wa.S = g.S, wa.C = qgemm_wg_chunks(a.M), wa.T = tiles_of(w.rows);
+      return qgemm_wg(wa, s);
+    }
     g.n_units = g.T * g.S * g.C;
     return w.bits == 4 ? launch_terms<4, kDense>(nt, g, sm_count(), s) : launch_terms<8, kDense>(nt, g, sm_count(), s);
   }
