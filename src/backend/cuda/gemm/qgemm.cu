@@ -16,7 +16,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gemm/qgemm.h"
@@ -654,13 +653,10 @@ int nt_for(double per) {
 
 }  // namespace
 
-int qgemm_wg_rows() {
-  static const int v = [] {  // LILY_QGEMM_WG: A/B of the threshold while it is measured
-    const char* e = std::getenv("LILY_QGEMM_WG");
-    return e && *e ? std::atoi(e) : 64;
-  }();
-  return v;
-}
+// H200, 2026-12-04 (CudaQgemm.Bench, two passes, µs mma.sync → wgmma): in_proj 12352×2048 at 32 / 64 / 256
+// rows 33.4 → 33.9 / 60.8 → 39.4 / 183.6 → 111.5; qkv 9216×2048 33.5 → 31.2 / 62.2 → 40.5; lm_head at 64 551.6 →
+// 389.6; out_proj 2048×4096 (split 8 ways) at 64 / 128 / 256 30.8 → 43.3 / 61.3 → 50.2 / 122.4 → 66.4.
+int qgemm_wg_rows(int rows) { return rows >= 4096 ? 64 : 128; }
 
 int qgemm_splits(int rows, int cols) {
   const int T = tiles_of(rows), nks = (cols + kBK - 1) / kBK;
@@ -696,8 +692,7 @@ Status qgemm(const QGemmArgs& a, Stream stream) {
     if (!nt) nt = a.M >= 64 ? 8 : nt_for(a.M / 2.0);
     g.C = (a.M + 8 * nt - 1) / (8 * nt);
     if (g.S > 1 && (!a.ws || !a.cnt)) return cu_err("qgemm: a {}-row matrix is split {} ways and needs ws / cnt", w.rows, g.S);
-    const int wgr = qgemm_wg_rows();
-    if (a.kernel == 2 || (a.kernel == 0 && w.bits == 4 && wgr > 0 && a.M >= wgr)) {
+    if (a.kernel == 2 || (a.kernel == 0 && w.bits == 4 && a.M >= qgemm_wg_rows(w.rows))) {
       WgArgs wa{};
       wa.a = a, wa.N = w.rows, wa.K = w.cols, wa.S = g.S, wa.C = qgemm_wg_chunks(a.M), wa.T = tiles_of(w.rows);
       return qgemm_wg(wa, s);
