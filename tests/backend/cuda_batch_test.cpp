@@ -249,6 +249,8 @@ TEST(CudaBatch, GdnStepEqualsBatch1) {
     cuda::BGdnArgs g{};
     g.u = u.p, g.ldu = ldu, g.conv_w = conv_w.p, g.conv = tc.p, g.S = ts.p, g.pos = tp.p, g.A_log = A_log.p;
     g.dt_bias = dt_bias.p, g.gnorm = gnorm.p, g.og = og.p, g.ldo = vd, g.nk = nk, g.nv = nv, g.dk = dk, g.dv = dv, g.K = K, g.B = B;
+    D<float> prep(size_t(B) * cuda::bgdn_prep_floats(nk, nv, dk, dv));
+    g.prep = prep.p;
     ASSERT_TRUE(cuda::bgdn_step(g, nullptr).is_ok());
     for (int b = 0; b < B; ++b) {
       cuda::GdnArgs a{};

@@ -85,6 +85,8 @@ Status CudaBackend::batch_alloc(int B) {
   x.og = dalloc<float>(Bc * vd, x.owned);
   x.o = dalloc<float>(Bc * c.num_attention_heads * c.head_dim, x.owned);
   x.q = dalloc<float>(Bc * c.num_attention_heads * c.head_dim, x.owned);
+  x.gprep = dalloc<float>(Bc * bgdn_prep_floats(c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim,
+                                                 c.linear_value_head_dim), x.owned);
   x.rl = dalloc<float>(Bc * (c.num_experts + 1), x.owned);
   x.topk_ids = dalloc<int32_t>(Bc * c.num_experts_per_tok, x.owned);
   x.topk_w = dalloc<float>(Bc * (c.num_experts_per_tok + 1), x.owned);
@@ -130,7 +132,7 @@ Status CudaBackend::batch_alloc(int B) {
   x.Gx = dalloc<uint16_t>(Bc * H, x.owned);
   x.Gxl = dalloc<uint16_t>(Bc * H, x.owned);
   x.Gxs = dalloc<float>(Bc * H / 32, x.owned);
-  if (!x.tab_dev || !x.partial || !x.logits || !x.act || !x.mtab_dev || !x.Gx || !x.Gxl || !x.Gxs) {
+  if (!x.tab_dev || !x.partial || !x.logits || !x.act || !x.mtab_dev || !x.Gx || !x.Gxl || !x.Gxs || !x.gprep) {
     x.release();
     return cu_err("cuda forward_batch: out of device memory for {} rows", cap);
   }
@@ -225,7 +227,7 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
       g.u = x.u, g.ldu = x.urows, g.conv_w = L.conv_w, g.conv = x.p0(i), g.S = reinterpret_cast<float* const*>(x.p1(i));
       g.pos = x.pos(), g.A_log = L.A_log, g.dt_bias = L.dt_bias, g.gnorm = L.gnorm, g.og = x.og, g.ldo = vd;
       g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.dk = c.linear_key_head_dim;
-      g.dv = c.linear_value_head_dim, g.K = c.linear_conv_kernel_dim, g.B = Bd, g.eps = eps;
+      g.dv = c.linear_value_head_dim, g.prep = x.gprep, g.K = c.linear_conv_kernel_dim, g.B = Bd, g.eps = eps;
       if (Bd > 0) LILY_TRY(bgdn_step(g, s));
       if (mp) LILY_TRY(mp->seg_mixers(i, false));
       mk("gdn step");
@@ -303,7 +305,7 @@ Status CudaBackend::enqueue_batch(int B, cudaStream_t s) {
       g.u = x.u, g.ldu = x.urows, g.conv_w = L.conv_w, g.conv = x.p0(i), g.S = reinterpret_cast<float* const*>(x.p1(i));
       g.pos = x.pos(), g.A_log = L.A_log, g.dt_bias = L.dt_bias, g.gnorm = L.gnorm, g.og = x.og, g.ldo = vd;
       g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.dk = c.linear_key_head_dim;
-      g.dv = c.linear_value_head_dim, g.K = c.linear_conv_kernel_dim, g.B = B, g.eps = eps;
+      g.dv = c.linear_value_head_dim, g.prep = x.gprep, g.K = c.linear_conv_kernel_dim, g.B = B, g.eps = eps;
       LILY_TRY(bgdn_step(g, s));
       mk("gdn step");
       LILY_TRY(gemv_rows(L.out_proj, x.og, vd, x.mix, H, B, s));

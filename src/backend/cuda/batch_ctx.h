@@ -18,6 +18,7 @@ struct BatchCtx {
   // Activations, fp32, row-major per batch row.
   float *xres[2] = {}, *mix = nullptr, *xn = nullptr, *u = nullptr, *og = nullptr, *o = nullptr, *q = nullptr;
   float *rl = nullptr, *topk_w = nullptr, *act = nullptr, *logits = nullptr, *partial = nullptr;
+  float* gprep = nullptr;  // the GDN step's per-row scratch (bgdn_prep_floats)
   int32_t* topk_ids = nullptr;
   int urows = 0;
   // qgemm step (LILY_BATCH_TC, default on): packed GEMM inputs (gemm/qgemm.h: X_a the normed rows, og,

@@ -65,7 +65,12 @@ struct BGdnArgs {
   int ldo = 0;
   int nk = 0, nv = 0, dk = 128, dv = 128, K = 4, B = 0;
   float eps = 1e-6f;
+  float* prep = nullptr;  // scratch [B][bgdn_prep_floats]: per row qn, kn, v and the gates
 };
+// Floats of one row's prep scratch: [qn nk·dk | kn nk·dk | v nv·dv | {α, β} nv], a multiple of 4.
+constexpr size_t bgdn_prep_floats(int nk, int nv, int dk, int dv) {
+  return (size_t(2) * nk * dk + size_t(nv) * dv + 2 * size_t(nv) + 3) / 4 * 4;
+}
 Status bgdn_step(const BGdnArgs& a, Stream s);
 
 // Attention decode per row with fp32 K/V: prep (q/k norm, rope, cache write at pos[b]), split-K

@@ -692,7 +692,7 @@ Status qgemm(const QGemmArgs& a, Stream stream) {
     if (!nt) nt = a.M >= 64 ? 8 : nt_for(a.M / 2.0);
     g.C = (a.M + 8 * nt - 1) / (8 * nt);
     if (g.S > 1 && (!a.ws || !a.cnt)) return cu_err("qgemm: a {}-row matrix is split {} ways and needs ws / cnt", w.rows, g.S);
-    if (a.kernel == 2 || (a.kernel == 0 && w.bits == 4 && a.M >= qgemm_wg_rows(w.rows))) {
+    if (a.kernel == 2 || (a.kernel == 0 && a.nt == 0 && w.bits == 4 && a.M >= qgemm_wg_rows(w.rows))) {
       WgArgs wa{};
       wa.a = a, wa.N = w.rows, wa.K = w.cols, wa.S = g.S, wa.C = qgemm_wg_chunks(a.M), wa.T = tiles_of(w.rows);
       return qgemm_wg(wa, s);

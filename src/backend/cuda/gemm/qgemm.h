@@ -70,7 +70,7 @@ struct QGemmArgs {
   float* ws = nullptr;
   int32_t* cnt = nullptr;
   int nt = 0;  // tests: force the tile height (8·nt rows; nt ∈ {1, 2, 4, 8}); 0 = chosen by rows
-  // Dense 4-bit calls of at least qgemm_wg_rows(w.rows) rows run the wgmma tile (gemm/qgemm_wg.cu), fewer the
+  // Dense 4-bit calls of at least qgemm_wg_rows(w.rows) rows (nt unforced) run the wgmma tile (gemm/qgemm_wg.cu), fewer the
   // mma.sync tiles. Tests: 1 forces the mma.sync tiles, 2 the wgmma tile; 0 = chosen by rows.
   int kernel = 0;
 };
