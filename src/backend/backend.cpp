@@ -3,11 +3,30 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "core/thread_pool.h"
 #include "model/logits.h"
 
 namespace lily {
+
+Result<DeviceMemory> host_memory() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return errorf("cannot read /proc/meminfo");
+  DeviceMemory m;
+  bool have_total = false, have_avail = false;
+  char line[256];
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long long kb = 0;
+    if (std::sscanf(line, "MemTotal: %llu kB", &kb) == 1) m.total = size_t(kb) << 10, have_total = true;
+    else if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) m.free = size_t(kb) << 10, have_avail = true;
+  }
+  std::fclose(f);
+  if (!have_total || !have_avail) return errorf("/proc/meminfo has no MemTotal or MemAvailable");
+  return m;
+}
+
+Result<DeviceMemory> Backend::device_memory() { return host_memory(); }
 
 Status Backend::forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
                               std::span<float> logits) {

@@ -20,6 +20,12 @@ class Backend {
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
   virtual Result<std::unique_ptr<SeqState>> new_state(int max_seq) = 0;
+  // What a state of limit max_seq takes (model.h's StateMemory): new_state, reserve and clone
+  // allocate exactly by it, so SeqState::bytes() == state_memory(max_seq).bytes_at(its K/V positions).
+  virtual StateMemory state_memory(int max_seq) const = 0;
+  // Memory new states may still take, now. Default: the host's (MemTotal, MemAvailable from
+  // /proc/meminfo). CUDA: cudaMemGetInfo.
+  virtual Result<DeviceMemory> device_memory();
   // Appends tokens to state; logits (if non-empty, [vocab] fp32) of the last token.
   virtual Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) = 0;
   // One decode step for several sequences: row b feeds tokens[b] to *states[b] (distinct
@@ -68,8 +74,12 @@ class Backend {
   virtual std::string hardware() const { return "cpu"; }
 };
 
-// weights must outlive the backend.
-Result<std::unique_ptr<Backend>> make_cpu_backend(const ModelWeights& weights);
+// The host's memory (MemTotal, MemAvailable of /proc/meminfo).
+Result<DeviceMemory> host_memory();
+
+// weights must outlive the backend. state_limit_bytes (a test hook, ModelOptions::cpu_state_limit_bytes):
+// the states' memory limit, as a small device's; 0: none.
+Result<std::unique_ptr<Backend>> make_cpu_backend(const ModelWeights& weights, size_t state_limit_bytes = 0);
 // Defined by the CUDA backend when it is compiled in; otherwise returns a clear error.
 Result<std::unique_ptr<Backend>> make_cuda_backend(const ModelWeights& weights, bool verbose);
 

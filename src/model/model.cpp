@@ -29,9 +29,9 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
   LILY_ASSIGN_OR_RETURN(impl->weights, ModelWeights::from_checkpoint(*impl->ckpt));
   if (opts.threads > 0) ThreadPool::set_global_threads(opts.threads);
   if (opts.backend == "cpu") {  // the fast kernels (src/backend/cpu/fast_*)
-    LILY_ASSIGN_OR_RETURN(impl->backend, make_fast_cpu_backend(impl->weights));
+    LILY_ASSIGN_OR_RETURN(impl->backend, make_fast_cpu_backend(impl->weights, opts.cpu_state_limit_bytes));
   } else if (opts.backend == "cpu-ref") {  // the scalar reference the tests trust
-    LILY_ASSIGN_OR_RETURN(impl->backend, make_cpu_backend(impl->weights));
+    LILY_ASSIGN_OR_RETURN(impl->backend, make_cpu_backend(impl->weights, opts.cpu_state_limit_bytes));
   } else if (opts.backend == "cuda") {
     LILY_ASSIGN_OR_RETURN(impl->backend, make_cuda_backend(impl->weights, opts.verbose));
   } else {
@@ -47,6 +47,8 @@ const std::string& Model::dir() const { return impl_->ckpt->dir(); }
 const char* Model::backend_name() const { return impl_->backend->name(); }
 
 Result<std::unique_ptr<SeqState>> Model::new_state(int max_seq) { return impl_->backend->new_state(max_seq); }
+StateMemory Model::state_memory(int max_seq) const { return impl_->backend->state_memory(max_seq); }
+Result<DeviceMemory> Model::device_memory() { return impl_->backend->device_memory(); }
 
 Status Model::forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) {
   LILY_TRY(state.reserve(state.n_tokens() + int(tokens.size())));

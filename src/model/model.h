@@ -17,6 +17,37 @@ namespace lily {
 class Checkpoint;
 class Backend;
 
+// What one sequence state takes in memory on a backend (Model::state_memory), as arithmetic: the
+// engine's memory plan and its admission count by it, the backends allocate by it. A state is a
+// fixed part (DeltaNet states, conv windows, per-state control; one allocation) and K/V caches for
+// some number of positions (one allocation), grown on demand up to max_seq (SeqState::reserve).
+struct StateMemory {
+  size_t fixed = 0;           // bytes of the fixed part
+  size_t kv_base = 0;         // bytes of the K/V allocation beyond per_position x positions (padding)
+  size_t per_position = 0;    // K and V of every attention layer, one position
+  int initial_positions = 0;  // K/V positions a new state starts with (at most its max_seq)
+  int position_step = 1;      // K/V capacities are multiples of this (up to max_seq)
+  size_t page = 0;            // an allocation of at least this many bytes takes whole pages of it; 0: none
+  // What an allocation of b bytes takes.
+  size_t alloc_bytes(size_t b) const;
+  // K/V positions of a state of limit max_seq that has been given room for n_tokens, grown straight
+  // to it (SeqState::reserve with upto = n_tokens): the initial positions, or n_tokens rounded up to
+  // position_step; never more than max_seq.
+  int positions_for(int n_tokens, int max_seq) const;
+  // SeqState::bytes() of a state whose K/V caches hold `positions`.
+  size_t bytes_at(int positions) const;
+  size_t bytes_for(int n_tokens, int max_seq) const { return bytes_at(positions_for(n_tokens, max_seq)); }
+  // A copy (SeqState::clone) of a state holding n_tokens: its K/V hold those positions (at least
+  // one) rounded up to position_step.
+  size_t clone_bytes(int n_tokens, int max_seq) const;
+};
+
+// Memory where states live (device memory on a GPU, host memory on the CPU), now.
+struct DeviceMemory {
+  size_t total = 0;
+  size_t free = 0;  // what new allocations may still take
+};
+
 // Per-sequence state: KV cache of the attention layers, conv windows and recurrent state of
 // the DeltaNet layers, and the number of tokens consumed. Opaque outside the backend.
 class SeqState {
@@ -28,9 +59,13 @@ class SeqState {
   virtual std::unique_ptr<SeqState> clone() const = 0;  // deep copy (prefix-cache snapshot)
   virtual void reset() = 0;            // back to empty, keeps the allocation
   // Makes room for n_tokens tokens in all (a backend whose cache grows on demand allocates here;
-  // nothing else may hold the old buffers). An error if n_tokens > max_seq() or memory runs out;
-  // the state is unchanged then.
-  virtual Status reserve(int n_tokens) {
+  // nothing else may hold the old buffers). `upto` (>= n_tokens), when given, is the most this
+  // sequence will need (its request's prompt + max_tokens): a growing cache grows straight to it,
+  // once, and never beyond, so the state takes StateMemory::bytes_for(upto) (the engine admits a
+  // request by that); without it the backend grows by its own policy (at least doubling). An
+  // error if n_tokens > max_seq() or memory runs out; the state is unchanged then.
+  virtual Status reserve(int n_tokens, int upto = 0) {
+    (void)upto;
     if (n_tokens > max_seq()) return errorf("the sequence needs {} tokens; its limit (max_seq) is {}", n_tokens, max_seq());
     return Status::ok();
   }
@@ -52,6 +87,9 @@ struct ModelOptions {
   std::string backend = "cpu";  // "cpu" | "cuda"
   int threads = 0;              // cpu: 0 = all cores
   bool verbose = true;          // load progress on stderr
+  // Test hook: the CPU backends act as a device with this many bytes for sequence states (a new
+  // state, a K/V growth or a clone beyond it fails, as on a full GPU); 0: no limit.
+  size_t cpu_state_limit_bytes = 0;
 };
 
 class Model {
@@ -64,6 +102,10 @@ class Model {
   const char* backend_name() const;
 
   Result<std::unique_ptr<SeqState>> new_state(int max_seq);
+  // What a state of limit max_seq takes (StateMemory), and the memory states may still take now
+  // (CUDA: cudaMemGetInfo; CPU: MemAvailable, or the test hook's limit).
+  StateMemory state_memory(int max_seq) const;
+  Result<DeviceMemory> device_memory();
   // Feeds `tokens` (ids < vocab) at positions state.n_tokens()... . If logits is non-empty it
   // must have vocab_size entries and receives the last token's logits (fp32).
   Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits);

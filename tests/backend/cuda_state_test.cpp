@@ -4,7 +4,10 @@
 // stride differs) — and the CPU reference's within the tiny-model tolerance of cuda_model_test
 // (0.02). Clones (prefix-cache snapshots) hold only the positions in use and continue exactly
 // like their source; forward_batch rows grow at different steps; reserve beyond max_seq fails
-// and changes nothing; grown and cloned states give their memory back. Skips loudly without a GPU.
+// and changes nothing; grown and cloned states give their memory back. A state's bytes() is what
+// the engine's memory plan counts (state_memory, cuda_state_layout.h) and what the device gives
+// (cudaMemGetInfo); growing with `upto` goes straight there; running out of device memory is an
+// error that changes nothing, never a crash. Skips loudly without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -203,6 +206,74 @@ TEST(CudaState, BatchRowsGrowAtDifferentSteps) {
               worst, flips);
   EXPECT_LE(worst, 1e-3);
   EXPECT_EQ(flips, 0);
+}
+
+// The memory plan's arithmetic against the device: 8 states whose K/V arenas are over 2 MiB (4,096
+// positions of the tiny config: 4,194,816 B, 3 pages) take, by cudaMemGetInfo, what their bytes()
+// say: never more than a page beyond (the plan must not under-count), at most a page per state less
+// (the plan should not waste much). Then a growth straight to `upto` holds bytes_for(upto).
+TEST(CudaState, BytesAreWhatTheDeviceGives) {
+  std::string why;
+  if (!cuda_device_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
+  Rig r;
+  make_rig(r);
+  const int limit = 8192;
+  StateMemory m;
+  {
+    ScopedEnv kv("LILY_CUDA_KV", "f32");
+    ScopedEnv init("LILY_CUDA_KV_INITIAL", "4096");
+    m = r.gpu->state_memory(limit);
+  }
+  { auto warm = state(*r.gpu, limit, "4096"); }  // the driver's first pages for small allocations
+  const size_t free0 = device_free_bytes();
+  std::vector<std::unique_ptr<SeqState>> sts;
+  size_t sum = 0;
+  for (int i = 0; i < 8; ++i) {
+    sts.push_back(state(*r.gpu, limit, "4096"));
+    ASSERT_TRUE(sts.back());
+    EXPECT_EQ(sts.back()->bytes(), m.bytes_for(0, limit));
+    sum += sts.back()->bytes();
+  }
+  const double used = double(free0) - double(device_free_bytes()), page = 2.0 * 1048576;
+  std::printf("8 states: bytes() %.2f MiB each, the device gave %.2f MiB each\n", double(sum) / 8 / 1048576,
+              used / 8 / 1048576);
+  EXPECT_LE(used, double(sum) + page) << "the plan under-counts a state's device memory";
+  EXPECT_GE(used + 8 * page + page, double(sum)) << "the plan over-counts a state's device memory by more than a page";
+  ASSERT_TRUE(sts[0]->reserve(4097, 6000).is_ok());
+  EXPECT_EQ(sts[0]->bytes(), m.bytes_for(6000, limit));
+  ASSERT_TRUE(sts[0]->reserve(6000, 7000).is_ok());  // within: nothing changes
+  EXPECT_EQ(sts[0]->bytes(), m.bytes_for(6000, limit));
+}
+
+// Device memory runs out: states whose K/V grow by 1 GiB each (2^20 positions of the tiny config)
+// until a growth fails. The failure is an error naming device memory; the state that could not
+// grow is unchanged and still decodes; everything comes back when the states are freed.
+TEST(CudaState, RunningOutOfDeviceMemoryIsAnError) {
+  std::string why;
+  if (!cuda_device_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
+  Rig r;
+  make_rig(r);
+  const int limit = 1 << 20;
+  const size_t free0 = device_free_bytes();
+  std::vector<std::unique_ptr<SeqState>> sts;
+  Status failed = Status::ok();
+  for (int i = 0; i < 1000 && failed.is_ok(); ++i) {
+    sts.push_back(state(*r.gpu, limit, "16"));
+    ASSERT_TRUE(sts.back());
+    failed = sts.back()->reserve(17, limit);
+  }
+  ASSERT_FALSE(failed.is_ok()) << "1000 GiB of K/V fitted?";
+  std::printf("%zu states of 1 GiB before the device ran out: %s\n", sts.size() - 1, failed.message().c_str());
+  EXPECT_NE(failed.message().find("out of device memory"), std::string::npos) << failed.message();
+  SeqState& last = *sts.back();
+  EXPECT_EQ(last.bytes(), r.gpu->state_memory(limit).bytes_at(16)) << "a failed growth changes nothing";
+  sts.front().reset();  // room again for the small state to decode
+  std::vector<float> logits(size_t(r.V));
+  std::vector<int32_t> p(8);
+  for (int i = 0; i < 8; ++i) p[size_t(i)] = tok_at(i, r.V);
+  EXPECT_TRUE(r.gpu->forward(last, p, logits).is_ok());
+  sts.clear();
+  EXPECT_GE(double(device_free_bytes()) + 64e6, double(free0)) << "device memory did not come back";
 }
 
 }  // namespace

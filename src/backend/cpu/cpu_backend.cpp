@@ -15,11 +15,73 @@
 namespace lily {
 namespace cpu {
 
+bool StateMeter::charge(size_t b) {
+  size_t cur = used.load();
+  do {
+    if (limit > 0 && cur + b > limit) return false;
+  } while (!used.compare_exchange_weak(cur, cur + b));
+  return true;
+}
+
 size_t CpuSeqState::bytes() const {
   size_t b = 0;
   for (const auto& l : layers)
     b += (l.k.capacity() + l.v.capacity()) * sizeof(float) + l.conv.size() * 4 + l.S.size() * 4;
   return b;
+}
+
+int CpuSeqState::kv_positions() const {
+  size_t p = size_t(cap);
+  if (kv_row == 0) return cap;
+  for (const auto& l : layers)
+    if (l.attention) p = std::min({p, l.k.capacity() / kv_row, l.v.capacity() / kv_row});
+  return int(p);
+}
+
+Status CpuSeqState::reserve(int n_tokens, int upto) {
+  if (n_tokens > cap) return errorf("the sequence needs {} tokens; its limit (max_seq) is {}", n_tokens, cap);
+  const int have = kv_positions();
+  if (n_tokens <= have) return Status::ok();
+  const int want = std::min(cap, upto > 0 ? std::max(n_tokens, upto) : std::max(n_tokens, 2 * have));
+  const size_t floats = size_t(want) * kv_row;
+  size_t grow = 0;  // bytes the new capacities add
+  for (const auto& l : layers)
+    if (l.attention) grow += (floats - std::min(floats, l.k.capacity()) + floats - std::min(floats, l.v.capacity())) * 4;
+  if (meter && !meter->charge(grow))
+    return errorf("out of memory for a K/V cache of {} positions ({} more bytes; the states' limit is {} bytes, {} in use)",
+                  want, grow, meter->limit, meter->used.load());
+  try {
+    for (auto& l : layers)
+      if (l.attention) l.k.reserve(floats), l.v.reserve(floats);
+  } catch (const std::bad_alloc&) {
+    if (meter) meter->refund(grow);
+    return errorf("out of host memory growing a K/V cache to {} positions", want);
+  }
+  charged += grow;
+  return Status::ok();
+}
+
+std::unique_ptr<SeqState> CpuSeqState::clone() const {
+  auto c = std::make_unique<CpuSeqState>();
+  c->n = n, c->cap = cap, c->kv_row = kv_row;
+  try {
+    c->layers.resize(layers.size());
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const Layer& a = layers[i];
+      Layer& b = c->layers[i];
+      b.k.assign(a.k.begin(), a.k.begin() + ptrdiff_t(std::min(a.k.size(), size_t(n) * kv_row)));
+      b.v.assign(a.v.begin(), a.v.begin() + ptrdiff_t(std::min(a.v.size(), size_t(n) * kv_row)));
+      b.attention = a.attention;
+      b.conv = a.conv;
+      b.S = a.S;
+    }
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+  if (meter && !meter->charge(c->bytes())) return nullptr;
+  c->meter = meter;
+  c->charged = c->bytes();
+  return c;
 }
 
 void CpuSeqState::reset() {
@@ -32,18 +94,42 @@ void CpuSeqState::reset() {
   }
 }
 
-Result<std::unique_ptr<SeqState>> new_cpu_state(const ModelConfig& cfg, int max_seq) {
+StateMemory cpu_state_memory(const ModelConfig& cfg) {
+  StateMemory m;
+  const size_t conv = size_t(cfg.gdn_conv_dim()) * (cfg.linear_conv_kernel_dim - 1);
+  const size_t S = size_t(cfg.linear_num_value_heads) * cfg.linear_key_head_dim * cfg.linear_value_head_dim;
+  for (int i = 0; i < cfg.num_hidden_layers; ++i)
+    if (cfg.is_full_attention[i]) m.per_position += 2 * size_t(cfg.num_key_value_heads) * cfg.head_dim * sizeof(float);
+    else m.fixed += (conv + S) * sizeof(float);
+  return m;  // kv_base 0, initial_positions 0, position_step 1, page 0: vectors of exactly the reserved size
+}
+
+Result<std::unique_ptr<SeqState>> new_cpu_state(const ModelConfig& cfg, int max_seq, std::shared_ptr<StateMeter> meter) {
   if (max_seq <= 0) return errorf("max_seq must be positive, got {}", max_seq);
+  const size_t fixed = cpu_state_memory(cfg).fixed;
+  if (meter && !meter->charge(fixed))
+    return errorf("out of memory for a new sequence state ({} bytes; the states' limit is {} bytes, {} in use)", fixed,
+                  meter->limit, meter->used.load());
   auto st = std::make_unique<CpuSeqState>();
+  st->meter = meter;
+  st->charged = fixed;
   st->cap = max_seq;
+  st->kv_row = size_t(cfg.num_key_value_heads) * cfg.head_dim;
   st->layers.resize(cfg.num_hidden_layers);
   for (int i = 0; i < cfg.num_hidden_layers; ++i) {
-    if (cfg.is_full_attention[i]) continue;
     auto& l = st->layers[i];
+    l.attention = cfg.is_full_attention[i];
+    if (l.attention) continue;
     l.conv.assign(size_t(cfg.gdn_conv_dim()) * (cfg.linear_conv_kernel_dim - 1), 0.0f);
     l.S.assign(size_t(cfg.linear_num_value_heads) * cfg.linear_key_head_dim * cfg.linear_value_head_dim, 0.0f);
   }
   return std::unique_ptr<SeqState>(std::move(st));
+}
+
+Result<DeviceMemory> cpu_device_memory(const StateMeter& meter) {
+  if (meter.limit == 0) return host_memory();
+  const size_t used = meter.used.load();
+  return DeviceMemory{meter.limit, meter.limit - std::min(meter.limit, used)};
 }
 
 Result<CpuSeqState*> check_forward_args(const ModelConfig& cfg, SeqState& state, std::span<const int32_t> tokens,
@@ -67,11 +153,15 @@ float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const ModelWeights& w) : w_(w), cfg_(w.cfg) {}
+  CpuBackend(const ModelWeights& w, size_t state_limit) : w_(w), cfg_(w.cfg), meter_(std::make_shared<StateMeter>()) {
+    meter_->limit = state_limit;
+  }
   const char* name() const override { return "cpu-ref"; }
   int vocab_size() const override { return cfg_.vocab_size; }
 
-  Result<std::unique_ptr<SeqState>> new_state(int max_seq) override { return new_cpu_state(cfg_, max_seq); }
+  Result<std::unique_ptr<SeqState>> new_state(int max_seq) override { return new_cpu_state(cfg_, max_seq, meter_); }
+  StateMemory state_memory(int) const override { return cpu_state_memory(cfg_); }
+  Result<DeviceMemory> device_memory() override { return cpu_device_memory(*meter_); }
 
   Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) override {
     LILY_ASSIGN_OR_RETURN(CpuSeqState* st, check_forward_args(cfg_, state, tokens, logits));
@@ -254,13 +344,14 @@ class CpuBackend final : public Backend {
 
   const ModelWeights& w_;
   const ModelConfig& cfg_;
+  std::shared_ptr<StateMeter> meter_;  // every state's bytes (and the test hook's limit)
 };
 
 }  // namespace
 }  // namespace cpu
 
-Result<std::unique_ptr<Backend>> make_cpu_backend(const ModelWeights& weights) {
-  return std::unique_ptr<Backend>(std::make_unique<cpu::CpuBackend>(weights));
+Result<std::unique_ptr<Backend>> make_cpu_backend(const ModelWeights& weights, size_t state_limit_bytes) {
+  return std::unique_ptr<Backend>(std::make_unique<cpu::CpuBackend>(weights, state_limit_bytes));
 }
 
 }  // namespace lily

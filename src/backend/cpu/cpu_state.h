@@ -1,7 +1,13 @@
 // Per-sequence state of the CPU backend: KV cache rows appended per position (so the cache
 // grows with the sequence instead of preallocating max_seq), conv windows and fp32 DeltaNet state.
 // The reference keeps K/V at activation precision (fp32 unless bf16 storage mode is on).
+// reserve() grows the K/V caches explicitly (straight to `upto` when the engine gives it), so a
+// state holds exactly cpu_state_memory().bytes_at(its K/V positions); a failed allocation is an
+// error, not a crash. A StateMeter counts every state's bytes, and with a limit (a test hook) acts
+// as a small device whose allocations fail.
 #pragma once
+#include <atomic>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -13,25 +19,52 @@
 
 namespace lily::cpu {
 
+// The bytes held by one backend's states, against an optional limit (ModelOptions::cpu_state_limit_bytes).
+struct StateMeter {
+  size_t limit = 0;  // 0: none
+  std::atomic<size_t> used{0};
+  bool charge(size_t b);  // false, nothing charged, when it would pass the limit
+  void refund(size_t b) { used -= b; }
+};
+
 struct CpuSeqState final : SeqState {
   struct Layer {
+    bool attention = false;
     std::vector<float> k, v;     // attention: [n_tokens, n_kv_heads, head_dim], through store()
     std::vector<float> conv;     // GDN: [conv_dim, K-1] pre-conv inputs, oldest first
     std::vector<float> S;        // GDN: [n_v_heads, dk, dv] fp32
   };
   int n = 0;
-  int cap = 0;
+  int cap = 0;                   // max_seq
+  size_t kv_row = 0;             // floats per position in each K or V cache (n_kv_heads * head_dim)
   std::vector<Layer> layers;
+  std::shared_ptr<StateMeter> meter;
+  size_t charged = 0;            // bytes charged to the meter
 
+  CpuSeqState() = default;
+  CpuSeqState(const CpuSeqState&) = delete;
+  CpuSeqState& operator=(const CpuSeqState&) = delete;
+  ~CpuSeqState() override {
+    if (meter) meter->refund(charged);
+  }
   int n_tokens() const override { return n; }
   int max_seq() const override { return cap; }
   size_t bytes() const override;
-  std::unique_ptr<SeqState> clone() const override { return std::make_unique<CpuSeqState>(*this); }
+  // Positions every K/V cache has room for without reallocating.
+  int kv_positions() const;
+  Status reserve(int n_tokens, int upto = 0) override;
+  std::unique_ptr<SeqState> clone() const override;  // holds the n positions in use; nullptr without memory
   void reset() override;
 };
 
-// A fresh state for cfg with capacity max_seq (shared by the reference and the fast backend).
-Result<std::unique_ptr<SeqState>> new_cpu_state(const ModelConfig& cfg, int max_seq);
+// What a CPU state takes: the conv windows and S of every DeltaNet layer (fixed), fp32 K and V of
+// every attention layer per position; no initial K/V, no rounding.
+StateMemory cpu_state_memory(const ModelConfig& cfg);
+// A fresh state for cfg with capacity max_seq (shared by the reference and the fast backend),
+// charged to `meter`.
+Result<std::unique_ptr<SeqState>> new_cpu_state(const ModelConfig& cfg, int max_seq, std::shared_ptr<StateMeter> meter);
+// Both CPU backends' device_memory(): the meter's limit and what is left of it, else the host's.
+Result<DeviceMemory> cpu_device_memory(const StateMeter& meter);
 // Checks a forward call's arguments and returns the CPU state, or an error naming the problem.
 Result<CpuSeqState*> check_forward_args(const ModelConfig& cfg, SeqState& state, std::span<const int32_t> tokens,
                                         std::span<float> logits);

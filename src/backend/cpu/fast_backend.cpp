@@ -68,14 +68,18 @@ void run(Op op, std::span<const QJob> jobs) {
 
 class FastCpuBackend final : public Backend {
  public:
-  explicit FastCpuBackend(const ModelWeights& w) : w_(w), cfg_(w.cfg) {}
+  FastCpuBackend(const ModelWeights& w, size_t state_limit) : w_(w), cfg_(w.cfg), meter_(std::make_shared<StateMeter>()) {
+    meter_->limit = state_limit;
+  }
   const char* name() const override { return "cpu"; }
   int vocab_size() const override { return cfg_.vocab_size; }
   std::string hardware() const override {
     return fmt::format("cpu ({} threads, kernels {})", ThreadPool::global().size(), fast::kernels().name);
   }
 
-  Result<std::unique_ptr<SeqState>> new_state(int max_seq) override { return new_cpu_state(cfg_, max_seq); }
+  Result<std::unique_ptr<SeqState>> new_state(int max_seq) override { return new_cpu_state(cfg_, max_seq, meter_); }
+  StateMemory state_memory(int) const override { return cpu_state_memory(cfg_); }
+  Result<DeviceMemory> device_memory() override { return cpu_device_memory(*meter_); }
   // `lily bench` compares decode GB/s with this: the read bandwidth of all pool threads, measured once.
   double copy_bandwidth_gbps() override {
     if (read_gbps_ <= 0) read_gbps_ = fast::measure_read_gbps(1.0);
@@ -415,6 +419,7 @@ class FastCpuBackend final : public Backend {
 
   const ModelWeights& w_;
   const ModelConfig& cfg_;
+  std::shared_ptr<StateMeter> meter_;  // every state's bytes (and the test hook's limit)
   std::vector<int32_t> iota_;
   PreparedX px_, pmix_, pact_;  // int16 forms of h, of a mixer/shared-expert input, of expert inputs (decode)
   double read_gbps_ = 0;
@@ -481,7 +486,7 @@ size_t decode_bytes_per_token(const ModelWeights& w) {
   return b;
 }
 
-Result<std::unique_ptr<Backend>> make_fast_cpu_backend(const ModelWeights& w) {
+Result<std::unique_ptr<Backend>> make_fast_cpu_backend(const ModelWeights& w, size_t state_limit_bytes) {
   using cpu::check_weight;
   LILY_TRY(check_weight(w.lm_head, "lm_head", -1));
   for (int i = 0; i < int(w.layers.size()); ++i) {
@@ -516,7 +521,7 @@ Result<std::unique_ptr<Backend>> make_fast_cpu_backend(const ModelWeights& w) {
   else if (avail && need > avail)
     spdlog::warn("cpu backend: the weights are {:.1f} GiB and {:.1f} GiB of RAM is available now: until other processes "
                  "release memory, parts of the checkpoint will be re-read from disk", need / gib, avail / gib);
-  return std::unique_ptr<Backend>(std::make_unique<cpu::FastCpuBackend>(w));
+  return std::unique_ptr<Backend>(std::make_unique<cpu::FastCpuBackend>(w, state_limit_bytes));
 }
 
 }  // namespace lily

@@ -10,8 +10,8 @@
 namespace lily {
 
 // weights must outlive the backend. Refuses quantization the fast kernels do not take (group
-// size other than 64, bit widths other than 4 and 8) by name.
-Result<std::unique_ptr<Backend>> make_fast_cpu_backend(const ModelWeights& weights);
+// size other than 64, bit widths other than 4 and 8) by name. state_limit_bytes: as make_cpu_backend's.
+Result<std::unique_ptr<Backend>> make_fast_cpu_backend(const ModelWeights& weights, size_t state_limit_bytes = 0);
 
 // Bytes of every weight tensor of the model (what one pass over all experts reads).
 size_t model_weight_bytes(const ModelWeights& w);

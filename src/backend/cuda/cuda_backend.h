@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda_state_layout.h"
 #include "backend/cuda/dev_weights.h"
 #include "backend/cuda/ops.h"
 
@@ -48,6 +49,11 @@ struct CudaSeqState final : SeqState {
     size_t kv_bytes = 0, conv_bytes = 0, S_bytes = 0;
   };
   CudaBackend* be = nullptr;
+  // The two allocations the buffers above point into (cuda_state_layout.h), both in `owned`.
+  void* fixed_arena = nullptr;  // conv windows and S of every DeltaNet layer, the StepCtl
+  void* kv_arena = nullptr;     // K and V of every attention layer, cap positions each
+  CudaStateLayout lay;          // their layout, and what bytes() counts by (as StateMemory)
+  StateMemory mem;
   int n = 0;
   int cap = 0;    // positions allocated in each K/V cache: the kernels' stride ([nkv, cap, hd])
   int limit = 0;  // max_seq: the most positions reserve() will grow to
@@ -68,15 +74,12 @@ struct CudaSeqState final : SeqState {
   }
   int n_tokens() const override { return n; }
   int max_seq() const override { return limit; }
-  // Grows every K/V cache to hold n_tokens (at least doubling, up to limit), copying the n
-  // positions held and dropping the captured decode graphs (their pointers are stale); ensure_graphs
-  // captures them again. cuda_state.cu.
-  Status reserve(int n_tokens) override;
-  size_t bytes() const override {
-    size_t b = 0;
-    for (auto& l : layers) b += 2 * l.kv_bytes + l.conv_bytes + l.S_bytes;
-    return b;
-  }
+  // Grows every K/V cache to hold n_tokens (straight to `upto` when given, else at least doubling;
+  // up to limit), copying the n positions held and dropping the captured decode graphs (their
+  // pointers are stale); ensure_graphs captures them again. cuda_state.cu.
+  Status reserve(int n_tokens, int upto = 0) override;
+  // Device bytes held, 2 MiB pages included (cuda_state_layout.h).
+  size_t bytes() const override { return mem.bytes_at(cap); }
   std::unique_ptr<SeqState> clone() const override;
   void reset() override {
     n = 0;
@@ -134,6 +137,10 @@ class CudaBackend final : public Backend {
   Result<std::unique_ptr<SeqState>> new_state(int max_seq) override;
   // new_state with K/V caches of cap0 positions to start (clone sizes a snapshot to what it holds).
   Result<std::unique_ptr<SeqState>> make_state(int max_seq, int cap0);
+  // What a state takes (cuda_state_layout.h, with today's LILY_CUDA_KV and LILY_CUDA_KV_INITIAL),
+  // and the device's free memory (cudaMemGetInfo). cuda_state.cu.
+  StateMemory state_memory(int max_seq) const override;
+  Result<DeviceMemory> device_memory() override;
 
   Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) override {
     auto* st = dynamic_cast<CudaSeqState*>(&state);

@@ -1,8 +1,12 @@
 // CUDA per-sequence state: allocation, on-demand growth of the K/V caches, and clone (the prefix
-// cache's snapshot). K/V caches are [nkv, cap, hd] per attention layer; cap starts at
-// kInitialPositions (or max_seq if smaller) and at least doubles when a step needs more, so a
-// state holds memory for the positions it uses, not for max_seq.
+// cache's snapshot). A state is two device allocations laid out by cuda_state_layout.h: the fixed
+// arena (conv windows, DeltaNet states S, StepCtl) and the K/V arena ([nkv, cap, hd] per attention
+// layer, K then V). cap starts at kCudaKvInitial positions (or max_seq if smaller) and grows when a
+// step needs more: straight to the request's need when the engine gives it (reserve's `upto`), else
+// at least doubling; so a state holds memory for the positions it uses, not for max_seq, and
+// bytes() is exactly what the engine's memory plan counted.
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda_state_layout.h"
 
 namespace lily::cuda {
 namespace {
@@ -12,7 +16,16 @@ namespace {
 int initial_positions() {
   const char* e = std::getenv("LILY_CUDA_KV_INITIAL");
   const int v = e ? std::atoi(e) : 0;
-  return v > 0 ? v : 2048;
+  return v > 0 ? v : kCudaKvInitial;
+}
+
+bool kv_f32_now() {
+  const char* kv = std::getenv("LILY_CUDA_KV");
+  return !(kv && std::strcmp(kv, "bf16") == 0);
+}
+
+CudaStateLayout layout_of(const ModelConfig& cfg, bool f32) {
+  return cuda_state_layout(cfg, f32, sizeof(StepCtl), initial_positions());
 }
 
 void replace_owned(std::vector<void*>& owned, void* old_p, void* new_p) {
@@ -24,55 +37,62 @@ void replace_owned(std::vector<void*>& owned, void* old_p, void* new_p) {
   owned.push_back(new_p);
 }
 
-// Allocates (zeroed) K/V caches of `cap` positions for every attention layer of st, copying the
-// first `keep` positions of each head from the current ones; on failure nothing changes.
+// Points every attention layer's K and V into a K/V arena of `cap` positions.
+void carve_kv(CudaSeqState& st, const std::vector<bool>& attn, char* arena, int cap) {
+  const size_t span = CudaStateLayout::span(st.lay.kv_buffer(cap));
+  size_t off = 0;
+  for (size_t i = 0; i < st.layers.size(); ++i) {
+    if (!attn[i]) continue;
+    auto& l = st.layers[i];
+    l.kc = reinterpret_cast<uint16_t*>(arena + off);
+    l.vc = reinterpret_cast<uint16_t*>(arena + off + span);
+    l.kv_bytes = st.lay.kv_buffer(cap);
+    off += 2 * span;
+  }
+}
+
+// Allocates a zeroed K/V arena of `cap` positions, copying the first `keep` positions of each head
+// from the current one; on failure nothing changes.
 Status realloc_kv(CudaSeqState& st, int cap, int keep) {
-  const size_t es = st.f32 ? 4 : 2;
-  const size_t row = size_t(st.hd) * es;  // bytes per position per head
-  const size_t bytes = size_t(st.nkv) * cap * row;
-  struct Fresh { void* k; void* v; };
-  std::vector<Fresh> fresh(st.layers.size(), Fresh{nullptr, nullptr});
-  auto release = [&]() {
-    for (auto& f : fresh) {
-      if (f.k) cudaFree(f.k);
-      if (f.v) cudaFree(f.v);
-    }
+  const size_t row = size_t(st.hd) * (st.f32 ? 4 : 2);  // bytes per position per head
+  const size_t bytes = st.lay.kv_arena(cap), span = CudaStateLayout::span(st.lay.kv_buffer(cap));
+  char* fresh = nullptr;
+  if (cudaMalloc(reinterpret_cast<void**>(&fresh), bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return cu_err("cuda: out of device memory growing the K/V caches to {} positions ({:.1f} MB)", cap, bytes / 1e6);
+  }
+  auto fail = [&](cudaError_t e) {
+    cudaFree(fresh);
+    return cu_err("cuda: growing the K/V caches to {} positions: {}", cap, cudaGetErrorString(e));
   };
+  if (cudaError_t e = cudaMemset(fresh, 0, bytes); e != cudaSuccess) return fail(e);
+  std::vector<bool> attn(st.layers.size());
+  size_t off = 0;
   for (size_t i = 0; i < st.layers.size(); ++i) {
     const auto& l = st.layers[i];
-    if (!l.kc) continue;
-    if (cudaMalloc(&fresh[i].k, bytes + 16) != cudaSuccess || cudaMalloc(&fresh[i].v, bytes + 16) != cudaSuccess) {
-      cudaGetLastError();
-      release();
-      return cu_err("cuda: out of device memory growing a KV cache to {} positions ({:.1f} MB per layer)", cap,
-                    2.0 * bytes / 1e6);
+    attn[i] = l.kc != nullptr;
+    if (!attn[i]) continue;
+    if (keep > 0) {  // head h's first `keep` positions: old stride st.cap * row, new stride cap * row
+      if (cudaError_t e = cudaMemcpy2D(fresh + off, size_t(cap) * row, l.kc, size_t(st.cap) * row, size_t(keep) * row,
+                                       st.nkv, cudaMemcpyDeviceToDevice);
+          e != cudaSuccess)
+        return fail(e);
+      if (cudaError_t e = cudaMemcpy2D(fresh + off + span, size_t(cap) * row, l.vc, size_t(st.cap) * row,
+                                       size_t(keep) * row, st.nkv, cudaMemcpyDeviceToDevice);
+          e != cudaSuccess)
+        return fail(e);
     }
-    LILY_CU_TRY(cudaMemset(fresh[i].k, 0, bytes + 16));
-    LILY_CU_TRY(cudaMemset(fresh[i].v, 0, bytes + 16));
-    if (keep > 0) {
-      // Head h's first `keep` positions: old stride st.cap * row, new stride cap * row.
-      LILY_CU_TRY(cudaMemcpy2D(fresh[i].k, size_t(cap) * row, l.kc, size_t(st.cap) * row, size_t(keep) * row, st.nkv,
-                               cudaMemcpyDeviceToDevice));
-      LILY_CU_TRY(cudaMemcpy2D(fresh[i].v, size_t(cap) * row, l.vc, size_t(st.cap) * row, size_t(keep) * row, st.nkv,
-                               cudaMemcpyDeviceToDevice));
-    }
+    off += 2 * span;
   }
-  for (size_t i = 0; i < st.layers.size(); ++i) {
-    auto& l = st.layers[i];
-    if (!fresh[i].k) continue;
-    replace_owned(st.owned, l.kc, fresh[i].k);
-    replace_owned(st.owned, l.vc, fresh[i].v);
-    cudaFree(l.kc);
-    cudaFree(l.vc);
-    l.kc = static_cast<uint16_t*>(fresh[i].k);
-    l.vc = static_cast<uint16_t*>(fresh[i].v);
-    l.kv_bytes = bytes;
-  }
+  replace_owned(st.owned, st.kv_arena, fresh);
+  cudaFree(st.kv_arena);
+  st.kv_arena = fresh;
+  carve_kv(st, attn, fresh, cap);
   st.cap = cap;
   return Status::ok();
 }
 
-int round_positions(int n) { return (n + 15) / 16 * 16; }
+int round_positions(int n) { return (n + kCudaKvStep - 1) / kCudaKvStep * kCudaKvStep; }
 
 }  // namespace
 
@@ -81,49 +101,71 @@ Result<std::unique_ptr<SeqState>> CudaBackend::new_state(int max_seq) {
   return make_state(max_seq, std::min(max_seq, initial_positions()));
 }
 
+StateMemory CudaBackend::state_memory(int) const { return layout_of(cfg_, kv_f32_now()).memory(); }
+
+Result<DeviceMemory> CudaBackend::device_memory() {
+  size_t free = 0, total = 0;
+  LILY_CU_TRY(cudaMemGetInfo(&free, &total));
+  return DeviceMemory{total, free};
+}
+
 Result<std::unique_ptr<SeqState>> CudaBackend::make_state(int max_seq, int cap0) {
   if (max_seq <= 0 || cap0 <= 0 || cap0 > max_seq)
     return cu_err("make_state: bad sizes (max_seq {}, initial positions {})", max_seq, cap0);
   auto st = std::make_unique<CudaSeqState>();
   st->be = this;
   st->limit = max_seq;
-  {
-    const char* kv = std::getenv("LILY_CUDA_KV");
-    st->f32 = !(kv && std::strcmp(kv, "bf16") == 0);
-  }
-  const size_t es = st->f32 ? 4 : 2;
+  st->f32 = kv_f32_now();
+  st->lay = layout_of(cfg_, st->f32);
+  st->mem = st->lay.memory();
+  const CudaStateLayout& lay = st->lay;
   st->layers.resize(cfg_.num_hidden_layers);
   st->nkv = cfg_.num_key_value_heads, st->hd = cfg_.head_dim;
-  const int C = cfg_.gdn_conv_dim(), K = cfg_.linear_conv_kernel_dim, nv = cfg_.linear_num_value_heads;
-  for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
-    auto& l = st->layers[i];
-    if (cfg_.is_full_attention[i]) {
-      l.kv_bytes = size_t(st->nkv) * cap0 * st->hd * es;
-      l.kc = dalloc<uint16_t>(l.kv_bytes / 2, st->owned);
-      l.vc = dalloc<uint16_t>(l.kv_bytes / 2, st->owned);
-      if (!l.kc || !l.vc) return cu_err("cuda: out of device memory for a KV cache of {} positions", cap0);
-    } else {
-      l.conv_bytes = size_t(2) * C * (K - 1) * es;
-      l.S_bytes = size_t(nv) * cfg_.linear_key_head_dim * cfg_.linear_value_head_dim * 4;
-      l.conv = dalloc<uint16_t>(l.conv_bytes / 2, st->owned);
-      l.S = dalloc<float>(l.S_bytes / 4, st->owned);
-      if (!l.conv || !l.S) return cu_err("cuda: out of device memory for the DeltaNet state");
-    }
+  const size_t fixed = lay.fixed_arena(), kv = lay.kv_arena(cap0);
+  char* fa = nullptr;
+  char* ka = nullptr;
+  if (cudaMalloc(reinterpret_cast<void**>(&fa), fixed) != cudaSuccess) {
+    cudaGetLastError();
+    return cu_err("cuda: out of device memory for a sequence state ({:.1f} MB of DeltaNet states)", fixed / 1e6);
   }
+  st->owned.push_back(fa);  // freed by ~CudaSeqState from here on
+  st->fixed_arena = fa;
+  if (cudaMalloc(reinterpret_cast<void**>(&ka), kv) != cudaSuccess) {
+    cudaGetLastError();
+    return cu_err("cuda: out of device memory for the K/V caches of a sequence state ({} positions, {:.1f} MB)", cap0,
+                  kv / 1e6);
+  }
+  st->owned.push_back(ka);
+  st->kv_arena = ka;
+  LILY_CU_TRY(cudaMemset(fa, 0, fixed));
+  LILY_CU_TRY(cudaMemset(ka, 0, kv));
+  std::vector<bool> attn(size_t(cfg_.num_hidden_layers));
+  size_t off = 0;
+  for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
+    attn[size_t(i)] = cfg_.is_full_attention[i];
+    if (attn[size_t(i)]) continue;
+    auto& l = st->layers[size_t(i)];
+    l.conv_bytes = lay.conv_bytes;
+    l.S_bytes = lay.S_bytes;
+    l.conv = reinterpret_cast<uint16_t*>(fa + off);
+    off += CudaStateLayout::span(lay.conv_bytes);
+    l.S = reinterpret_cast<float*>(fa + off);
+    off += CudaStateLayout::span(lay.S_bytes);
+  }
+  st->ctl = reinterpret_cast<StepCtl*>(fa + off);
+  carve_kv(*st, attn, ka, cap0);
   st->cap = cap0;
-  st->ctl = dalloc<StepCtl>(1, st->owned);
-  if (!st->ctl) return cu_err("cuda: out of device memory");
   LILY_CU_TRY(cudaHostAlloc(&st->tok_host, size_t(max_seq + 2) * 4, cudaHostAllocMapped));
   LILY_CU_TRY(cudaHostGetDevicePointer(reinterpret_cast<void**>(&st->tok_dev), st->tok_host, 0));
   LILY_CU_TRY(cudaDeviceSynchronize());
   return std::unique_ptr<SeqState>(std::move(st));
 }
 
-Status CudaSeqState::reserve(int n_tokens) {
+Status CudaSeqState::reserve(int n_tokens, int upto) {
   if (n_tokens > limit)
     return cu_err("the sequence needs {} tokens; its limit (max_seq) is {}", n_tokens, limit);
   if (n_tokens <= cap) return Status::ok();
-  const int grown = std::min(limit, round_positions(std::max(n_tokens, 2 * cap)));
+  const int grown = std::min(limit, round_positions(upto > 0 ? std::max(n_tokens, upto) : std::max(n_tokens, 2 * cap)));
   LILY_CU_TRY(cudaDeviceSynchronize());  // no step in flight may still use the old caches
   LILY_TRY(realloc_kv(*this, grown, n));
   if (g_full) cudaGraphExecDestroy(g_full);
@@ -134,10 +176,7 @@ Status CudaSeqState::reserve(int n_tokens) {
 
 // A snapshot holds the positions in use (rounded up to 16), not the source's capacity.
 std::unique_ptr<SeqState> CudaSeqState::clone() const {
-  {
-    const char* kv = std::getenv("LILY_CUDA_KV");
-    if (f32 == (kv && std::strcmp(kv, "bf16") == 0)) return nullptr;  // the dtype knob changed since
-  }
+  if (f32 != kv_f32_now()) return nullptr;  // the dtype knob changed since
   auto r = be->make_state(limit, std::min(limit, round_positions(std::max(n, 1))));
   if (!r) return nullptr;
   auto st = std::unique_ptr<CudaSeqState>(static_cast<CudaSeqState*>(std::move(r).value().release()));
