@@ -31,6 +31,7 @@ Engine::Engine(Model& model, const Tokenizer& tok, EngineOptions opts)
   opts_.max_batch = std::max(1, opts_.max_batch);
   opts_.prefill_chunk = std::max(1, opts_.prefill_chunk);
   stop_ids_ = tok.stop_ids(model.config().eos_token_ids);
+  smem_ = model.state_memory(opts_.max_seq);
   logits_.resize(size_t(model.config().vocab_size));
   thread_ = std::thread([this] { worker(); });
 }
@@ -61,7 +62,7 @@ bool Engine::submit(std::shared_ptr<GenRequest> req) {
     std::lock_guard<std::mutex> lk(mu_);
     // max_queue counts requests waiting beyond the free slots: ones the worker is about to admit
     // (submitted together to an idle engine, say) do not fill the waiting room.
-    const int free_slots = std::max(0, opts_.max_batch - running_.load());
+    const int free_slots = mem_blocked_ ? 0 : std::max(0, opts_.max_batch - running_.load());
     if (stopping_ || int(queue_.size()) >= opts_.max_queue + free_slots) return false;
     queue_.push_back(std::move(req));
   }
@@ -77,25 +78,57 @@ int Engine::queue_depth() const {
 void Engine::worker() {
   for (;;) {
     std::vector<std::shared_ptr<GenRequest>> admitted;
+    std::vector<char> too_big;  // needs more state memory than the whole budget
+    std::vector<std::unique_ptr<SeqState>> freed;  // evicted for room: freed after the lock (a GPU free synchronises)
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] { return stopping_ || !queue_.empty() || !active_.empty(); });
       if (stopping_) break;
-      // A request with forks (n > 1) takes a slot per choice.
-      size_t slots = active_.size();
+      // A request with forks (n > 1) takes a slot per choice, and memory for each choice's state.
+      size_t slots = active_.size(), pending = 0;
+      bool blocked = false;
       while (!queue_.empty() && (slots == 0 || slots + 1 + queue_.front()->forks.size() <= size_t(opts_.max_batch))) {
+        // (A request cancelled while it waited needs nothing: the step drops it at once.)
+        const GenRequest& head = *queue_.front();
+        const size_t need = opts_.memory_budget_bytes > 0 && !head.cancelled ? projected_bytes(head) : 0;
+        bool big = false;
+        if (need > 0 && !make_room(pending + need, &freed)) {
+          if (!active_.empty() || !admitted.empty()) {  // running requests will leave and free theirs
+            blocked = true;
+            if (waited_ != queue_.front()) waited_ = queue_.front(), stats_.memory_waits++;
+            break;
+          }
+          big = true;
+        }
+        if (!big) pending += need;
         slots += 1 + queue_.front()->forks.size();
+        too_big.push_back(big);
         admitted.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
+      if (!blocked) waited_.reset();
+      mem_blocked_ = blocked;
       running_ = int(active_.size() + admitted.size());
     }
-    for (auto& r : admitted) {
+    freed.clear();
+    for (size_t i = 0; i < admitted.size(); ++i) {
+      auto& r = admitted[i];
       auto s = std::make_unique<Sequence>(r, tok_, stop_ids_, stats_);
-      if (r->prompt.empty() || int(r->prompt.size()) + std::max(r->max_tokens, 1) > opts_.max_seq + 1)
+      if (r->prompt.empty() || int(r->prompt.size()) + std::max(r->max_tokens, 1) > opts_.max_seq + 1) {
         s->finish(FinishReason::kError, "", "request does not fit the context");
+      } else if (too_big[i]) {
+        stats_.state_failures++;
+        s->finish(FinishReason::kError, "",
+                  fmt::format("the request's states need {} bytes; the memory budget is {}", projected_bytes(*r),
+                              opts_.memory_budget_bytes),
+                  true);
+      } else if (opts_.memory_budget_bytes > 0 && !r->cancelled) {
+        s->mem_own = bytes_of(*r);
+        for (auto& f : r->forks) s->mem_forks += bytes_of(*f);
+      }
       active_.push_back(std::move(s));
     }
+    publish_memory();
     step();
     running_ = int(active_.size());
   }
@@ -106,6 +139,85 @@ void Engine::worker() {
   }
   active_.clear();
   running_ = 0;
+}
+
+size_t Engine::bytes_of(const GenRequest& r) const {
+  const int n = std::min(opts_.max_seq, int(r.prompt.size()) + std::max(r.max_tokens, 1));
+  return smem_.bytes_for(n, opts_.max_seq);
+}
+
+size_t Engine::projected_bytes(const GenRequest& r) const {
+  size_t b = bytes_of(r);
+  for (const auto& f : r.forks) b += bytes_of(*f);
+  return b;
+}
+
+size_t Engine::running_bytes(bool reserved) const {
+  size_t b = 0;
+  auto add = [&](const std::unique_ptr<Sequence>& s) {
+    if (s->finished()) return;  // its state has gone back (or never came)
+    const size_t held = s->has_state() ? s->entry().state->bytes() : 0;
+    b += reserved ? std::max(s->mem_own, held) + s->mem_forks : held;
+  };
+  for (const auto& s : active_) add(s);
+  for (const auto& s : forked_) add(s);
+  return b;
+}
+
+size_t Engine::idle_bytes() const {
+  size_t b = cache_.bytes();
+  for (const auto& st : spare_) b += st->bytes();
+  return b;
+}
+
+bool Engine::drop_one_idle(std::vector<std::unique_ptr<SeqState>>* freed) {
+  std::unique_ptr<SeqState> st;
+  if (!spare_.empty()) {
+    st = std::move(spare_.back());
+    spare_.pop_back();
+  } else if (auto e = cache_.take_lru()) {
+    st = std::move(e->state);
+  } else {
+    return false;
+  }
+  if (freed) freed->push_back(std::move(st));
+  return true;
+}
+
+bool Engine::make_room(size_t need, std::vector<std::unique_ptr<SeqState>>* freed) {
+  const size_t budget = opts_.memory_budget_bytes;
+  if (budget == 0) return true;
+  const size_t running = running_bytes(true);
+  while (running + idle_bytes() + need > budget)
+    if (!drop_one_idle(freed)) return false;
+  return true;
+}
+
+Status Engine::grow(Sequence& s, int n_tokens) {
+  SeqState& st = s.state();
+  const int upto = std::min(st.max_seq(), std::max(n_tokens, s.max_positions()));
+  for (;;) {
+    Status r = st.reserve(n_tokens, upto);
+    // Out of memory: what the prefix cache and the spare states hold goes first (a later
+    // request may miss the cache; this one would fail).
+    if (r || n_tokens > st.max_seq() || !drop_one_idle(nullptr)) return r;
+  }
+}
+
+void Engine::fail_memory(Sequence& s, const std::string& why) {
+  spdlog::warn("a request's state cannot get its memory: {}", why);
+  stats_.state_failures++;
+  s.finish(FinishReason::kError, "", why, true);
+  retire(s, false);
+}
+
+void Engine::publish_memory() {
+  stats_.mem_reserved = running_bytes(true);
+  stats_.mem_running = running_bytes(false);
+  stats_.mem_cached = cache_.bytes();
+  size_t spare = 0;
+  for (const auto& st : spare_) spare += st->bytes();
+  stats_.mem_spare = spare;
 }
 
 void Engine::step() {
@@ -134,6 +246,7 @@ void Engine::step() {
     run_step(segs, rows);
   adopt_forks();
   drop_finished();
+  publish_memory();
   if (trace_)  // LILY_ENGINE_TRACE=1: one line per step on stderr
     std::fprintf(stderr, "engine step: %zu segments (%zu tokens), %llu decode rows, %.1f ms, %zu active\n", segs.size(),
                  seg_tokens, (unsigned long long)(stats_.decode_rows - rows0),
@@ -153,9 +266,16 @@ void Engine::make_forks(Sequence& s) {
   const std::vector<float> logits = s.take_fork_logits();
   for (auto& f : s.req().forks) {
     auto q = std::make_unique<Sequence>(f, tok_, stop_ids_, stats_);
-    std::unique_ptr<SeqState> st = s.has_state() ? s.state().clone() : nullptr;
+    if (opts_.memory_budget_bytes > 0) {  // its share of what s set aside
+      q->mem_own = std::min(s.mem_forks, bytes_of(*f));
+      s.mem_forks -= q->mem_own;
+    }
+    std::unique_ptr<SeqState> st;
+    while (s.has_state() && !(st = s.state().clone()) && drop_one_idle(nullptr)) {
+    }
     if (!st) {
-      q->finish(FinishReason::kError, "", "no memory for another choice's state");
+      stats_.state_failures++;
+      q->finish(FinishReason::kError, "", "no memory for another choice's state", true);
       continue;
     }
     CacheEntry e;
@@ -165,6 +285,7 @@ void Engine::make_forks(Sequence& s) {
     if (q->on_logits(l)) forked_.push_back(std::move(q));
     else retire(*q, true);
   }
+  s.mem_forks = 0;
 }
 
 void Engine::adopt_forks() {
@@ -244,7 +365,8 @@ std::vector<Engine::Segment> Engine::plan_segments() {
         bool others = !segs.empty();
         for (auto& d : active_) others |= d->has_state() && !d->finished();
         if (others) break;
-        s->finish(FinishReason::kError, "", e.message());
+        stats_.state_failures++;
+        s->finish(FinishReason::kError, "", e.message(), true);
         continue;
       }
       s->attach(std::move(e).value(), n_cached);
@@ -258,6 +380,12 @@ std::vector<Engine::Segment> Engine::plan_segments() {
     }
     auto chunk = s->next_segment(size_t(opts_.prefill_chunk));
     if (!segs.empty() && used + chunk.size() > budget) break;
+    // Room for the segment (a K/V cache grows here, to the request's projection): a request whose
+    // state cannot grow ends alone; the others go on.
+    if (Status g = grow(*s, s->state().n_tokens() + int(chunk.size())); !g) {
+      fail_memory(*s, g.message());
+      continue;
+    }
     used += chunk.size();
     segs.push_back({s, chunk, chunk.size() == s->prompt_left()});
   }
@@ -268,12 +396,10 @@ std::vector<Sequence*> Engine::decode_rows() {
   std::vector<Sequence*> rows;
   for (auto& s : active_) {
     if (!s->decoding()) continue;
-    // Room for this step's token first (a CUDA K/V cache grows here): a row that cannot grow
-    // (device memory exhausted) ends with that error alone; the others decode on.
-    if (Status r = s->state().reserve(s->state().n_tokens() + 1); !r) {
-      spdlog::warn("sequence cannot grow its state: {}", r.message());
-      s->finish(FinishReason::kError, "", r.message());
-      retire(*s, false);
+    // Room for this step's token first (a K/V cache grows here, to the request's projection): a
+    // row that cannot grow (memory exhausted) ends with that error alone; the others decode on.
+    if (Status r = grow(*s, s->state().n_tokens() + 1); !r) {
+      fail_memory(*s, r.message());
       continue;
     }
     rows.push_back(s.get());
@@ -353,7 +479,8 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
                                       !(snap == Sequence::Snapshot::kShared && cache_.holds(s->entry().tokens))) {
       CacheEntry c;
       c.tokens = s->entry().tokens;
-      c.state = s->state().clone();
+      // Only when it fits the memory budget (after older cached states): a snapshot is an optimisation.
+      if (make_room(smem_.clone_bytes(s->state().n_tokens(), opts_.max_seq))) c.state = s->state().clone();
       c.key = snap == Sequence::Snapshot::kShared ? std::string() : s->req().cache_key;
       c.shared = snap == Sequence::Snapshot::kShared;
       if (c.state) cache_put(std::move(c));
@@ -388,13 +515,23 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
 // flight is collected and the normal loop resumes. Tokens and seeds are those of decode_all: each
 // step takes one uniform from the request's generator, in order.
 void Engine::decode_pipelined(Sequence& s) {
+  bool oom = false;  // the state could not grow
   auto fail = [&](const Status& st) {
+    if (oom) return fail_memory(s, st.message());
     spdlog::error("pipelined decode step failed: {}", st.message());
     s.finish(FinishReason::kError, "", st.message());
     retire(s, false);
   };
+  // Room for the launched step's token (a K/V cache grows here, to the request's projection), then the launch.
+  auto launch = [&](int32_t token) -> Status {
+    if (Status g = grow(s, s.state().n_tokens() + 1); !g) {
+      oom = true;
+      return g;
+    }
+    return model_.launch_draw(s.state(), token, s.device_spec());
+  };
   int32_t in = s.next_token();  // the input of the oldest step in flight
-  if (Status st = model_.launch_draw(s.state(), in, s.device_spec()); !st) return fail(st);
+  if (Status st = launch(in); !st) return fail(st);
   struct Trace {  // LILY_ENGINE_TRACE=1: one line per pipelined run
     bool on;
     const EngineStats& st;
@@ -411,8 +548,9 @@ void Engine::decode_pipelined(Sequence& s) {
   for (;;) {
     // Launch the next step now if the request may need it. It can still stop at the token in
     // flight: then the extra step's draw is dropped, and its input (that token) stays in the state.
-    const bool ahead = s.tokens_left() > 1 && !s.req().cancelled && queue_depth() == 0 && s.pipelinable();
-    Status launched = ahead ? model_.launch_draw(s.state(), -1, s.device_spec()) : Status::ok();
+    // A queue that waits for memory waits for this request to end: no reason to stop.
+    const bool ahead = s.tokens_left() > 1 && !s.req().cancelled && (queue_depth() == 0 || mem_blocked_) && s.pipelinable();
+    Status launched = ahead ? launch(-1) : Status::ok();
     Drawn d;
     Status st = model_.collect_draw(d);
     stats_.decode_steps++;

@@ -1,5 +1,6 @@
 // The engine: turns token requests into generated text. One worker thread runs a continuous
-// batch: requests are admitted FIFO at step boundaries (up to max_batch at once); each step is one
+// batch: requests are admitted FIFO at step boundaries (up to max_batch at once, each when its
+// projected state fits the memory budget: EngineOptions::memory_budget_bytes); each step is one
 // Model::step over every decoding request's next token and newcomers' prompt segments (a bounded
 // number of tokens, so the running requests keep flowing), and a finished or cancelled request
 // leaves at once. Each request has its own
@@ -51,6 +52,7 @@ struct GenEvent {
   bool done = false;
   FinishReason finish = FinishReason::kStop;
   std::string error;  // for kError: a message for the log, not for clients
+  bool out_of_memory = false;  // kError because the state's memory ran out (a retryable 503, not a 500)
   GenUsage usage;     // filled on the last event
   std::string stop_string;  // the stop string that ended the reply ("" if none)
 };
@@ -90,6 +92,12 @@ struct EngineOptions {
   int max_batch = 8;                // requests decoded together (continuous batching)
   int max_cached_states = 8;        // prefix cache entries (Lily keeps 2)
   size_t cache_budget_bytes = size_t(8) << 30;
+  // Memory for every sequence state: running, cached and spare (engine/memory_plan.h computes it at
+  // server start; 0: no limit). A queued request is admitted only when its projected state (the
+  // backend's StateMemory at prompt + max_tokens, for each of its choices) fits beside the running
+  // requests' projections, after evicting cached and spare states; else it waits (FIFO) until
+  // running requests leave. A running state grows only up to its projection.
+  size_t memory_budget_bytes = 0;
   int shared_prefix_min = 256;      // shortest shared head worth a snapshot, tokens
   // A prompt is cut into segments at fixed points: every prefill_chunk tokens of absolute position
   // and at its snapshot positions. A segment is fed whole by one step, so a prompt's arithmetic (and
@@ -108,6 +116,13 @@ struct EngineStats {
   std::atomic<uint64_t> cache_hits{0}, cache_misses{0}, cached_tokens{0};
   std::atomic<uint64_t> prompt_tokens{0}, completion_tokens{0};
   std::atomic<uint64_t> decode_steps{0}, decode_rows{0};  // batched steps and the rows they carried
+  // State memory, published by the worker at every step (bytes).
+  std::atomic<uint64_t> mem_reserved{0};  // running requests: max(projection, state held), pending forks' projections
+  std::atomic<uint64_t> mem_running{0};   // held by running requests' states
+  std::atomic<uint64_t> mem_cached{0};    // held by the prefix cache's states
+  std::atomic<uint64_t> mem_spare{0};     // held by states kept for reuse
+  std::atomic<uint64_t> memory_waits{0};  // requests that waited in the queue for state memory (each once)
+  std::atomic<uint64_t> state_failures{0};  // a state's allocation or K/V growth failed: that request ended (503)
 };
 
 class Engine {
@@ -124,6 +139,10 @@ class Engine {
   int running() const { return running_.load(); }  // admitted, prefilling or decoding
   bool busy() const { return running_.load() > 0; }
   const EngineOptions& options() const { return opts_; }
+  // What a state takes (the model's StateMemory at options().max_seq), and a request's projected
+  // state memory: every choice's state at prompt + max_tokens.
+  const StateMemory& state_memory() const { return smem_; }
+  size_t projected_bytes(const GenRequest& r) const;
   const EngineStats& stats() const { return stats_; }
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
   int vocab_size() const;
@@ -146,6 +165,19 @@ class Engine {
   void make_forks(Sequence& s);   // n > 1: the other choices, from s's state after its prompt
   void adopt_forks();             // forks made during a phase join the running batch
   Result<CacheEntry> checkout(const GenRequest& req, int& n_cached);
+  // State memory (EngineOptions::memory_budget_bytes). All on the worker thread.
+  size_t bytes_of(const GenRequest& r) const;     // one choice's projected state
+  size_t running_bytes(bool reserved) const;      // running requests' reservations, or the bytes they hold
+  size_t idle_bytes() const;                      // the prefix cache's and the spare states' bytes
+  // Frees cached and spare states (spare first, then least recently used) until `need` more bytes fit
+  // the budget; false if they cannot. Freed states go to *freed (to be destroyed outside a lock) or die.
+  bool make_room(size_t need, std::vector<std::unique_ptr<SeqState>>* freed = nullptr);
+  bool drop_one_idle(std::vector<std::unique_ptr<SeqState>>* freed);  // one spare or cached state; false if none
+  // Room for the sequence's state to hold n_tokens (its K/V grown straight to its projection); when
+  // the allocation fails, cached and spare states are freed one by one and it is tried again.
+  Status grow(Sequence& s, int n_tokens);
+  void fail_memory(Sequence& s, const std::string& why);  // the request ends (503), its state goes back
+  void publish_memory();
 
   Model& model_;
   const Tokenizer& tok_;
@@ -161,6 +193,9 @@ class Engine {
   std::vector<std::unique_ptr<Sequence>> active_;  // the running batch, oldest first (worker only)
   std::vector<std::unique_ptr<Sequence>> forked_;  // forks made in the current phase (worker only)
   size_t state_bytes_ = 0;     // size of one state, known after the first allocation
+  StateMemory smem_;           // the model's StateMemory at max_seq
+  std::shared_ptr<GenRequest> waited_;  // the queue's head that waits for memory (counted once)
+  std::atomic<bool> mem_blocked_{false};  // the queue's head waits for memory: no slot is about to free up
   const bool trace_ = [] { const char* e = std::getenv("LILY_ENGINE_TRACE"); return e && *e == '1'; }();
 
   mutable std::mutex mu_;

@@ -52,7 +52,7 @@ Sequence::Snapshot Sequence::at_snapshot() const {
   return Snapshot::kNone;
 }
 
-void Sequence::finish(FinishReason why, std::string text, std::string error) {
+void Sequence::finish(FinishReason why, std::string text, std::string error, bool out_of_memory) {
   if (finished_) return;
   finished_ = true;
   GenEvent ev;
@@ -60,6 +60,7 @@ void Sequence::finish(FinishReason why, std::string text, std::string error) {
   ev.done = true;
   ev.finish = why;
   ev.error = std::move(error);
+  ev.out_of_memory = out_of_memory;
   ev.usage = usage_;
   ev.stop_string = stop_string_;
   if (req_->on_event) req_->on_event(std::move(ev));

@@ -4,6 +4,7 @@
 // callback. A reply feeds every sampled token except the one that ends it, so the state's tokens
 // are exactly prompt + reply when it goes back to the cache.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -92,7 +93,12 @@ class Sequence {
   // Completion tokens this request may still produce.
   int tokens_left() const { return req_->max_tokens - usage_.completion_tokens; }
   // Ends the request now with the final event (text flushed only for kStop/kLength).
-  void finish(FinishReason why, std::string text = {}, std::string error = {});
+  void finish(FinishReason why, std::string text = {}, std::string error = {}, bool out_of_memory = false);
+  // The most tokens its state will hold: prompt + max_tokens (the engine's memory projection).
+  int max_positions() const { return int(req_->prompt.size()) + std::max(req_->max_tokens, 1); }
+  // State memory the engine has set aside for it (EngineOptions::memory_budget_bytes): its own state's
+  // projection, and its forks' until they are made.
+  size_t mem_own = 0, mem_forks = 0;
   // Hands the state back (for the prefix cache): with its tokens if ok, emptied if not.
   CacheEntry release(bool ok);
 

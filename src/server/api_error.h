@@ -26,6 +26,10 @@ struct ApiError {
     return {400, std::move(msg), "invalid_request_error", std::move(param), std::move(code)};
   }
   static ApiError internal() { return {500, "internal server error", "server_error", "", ""}; }
+  // The request's model state could not get its memory (the engine ends it; others go on): retryable.
+  static ApiError out_of_memory() {
+    return {503, "The server ran out of memory for this request; retry shortly", "server_error", "", "out_of_memory"};
+  }
 };
 
 }  // namespace lily

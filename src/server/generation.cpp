@@ -85,7 +85,7 @@ void answer_generation(Engine& engine, const httplib::Request& req, httplib::Res
   if (!stream) {
     ClientWatch watch(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
     auto checked = Clock::now();
-    bool failed = false, cancelled = false, gone = false;
+    bool failed = false, cancelled = false, gone = false, oom = false;
     for (int done = 0; done < n;) {
       auto ce = channel->pop(std::chrono::milliseconds(250));
       if (!gone && Clock::now() - checked > std::chrono::milliseconds(250)) {
@@ -103,12 +103,17 @@ void answer_generation(Engine& engine, const httplib::Request& req, httplib::Res
       if (ce->ev.finish == FinishReason::kError) {
         spdlog::error("{}: engine error: {}", writer->id(), ce->ev.error);
         failed = true;
+        oom = oom || ce->ev.out_of_memory;
       }
       cancelled = cancelled || ce->ev.finish == FinishReason::kCancelled;
     }
     if (gone) {
       spdlog::info("{}: client disconnected; cancelled", writer->id());
       return hooks.send_error(res, ApiError{499, "The client closed the connection", "invalid_request_error", "", ""});
+    }
+    if (failed && oom) {
+      res.set_header("Retry-After", "1");
+      return hooks.send_error(res, ApiError::out_of_memory());
     }
     if (failed) return hooks.send_error(res, ApiError::internal());
     if (cancelled) return hooks.send_error(res, ApiError{503, "The server is shutting down", "server_error", "", ""});
@@ -123,12 +128,13 @@ void answer_generation(Engine& engine, const httplib::Request& req, httplib::Res
   res.set_header("X-Accel-Buffering", "no");
   auto finished = std::make_shared<std::atomic<bool>>(false);
   auto done = std::make_shared<int>(0);
-  auto failed = std::make_shared<bool>(false), cancelled = std::make_shared<bool>(false);
+  auto failed = std::make_shared<bool>(false), cancelled = std::make_shared<bool>(false),
+       oom = std::make_shared<bool>(false);
   Metrics* metrics = hooks.metrics;
   auto on_complete = hooks.on_complete;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [channel, writer, clock, cancel, finished, done, failed, cancelled, n, metrics, on_complete, flight](size_t offset, httplib::DataSink& sink) {
+      [channel, writer, clock, cancel, finished, done, failed, cancelled, oom, n, metrics, on_complete, flight](size_t offset, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) {
           if (sink.write(s.data(), s.size())) return true;
           cancel();  // the client went away: free the engine
@@ -151,11 +157,12 @@ void answer_generation(Engine& engine, const httplib::Request& req, httplib::Res
           if (ce->ev.finish == FinishReason::kError) {
             spdlog::error("{}: engine error: {}", writer->id(), ce->ev.error);
             *failed = true;
+            *oom = *oom || ce->ev.out_of_memory;
           }
           *cancelled = *cancelled || ce->ev.finish == FinishReason::kCancelled;
           if (++*done < n) continue;
           if (*failed) {
-            write(writer->error_frame(ApiError::internal()));
+            write(writer->error_frame(*oom ? ApiError::out_of_memory() : ApiError::internal()));
           } else if (*cancelled) {  // (a client that left reads nothing; this is the shutdown)
             write(writer->error_frame(ApiError{503, "The server is shutting down", "server_error", "", "shutting_down"}));
           } else {
