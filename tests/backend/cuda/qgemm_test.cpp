@@ -373,8 +373,8 @@ TEST(CudaQgemm, Bench) {
                {"router", 257, 2048, 8}, {"lm_head", 248320, 2048, 4}};
   const int Bs[] = {1, 16, 64, 256};
   const int Bd[] = {1, 16, 32, 64, 128, 256, 736};  // dense: up to a mixed step's rows
-  D<uint16_t> dX(size_t(256) * 4096 * 9), dXlo(size_t(256) * 4096 * 9);
-  D<float> dXS(size_t(256) * 4096 / 64 * 2 * 9);
+  D<uint16_t> dX(size_t(736) * 4096 * 9), dXlo(size_t(736) * 4096 * 9);
+  D<float> dXS(size_t(736) * 4096 / 64 * 2 * 9);
   std::printf("[qgemm-bench] | op | rows | us | GB/s (weights once) | TFLOP/s |\n");
   for (const Dn& c : dense) {
     QMat w(c.N, c.K, c.bits);
@@ -396,8 +396,11 @@ TEST(CudaQgemm, Bench) {
         }
   }
   QMat gate(E * I, H, 4), up(E * I, H, 4), down(E * H, I, 4), shgu(2 * I, H, 4), shd(H, I, 4);
+  const int Bm[] = {1, 16, 64, 256, 736};  // 736: a mixed step's rows (256 decode + 480 prompt)
   for (int terms : {1, 2})
-  for (int B : Bs) {
+  for (int B : Bm)
+  for (int nt : {0, 2, 4, 8}) {
+    if (nt && B < 64) continue;
     rng().seed(5);
     Routing rt(B, k, E, 0);
     const int nent = B * k + B;
@@ -410,7 +413,7 @@ TEST(CudaQgemm, Bench) {
     a.xlo = terms == 2 ? dXlo.p : nullptr, a.yxlo = terms == 2 ? actlo.p : nullptr;
     a.w = gate.q, a.w2 = up.q, a.sh = shgu.q, a.x = dX.p, a.xs = dXS.p, a.ldx = H, a.swiglu = true, a.yx = act.p, a.yxs = acts.p,
     a.n_out = I, a.items = rt.items.p, a.n_items = rt.n_items.p, a.max_items = std::min(B * k, E) + 1, a.E = E,
-    a.xrow = rt.rowb.p, a.yrow = rt.ent.p, a.ent_hint = B * k;
+    a.xrow = rt.rowb.p, a.yrow = rt.ent.p, a.ent_hint = B * k, a.nt = nt;
     cuda::QGemmArgs d = a;
     d.w = down.q, d.w2 = {}, d.sh = shd.q, d.x = act.p, d.xs = acts.p, d.ldx = I, d.swiglu = false, d.yx = nullptr, d.yxs = nullptr,
     d.y = y.p, d.ldy = H, d.n_out = H, d.xrow = rt.ent.p, d.xlo = terms == 2 ? actlo.p : nullptr, d.yxlo = nullptr;
@@ -418,8 +421,8 @@ TEST(CudaQgemm, Bench) {
     const double us_gu = time_us([&](cudaStream_t t) { (void)cuda::qgemm(a, t); });
     const double us_dn = time_us([&](cudaStream_t t) { (void)cuda::qgemm(d, t); });
     const char* tp = terms == 2 ? " two-pass" : "";
-    std::printf("[qgemm-bench] | moe gate+up%s (%d experts) | %d | %.1f | %.0f |\n", tp, n_items, B, us_gu, gu_bytes / us_gu * 1e-3);
-    std::printf("[qgemm-bench] | moe down%s (%d experts) | %d | %.1f | %.0f |\n", tp, n_items, B, us_dn, dn_bytes / us_dn * 1e-3);
+    std::printf("[qgemm-bench] | moe gate+up%s (%d experts) nt=%d | %d | %.1f | %.0f |\n", tp, n_items, nt, B, us_gu, gu_bytes / us_gu * 1e-3);
+    std::printf("[qgemm-bench] | moe down%s (%d experts) nt=%d | %d | %.1f | %.0f |\n", tp, n_items, nt, B, us_dn, dn_bytes / us_dn * 1e-3);
     (void)items;
   }
   cudaEventDestroy(e0), cudaEventDestroy(e1);
