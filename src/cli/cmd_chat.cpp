@@ -147,6 +147,7 @@ int run_chat(ChatArgs& a) {
 
 Registrar reg("chat", "interactive terminal chat", [](CLI::App& app) -> RunFn {
   auto a = std::make_shared<ChatArgs>();
+  a->rt.parallel = 1;  // one conversation, one request at a time (serve's default prepares a GPU for 256)
   add_runtime_options(app, a->rt);
   app.add_option("--system", a->system, "system prompt");
   app.add_flag("--no-think", a->no_think, "disable thinking (enable_thinking=false)");

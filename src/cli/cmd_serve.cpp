@@ -57,9 +57,9 @@ int run_serve(ServeArgs& a) {
     return 1;
   }
   const auto& names = rt->service->options().model_names;
-  spdlog::info("lily serving {} as '{}'{} on http://{}:{} (backend {}, max-seq {}, {} HTTP threads{}{})", rt->dir, names[0],
-               names.size() > 1 ? fmt::format(" (also '{}')", names[1]) : "", a.host, server.port(),
-               rt->model->backend_name(), rt->engine->options().max_seq, server.threads(),
+  spdlog::info("lily serving {} as '{}'{} on http://{}:{} (backend {}, max-seq {}, parallel {}, {} HTTP threads{}{})", rt->dir,
+               names[0], names.size() > 1 ? fmt::format(" (also '{}')", names[1]) : "", a.host, server.port(),
+               rt->model->backend_name(), rt->engine->options().max_seq, rt->engine->options().max_batch, server.threads(),
                a.api_key.empty() ? "" : ", api key required", a.rt.test_hooks ? ", TEST HOOKS ON" : "");
   if (rt->synthetic) spdlog::warn("this checkpoint's weights are RANDOM: replies are noise");
   // Tests read this line to learn the port.

@@ -10,9 +10,17 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <spdlog/spdlog.h>
+
+#include "engine/memory_plan.h"
 #include "io/synth.h"
 
 namespace lily::cli {
+
+namespace {
+constexpr int kCudaDefaultParallel = 256;  // issue 24: many users on one H200
+constexpr int kCpuDefaultParallel = 8;
+}  // namespace
 
 void add_runtime_options(CLI::App& app, RuntimeArgs& a) {
   app.add_option("--model", a.model_dir, "checkpoint directory (default: the built-in demo checkpoint, random weights)");
@@ -20,7 +28,12 @@ void add_runtime_options(CLI::App& app, RuntimeArgs& a) {
   app.add_option("--max-seq", a.max_seq, "context length per sequence, tokens (default min(8192, model max))");
   app.add_option("--threads", a.threads, "CPU threads (0 = all cores)");
   app.add_option("--max-queue", a.max_queue, "requests that may wait for the engine before 503");
-  app.add_option("--parallel", a.parallel, "requests decoded together (continuous batching); more wait in the queue");
+  app.add_option("--parallel", a.parallel,
+                 "requests decoded together (continuous batching; default 256 on cuda, 8 on cpu, lowered to what fits in "
+                 "memory at --max-seq); more wait in the queue");
+  app.add_option("--state-mb", a.state_mb,
+                 "memory for sequence states (running requests, prefix cache, spares), MiB (0: what is free after the "
+                 "weights and scratch, less headroom); requests wait when it is taken");
   app.add_option("--prefill-chunk", a.prefill_chunk, "prompts are cut every this many tokens of position (and at their snapshot points), each segment fed whole by one step; the cut never depends on load, so neither do a request's tokens");
   app.add_option("--step-tokens", a.step_tokens, "prompt tokens a step may carry beside the decoding requests' (the first segment always runs; more while they fit): bounds a step's time and so the running streams' inter-token latency");
   app.add_option("--max-cached", a.max_cached, "conversations whose model state is kept for reuse");
@@ -79,7 +92,9 @@ std::unique_ptr<Runtime> load_runtime(const RuntimeArgs& a) {
   EngineOptions eo;
   eo.max_seq = a.max_seq > 0 ? std::min(a.max_seq, model_max) : std::min(8192, model_max);
   eo.max_queue = std::max(1, a.max_queue);
-  eo.max_batch = std::max(1, a.parallel);
+  // --parallel's default: a GPU serves many at once (the memory plan lowers it to what fits).
+  const bool parallel_default = a.parallel <= 0;
+  eo.max_batch = parallel_default ? (a.backend == "cuda" ? kCudaDefaultParallel : kCpuDefaultParallel) : a.parallel;
   eo.step_tokens = std::max(1, a.step_tokens);
   eo.prefill_chunk = std::max(1, a.prefill_chunk);
   eo.max_cached_states = std::max(1, a.max_cached);
@@ -92,6 +107,29 @@ std::unique_ptr<Runtime> load_runtime(const RuntimeArgs& a) {
                  st.message());
     else if (const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); s > 0.05)
       fmt::print(stderr, "lily: steps of up to {} rows prepared in {:.2f} s\n", eo.max_batch, s);
+  }
+  // The memory plan, from what is free now that the weights are loaded and the scratch prepared.
+  if (auto dm = rt->model->device_memory(); !dm) {
+    spdlog::warn("memory: cannot read the free memory ({}): requests are admitted without a memory budget", dm.message());
+  } else {
+    MemoryPlanInput in;
+    in.state = rt->model->state_memory(eo.max_seq);
+    in.device = dm.value();
+    in.max_seq = eo.max_seq;
+    in.parallel = eo.max_batch;
+    in.parallel_is_default = parallel_default;
+    in.cache_budget = eo.cache_budget_bytes;
+    in.budget_limit = size_t(std::max(0, a.state_mb)) << 20;
+    auto plan = plan_memory(in);
+    if (!plan) {
+      fmt::print(stderr, "error: {}\n", plan.message());
+      return nullptr;
+    }
+    for (const auto& line : plan->summary()) spdlog::info("{}", line);
+    for (const auto& note : plan->notes) spdlog::warn("memory: {}", note);
+    eo.max_batch = plan->parallel;
+    eo.cache_budget_bytes = plan->cache_budget;
+    eo.memory_budget_bytes = plan->budget;
   }
   rt->engine = std::make_unique<Engine>(*rt->model, *rt->tok, eo);
 

@@ -20,7 +20,8 @@ struct RuntimeArgs {
   int max_seq = 0;           // 0 = min(8192, max_position_embeddings)
   int threads = 0;
   int max_queue = 64;
-  int parallel = 8;          // requests decoded together
+  int parallel = 0;          // requests decoded together (0: the backend's default, lowered to what fits)
+  int state_mb = 0;          // memory for sequence states, MiB (0: what is free after weights and scratch, less headroom)
   int step_tokens = 512;     // prompt tokens per step beside the decode rows
   int prefill_chunk = 512;   // prompt segment length (tokens): fixed cut points, one forward each
   int max_cached = 8;

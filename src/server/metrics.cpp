@@ -98,6 +98,36 @@ std::string Metrics::render(const Engine& engine) const {
                      "# HELP lily_prefix_cache_tokens_total Prompt tokens served from the cache.\n"
                      "# TYPE lily_prefix_cache_tokens_total counter\nlily_prefix_cache_tokens_total {}\n",
                      st.cache_hits.load(), st.cache_misses.load(), st.cached_tokens.load());
+  {
+    // State memory: the plan's budget (EngineOptions::memory_budget_bytes, 0: no limit) and how it is used.
+    const uint64_t budget = engine.options().memory_budget_bytes, reserved = st.mem_reserved.load(),
+                   cached = st.mem_cached.load(), spare = st.mem_spare.load();
+    const uint64_t taken = reserved + cached + spare;
+    out += fmt::format(
+        "# HELP lily_state_memory_budget_bytes Memory for sequence states, running, cached and spare (0: no limit).\n"
+        "# TYPE lily_state_memory_budget_bytes gauge\nlily_state_memory_budget_bytes {}\n"
+        "# HELP lily_state_memory_max_seq_bytes Memory of one sequence state at --max-seq.\n"
+        "# TYPE lily_state_memory_max_seq_bytes gauge\nlily_state_memory_max_seq_bytes {}\n"
+        "# HELP lily_state_memory_reserved_bytes Set aside for running requests: each one's state at prompt + max_tokens (what it holds, if more).\n"
+        "# TYPE lily_state_memory_reserved_bytes gauge\nlily_state_memory_reserved_bytes {}\n"
+        "# HELP lily_state_memory_running_bytes Held by running requests' states now.\n"
+        "# TYPE lily_state_memory_running_bytes gauge\nlily_state_memory_running_bytes {}\n"
+        "# HELP lily_prefix_cache_bytes Held by the prefix cache's states (evicted when a request needs the memory).\n"
+        "# TYPE lily_prefix_cache_bytes gauge\nlily_prefix_cache_bytes {}\n"
+        "# HELP lily_state_memory_spare_bytes Held by states kept for reuse (freed when a request needs the memory).\n"
+        "# TYPE lily_state_memory_spare_bytes gauge\nlily_state_memory_spare_bytes {}\n"
+        "# HELP lily_state_memory_free_bytes Budget neither reserved nor held by cached or spare states (0 without a budget).\n"
+        "# TYPE lily_state_memory_free_bytes gauge\nlily_state_memory_free_bytes {}\n"
+        "# HELP lily_requests_running_max Requests that may run at once (--parallel after the memory plan).\n"
+        "# TYPE lily_requests_running_max gauge\nlily_requests_running_max {}\n"
+        "# HELP lily_memory_waits_total Requests that waited in the queue for state memory.\n"
+        "# TYPE lily_memory_waits_total counter\nlily_memory_waits_total {}\n"
+        "# HELP lily_state_memory_failures_total State allocations or K/V growths that failed (that request ended with a 503).\n"
+        "# TYPE lily_state_memory_failures_total counter\nlily_state_memory_failures_total {}\n",
+        budget, engine.state_memory().bytes_for(engine.options().max_seq, engine.options().max_seq), reserved,
+        st.mem_running.load(), cached, spare, budget > taken ? budget - taken : 0, engine.options().max_batch,
+        st.memory_waits.load(), st.state_failures.load());
+  }
   const auto& mt = structured::mask_totals();
   out += fmt::format("# HELP lily_structured_masks_total Token masks computed for constrained (structured) outputs.\n"
                      "# TYPE lily_structured_masks_total counter\nlily_structured_masks_total {}\n"

@@ -2,7 +2,8 @@
 // worker pool at capacity with --parallel above 8 (idle keep-alive connections included: /health
 // still answers and extra requests get 503), a non-streaming request whose client hangs up frees
 // its slot, SIGTERM drains (running requests finish, new ones get 503, the process exits; past
-// --drain-seconds the rest is cancelled), and the default max_tokens cap.
+// --drain-seconds the rest is cancelled), the default max_tokens cap, and a memory budget
+// (--state-mb) that holds two requests' states: a third waits in the queue, then all finish.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -156,6 +157,38 @@ test('a request without max_tokens gets --max-tokens-default at most', { skip },
     const r = await (await post(s.base, '/v1/chat/completions', chatBody({}))).json();
     assert.ok(r.usage.completion_tokens <= 7);
     if (r.usage.completion_tokens === 7) assert.equal(r.choices[0].finish_reason, 'length');
+  } finally {
+    s.proc.kill('SIGKILL');
+  }
+});
+
+// The tiny checkpoint's state: 58,368 B + 1,024 B per position. With --max-seq 1024 a request of
+// prompt + max_tokens ~ 1,012 projects ~1.04 MiB: two fit in --state-mb 3, three do not.
+test('--state-mb holds two requests: a third waits for memory, then all finish', { skip }, async () => {
+  const s = await startServer(dir, ['--test-hooks', '--parallel', '8', '--max-seq', '1024', '--state-mb', '3']);
+  try {
+    assert.match(s.stderr(), /memory: .* 3\.0 MiB for sequence states/);
+    assert.equal(await metric(s.base, 'lily_state_memory_budget_bytes'), 3 << 20);
+    assert.equal(await metric(s.base, 'lily_requests_running_max'), 8);
+    assert.equal(await metric(s.base, 'lily_state_memory_max_seq_bytes'), 58368 + 1024 * 1024);
+    const slow = () => rawPost(s.port, '/v1/chat/completions', chatBody({ max_tokens: 1000, lily_step_delay_ms: 40,
+                                                                          lily_forced_output: 'a b c d e f g h i j k l m n o p' }));
+    const reqs = [slow(), slow(), slow()];
+    let h;
+    for (let i = 0; i < 100; i++) {
+      h = await (await fetch(`${s.base}/health`)).json();
+      if (h.running === 2 && h.queue_depth === 1) break;
+      await sleep(20);
+    }
+    assert.deepEqual([h.running, h.queue_depth], [2, 1], 'two run, the third waits for memory');
+    const reserved = await metric(s.base, 'lily_state_memory_reserved_bytes');
+    assert.ok(reserved > 2 * 1000 * 1024 && reserved <= 3 << 20, `reserved ${reserved}`);
+    const done = await Promise.all(reqs);
+    assert.deepEqual(done.map((r) => r.status), [200, 200, 200]);
+    assert.ok((await metric(s.base, 'lily_memory_waits_total')) >= 1);
+    await waitIdle(s.base);
+    assert.equal(await metric(s.base, 'lily_state_memory_reserved_bytes'), 0);
+    assert.equal(await metric(s.base, 'lily_state_memory_failures_total'), 0);
   } finally {
     s.proc.kill('SIGKILL');
   }
