@@ -34,9 +34,8 @@ bool env_is(const char* name, const char* val) {
 // The batch-1 step's arithmetic changes under these knobs; the batched kernels copy the default.
 bool batch_knobs_ok() {
   const char* hs = std::getenv("LILY_ATTN_HSPLIT");
-  const char* dbg = std::getenv("LILY_GEMV_DBG");
   return !env_is("LILY_GDN_FUSED_NORM", "0") && !env_is("LILY_ATTN_TILE", "1") && !env_is("LILY_CUDA_BATCH", "0") &&
-         !(hs && (hs[0] == '2' || hs[0] == '4')) && !(dbg && std::atoi(dbg) != 0);
+         !(hs && (hs[0] == '2' || hs[0] == '4'));
 }
 int min_per_split_env() {
   const char* e = std::getenv("LILY_ATTN_MINSPLIT");

@@ -75,25 +75,6 @@ bool moe_topk_in_consumers() {
   }();
   return on;
 }
-// The MoE block as one persistent kernel (dec_moe.cu: add+norm, router, top-k, experts, combine
-// with two device-wide barriers) instead of the router GEMV + gate_up + down, with LILY_MOE_FUSED=1;
-// off by default (the three kernels; also taken for shapes the fused kernel does not support).
-bool moe_fused_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("LILY_MOE_FUSED");
-    return e && e[0] == '1';
-  }();
-  return on;
-}
-// LILY_GEMV_DBG (timing decomposition only, results wrong): 1 = GEMVs skip weight loads, 2 = skip
-// the input staging, 3 = both.
-int gemv_dbg() {
-  static const int v = [] {
-    const char* e = std::getenv("LILY_GEMV_DBG");
-    return e && *e ? std::atoi(e) : 0;
-  }();
-  return v;
-}
 // Boundary probe for the profiler: waits for its predecessor (PDL), lets the next one launch, and
 // does nothing else.
 __global__ void empty_pdl_kernel() {
@@ -118,7 +99,7 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
     }
     return Status::ok();
   };
-  const int pfm = l2pf_mode(), dbg = gemv_dbg();
+  const int pfm = l2pf_mode();
   const bool topk_here = moe_topk_in_consumers() && c.num_experts <= 256 && !(pfm & 4);
   const bool pf_on = pfm & 1;
   auto in_proj_of = [&](int li) -> const QW* {
@@ -134,7 +115,7 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
     auto& SL = st.layers[i];
     GemvArgs in{};
     in.pro = Pro::kAddNorm, in.in = xres_[p], in.mix = mix, in.gain = L.in_norm, in.res_out = xres_[p ^ 1];
-    in.eps = c.rms_norm_eps, in.y = u_, in.dbg = dbg, in.tc = true;
+    in.eps = c.rms_norm_eps, in.y = u_, in.tc = true;
     if (pf_on) pf_add(in.pf, L.attn ? L.o_proj : L.out_proj);
     L2Pf pf_mid;  // GDN step / attention prep: router + shared [gate|up]
     if (pf_on) pf_add(pf_mid, L.router), pf_add(pf_mid, L.sh_gate_up);
@@ -151,7 +132,7 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
       LILY_TRY(op(fuse_gn ? "gdn: step (conv..readout+gated norm)" : "gdn: step (conv..readout)", gb,
                   [&] { return gdn_step(g, s); }));
       GemvArgs out{};
-      out.w = L.out_proj, out.y = mix_, out.dbg = dbg, out.tc = true;
+      out.w = L.out_proj, out.y = mix_, out.tc = true;
       if (fuse_gn) {
         out.pro = Pro::kPlain, out.in = og_;
       } else {
@@ -174,7 +155,7 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
       const double kvb = 2.0 * a.nkv * a.hd * es * (st.n + 1);
       LILY_TRY(op("attn: split-K decode+gate", kvb, [&] { return attn_decode(a, s); }));
       GemvArgs out{};
-      out.w = L.o_proj, out.pro = Pro::kPlain, out.in = o_, out.y = mix_, out.dbg = dbg, out.tc = true;
+      out.w = L.o_proj, out.pro = Pro::kPlain, out.in = o_, out.y = mix_, out.tc = true;
       LILY_TRY(op("attn: o_proj gemv", qbytes(L.o_proj), [&] { return gemv(out, s); }));
     }
     p ^= 1;
@@ -182,7 +163,7 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
     r.w = L.router, r.pro = Pro::kAddNorm, r.in = xres_[p], r.mix = mix_, r.gain = L.post_norm;
     r.res_out = xres_[p ^ 1], r.n_out = hn_, r.eps = c.rms_norm_eps, r.y = rl_;
     r.epi = Epi::kTopK, r.ctl = st.ctl, r.n_experts = c.num_experts, r.top_k = c.num_experts_per_tok;
-    r.topk_ids = topk_ids_, r.topk_w = topk_w_, r.norm_topk = c.norm_topk_prob, r.dbg = dbg;
+    r.topk_ids = topk_ids_, r.topk_w = topk_w_, r.norm_topk = c.norm_topk_prob;
     if (pfm & 4) r.pfx_gate = L.gate, r.pfx_up = L.up, r.pfx_I = c.moe_intermediate_size;
     if (topk_here) r.epi = Epi::kNone;
     MoeArgs m{};
@@ -191,20 +172,6 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
     m.I = c.moe_intermediate_size, m.Is = c.shared_expert_intermediate_size, m.x = hn_, m.act = act_, m.out = mix_;
     m.tc = true;  // tensor-core expert kernels where they apply (moe_tc.cu; LILY_MOE_TC)
     if (topk_here) m.logits = rl_, m.n_experts = c.num_experts, m.norm_topk = c.norm_topk_prob;
-    if (moe_fused_enabled() && pfm == 0) {
-      MoeFusedArgs f{};
-      f.m = m, f.m.logits = nullptr, f.m.n_experts = c.num_experts, f.m.norm_topk = c.norm_topk_prob;
-      f.router = L.router, f.in = r.in, f.mix = r.mix, f.gain = r.gain, f.res_out = r.res_out, f.eps = r.eps;
-      f.logits = rl_;
-      if (moe_fused_supported(f)) {
-        const double k = m.top_k, bytes = qbytes(L.router) + 2 * k * qbytes(L.gate, m.I) + qbytes(L.sh_gate_up) +
-                                          k * qbytes(L.down, H) + qbytes(L.sh_down);
-        LILY_TRY(op("moe: fused add+norm+router+experts+combine", bytes, [&] { return moe_fused(f, s); }));
-        p ^= 1;
-        mix = mix_;
-        continue;
-      }
-    }
     LILY_TRY(op(topk_here ? "moe: add+norm+router q8" : "moe: add+norm+router q8+top-k", qbytes(L.router),
                 [&] { return gemv(r, s); }));
     p ^= 1;
@@ -223,7 +190,7 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
   GemvArgs lm{};
   lm.w = d_.lm_head, lm.pro = Pro::kAddNorm, lm.in = xres_[p], lm.mix = mix_, lm.gain = d_.final_norm;
   lm.eps = c.rms_norm_eps, lm.y = logits_, lm.epi = Epi::kArgmax, lm.ctl = st.ctl;
-  lm.tok_out = st.tok_dev, lm.partial = am_partial_, lm.dbg = dbg, lm.tc = true;
+  lm.tok_out = st.tok_dev, lm.partial = am_partial_, lm.tc = true;
   return op("lm_head gemv+argmax", qbytes(d_.lm_head), [&] { return gemv(lm, s); });
 }
 

@@ -1,7 +1,7 @@
 // Router top-k from the router logits (softmax, top-k by p desc / id asc, renormalized weights,
 // sigmoid of the shared-expert gate): by one warp per row (warp_router_topk: the router GEMV's epilogue,
 // the batched and the prefill routing) and by one 256-thread block (block_router_topk: the MoE decode
-// kernels, moe.cu and dec_moe.cu), so that all pick the same experts.
+// kernels and moe.cu), so that all pick the same experts.
 #pragma once
 #include "backend/cuda/common.cuh"
 

@@ -193,18 +193,12 @@ template <int BITS, int CPL, int R, Pro PRO, Epi EPI> __global__ void __launch_b
   };
   int rb = (blockIdx.x * nw + warp) * R;
   StageRegs<stage_u<BITS, CPL>()> sr;
-  if (!(a.dbg & 1)) load_tile(rb);  // weights only: may overlap the previous kernel
-  else load_tile(rows);             // (timing decomposition: no weight loads)
+  load_tile(rb);  // weights only: may overlap the previous kernel
   stage_pre<PRO>(a, K, sr);  // (K ≤ 32·CPL·128/BITS = stage_u·256 by the dispatch)
   l2_prefetch(a.pf);
   pdl_wait();
   pdl_trigger();
-  if (!(a.dbg & 2)) {
-    stage_x<BITS, PRO>(a, K, xs, xcs, red, hs, sr);
-  } else {
-    for (int i = threadIdx.x; i < nch * CS; i += blockDim.x) xs[i] = 0.f;
-    for (int i = threadIdx.x; i < nch; i += blockDim.x) xcs[i] = 0.f;
-  }
+  stage_x<BITS, PRO>(a, K, xs, xcs, red, hs, sr);
   __syncthreads();
 
   float bv = -FLT_MAX;
@@ -397,7 +391,7 @@ Status gemv(const GemvArgs& a, Stream stream) {
   if (a.epi == Epi::kTopK && (a.n_experts > w.cols || a.top_k > 32 || a.top_k > a.n_experts || a.top_k < 1))
     return cu_err("gemv: router top-k needs E ≤ K and 1 ≤ k ≤ 32 (E={}, k={})", a.n_experts, a.top_k);
   if (a.epi == Epi::kArgmax && !a.partial) return cu_err("gemv: argmax needs scratch");
-  if (a.dbg == 0 && gemv_tc_eligible(a)) return gemv_tc(a, stream);  // tensor-core path (LILY_GEMV_TC)
+  if (gemv_tc_eligible(a)) return gemv_tc(a, stream);  // tensor-core path (LILY_GEMV_TC)
   const int nch = w.cols * w.bits / 128;
   const int cpl = (nch + 31) / 32;
   if (w.bits == 4) {

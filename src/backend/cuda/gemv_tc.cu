@@ -62,7 +62,7 @@ template <Pro PRO, Epi EPI, int K, int T, int MINB, bool PF> __global__ void __l
           }
         }
   };
-  load((a.dbg & 1) ? ntiles : tile);  // weights only: may overlap the previous kernel
+  load(tile);  // weights only: may overlap the previous kernel
   // Rolling L2 prefetch of this block's later passes (PF: one thread, pass n + 1 before the wait, then
   // pass n + 2 while pass n computes), so the register loads of a pass find its rows in L2.
   auto prefetch = [&](int tl) {

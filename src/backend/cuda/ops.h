@@ -85,9 +85,6 @@ struct GemvArgs {
   // kTopK: prefetch the chosen experts' rows of these [E·I, H] matrices into L2 (last block).
   QW pfx_gate, pfx_up;
   int pfx_I = 0;                // 0 = off
-  // Timing decomposition only (results are wrong): 1 = no weight loads (zeros), 2 = no input
-  // staging (zeros), 3 = both.
-  int dbg = 0;
   // Tensor-core kernel where it applies (gemv_tc.cu; the decode step sets this). LILY_GEMV_TC, when
   // set, decides for every call (0 = never).
   bool tc = false;
@@ -134,28 +131,6 @@ struct MoeArgs {
 Status moe_gate_up(const MoeArgs& a, Stream s);
 Status moe_down_combine(const MoeArgs& a, Stream s);
 
-// The whole MoE block of a decode step in one persistent kernel (dec_moe.cu), grid = resident
-// blocks, two device-wide barriers instead of kernel boundaries: r = in + mix, x = rms(r)·gain
-// (block 0 writes r to res_out and, if set, x to n_out); router logits (Q8 [E + 1, H], row E =
-// shared-expert gate) into logits and the shared expert's act (phase 1); barrier; every block
-// takes the top-k from the logits (as MoeArgs' routing in the consumers) and computes the routed
-// experts' act while its down rows load (phase 2); barrier; down + combine into m.out (phase 3).
-// m.x, m.topk_ids, m.topk_w, m.logits, m.pf are not read; m.ids_out / m.w_out written if set.
-struct MoeFusedArgs {
-  MoeArgs m;                   // experts, act [top_k·I + Is], out [H], top_k, H, I, Is, n_experts, norm_topk
-  QW router;                   // Q8 [n_experts + 1, H]
-  const float* in = nullptr;   // fp32 [H] residual stream
-  const float* mix = nullptr;  // fp32 [H] or null: the mixer's output, added to in
-  const void* gain = nullptr;  // bf16 [H] post-attention norm gain
-  float* res_out = nullptr;    // fp32 [H] = in + mix
-  float* n_out = nullptr;      // fp32 [H] normed input, or null
-  float eps = 1e-6f;
-  float* logits = nullptr;     // fp32 [n_experts + 1] scratch (written)
-};
-// Whether moe_fused takes these shapes (H ≤ 2048, router Q8 with E + 1 rows, E ≤ 256, ...); the
-// caller falls back to the router GEMV + moe_gate_up + moe_down_combine otherwise.
-bool moe_fused_supported(const MoeFusedArgs& a);
-Status moe_fused(const MoeFusedArgs& a, Stream s);
 
 // Whole GDN decode step. u: fp32 [C + vd + 2·nv] = [qkv | z | a | b] projections of this token;
 // conv: [2, C, K-1] double-buffered window (read parity pos&1, write the other), fp32 when

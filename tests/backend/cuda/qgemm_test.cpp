@@ -371,7 +371,6 @@ TEST(CudaQgemm, Bench) {
     int N, K, bits;
   } dense[] = {{"gdn in_proj", 12352, 2048, 4}, {"gdn out_proj", 2048, 4096, 4}, {"attn qkv", 9216, 2048, 4},
                {"router", 257, 2048, 8}, {"lm_head", 248320, 2048, 4}};
-  const int Bs[] = {1, 16, 64, 256};
   const int Bd[] = {1, 16, 32, 64, 128, 256, 736};  // dense: up to a mixed step's rows
   D<uint16_t> dX(size_t(736) * 4096 * 9), dXlo(size_t(736) * 4096 * 9);
   D<float> dXS(size_t(736) * 4096 / 64 * 2 * 9);
