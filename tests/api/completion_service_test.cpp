@@ -7,7 +7,7 @@
 
 #include <filesystem>
 
-#include "io/synth.h"
+#include "../engine/tiny_checkpoint.h"
 #include "server/completion_service.h"
 
 namespace lily {
@@ -18,17 +18,8 @@ using oj = nlohmann::ordered_json;
 class ServiceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = (std::filesystem::temp_directory_path() / ("lily-service-test-" + std::to_string(::getpid()))).string();
-    SynthOptions so;
-    so.preset = "tiny";
-    so.seed = 2;
-    so.out_dir = dir_;
-    auto st = write_synthetic_checkpoint(so);
-    ASSERT_TRUE(st) << st.message();
-    ModelOptions mo;
-    mo.verbose = false;
-    model_ = std::move(Model::load(dir_, mo)).value().release();
-    tok_ = std::move(Tokenizer::load_dir(dir_)).value().release();
+    load_tiny("service-test", 2, false, dir_, model_, tok_);
+    if (::testing::Test::HasFatalFailure()) return;
     tmpl_ = new ChatTemplate(std::move(ChatTemplate::load_dir(dir_)).value());
     EngineOptions eo;
     eo.max_seq = 1024;
@@ -41,9 +32,7 @@ class ServiceTest : public ::testing::Test {
     delete svc_;
     delete engine_;
     delete tmpl_;
-    delete tok_;
-    delete model_;
-    std::filesystem::remove_all(dir_);
+    unload_tiny(dir_, model_, tok_);
   }
   static ApiRequest chat(const char* body) {
     ApiRequest r;

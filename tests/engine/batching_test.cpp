@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
-#include "io/synth.h"
+#include "tiny_checkpoint.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
 
@@ -35,30 +35,8 @@ struct Out {
 
 class BatchingTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = (std::filesystem::temp_directory_path() / ("lily-batching-test-" + std::to_string(::getpid()))).string();
-    SynthOptions so;
-    so.preset = "tiny";
-    so.seed = 5;
-    so.out_dir = dir_;
-    auto st = write_synthetic_checkpoint(so);
-    ASSERT_TRUE(st) << st.message();
-    ModelOptions mo;
-    mo.verbose = false;
-    // LILY_BACKEND=cuda runs the same checks on the GPU (scripts/device/cuda_check.sh).
-    if (const char* b = std::getenv("LILY_BACKEND"); b && *b) mo.backend = b;
-    auto m = Model::load(dir_, mo);
-    ASSERT_TRUE(m) << m.message();
-    model_ = std::move(m).value().release();
-    auto t = Tokenizer::load_dir(dir_);
-    ASSERT_TRUE(t) << t.message();
-    tok_ = std::move(t).value().release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete tok_;
-    std::filesystem::remove_all(dir_);
-  }
+  static void SetUpTestSuite() { load_tiny("batching-test", 5, true, dir_, model_, tok_); }
+  static void TearDownTestSuite() { unload_tiny(dir_, model_, tok_); }
 
   // Request i of a reproducible set: prompts of 1..60 tokens, 3..18 new tokens, greedy for even
   // i and seeded sampling for odd i.

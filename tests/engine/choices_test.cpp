@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
-#include "io/synth.h"
+#include "tiny_checkpoint.h"
 #include "model/model.h"
 #include "structured/constraint.h"
 #include "structured/output_grammar.h"
@@ -28,23 +28,8 @@ struct Reply {
 
 class ChoicesTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = (std::filesystem::temp_directory_path() / ("lily-choices-test-" + std::to_string(::getpid()))).string();
-    SynthOptions so;
-    so.preset = "tiny";
-    so.seed = 4;
-    so.out_dir = dir_;
-    ASSERT_TRUE(write_synthetic_checkpoint(so).is_ok());
-    ModelOptions mo;
-    mo.verbose = false;
-    model_ = std::move(Model::load(dir_, mo)).value().release();
-    tok_ = std::move(Tokenizer::load_dir(dir_)).value().release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete tok_;
-    std::filesystem::remove_all(dir_);
-  }
+  static void SetUpTestSuite() { load_tiny("choices-test", 4, false, dir_, model_, tok_); }
+  static void TearDownTestSuite() { unload_tiny(dir_, model_, tok_); }
   static std::shared_ptr<GenRequest> request(uint64_t seed, int max_tokens) {
     auto r = std::make_shared<GenRequest>();
     r->prompt = tok_->encode("<|im_start|>user\nGive me JSON.<|im_end|>\n<|im_start|>assistant\n");

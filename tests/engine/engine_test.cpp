@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
-#include "io/synth.h"
+#include "tiny_checkpoint.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
 
@@ -26,28 +26,8 @@ struct GenRun {
 
 class EngineTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = (std::filesystem::temp_directory_path() / ("lily-engine-test-" + std::to_string(::getpid()))).string();
-    SynthOptions so;
-    so.preset = "tiny";
-    so.seed = 3;
-    so.out_dir = dir_;
-    auto st = write_synthetic_checkpoint(so);
-    ASSERT_TRUE(st) << st.message();
-    ModelOptions mo;
-    mo.verbose = false;
-    auto m = Model::load(dir_, mo);
-    ASSERT_TRUE(m) << m.message();
-    model_ = std::move(m).value().release();
-    auto t = Tokenizer::load_dir(dir_);
-    ASSERT_TRUE(t) << t.message();
-    tok_ = std::move(t).value().release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete tok_;
-    std::filesystem::remove_all(dir_);
-  }
+  static void SetUpTestSuite() { load_tiny("engine-test", 3, false, dir_, model_, tok_); }
+  static void TearDownTestSuite() { unload_tiny(dir_, model_, tok_); }
 
   static GenRun run(Engine& e, std::shared_ptr<GenRequest> req, int cancel_after = -1) {
     auto done = std::make_shared<std::promise<void>>();

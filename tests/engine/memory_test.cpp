@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
-#include "io/synth.h"
+#include "tiny_checkpoint.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
 
@@ -45,29 +45,8 @@ struct Out {
 
 class MemoryTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = (std::filesystem::temp_directory_path() / ("lily-memory-test-" + std::to_string(::getpid()))).string();
-    SynthOptions so;
-    so.preset = "tiny";
-    so.seed = 9;
-    so.out_dir = dir_;
-    auto st = write_synthetic_checkpoint(so);
-    ASSERT_TRUE(st) << st.message();
-    ModelOptions mo;
-    mo.verbose = false;
-    if (const char* b = std::getenv("LILY_BACKEND"); b && *b) mo.backend = b;
-    auto m = Model::load(dir_, mo);
-    ASSERT_TRUE(m) << m.message();
-    model_ = std::move(m).value().release();
-    auto t = Tokenizer::load_dir(dir_);
-    ASSERT_TRUE(t) << t.message();
-    tok_ = std::move(t).value().release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete tok_;
-    std::filesystem::remove_all(dir_);
-  }
+  static void SetUpTestSuite() { load_tiny("memory-test", 9, true, dir_, model_, tok_); }
+  static void TearDownTestSuite() { unload_tiny(dir_, model_, tok_); }
 
   // A CPU model whose states live in `limit` bytes (a small device; 0: no limit).
   static std::unique_ptr<Model> limited(size_t limit) {
