@@ -333,15 +333,6 @@ bool wave_cap_enabled() {
   }();
   return on;
 }
-int attn_num_sms() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-    return v > 0 ? v : 132;
-  }();
-  return n;
-}
 bool chunk_enabled() {
   static const bool on = [] {
     const char* e = std::getenv("LILY_ATTN_CHUNK");
@@ -436,7 +427,7 @@ template <int DPL, int G, typename KT> Status launch_decode(const AttnArgs& a, c
     }();
     AttnArgs b = a;
     if (wave_cap_enabled()) {
-      const int cap = attn_num_sms() * per_sm / a.nkv;
+      const int cap = sm_count() * per_sm / a.nkv;
       if (cap >= 1 && cap < b.n_split) b.n_split = cap;
     }
     LILY_TRY(launch_k("attn_decode", kern, dim3(b.n_split, b.nkv), dim3(kThreads), chunk_smem<DPL, G>(), s, b));

@@ -209,16 +209,6 @@ __global__ void __launch_bounds__(kThreads) bgemv2_kernel(QW w, const float* __r
   }
 }
 
-int g_sms = 0;
-int sms() {
-  if (!g_sms) {
-    int dev = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev);
-    if (g_sms <= 0) g_sms = 132;
-  }
-  return g_sms;
-}
 
 template <int BITS, int CPL, int R> Status launch_bgemv(const QW& w, const float* x, int ldx, float* y, int ldy, int B,
                                                        cudaStream_t s) {
@@ -231,7 +221,7 @@ template <int BITS, int CPL, int R> Status launch_bgemv(const QW& w, const float
   }
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kThreads, smem) != cudaSuccess || per_sm <= 0) per_sm = 1;
-  const int need = (w.rows + kWarps * R - 1) / (kWarps * R), cap = sms() * per_sm;
+  const int need = (w.rows + kWarps * R - 1) / (kWarps * R), cap = sm_count() * per_sm;
   return launch_k("bgemv", kern, dim3(need < cap ? need : cap), dim3(kThreads), smem, s, w, x, ldx, y, ldy, B);
 }
 
@@ -266,7 +256,7 @@ Status launch_bgemv2(const QW& w, const float* x, int ldx, float* y, int ldy, in
   }
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kThreads, smem) != cudaSuccess || per_sm <= 0) per_sm = 1;
-  const int need = (w.rows + kWarps * R - 1) / (kWarps * R), cap = sms() * per_sm;
+  const int need = (w.rows + kWarps * R - 1) / (kWarps * R), cap = sm_count() * per_sm;
   return launch_k("bgemv2", kern, dim3(1, need < cap ? need : cap), dim3(kThreads), smem, s, w, x, ldx, y, ldy, B, B);
 }
 
@@ -301,9 +291,9 @@ bool bgemv_v3() {
   return on;
 }
 template <int BITS, int CPL> Status pick_v3(const QW& w, const float* x, int ldx, float* y, int ldy, int B, cudaStream_t s) {
-  const bool big = w.rows >= 2 * kWarps * sms();
+  const bool big = w.rows >= 2 * kWarps * sm_count();
   // Matrices with fewer 8-row tiles than SMs (the router) take groups of 4 rows: twice the blocks.
-  if (bgemv_g() == 4 || B <= 4 || w.rows < kWarps * sms()) {
+  if (bgemv_g() == 4 || B <= 4 || w.rows < kWarps * sm_count()) {
     if (big) return launch_bgemv3<BITS, CPL, 2, 4>(w, x, ldx, y, ldy, B, s);
     return launch_bgemv3<BITS, CPL, 1, 4>(w, x, ldx, y, ldy, B, s);
   }
@@ -316,16 +306,16 @@ template <int BITS, int CPL> Status pick_r(const QW& w, const float* x, int ldx,
   const size_t row_bytes = size_t(row_floats<BITS>(w.cols)) * sizeof(float);
   if (!bgemv_v1() && size_t((B + 7) / 8 * 8) * row_bytes <= kSmemCap) {
     if (B <= 4) {
-      if (w.rows >= 2 * kWarps * sms()) return launch_bgemv2<BITS, CPL, 2, 4>(w, x, ldx, y, ldy, B, s);
+      if (w.rows >= 2 * kWarps * sm_count()) return launch_bgemv2<BITS, CPL, 2, 4>(w, x, ldx, y, ldy, B, s);
       return launch_bgemv2<BITS, CPL, 1, 4>(w, x, ldx, y, ldy, B, s);
     }
     if constexpr (CPL <= 2) {  // 4 weight rows per warp: each x read from shared memory feeds 4 rows
-      if (bgemv_r4() && w.rows >= 4 * kWarps * sms()) return launch_bgemv2<BITS, CPL, 4, 8>(w, x, ldx, y, ldy, B, s);
+      if (bgemv_r4() && w.rows >= 4 * kWarps * sm_count()) return launch_bgemv2<BITS, CPL, 4, 8>(w, x, ldx, y, ldy, B, s);
     }
-    if (w.rows >= 2 * kWarps * sms()) return launch_bgemv2<BITS, CPL, 2, 8>(w, x, ldx, y, ldy, B, s);
+    if (w.rows >= 2 * kWarps * sm_count()) return launch_bgemv2<BITS, CPL, 2, 8>(w, x, ldx, y, ldy, B, s);
     return launch_bgemv2<BITS, CPL, 1, 8>(w, x, ldx, y, ldy, B, s);
   }
-  if (w.rows >= 4 * kWarps * sms()) return launch_bgemv<BITS, CPL, 4>(w, x, ldx, y, ldy, B, s);
+  if (w.rows >= 4 * kWarps * sm_count()) return launch_bgemv<BITS, CPL, 4>(w, x, ldx, y, ldy, B, s);
   return launch_bgemv<BITS, CPL, 1>(w, x, ldx, y, ldy, B, s);
 }
 

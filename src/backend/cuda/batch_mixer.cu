@@ -198,12 +198,7 @@ template <int NS> Status launch_state(const BGdnArgs& a, cudaStream_t s) {
     LILY_CU_TRY(cudaFuncSetAttribute(bgdn_state_kernel<NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     set = smem;
   }
-  static const int sms = [] {
-    int dev = 0, v = 132;
-    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-    return v > 0 ? v : 132;
-  }();
-  const int items = a.B * a.nv, grid = items < sms ? items : sms;
+  const int items = a.B * a.nv, grid = items < sm_count() ? items : sm_count();
   return launch_k("bgdn_state", bgdn_state_kernel<NS>, dim3(grid), dim3(a.dk / 32 * a.dv), smem, s, a);
 }
 

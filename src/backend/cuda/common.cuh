@@ -191,6 +191,16 @@ __device__ __forceinline__ void l2_prefetch(const L2Pf& pf) {
   for (int i = 0; i < 4; ++i) l2_prefetch_range(pf.p[i], pf.n[i], b, nb);
 }
 
+// The device's SM count (queried once; 132, the H200's, if the query fails): grids sized per SM.
+inline int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v > 0 ? v : 132;
+  }();
+  return n;
+}
+
 // ---- programmatic dependent launch ------------------------------------------------------------
 // Wait until the previous kernel in the stream has completed and its writes are visible (a no-op
 // when launched without the PDL attribute). Everything before it may read weights only.

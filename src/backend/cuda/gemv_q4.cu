@@ -283,16 +283,6 @@ template <int BITS, int CPL, int R, Pro PRO, Epi EPI> __global__ void __launch_b
   }
 }
 
-int g_num_sms = 0;
-int num_sms() {
-  if (g_num_sms == 0) {
-    int dev = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&g_num_sms, cudaDevAttrMultiProcessorCount, dev);
-    if (g_num_sms <= 0) g_num_sms = 132;
-  }
-  return g_num_sms;
-}
 
 // Grid cap per SM (LILY_GEMV_BLOCKS_PER_SM overrides, for tuning; ≤ 8 keeps the argmax scratch valid).
 int blocks_per_sm() {
@@ -331,14 +321,14 @@ int lmhead_rows() {
 template <typename K> int resident_blocks(K kern, int threads, size_t smem) {
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, smem) != cudaSuccess || per_sm <= 0) per_sm = 1;
-  return num_sms() * std::min(per_sm, blocks_per_sm());
+  return sm_count() * std::min(per_sm, blocks_per_sm());
 }
 
 template <int BITS, int CPL, Pro PRO, Epi EPI> Status launch(const GemvArgs& a, cudaStream_t s) {
   const int nch = a.w.cols * BITS / 128;
   const size_t smem = size_t(nch * Chunk<BITS>::kStride + nch + 32 + 64 + 256) * sizeof(float);
   const int need2 = (a.w.rows + 15) / 16, nw = small_warps_setting();
-  if (EPI != Epi::kArgmax && nw > 0 && need2 < 2 * num_sms()) {
+  if (EPI != Epi::kArgmax && nw > 0 && need2 < 2 * sm_count()) {
     auto kern = gemv_kernel<BITS, CPL, 1, PRO, EPI>;
     const int cap = a.max_blocks > 0 ? a.max_blocks : resident_blocks(kern, 32 * nw, smem);
     const int need1 = (a.w.rows + nw - 1) / nw;
@@ -406,6 +396,6 @@ Status gemv(const GemvArgs& a, Stream stream) {
   return cu_err("gemv: K={} too large for {}-bit", w.cols, w.bits);
 }
 
-int gemv_argmax_max_blocks() { return num_sms() * 8; }
+int gemv_argmax_max_blocks() { return sm_count() * 8; }
 
 }  // namespace lily::cuda

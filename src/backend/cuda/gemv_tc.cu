@@ -173,16 +173,6 @@ template <Pro PRO, Epi EPI, int K, int T, int MINB, bool PF> __global__ void __l
   }
 }
 
-int tc_num_sms() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-    return v > 0 ? v : 132;
-  }();
-  return n;
-}
-
 // LILY_GEMV_TC_PF=1: the rolling L2 prefetch of later passes (A/B; off by default).
 bool tc_pf() {
   const char* e = std::getenv("LILY_GEMV_TC_PF");
@@ -194,7 +184,7 @@ template <Pro PRO, Epi EPI, int K, int T, int MINB = 2> Status launch_tc(const G
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, 256, smem) != cudaSuccess || per_sm <= 0) per_sm = 1;
   per_sm = per_sm > 8 ? 8 : per_sm;  // the argmax scratch holds 8 per SM
-  int cap = tc_num_sms() * per_sm;
+  int cap = sm_count() * per_sm;
   if (a.max_blocks > 0 && a.max_blocks < cap) cap = a.max_blocks;
   const int ntiles = (a.w.rows + 16 * T - 1) / (16 * T);
   return launch_k("gemv_tc", kern, dim3(ntiles < cap ? ntiles : cap), dim3(256), smem, s, a);

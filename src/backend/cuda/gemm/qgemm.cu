@@ -606,15 +606,6 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT, TERMS>::BPS) qgemm_ker
   cp_wait<0>();
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 132;
-    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-    return v > 0 ? v : 132;
-  }();
-  return n;
-}
-
 int tiles_of(int rows) { return (rows + kBN - 1) / kBN; }
 
 template <int BITS, int NT, int MODE, int TERMS> Status launch(const Args& g, int grid, cudaStream_t s) {
