@@ -2,7 +2,7 @@
 // -ffast-math): argmax, exp of shifted logits, and the k best ids in one pass. Each returns
 // exactly what the plain scalar definition returns (exp to ~2 ulp of float). Also the definition
 // of every draw (penalties, the plain and the filtered draw), which the CUDA draw kernels
-// (src/backend/cuda/draw.cu) implement op for op: the small integer helpers below are compiled
+// (src/backend/cuda/sampling/draw.cu) implement op for op: the small integer helpers below are compiled
 // for both.
 #pragma once
 #include <cstddef>
@@ -33,7 +33,7 @@ void block_sums(const float* w, size_t n, size_t block, double* sums);
 double log_sum_exp(std::span<const float> x);
 
 // The temperature draw by inverse CDF, the definition the host sampler and the CUDA draw kernel
-// (src/backend/cuda/draw.cu) both implement op for op, so a row draws the same id on either:
+// (src/backend/cuda/sampling/draw.cu) both implement op for op, so a row draws the same id on either:
 // weights w_i = exp((l_i − l_max)·inv_t) by softmax_weights (zero at or below e^-40), sums in
 // double per kDrawBlock ids (block_sums), total = Σ sums in id order; then the first id, in id
 // order, with w_i > 0 where the running sum passes u·total (u in [0, 1)). Rounding past the end

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/common/common.cuh"
 #include "backend/cuda_state_layout.h"
-#include "backend/cuda/dev_weights.h"
-#include "backend/cuda/ops.h"
+#include "backend/cuda/common/dev_weights.h"
+#include "backend/cuda/common/ops.h"
 
 namespace lily {
 namespace cuda {

@@ -2,7 +2,7 @@
 // (draw.cu) from the logits where the step left them; only the Drawn records come back. One row
 // replays the batch-1 decode graph; several rows take the batched step (batch.cu), drawn the same way.
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/draw.h"
+#include "backend/cuda/sampling/draw.h"
 
 namespace lily::cuda {
 

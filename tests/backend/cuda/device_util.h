@@ -8,10 +8,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <random>
+#include <string>
 #include <vector>
 
-#include "backend/cuda/ops.h"
+#include "backend/cuda/common/ops.h"
+#include "core/bf16.h"
 #include "../cuda_test_env.h"
 
 namespace lily::testcuda {
@@ -68,6 +71,28 @@ inline std::vector<float> randv(size_t n, float s = 1.f) {
   std::vector<float> v(n);
   for (auto& x : v) x = s * randn();
   return v;
+}
+
+// bf16 bits of fp32 values and back (core/bf16.h's rounding), and "AxBxC" of a shape.
+inline std::vector<uint16_t> to_bits(const std::vector<float>& v) {
+  std::vector<uint16_t> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]).bits;
+  return b;
+}
+inline std::vector<float> from_bits(const std::vector<uint16_t>& b) {
+  std::vector<float> v(b.size());
+  for (size_t i = 0; i < b.size(); ++i) v[i] = bf16_to_f32(bf16{b[i]});
+  return v;
+}
+inline std::vector<bf16> as_bf16(const std::vector<float>& v) {
+  std::vector<bf16> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]);
+  return b;
+}
+inline std::string dims(std::initializer_list<long> d) {
+  std::string s;
+  for (long v : d) s += (s.empty() ? "" : "x") + std::to_string(v);
+  return s;
 }
 
 // Random quantized matrix, host copies kept for the reference. Scales ~1/(levels·√cols), biases

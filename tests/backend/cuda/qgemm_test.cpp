@@ -15,7 +15,7 @@
 #include <vector>
 
 #ifdef LILY_HAVE_CUDA
-#include "backend/cuda/batch_ops.h"
+#include "backend/cuda/step/batch_ops.h"
 #include "backend/cuda/gemm/qgemm.h"
 #include "device_util.h"
 

@@ -17,7 +17,7 @@
 
 #include <algorithm>
 
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/common/common.cuh"
 #include "backend/cuda/gemm/qgemm.h"
 #include "backend/cuda/gemm/qgemm_wg.h"
 

@@ -1,3 +1,12 @@
+// gemm/: the quantized matrix products. Weights: MLX 4-bit codes (8-bit for the routers), group 64, a
+// bf16 scale and bias per group, never rounded; y = Σ_g scale·Σq·x + bias·Σx with fp32 sums. Entry points:
+//   gemv (common/ops.h; gemv_q4.cu, gemv_tc.cu): one fp32 row [K], K ≤ 4096 (4-bit) / 2048 (8-bit),
+//     fused add+RMSNorm or gated-norm prologue, router top-k or lm_head argmax epilogue; y fp32 [rows];
+//   pf::gemm (step/prefill_ops.h; gemm_q4.cu, gemm_q4_pipe.cu, gemm_wg.cu): fp32 x [M, K] → fp32 y [M, N],
+//     x as fp16 hi + lo (~22 bits; terms 1: one fp16); dense, SwiGLU or grouped expert tiles;
+//   bgemv (step/batch_ops.h; batch_gemv.cu): B fp32 rows, each bit-identical to gemv;
+//   qgemm (below; qgemm.cu, qgemm_wg.cu, xpack16.cu; batch_tc_aux.cu packs rows and routes for it).
+//
 // The quantized GEMM family of the serving step: 4-bit (and the routers' 8-bit) MLX weights times
 // fp16 activation rows, for any number of rows, dense or expert-major (MoE). One kernel template
 // (qgemm.cu) with tiles chosen by rows: each 128-row weight tile is streamed from HBM through a
@@ -17,7 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "backend/cuda/ops.h"
+#include "backend/cuda/common/ops.h"
 #include "core/status.h"
 
 namespace lily::cuda {

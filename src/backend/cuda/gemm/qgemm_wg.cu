@@ -13,9 +13,9 @@
 // t and t + 4 of that word: one shift, one lop3 into the exponent of 1024, one subtract.
 #include <cuda_fp16.h>
 
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/common/common.cuh"
 #include "backend/cuda/gemm/qgemm_wg.h"
-#include "backend/cuda/wgmma_util.cuh"
+#include "backend/cuda/common/wgmma_util.cuh"
 
 namespace lily::cuda {
 namespace {

@@ -1,6 +1,6 @@
 // xpack16: fp32 activation rows → qgemm's fp16 rows with per-group {Σx, 2^-e} (pack16.cuh), one row
 // per block.
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/common/common.cuh"
 #include "backend/cuda/gemm/pack16.cuh"
 #include "backend/cuda/gemm/qgemm.h"
 

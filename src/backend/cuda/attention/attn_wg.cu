@@ -1,0 +1,356 @@
+// Causal GQA flash attention for the prefill on Hopper wgmma (sm_90a), split operands (fp32
+// caches, terms 3): (1) kv_split converts this layer's cached K/V (fp32 [nkv, max_seq, hd],
+// positions 0..pos0+M) once into bf16 hi/lo planes, K as key rows [2][nkv][Np][hd] and V
+// transposed [2][nkv][hd][Np], zero past the last key; (2) flash_wg: a block = 128 queries of one
+// head, 2 warpgroups × 64 rows, Q hi/lo resident in shared memory (128-byte swizzle), 32-key tiles
+// arriving by cp.async (K double-buffered, V single; V of tile j loads during S of tile j, K of
+// j + 1 during softmax and PV). S = Qh·Kh + Qh·Kl + Ql·Kh (wgmma m64n32k16, both operands from
+// shared memory), online softmax in fp32 (exp2), P split into bf16 hi/lo straight from the S
+// registers, O += Ph·Vh + Ph·Vl + Pl·Vh (wgmma m64n{hd}k16, P from registers, Vᵀ in the 64-byte
+// swizzle). Same products as the mma.sync split kernel (attn_prefill.cu); output gate in the epilogue.
+#include <cuda_bf16.h>
+
+#include <mutex>
+
+#include "backend/cuda/common/common.cuh"
+#include "backend/cuda/step/prefill_ops.h"
+#include "backend/cuda/attention/wgmma_bf16.cuh"
+#include "backend/cuda/common/wgmma_util.cuh"
+
+namespace lily::cuda::pf {
+namespace {
+
+constexpr int kBQ = 128, kBN = 32, kPadKeys = 64;
+
+__device__ __forceinline__ uint32_t bf2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
+// hi = bf16(x), lo = bf16(x − hi) of two floats, packed (x0 in the low half).
+__device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+  const float2 hf = __bfloat1622float2(h);
+  hi = bf2_bits(h);
+  lo = bf2_bits(__floats2bfloat162_rn(x0 - hf.x, x1 - hf.y));
+}
+
+// Grid (Np / 64, nkv), 256 threads. ks: [2][nkv][Np][HD], vt: [2][nkv][HD][Np] (bf16 bits).
+template <int HD> __global__ void __launch_bounds__(256) kv_split_kernel(const float* __restrict__ kc, const float* __restrict__ vc,
+                                                                     int max_seq, int ntot, int Np, int nkv, uint16_t* ks,
+                                                                     uint16_t* vt) {
+  __shared__ float tile[64][65];
+  const int k0 = blockIdx.x * 64, h = blockIdx.y, tid = threadIdx.x;
+  const size_t src0 = (size_t(h) * max_seq) * HD;
+  const size_t plane_k = size_t(nkv) * Np * HD;
+  // K: 64 keys × HD, 4 floats per item.
+  for (int idx = tid; idx < 64 * HD / 4; idx += 256) {
+    const int r = idx / (HD / 4), c = idx % (HD / 4), key = k0 + r;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (key < ntot) x = *reinterpret_cast<const float4*>(kc + src0 + size_t(key) * HD + c * 4);
+    uint2 hi, lo;
+    split_pair(x.x, x.y, hi.x, lo.x);
+    split_pair(x.z, x.w, hi.y, lo.y);
+    const size_t o = (size_t(h) * Np + key) * HD + c * 4;
+    *reinterpret_cast<uint2*>(ks + o) = hi;
+    *reinterpret_cast<uint2*>(ks + plane_k + o) = lo;
+  }
+  // V transposed, 64 columns of d at a time through shared memory.
+  for (int d0 = 0; d0 < HD; d0 += 64) {
+    __syncthreads();
+    for (int idx = tid; idx < 64 * 16; idx += 256) {
+      const int r = idx / 16, c = idx % 16, key = k0 + r;
+      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (key < ntot) x = *reinterpret_cast<const float4*>(vc + src0 + size_t(key) * HD + d0 + c * 4);
+      tile[r][c * 4 + 0] = x.x, tile[r][c * 4 + 1] = x.y, tile[r][c * 4 + 2] = x.z, tile[r][c * 4 + 3] = x.w;
+    }
+    __syncthreads();
+    for (int idx = tid; idx < 64 * 8; idx += 256) {
+      const int d = idx % 64, kg = idx / 64;  // 8 consecutive keys kg·8.. of column d
+      uint4 hi, lo;
+      split_pair(tile[kg * 8 + 0][d], tile[kg * 8 + 1][d], hi.x, lo.x);
+      split_pair(tile[kg * 8 + 2][d], tile[kg * 8 + 3][d], hi.y, lo.y);
+      split_pair(tile[kg * 8 + 4][d], tile[kg * 8 + 5][d], hi.z, lo.z);
+      split_pair(tile[kg * 8 + 6][d], tile[kg * 8 + 7][d], hi.w, lo.w);
+      const size_t o = (size_t(h) * HD + d0 + d) * Np + k0 + kg * 8;
+      *reinterpret_cast<uint4*>(vt + o) = hi;
+      *reinterpret_cast<uint4*>(vt + plane_k + o) = lo;
+    }
+  }
+}
+
+// K-major operand with 64-byte rows (32 bf16) in the 64-byte swizzle: 16-byte chunk c of row r at
+// r·64 + ((c ^ ((r >> 1) & 3)) << 4); 8-row atoms 512 bytes apart (SBO); base aligned to 512.
+__device__ __forceinline__ uint64_t sw64_desc(uint32_t saddr) {
+  return uint64_t((saddr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(512 >> 4) << 32) | (uint64_t(2) << 62);
+}
+__device__ __forceinline__ uint32_t sw64_off(int r, int c) { return uint32_t(r * 64 + ((c ^ ((r >> 1) & 3)) << 4)); }
+
+template <int HD> struct FwLayout {
+  static constexpr int CB = HD / 64;                 // 64-column blocks of a row
+  static constexpr int kQBlk = 64 * 128;             // one warpgroup's 64 rows × 64 columns
+  static constexpr int kQ = 2 * 2 * CB * kQBlk;      // [plane][wg][cb]
+  static constexpr int kKBlk = kBN * 128;            // 32 keys × 64 columns
+  static constexpr int kKStage = 2 * CB * kKBlk;     // [plane][cb]
+  static constexpr int kVPlane = HD * 64;            // HD rows × 32 keys
+  static constexpr int kK = kQ, kV = kK + 2 * kKStage;
+  static constexpr int kSmem = kV + 2 * kVPlane + 1024;  // + slack to align to 1024
+};
+
+template <int N> __device__ __forceinline__ void fence_acc(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int HD> __device__ __forceinline__ void pv_mma(float (&o)[HD / 2], const uint32_t (&a)[4], uint64_t desc) {
+  if constexpr (HD == 256) wgmma_bf16_64x256_rs(o, a, desc, 1);
+  else if constexpr (HD == 128) wgmma_bf16_64x128_rs(o, a, desc, 1);
+  else wgmma_bf16_64x64_rs(o, a, desc, 1);
+}
+
+// SACC = 1: the three S products chain into one accumulator (48 dependent wgmmas per tile at hd 256);
+// SACC = 3: Qh·Kh, Qh·Kl and Ql·Kh into three accumulators (three independent chains), summed
+// after the wait (experimental: LILY_PREFILL_ATTN_WG=3; not yet run on a GPU);
+// SACC = 2: the K tile stacked per column block as [Kh rows; Kl rows], so one m64n64k16 gives
+// Qh·Kh and Qh·Kl side by side and one m64n32k16 (the Kh half) Ql·Kh: 2 wgmmas per k-step, two
+// chains (experimental: LILY_PREFILL_ATTN_WG=2; not yet run on a GPU).
+template <int HD, int SACC> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(AttnPrefillArgs a, const uint16_t* ks, const uint16_t* vt, int Np) {
+  using L = FwLayout<HD>;
+  constexpr int CB = L::CB, KS = HD / 16;
+  extern __shared__ __align__(16) unsigned char smraw[];
+  unsigned char* sm = smraw + ((1024u - (smem_u32(smraw) & 1023u)) & 1023u);
+  const uint32_t sq = smem_u32(sm), sk = sq + L::kK, sv = sq + L::kV;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w4 = warp & 3, g = lane >> 2, t = lane & 3;
+  const int m0 = (gridDim.x - 1 - blockIdx.x) * kBQ, h = blockIdx.y, kvh = h / (a.nh / a.nkv);
+  const int kend = a.pos0 + min(m0 + kBQ, a.M), NJ = (kend + kBN - 1) / kBN;
+  const size_t qplane = size_t(a.M) * a.nh * HD, kplane = size_t(a.nkv) * Np * HD;
+  const uint16_t* qb = static_cast<const uint16_t*>(a.qb);
+
+  // Q: [plane][wg][cb] blocks of 64 rows × 128 bytes.
+  for (int idx = tid; idx < 2 * kBQ * (HD / 8); idx += 256) {
+    const int c16 = idx % (HD / 8), r = (idx / (HD / 8)) % kBQ, pl = idx / (HD / 8) / kBQ;
+    const int m = m0 + r, w = r >> 6, rr = r & 63;
+    const bool ok = m < a.M;
+    const uint16_t* src = qb + pl * qplane + (size_t(ok ? m : 0) * a.nh + h) * HD + c16 * 8;
+    cp16_async(sq + uint32_t(((pl * 2 + w) * CB + c16 / 8) * L::kQBlk) + sw128_off(rr, c16 % 8), src, ok);
+  }
+  auto load_k = [&](int j) {
+    if (j < NJ) {
+      const uint32_t st = sk + uint32_t(j & 1) * L::kKStage;
+      for (int idx = tid; idx < 2 * kBN * (HD / 8); idx += 256) {
+        const int c16 = idx % (HD / 8), r = (idx / (HD / 8)) % kBN, pl = idx / (HD / 8) / kBN;
+        const uint16_t* src = ks + pl * kplane + (size_t(kvh) * Np + j * kBN + r) * HD + c16 * 8;
+        const int blk = SACC == 2 ? (c16 / 8) * 2 + pl : pl * CB + c16 / 8;
+        cp16_async(st + uint32_t(blk * L::kKBlk) + sw128_off(r, c16 % 8), src, true);
+      }
+    }
+    cp_async_commit();
+  };
+  auto load_v = [&](int j) {
+    if (j < NJ) {
+      for (int idx = tid; idx < 2 * HD * (kBN / 8); idx += 256) {
+        const int c = idx % (kBN / 8), d = (idx / (kBN / 8)) % HD, pl = idx / (kBN / 8) / HD;
+        const uint16_t* src = vt + pl * kplane + (size_t(kvh) * HD + d) * Np + j * kBN + c * 8;
+        cp16_async(sv + uint32_t(pl * L::kVPlane) + sw64_off(d, c), src, true);
+      }
+    }
+    cp_async_commit();
+  };
+  load_k(0);  // group 0: Q and K tile 0
+  load_v(0);  // group 1: V tile 0
+
+  float o[HD / 2];
+#pragma unroll
+  for (int i = 0; i < HD / 2; ++i) o[i] = 0.f;
+  float s[16], s2[16], s3[16], sw[32];  // s2: SACC 3; s3: SACC 2 and 3; sw: SACC 2
+  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+  const int rloc = w4 * 16 + g;  // row within the warpgroup (and + 8)
+  const int qpos[2] = {a.pos0 + m0 + wg * 64 + rloc, a.pos0 + m0 + wg * 64 + rloc + 8};
+  const int qmax = a.pos0 + min(m0 + wg * 64 + 64, a.M) - 1;  // this warpgroup's last query position
+  const float sl2 = (1.0f / sqrtf(float(HD))) * 1.4426950408889634f;
+  const uint32_t qh = sq + uint32_t((0 * 2 + wg) * CB * L::kQBlk), ql = sq + uint32_t((1 * 2 + wg) * CB * L::kQBlk);
+
+  for (int j = 0; j < NJ; ++j) {
+    const int j0 = j * kBN;
+    const bool active = j0 <= qmax && m0 + wg * 64 < a.M;
+    cp_async_wait<1>();  // K tile j (and Q) landed; V tile j may be in flight
+    fence_async_smem();
+    __syncthreads();
+    const uint32_t kst = sk + uint32_t(j & 1) * L::kKStage;
+    if (active) {
+      wg_arrive();
+#pragma unroll
+      for (int k = 0; k < KS; ++k) {
+        const uint32_t qo = uint32_t((k >> 2) * L::kQBlk + (k & 3) * 32), ko = uint32_t((k >> 2) * L::kKBlk + (k & 3) * 32);
+        const uint64_t dqh = sw128_desc(qh + qo), dql = sw128_desc(ql + qo);
+        const uint64_t dkh = sw128_desc(kst + ko), dkl = sw128_desc(kst + uint32_t(CB * L::kKBlk) + ko);
+        if constexpr (SACC == 2) {
+          const uint64_t dks = sw128_desc(kst + uint32_t((k >> 2) * 2 * L::kKBlk + (k & 3) * 32));  // [Kh; Kl]
+          wgmma_bf16_64x64_ss(sw, dqh, dks, k > 0);
+          wgmma_bf16_64x32_ss(s3, dql, dks, k > 0);  // the first 32 rows: Kh
+        } else if constexpr (SACC == 3) {
+          wgmma_bf16_64x32_ss(s, dqh, dkh, k > 0);
+          wgmma_bf16_64x32_ss(s2, dqh, dkl, k > 0);
+          wgmma_bf16_64x32_ss(s3, dql, dkh, k > 0);
+        } else {
+          wgmma_bf16_64x32_ss(s, dqh, dkh, k > 0);
+          wgmma_bf16_64x32_ss(s, dqh, dkl, 1);
+          wgmma_bf16_64x32_ss(s, dql, dkh, 1);
+        }
+      }
+      wg_commit();
+    }
+    load_k(j + 1);  // into the other stage (its last reader, tile j − 1, finished before the barrier)
+    uint32_t ph[2][4], pl[2][4];
+    if (active) {
+      wg_wait<0>();
+      fence_acc(s);
+      if constexpr (SACC == 3) {
+        fence_acc(s2);
+        fence_acc(s3);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) s[i] += s2[i] + s3[i];
+      } else if constexpr (SACC == 2) {
+        fence_acc(sw);
+        fence_acc(s3);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) s[i] = sw[i] + (sw[16 + i] + s3[i]);  // columns 32..63 of sw: Qh·Kl
+      }
+      // s[4jj + 2hr + e]: row rloc + 8hr, key j0 + 8jj + 2t + e. Mask, scale (log2 domain), online softmax.
+      float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int key = j0 + jj * 8 + 2 * t + (i & 1), hr = i >> 1;
+          const float v = key <= qpos[hr] ? s[4 * jj + i] * sl2 : -INFINITY;
+          s[4 * jj + i] = v;
+          tmax[hr] = fmaxf(tmax[hr], v);
+        }
+      float corr[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        tmax[hr] = fmaxf(tmax[hr], __shfl_xor_sync(0xffffffffu, tmax[hr], 1));
+        tmax[hr] = fmaxf(tmax[hr], __shfl_xor_sync(0xffffffffu, tmax[hr], 2));
+        const float mn = fmaxf(mrow[hr], tmax[hr]);
+        corr[hr] = mn == -INFINITY ? 1.f : exp2f(mrow[hr] - mn);
+        mrow[hr] = mn;
+      }
+      float ls[2] = {0.f, 0.f};
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int hr = (i >> 1) & 1;
+        const float p = mrow[hr] == -INFINITY ? 0.f : exp2f(s[i] - mrow[hr]);
+        s[i] = p;
+        ls[hr] += p;
+      }
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) lrow[hr] = lrow[hr] * corr[hr] + ls[hr];
+#pragma unroll
+      for (int i = 0; i < HD / 8; ++i) o[4 * i] *= corr[0], o[4 * i + 1] *= corr[0], o[4 * i + 2] *= corr[1], o[4 * i + 3] *= corr[1];
+      // P as the wgmma A fragment of keys 16kk..16kk+15: chunks 2kk (k 2t, +1) and 2kk + 1 (k 8 + 2t, +1).
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        split_pair(s[8 * kk + 0], s[8 * kk + 1], ph[kk][0], pl[kk][0]);
+        split_pair(s[8 * kk + 2], s[8 * kk + 3], ph[kk][1], pl[kk][1]);
+        split_pair(s[8 * kk + 4], s[8 * kk + 5], ph[kk][2], pl[kk][2]);
+        split_pair(s[8 * kk + 6], s[8 * kk + 7], ph[kk][3], pl[kk][3]);
+      }
+    }
+    cp_async_wait<1>();  // V tile j landed; K tile j + 1 may be in flight
+    fence_async_smem();
+    __syncthreads();
+    if (active) {
+      wg_arrive();
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        const uint64_t dvh = sw64_desc(sv + uint32_t(kk * 32)), dvl = sw64_desc(sv + uint32_t(L::kVPlane + kk * 32));
+        pv_mma<HD>(o, ph[kk], dvh);
+        pv_mma<HD>(o, ph[kk], dvl);
+        pv_mma<HD>(o, pl[kk], dvh);
+      }
+      wg_commit();
+      wg_wait<0>();
+      fence_acc(o);
+    }
+    __syncthreads();  // both warpgroups are done with V tile j
+    load_v(j + 1);
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    lrow[hr] += __shfl_xor_sync(0xffffffffu, lrow[hr], 1);
+    lrow[hr] += __shfl_xor_sync(0xffffffffu, lrow[hr], 2);
+  }
+  const int ow = a.nh * HD;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int m = m0 + wg * 64 + rloc + 8 * hr;
+    if (m >= a.M) continue;
+    const float inv = 1.0f / lrow[hr];
+    const float* gate = a.qw == 2 * HD ? a.u + size_t(m) * a.ldu + h * a.qw + HD : nullptr;
+    float* out = a.out + size_t(m) * ow + h * HD;
+#pragma unroll
+    for (int jj = 0; jj < HD / 8; ++jj) {
+      const int d = jj * 8 + 2 * t;
+      float v0 = o[4 * jj + 2 * hr] * inv, v1 = o[4 * jj + 2 * hr + 1] * inv;
+      if (gate) v0 *= sigmoid(gate[d]), v1 *= sigmoid(gate[d + 1]);
+      *reinterpret_cast<float2*>(out + d) = make_float2(v0, v1);
+    }
+  }
+}
+
+// Split-plane scratch, grown on demand (prefill runs eagerly on one stream; freed never).
+struct Scratch {
+  std::mutex mu;
+  uint16_t* p = nullptr;
+  size_t n = 0;  // uint16 elements
+};
+Scratch& scratch() {
+  static Scratch s;
+  return s;
+}
+
+template <int HD> Status launch(const AttnPrefillArgs& a, cudaStream_t s, int variant) {
+  using L = FwLayout<HD>;
+  static bool attr = false;
+  if (!attr) {
+    LILY_CU_TRY(cudaFuncSetAttribute(flash_wg_kernel<HD, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
+    LILY_CU_TRY(cudaFuncSetAttribute(flash_wg_kernel<HD, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
+    LILY_CU_TRY(cudaFuncSetAttribute(flash_wg_kernel<HD, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
+    attr = true;
+  }
+  const int ntot = a.pos0 + a.M, Np = (ntot + kPadKeys - 1) / kPadKeys * kPadKeys;
+  const size_t need = size_t(4) * a.nkv * Np * HD;  // ks and vt, 2 planes each
+  Scratch& sc = scratch();
+  std::lock_guard<std::mutex> lk(sc.mu);
+  if (sc.n < need) {
+    LILY_CU_TRY(cudaStreamSynchronize(s));
+    if (sc.p) LILY_CU_TRY(cudaFree(sc.p));
+    sc.p = nullptr, sc.n = 0;
+    const size_t n = need + need / 4;  // headroom for the next chunk
+    LILY_CU_TRY(cudaMalloc(&sc.p, n * sizeof(uint16_t)));
+    sc.n = n;
+  }
+  uint16_t* ks = sc.p;
+  uint16_t* vt = sc.p + size_t(2) * a.nkv * Np * HD;
+  kv_split_kernel<HD><<<dim3(Np / 64, a.nkv), 256, 0, s>>>(static_cast<const float*>(a.kc), static_cast<const float*>(a.vc),
+                                                           a.max_seq, ntot, Np, a.nkv, ks, vt);
+  LILY_TRY(launch_status("pf::kv_split"));
+  if (a.prof) a.prof(a.prof_ctx, "attn: K/V split (bf16 hi/lo planes)");
+  const dim3 grid((a.M + kBQ - 1) / kBQ, a.nh);
+  if (variant == 3) flash_wg_kernel<HD, 3><<<grid, 256, L::kSmem, s>>>(a, ks, vt, Np);
+  else if (variant == 2) flash_wg_kernel<HD, 2><<<grid, 256, L::kSmem, s>>>(a, ks, vt, Np);
+  else flash_wg_kernel<HD, 1><<<grid, 256, L::kSmem, s>>>(a, ks, vt, Np);
+  return launch_status("pf::flash_wg");
+}
+
+}  // namespace
+
+Status attn_flash_wg(const AttnPrefillArgs& a, Stream stream, int variant) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (!a.kv_f32 || a.terms != 3) return cu_err("pf::attn_flash_wg: needs fp32 caches and split operands");
+  switch (a.hd) {
+    case 64: return launch<64>(a, s, variant);
+    case 128: return launch<128>(a, s, variant);
+    case 256: return launch<256>(a, s, variant);
+    default: return cu_err("pf::attn_flash_wg: head dim {} unsupported", a.hd);
+  }
+}
+
+}  // namespace lily::cuda::pf

@@ -1,0 +1,304 @@
+// Gated DeltaNet prefill over M tokens: (1) conv + SiLU over the chunk with the carried window,
+// q/k L2 norms and q scale, gates (one block per 16 tokens and 128-channel head for kernel width 4,
+// LILY_GDN_PREP=0 or other widths: one block per token and head); (2) the new conv
+// window (bf16, decode layout); (3) the delta-rule recurrence over all M tokens in one launch:
+// one warp per (value head, 2 value columns), each lane holding 8 state rows of one column in
+// registers (fp32), token inputs staged through shared memory 32 at a time; (4) the gated
+// RMSNorm with SiLU(z), giving the out_proj input. With a.wy set, (3) is the chunked WY form on
+// tensor cores instead (gdn_chunk.cu; LILY_GDN_CHUNK=0 keeps the scan).
+#include <cstdlib>
+
+#include "backend/cuda/common/common.cuh"
+#include "backend/cuda/step/prefill_ops.h"
+
+namespace lily::cuda::pf {
+namespace {
+
+constexpr int kD = 128, kT = 32;
+
+__device__ __forceinline__ float softplus(float v) { return v > 20.f ? v : log1pf(expf(v)); }
+
+template <bool kSeg>
+__global__ void __launch_bounds__(kD) prep_kernel(GdnPrefillArgs a0, const GdnPrefillArgs* segs) {
+  const GdnPrefillArgs a = seg_args<kSeg>(a0, segs);
+  if (int(blockIdx.x) >= a.M) return;
+  __shared__ float red[32];
+  const int m = blockIdx.x, hb = blockIdx.y, d = threadIdx.x, K = a.K, W = K - 1;
+  const int kd = a.nk * kD, vd = a.nv * kD, C = 2 * kd + vd;
+  const int ch = hb * kD + d;
+  const uint16_t* w = static_cast<const uint16_t*>(a.conv_w);
+  const uint16_t* win = static_cast<const uint16_t*>(a.win_in);
+  const float* winf = static_cast<const float*>(a.win_in);
+  float acc = 0.f;
+  for (int tau = 0; tau < K; ++tau) {
+    const int tm = m - W + tau;
+    const float val = tm >= 0 ? a.u[size_t(tm) * a.ldu + ch]
+                              : (a.win_f32 ? winf[size_t(ch) * W + W + tm] : bf(win[size_t(ch) * W + W + tm]));
+    acc += bf(w[ch * K + tau]) * val;
+  }
+  const float c = silu(acc);
+  if (hb < 2 * a.nk) {
+    const float ss = block_sum(c * c, red);
+    const float inv = 1.0f / sqrtf(ss + 1e-6f);
+    if (hb < a.nk)
+      a.qn[size_t(m) * kd + hb * kD + d] = c * inv * (1.0f / sqrtf(float(kD)));
+    else
+      a.kn[size_t(m) * kd + (hb - a.nk) * kD + d] = c * inv;
+  } else {
+    a.v[size_t(m) * vd + (hb - 2 * a.nk) * kD + d] = c;
+  }
+  if (hb == 0 && d < a.nv) {
+    const float av = a.u[size_t(m) * a.ldu + C + vd + d], bv = a.u[size_t(m) * a.ldu + C + vd + a.nv + d];
+    a.beta[size_t(m) * a.nv + d] = 1.0f / (1.0f + expf(-bv));
+    const float x = av + bf(static_cast<const uint16_t*>(a.dt_bias)[d]);
+    a.g[size_t(m) * a.nv + d] = -expf(a.A_log[d]) * softplus(x);
+  }
+}
+
+// prep_kernel for kernel width 4 over kPT tokens per block: each thread keeps its channel's
+// inputs for tokens m0−3 .. m0+kPT−1 in registers (one load per token instead of four), and the
+// per-token L2 sums of a q/k head reduce kPT tokens at once.
+constexpr int kPT = 16;
+template <bool kSeg>
+__global__ void __launch_bounds__(kD) prep4_kernel(GdnPrefillArgs a0, const GdnPrefillArgs* segs) {
+  const GdnPrefillArgs a = seg_args<kSeg>(a0, segs);
+  if (int(blockIdx.x) * kPT >= a.M) return;
+  __shared__ float red[kD / 32][kPT];
+  const int m0 = blockIdx.x * kPT, hb = blockIdx.y, d = threadIdx.x, lane = d & 31, warp = d >> 5;
+  const int kd = a.nk * kD, vd = a.nv * kD, C = 2 * kd + vd, ch = hb * kD + d, n = min(kPT, a.M - m0);
+  const uint16_t* w = static_cast<const uint16_t*>(a.conv_w);
+  const uint16_t* win = static_cast<const uint16_t*>(a.win_in);
+  const float* winf = static_cast<const float*>(a.win_in);
+  float x[kPT + 3];
+#pragma unroll
+  for (int j = 0; j < kPT + 3; ++j) {
+    const int tm = m0 - 3 + j;
+    float val = 0.f;
+    if (tm < 0) val = a.win_f32 ? winf[size_t(ch) * 3 + 3 + tm] : bf(win[size_t(ch) * 3 + 3 + tm]);
+    else if (tm < a.M) val = a.u[size_t(tm) * a.ldu + ch];
+    x[j] = val;
+  }
+  const float w0 = bf(w[ch * 4]), w1 = bf(w[ch * 4 + 1]), w2 = bf(w[ch * 4 + 2]), w3 = bf(w[ch * 4 + 3]);
+  float c[kPT];
+#pragma unroll
+  for (int i = 0; i < kPT; ++i) {
+    float acc = 0.f;
+    acc += w0 * x[i];
+    acc += w1 * x[i + 1];
+    acc += w2 * x[i + 2];
+    acc += w3 * x[i + 3];
+    c[i] = silu(acc);
+  }
+  if (hb < 2 * a.nk) {
+    float ss[kPT];
+#pragma unroll
+    for (int i = 0; i < kPT; ++i) ss[i] = warp_sum(c[i] * c[i]);
+    if (lane == 0)
+#pragma unroll
+      for (int i = 0; i < kPT; ++i) red[warp][i] = ss[i];
+    __syncthreads();
+    float* dst = hb < a.nk ? a.qn + hb * kD + d : a.kn + (hb - a.nk) * kD + d;
+    const float scale = hb < a.nk ? 1.0f / sqrtf(float(kD)) : 1.0f;
+#pragma unroll
+    for (int i = 0; i < kPT; ++i) {
+      const float tot = (red[0][i] + red[1][i]) + (red[2][i] + red[3][i]);
+      if (i < n) dst[size_t(m0 + i) * kd] = c[i] * (1.0f / sqrtf(tot + 1e-6f)) * scale;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPT; ++i)
+      if (i < n) a.v[size_t(m0 + i) * vd + (hb - 2 * a.nk) * kD + d] = c[i];
+  }
+  if (hb == 0 && d < a.nv) {
+    for (int i = 0; i < n; ++i) {
+      const int m = m0 + i;
+      const float av = a.u[size_t(m) * a.ldu + C + vd + d], bv = a.u[size_t(m) * a.ldu + C + vd + a.nv + d];
+      a.beta[size_t(m) * a.nv + d] = 1.0f / (1.0f + expf(-bv));
+      const float xx = av + bf(static_cast<const uint16_t*>(a.dt_bias)[d]);
+      a.g[size_t(m) * a.nv + d] = -expf(a.A_log[d]) * softplus(xx);
+    }
+  }
+}
+
+template <bool kSeg>
+__global__ void window_kernel(GdnPrefillArgs a0, int C, const GdnPrefillArgs* segs) {
+  const GdnPrefillArgs a = seg_args<kSeg>(a0, segs);
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= C) return;
+  const int W = a.K - 1;
+  if (a.win_f32) {
+    const float* win = static_cast<const float*>(a.win_in);
+    float vals[8];
+    for (int tau = 0; tau < W; ++tau) {
+      const int tm = a.M - W + tau;
+      vals[tau] = tm >= 0 ? a.u[size_t(tm) * a.ldu + ch] : win[size_t(ch) * W + W + tm];
+    }
+    float* out = static_cast<float*>(a.win_out);
+    for (int tau = 0; tau < W; ++tau) out[size_t(ch) * W + tau] = vals[tau];
+    return;
+  }
+  const uint16_t* win = static_cast<const uint16_t*>(a.win_in);
+  uint16_t vals[8];
+  for (int tau = 0; tau < W; ++tau) {
+    const int tm = a.M - W + tau;
+    vals[tau] = tm >= 0 ? to_bf(a.u[size_t(tm) * a.ldu + ch]) : win[size_t(ch) * W + W + tm];
+  }
+  uint16_t* out = static_cast<uint16_t*>(a.win_out);
+  for (int tau = 0; tau < W; ++tau) out[size_t(ch) * W + tau] = vals[tau];
+}
+
+// Block: value head h, kCols columns (kWarps warps × CW columns). Lane = rg·CW + c holds rows
+// rg·R .. rg·R+R-1 of column c (R = 128·CW/32): small R keeps the per-token dependency chain
+// short and puts ~16 warps on each SM (the scan is latency-bound, not FLOP-bound).
+constexpr int CW = 2, RG = 32 / CW, R = kD / RG, kWarps = 8, kCols = kWarps * CW, kSlices = kD / kCols;
+__global__ void __launch_bounds__(kWarps * 32) scan_kernel(GdnPrefillArgs a) {
+  __shared__ float ks[kT][RG][R + 1], qs[kT][RG][R + 1], vsm[kT][kCols], as_[kT], bs[kT];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthr = kWarps * 32;
+  const int h = blockIdx.x / kSlices, cs = blockIdx.x % kSlices, kh = h / (a.nv / a.nk);
+  const int rg = lane / CW, c = lane % CW, lc = warp * CW + c, col = cs * kCols + lc;
+  const int kd = a.nk * kD, vd = a.nv * kD;
+  float* Sh = a.S + size_t(h) * kD * kD;
+  float s[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) s[i] = Sh[(rg * R + i) * kD + col];
+  for (int t0 = 0; t0 < a.M; t0 += kT) {
+    const int n = min(kT, a.M - t0);
+    __syncthreads();
+    for (int idx = tid; idx < n * kD; idx += nthr) {
+      const int tt = idx / kD, i = idx % kD;
+      ks[tt][i / R][i % R] = a.kn[size_t(t0 + tt) * kd + kh * kD + i];
+      qs[tt][i / R][i % R] = a.qn[size_t(t0 + tt) * kd + kh * kD + i];
+    }
+    for (int idx = tid; idx < n * kCols; idx += nthr) {
+      const int tt = idx / kCols, j = idx % kCols;
+      vsm[tt][j] = a.v[size_t(t0 + tt) * vd + h * kD + cs * kCols + j];
+    }
+    if (tid < n) {
+      as_[tid] = expf(a.g[size_t(t0 + tid) * a.nv + h]);
+      bs[tid] = a.beta[size_t(t0 + tid) * a.nv + h];
+    }
+    __syncthreads();
+    for (int tt = 0; tt < n; ++tt) {
+      const float al = as_[tt], be = bs[tt];
+      float kr[R], qr[R];
+#pragma unroll
+      for (int i = 0; i < R; ++i) kr[i] = ks[tt][rg][i], qr[i] = qs[tt][rg][i];
+      float r0 = 0.f, r1 = 0.f, r2 = 0.f, r3 = 0.f;
+#pragma unroll
+      for (int i = 0; i < R; i += 4) {
+        r0 = fmaf(s[i], kr[i], r0);
+        r1 = fmaf(s[i + 1], kr[i + 1], r1);
+        r2 = fmaf(s[i + 2], kr[i + 2], r2);
+        r3 = fmaf(s[i + 3], kr[i + 3], r3);
+      }
+      float r = (r0 + r1) + (r2 + r3);
+#pragma unroll
+      for (int o = CW; o < 32; o <<= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+      const float delta = be * (vsm[tt][lc] - al * r);
+      float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
+#pragma unroll
+      for (int i = 0; i < R; i += 4) {
+        s[i] = fmaf(kr[i], delta, al * s[i]);
+        s[i + 1] = fmaf(kr[i + 1], delta, al * s[i + 1]);
+        s[i + 2] = fmaf(kr[i + 2], delta, al * s[i + 2]);
+        s[i + 3] = fmaf(kr[i + 3], delta, al * s[i + 3]);
+        o0 = fmaf(s[i], qr[i], o0);
+        o1 = fmaf(s[i + 1], qr[i + 1], o1);
+        o2 = fmaf(s[i + 2], qr[i + 2], o2);
+        o3 = fmaf(s[i + 3], qr[i + 3], o3);
+      }
+      float o = (o0 + o1) + (o2 + o3);
+#pragma unroll
+      for (int sh = CW; sh < 32; sh <<= 1) o += __shfl_xor_sync(0xffffffffu, o, sh);
+      if (rg == 0) a.o_raw[size_t(t0 + tt) * vd + h * kD + col] = o;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < R; ++i) Sh[(rg * R + i) * kD + col] = s[i];
+}
+
+// One block per token, one warp per head (looping): o = gain ⊙ o_raw·rsqrt(mean o²+eps) ⊙ silu(z).
+template <bool kSeg>
+__global__ void gated_norm_kernel(GdnPrefillArgs a0, int C, const GdnPrefillArgs* segs) {
+  const GdnPrefillArgs a = seg_args<kSeg>(a0, segs);
+  if (int(blockIdx.x) >= a.M) return;
+  const int m = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int vd = a.nv * kD;
+  const uint16_t* gain = static_cast<const uint16_t*>(a.gnorm);
+  for (int h = warp; h < a.nv; h += nw) {
+    const float* o = a.o_raw + size_t(m) * vd + h * kD;
+    float v[4], ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = o[lane + 32 * j], ss += v[j] * v[j];
+    ss = warp_sum(ss);
+    const float inv = 1.0f / sqrtf(ss / float(kD) + a.eps);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int d = lane + 32 * j;
+      const float z = a.u[size_t(m) * a.ldu + C + h * kD + d];
+      a.o[size_t(m) * vd + h * kD + d] = bf(gain[d]) * v[j] * inv * silu(z);
+    }
+  }
+}
+
+}  // namespace
+
+// One sequence (segs null) or n_seg segments (segs: their args on the device; a: the longest's, for
+// the grids). Segments take the chunked recurrence only.
+static Status prefill_launch(const GdnPrefillArgs& a, const GdnPrefillArgs* segs, int n_seg, Stream stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (a.nk <= 0 || a.nv % a.nk != 0 || a.nv > kD) return cu_err("pf::gdn_prefill: {} value / {} key heads unsupported", a.nv, a.nk);
+  if (a.K < 2 || a.K > 9) return cu_err("pf::gdn_prefill: conv kernel {} unsupported", a.K);
+  if (a.M <= 0 || n_seg <= 0) return Status::ok();
+  const int C = 2 * a.nk * kD + a.nv * kD;
+  auto prof = [&](const char* what) {
+    if (a.prof) a.prof(a.prof_ctx, what);
+  };
+  static const bool prep4 = [] {
+    const char* e = std::getenv("LILY_GDN_PREP");
+    return !(e && e[0] == '0');
+  }();
+  const unsigned z = unsigned(n_seg);
+  if (a.K == 4 && prep4 && kD % 32 == 0 && kD / 32 == 4) {
+    const dim3 g((a.M + kPT - 1) / kPT, 2 * a.nk + a.nv, z);
+    if (segs) prep4_kernel<true><<<g, kD, 0, s>>>(a, segs);
+    else prep4_kernel<false><<<g, kD, 0, s>>>(a, nullptr);
+  } else {
+    const dim3 g(a.M, 2 * a.nk + a.nv, z);
+    if (segs) prep_kernel<true><<<g, kD, 0, s>>>(a, segs);
+    else prep_kernel<false><<<g, kD, 0, s>>>(a, nullptr);
+  }
+  LILY_TRY(launch_status("pf::gdn_prep"));
+  prof("gdn: conv+L2+gates (prep)");
+  if (segs) window_kernel<true><<<dim3((C + 255) / 256, 1, z), 256, 0, s>>>(a, C, segs);
+  else window_kernel<false><<<(C + 255) / 256, 256, 0, s>>>(a, C, nullptr);
+  LILY_TRY(launch_status("pf::gdn_window"));
+  prof("gdn: conv window");
+  static const bool chunked = [] {
+    const char* e = std::getenv("LILY_GDN_CHUNK");
+    return !(e && e[0] == '0');
+  }();
+  if (segs) {
+    LILY_TRY(gdn_chunk_scan_segments(a, segs, n_seg, stream));
+  } else if (a.wy && chunked) {
+    LILY_TRY(gdn_chunk_scan(a, stream));
+  } else {
+    scan_kernel<<<a.nv * kSlices, kWarps * 32, 0, s>>>(a);
+    LILY_TRY(launch_status("pf::gdn_scan"));
+    prof("gdn: recurrence scan");
+  }
+  if (segs) gated_norm_kernel<true><<<dim3(a.M, 1, z), 256, 0, s>>>(a, C, segs);
+  else gated_norm_kernel<false><<<a.M, 256, 0, s>>>(a, C, nullptr);
+  LILY_TRY(launch_status("pf::gdn_gated_norm"));
+  prof("gdn: gated norm");
+  return Status::ok();
+}
+
+Status gdn_prefill(const GdnPrefillArgs& a, Stream stream) { return prefill_launch(a, nullptr, 1, stream); }
+
+Status gdn_prefill_segments(const GdnPrefillArgs& longest, const GdnPrefillArgs* segs, int n_seg, Stream stream) {
+  if (!longest.wy) return cu_err("pf::gdn_prefill_segments: the chunked form (wy scratch) is required");
+  return prefill_launch(longest, segs, n_seg, stream);
+}
+
+}  // namespace lily::cuda::pf

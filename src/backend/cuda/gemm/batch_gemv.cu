@@ -1,0 +1,461 @@
+// Batched quantized GEMV (4/8-bit, group 64) and the small per-row kernels of the batched decode
+// step. Each warp keeps R weight rows in registers (loaded once) and applies them to every staged
+// input row b, with the per-(b, row) arithmetic of gemv_q4.cu: lane l sums chunks l, l+32, ... in
+// that order (fmaf(scale, Σq·x, bias·Σx)), then a butterfly warp sum, so y is bit-identical to the
+// batch-1 GEMV. Inputs are plain fp32 rows staged by stage_plain (the norms run in badd_norm first).
+#include <cfloat>
+#include <climits>
+
+#include "backend/cuda/step/batch_ops.h"
+#include "backend/cuda/common/common.cuh"
+#include "backend/cuda/moe/dec_topk.cuh"
+
+namespace lily::cuda {
+namespace {
+
+constexpr int kThreads = 256, kWarps = 8, kMaxGroup = 16;
+constexpr size_t kSmemCap = 190 * 1024;
+
+// Floats of one staged row [xs | xcs], rounded up to 4 so every row starts 16-byte aligned (float4 reads).
+template <int BITS> __host__ __device__ constexpr int row_floats(int K) {
+  return ((K * BITS / 128) * Chunk<BITS>::kStride + K * BITS / 128 + 3) / 4 * 4;
+}
+
+// Grid-stride over weight tiles (block-uniform). Shared memory: B staged rows [xs | xcs].
+template <int BITS, int CPL, int R>
+__global__ void __launch_bounds__(kThreads) bgemv_kernel(QW w, const float* __restrict__ x, int ldx, float* y, int ldy,
+                                                          int B) {
+  extern __shared__ float sm[];
+  constexpr int CS = Chunk<BITS>::kStride;
+  const int K = w.cols, nch = K * BITS / 128, rows = w.rows, rf = row_floats<BITS>(K);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int rstep = gridDim.x * kWarps * R;
+  uint4 wv[R][CPL];
+  uint32_t sbv[R][CPL];
+  auto load_tile = [&](int rb) {
+#pragma unroll
+    for (int j = 0; j < R; ++j)
+#pragma unroll
+      for (int i = 0; i < CPL; ++i) {
+        const int r = rb + j, c = lane + 32 * i;
+        if (r < rows && c < nch) {
+          wv[j][i] = load_chunk(w, r, c, nch);
+          sbv[j][i] = load_sb<BITS>(w, r, c);
+        } else {
+          wv[j][i] = make_uint4(0, 0, 0, 0);
+          sbv[j][i] = 0;
+        }
+      }
+  };
+  int tb = blockIdx.x * kWarps * R;
+  load_tile(tb + warp * R);  // weights only: may overlap the previous kernel
+  pdl_wait();
+  pdl_trigger();
+  for (int b = 0; b < B; ++b) stage_plain<BITS>(x + size_t(b) * ldx, K, sm + b * rf, sm + b * rf + nch * CS);
+  __syncthreads();
+  for (; tb < rows; tb += rstep) {
+    const int rb = tb + warp * R;
+    for (int b = 0; b < B; ++b) {
+      const float* xs = sm + b * rf;
+      const float* xcs = xs + nch * CS;
+      float acc[R];
+#pragma unroll
+      for (int j = 0; j < R; ++j) acc[j] = 0.f;
+#pragma unroll
+      for (int i = 0; i < CPL; ++i) {
+        const int c = lane + 32 * i;
+        if (c < nch) {
+          const float* xc = xs + c * CS;
+          const float xsum = xcs[c];
+#pragma unroll
+          for (int j = 0; j < R; ++j) {
+            const float d = chunk_dot<BITS>(wv[j][i], xc);
+            acc[j] += fmaf(__uint_as_float(sbv[j][i] << 16), d, __uint_as_float(sbv[j][i] & 0xFFFF0000u) * xsum);
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        const float v = warp_sum(acc[j]);
+        if (lane == 0 && rb + j < rows) y[size_t(b) * ldy + rb + j] = v;
+      }
+    }
+    if (tb + rstep < rows) load_tile(tb + rstep + warp * R);
+  }
+}
+
+
+// v2: the same sums with the loops turned so the work per step is shared: per 4-byte word of a
+// chunk, the R rows' codes are converted once and applied to NB staged rows (conversion amortized
+// over NB), and each x value read from shared memory feeds R weight rows. Per (b, row) the fmaf
+// chain is chunk_dot's (a0 over the even, a1 over the odd elements of the chunk, word by word),
+// then acc += fmaf(scale, a0 + a1, bias·Σx) chunk by chunk and the butterfly warp sum: bit-identical.
+template <int BITS, int CPL, int R, int NB>
+__global__ void __launch_bounds__(kThreads) bgemv2_kernel(QW w, const float* __restrict__ x, int ldx, float* y, int ldy,
+                                                           int B, int G) {
+  extern __shared__ float sm[];
+  constexpr int CS = Chunk<BITS>::kStride;
+  const int K = w.cols, nch = K * BITS / 128, rows = w.rows, rf = row_floats<BITS>(K);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // blockIdx.x: group of G input rows (staged together); blockIdx.y: weight tiles (grid-stride).
+  x += size_t(blockIdx.x) * G * ldx, y += size_t(blockIdx.x) * G * ldy;
+  B = min(G, B - int(blockIdx.x) * G);
+  const int rstep = gridDim.y * kWarps * R;
+  uint4 wv[R][CPL];
+  uint32_t sbv[R][CPL];
+  auto load_tile = [&](int rb) {
+#pragma unroll
+    for (int j = 0; j < R; ++j)
+#pragma unroll
+      for (int i = 0; i < CPL; ++i) {
+        const int r = rb + j, c = lane + 32 * i;
+        if (r < rows && c < nch) {
+          wv[j][i] = load_chunk(w, r, c, nch);
+          sbv[j][i] = load_sb<BITS>(w, r, c);
+        } else {
+          wv[j][i] = make_uint4(0, 0, 0, 0);
+          sbv[j][i] = 0;
+        }
+      }
+  };
+  int tb = blockIdx.y * kWarps * R;
+  load_tile(tb + warp * R);
+  pdl_wait();
+  pdl_trigger();
+  for (int b = 0; b < B; ++b) stage_plain<BITS>(x + size_t(b) * ldx, K, sm + b * rf, sm + b * rf + nch * CS);
+  __syncthreads();
+  for (; tb < rows; tb += rstep) {
+    const int rb = tb + warp * R;
+    for (int b0 = 0; b0 < B; b0 += NB) {
+      float acc[R][NB];
+#pragma unroll
+      for (int j = 0; j < R; ++j)
+#pragma unroll
+        for (int bb = 0; bb < NB; ++bb) acc[j][bb] = 0.f;
+#pragma unroll
+      for (int i = 0; i < CPL; ++i) {
+        const int c = lane + 32 * i;
+        if (c < nch) {
+          float a0[R][NB], a1[R][NB];
+#pragma unroll
+          for (int j = 0; j < R; ++j)
+#pragma unroll
+            for (int bb = 0; bb < NB; ++bb) a0[j][bb] = 0.f, a1[j][bb] = 0.f;
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            constexpr int EPW = 32 / BITS;  // elements per word: 8 or 4
+            float f[R][EPW];
+#pragma unroll
+            for (int j = 0; j < R; ++j) {
+              const uint32_t wq = q == 0 ? wv[j][i].x : q == 1 ? wv[j][i].y : q == 2 ? wv[j][i].z : wv[j][i].w;
+              if constexpr (BITS == 4) {
+                const uint32_t lo = wq & 0x0F0F0F0Fu, hi = (wq >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+                for (int t = 0; t < 4; ++t) f[j][2 * t] = byte_f(lo, t), f[j][2 * t + 1] = byte_f(hi, t);
+              } else {
+#pragma unroll
+                for (int t = 0; t < 4; ++t) f[j][t] = byte_f(wq, t);
+              }
+            }
+#pragma unroll
+            for (int bb = 0; bb < NB; ++bb) {
+              const float* xc = sm + (b0 + bb) * rf + c * CS + q * EPW;
+              if constexpr (BITS == 4) {
+                const float4 xa = *reinterpret_cast<const float4*>(xc);
+                const float4 xb = *reinterpret_cast<const float4*>(xc + 4);
+#pragma unroll
+                for (int j = 0; j < R; ++j) {
+                  a0[j][bb] = fmaf(f[j][0], xa.x, a0[j][bb]);
+                  a1[j][bb] = fmaf(f[j][1], xa.y, a1[j][bb]);
+                  a0[j][bb] = fmaf(f[j][2], xa.z, a0[j][bb]);
+                  a1[j][bb] = fmaf(f[j][3], xa.w, a1[j][bb]);
+                  a0[j][bb] = fmaf(f[j][4], xb.x, a0[j][bb]);
+                  a1[j][bb] = fmaf(f[j][5], xb.y, a1[j][bb]);
+                  a0[j][bb] = fmaf(f[j][6], xb.z, a0[j][bb]);
+                  a1[j][bb] = fmaf(f[j][7], xb.w, a1[j][bb]);
+                }
+              } else {
+                const float4 xa = *reinterpret_cast<const float4*>(xc);
+#pragma unroll
+                for (int j = 0; j < R; ++j) {
+                  a0[j][bb] = fmaf(f[j][0], xa.x, a0[j][bb]);
+                  a1[j][bb] = fmaf(f[j][1], xa.y, a1[j][bb]);
+                  a0[j][bb] = fmaf(f[j][2], xa.z, a0[j][bb]);
+                  a1[j][bb] = fmaf(f[j][3], xa.w, a1[j][bb]);
+                }
+              }
+            }
+          }
+#pragma unroll
+          for (int bb = 0; bb < NB; ++bb) {
+            const float xsum = sm[(b0 + bb) * rf + nch * CS + c];
+#pragma unroll
+            for (int j = 0; j < R; ++j) {
+              const float d = a0[j][bb] + a1[j][bb];
+              acc[j][bb] += fmaf(__uint_as_float(sbv[j][i] << 16), d, __uint_as_float(sbv[j][i] & 0xFFFF0000u) * xsum);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int bb = 0; bb < NB; ++bb)
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+          const float v = warp_sum(acc[j][bb]);
+          if (lane == 0 && rb + j < rows && b0 + bb < B) y[size_t(b0 + bb) * ldy + rb + j] = v;
+        }
+    }
+    if (tb + rstep < rows) load_tile(tb + rstep + warp * R);
+  }
+}
+
+
+template <int BITS, int CPL, int R> Status launch_bgemv(const QW& w, const float* x, int ldx, float* y, int ldy, int B,
+                                                       cudaStream_t s) {
+  auto kern = bgemv_kernel<BITS, CPL, R>;
+  const size_t smem = size_t(B) * row_floats<BITS>(w.cols) * sizeof(float);
+  static size_t attr = 0;  // per instantiation
+  if (smem > 48 * 1024 && smem > attr) {
+    LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemCap)));
+    attr = kSmemCap;
+  }
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kThreads, smem) != cudaSuccess || per_sm <= 0) per_sm = 1;
+  const int need = (w.rows + kWarps * R - 1) / (kWarps * R), cap = sm_count() * per_sm;
+  return launch_k("bgemv", kern, dim3(need < cap ? need : cap), dim3(kThreads), smem, s, w, x, ldx, y, ldy, B);
+}
+
+// Kernel choice: v2 (default) or v1 (LILY_BGEMV=1, for A/B); both bit-identical to gemv().
+bool bgemv_v1() {
+  static const bool on = [] {
+    const char* e = std::getenv("LILY_BGEMV");
+    return e && e[0] == '1';
+  }();
+  return on;
+}
+
+// v2 with 4 weight rows per warp for K ≤ 2048 (LILY_BGEMV_R=4; default 2).
+bool bgemv_r4() {
+  static const bool on = [] {
+    const char* e = std::getenv("LILY_BGEMV_R");
+    return e && e[0] == '4';
+  }();
+  return on;
+}
+
+template <int BITS, int CPL, int R, int NB>
+Status launch_bgemv2(const QW& w, const float* x, int ldx, float* y, int ldy, int B, cudaStream_t s) {
+  auto kern = bgemv2_kernel<BITS, CPL, R, NB>;
+  // Staged rows rounded up to NB (the tail tile reads them; their results are dropped).
+  const int Bp = (B + NB - 1) / NB * NB;
+  const size_t smem = size_t(Bp) * row_floats<BITS>(w.cols) * sizeof(float);
+  static size_t attr = 0;
+  if (smem > 48 * 1024 && smem > attr) {
+    LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemCap)));
+    attr = kSmemCap;
+  }
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kThreads, smem) != cudaSuccess || per_sm <= 0) per_sm = 1;
+  const int need = (w.rows + kWarps * R - 1) / (kWarps * R), cap = sm_count() * per_sm;
+  return launch_k("bgemv2", kern, dim3(1, need < cap ? need : cap), dim3(kThreads), smem, s, w, x, ldx, y, ldy, B, B);
+}
+
+// v3 (LILY_BGEMV=3): one launch for any B: blocks of G rows (LILY_BGEMV_G, 4 or 8; default 8) ×
+// one weight tile each, so many small blocks are resident per SM (latency hiding, several staging
+// passes in flight) and the groups of one tile run side by side (the tile's weights come from L2
+// after the first). Same kernel and arithmetic as v2.
+int bgemv_g() {
+  static const int v = [] {
+    const char* e = std::getenv("LILY_BGEMV_G");
+    return e && e[0] == '4' ? 4 : 8;
+  }();
+  return v;
+}
+template <int BITS, int CPL, int R, int NB>
+Status launch_bgemv3(const QW& w, const float* x, int ldx, float* y, int ldy, int B, cudaStream_t s) {
+  auto kern = bgemv2_kernel<BITS, CPL, R, NB>;
+  const size_t smem = size_t(NB) * row_floats<BITS>(w.cols) * sizeof(float);
+  static size_t attr = 0;
+  if (smem > 48 * 1024 && smem > attr) {
+    LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemCap)));
+    attr = kSmemCap;
+  }
+  const int tiles = (w.rows + kWarps * R - 1) / (kWarps * R);
+  return launch_k("bgemv3", kern, dim3((B + NB - 1) / NB, tiles), dim3(kThreads), smem, s, w, x, ldx, y, ldy, B, NB);
+}
+bool bgemv_v3() {
+  static const bool on = [] {
+    const char* e = std::getenv("LILY_BGEMV");
+    return e && e[0] == '3';
+  }();
+  return on;
+}
+template <int BITS, int CPL> Status pick_v3(const QW& w, const float* x, int ldx, float* y, int ldy, int B, cudaStream_t s) {
+  const bool big = w.rows >= 2 * kWarps * sm_count();
+  // Matrices with fewer 8-row tiles than SMs (the router) take groups of 4 rows: twice the blocks.
+  if (bgemv_g() == 4 || B <= 4 || w.rows < kWarps * sm_count()) {
+    if (big) return launch_bgemv3<BITS, CPL, 2, 4>(w, x, ldx, y, ldy, B, s);
+    return launch_bgemv3<BITS, CPL, 1, 4>(w, x, ldx, y, ldy, B, s);
+  }
+  if (big) return launch_bgemv3<BITS, CPL, 2, 8>(w, x, ldx, y, ldy, B, s);
+  return launch_bgemv3<BITS, CPL, 1, 8>(w, x, ldx, y, ldy, B, s);
+}
+
+template <int BITS, int CPL> Status pick_r(const QW& w, const float* x, int ldx, float* y, int ldy, int B, cudaStream_t s) {
+  if (bgemv_v3()) return pick_v3<BITS, CPL>(w, x, ldx, y, ldy, B, s);
+  const size_t row_bytes = size_t(row_floats<BITS>(w.cols)) * sizeof(float);
+  if (!bgemv_v1() && size_t((B + 7) / 8 * 8) * row_bytes <= kSmemCap) {
+    if (B <= 4) {
+      if (w.rows >= 2 * kWarps * sm_count()) return launch_bgemv2<BITS, CPL, 2, 4>(w, x, ldx, y, ldy, B, s);
+      return launch_bgemv2<BITS, CPL, 1, 4>(w, x, ldx, y, ldy, B, s);
+    }
+    if constexpr (CPL <= 2) {  // 4 weight rows per warp: each x read from shared memory feeds 4 rows
+      if (bgemv_r4() && w.rows >= 4 * kWarps * sm_count()) return launch_bgemv2<BITS, CPL, 4, 8>(w, x, ldx, y, ldy, B, s);
+    }
+    if (w.rows >= 2 * kWarps * sm_count()) return launch_bgemv2<BITS, CPL, 2, 8>(w, x, ldx, y, ldy, B, s);
+    return launch_bgemv2<BITS, CPL, 1, 8>(w, x, ldx, y, ldy, B, s);
+  }
+  if (w.rows >= 4 * kWarps * sm_count()) return launch_bgemv<BITS, CPL, 4>(w, x, ldx, y, ldy, B, s);
+  return launch_bgemv<BITS, CPL, 1>(w, x, ldx, y, ldy, B, s);
+}
+
+// ---- small per-row kernels ----------------------------------------------------------------------
+
+// The gemv kAddNorm staging for one row per block (256 threads: thread t owns elements t + u·256,
+// its squares summed in u order, then block_sum), so the normed row is the GEMV's x exactly.
+__global__ void __launch_bounds__(kThreads) badd_norm_kernel(const float* in, const float* mix, const uint16_t* gain,
+                                                               int H, float eps, float* res_out, float* n_out) {
+  constexpr int U = 16;
+  __shared__ float red[32];
+  const int b = blockIdx.x, nt = blockDim.x;
+  float g[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int e = threadIdx.x + u * nt;
+    g[u] = e < H ? bf(__ldg(gain + e)) : 0.f;
+  }
+  pdl_wait();
+  pdl_trigger();
+  in += size_t(b) * H;
+  float v[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int e = threadIdx.x + u * nt;
+    v[u] = e < H ? __ldcg(in + e) : 0.f;
+  }
+  if (mix) {
+    mix += size_t(b) * H;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int e = threadIdx.x + u * nt;
+      if (e < H) v[u] += __ldcg(mix + e);
+    }
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int u = 0; u < U; ++u) ss += v[u] * v[u];
+  if (res_out) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (threadIdx.x + u * nt < H) res_out[size_t(b) * H + threadIdx.x + u * nt] = v[u];
+  }
+  ss = block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / float(H) + eps);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int e = threadIdx.x + u * nt;
+    if (e < H) n_out[size_t(b) * H + e] = v[u] * inv * g[u];
+  }
+}
+
+
+// gemv_q4.cu's router_topk, one warp per row: softmax over E, top_k argmax rounds (ties → lowest
+// id), renormalize; sigmoid of the shared-expert gate logit.
+__global__ void brouter_topk_kernel(const float* logits, int ld, int E, int top_k, bool norm_topk, bool has_shared,
+                                    int32_t* ids, float* wout) {
+  extern __shared__ float p[];
+  pdl_wait();
+  pdl_trigger();
+  const int lane = threadIdx.x & 31, b = blockIdx.x;
+  const float* l = logits + size_t(b) * ld;
+  const WarpTopk r = warp_router_topk(l, E, top_k, p);
+  if (lane < top_k) {
+    ids[b * top_k + lane] = r.id;
+    wout[b * (top_k + 1) + lane] = norm_topk ? r.p / r.tsum : r.p;
+  }
+  if (lane == 0 && has_shared) wout[b * (top_k + 1) + top_k] = sigmoid(__ldcg(l + E));
+}
+
+__global__ void bembed_kernel(QW e, const int32_t* tokv, float* xb) {
+  pdl_wait();
+  pdl_trigger();
+  const int tok = tokv[blockIdx.x];
+  const int H = e.cols, wpr = H / 8, groups = H / 64;
+  float* x = xb + size_t(blockIdx.x) * H;
+  const uint32_t* codes = e.codes + size_t(tok) * wpr;
+  const uint32_t* sb = reinterpret_cast<const uint32_t*>(e.sb) + size_t(tok) * groups;
+  for (int c = threadIdx.x; c < H; c += blockDim.x) {
+    const uint32_t q = (codes[c / 8] >> (4 * (c % 8))) & 0xF;
+    const uint32_t pp = sb[c / 64];
+    const float s = __uint_as_float(pp << 16), bb = __uint_as_float(pp & 0xFFFF0000u);
+    x[c] = __fadd_rn(__fmul_rn(s, float(q)), bb);  // unfused, as embed.cu
+  }
+}
+
+__global__ void bfinish_kernel(StepCtl* const* ctl, const int32_t* pos, int B) {
+  pdl_wait();
+  pdl_trigger();
+  for (int b = threadIdx.x; b < B; b += blockDim.x) ctl[b]->pos = pos[b] + 1;
+}
+
+}  // namespace
+
+int bgemv_group_rows(const QW& w) {
+  if (bgemv_v3()) return 1 << 20;  // v3: any number of rows in one launch
+  const size_t per = size_t(w.bits == 8 ? row_floats<8>(w.cols) : row_floats<4>(w.cols)) * sizeof(float);
+  const int n = std::min(int(kSmemCap / per), kMaxGroup);
+  return n >= 8 ? n / 8 * 8 : n;  // a multiple of v2's 8-row tiles
+}
+
+Status bgemv(const QW& w, const float* x, int ldx, float* y, int ldy, int B, Stream stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (w.bits != 4 && w.bits != 8) return cu_err("bgemv: {} bits unsupported", w.bits);
+  if (w.cols % 64 != 0 || w.cols <= 0 || w.rows <= 0) return cu_err("bgemv: shape {}x{} unsupported", w.rows, w.cols);
+  if (B < 1 || (!bgemv_v3() && B > bgemv_group_rows(w))) return cu_err("bgemv: {} rows exceed the staging group {}", B, bgemv_group_rows(w));
+  const int cpl = (w.cols * w.bits / 128 + 31) / 32;
+  if (w.bits == 4) {
+    if (cpl == 1) return pick_r<4, 1>(w, x, ldx, y, ldy, B, s);
+    if (cpl == 2) return pick_r<4, 2>(w, x, ldx, y, ldy, B, s);
+    if (cpl <= 4) return pick_r<4, 4>(w, x, ldx, y, ldy, B, s);
+  } else {
+    if (cpl == 1) return pick_r<8, 1>(w, x, ldx, y, ldy, B, s);
+    if (cpl == 2) return pick_r<8, 2>(w, x, ldx, y, ldy, B, s);
+    if (cpl <= 4) return pick_r<8, 4>(w, x, ldx, y, ldy, B, s);
+  }
+  return cu_err("bgemv: K={} too large for {}-bit", w.cols, w.bits);
+}
+
+Status badd_norm(const float* in, const float* mix, const void* gain, int H, float eps, float* res_out, float* n_out,
+                 int B, Stream s) {
+  if (H <= 0 || H % 32 != 0 || H > 16 * kThreads) return cu_err("badd_norm: H={} unsupported", H);
+  return launch_k("badd_norm", badd_norm_kernel, dim3(B), dim3(kThreads), 0, static_cast<cudaStream_t>(s), in, mix,
+                  static_cast<const uint16_t*>(gain), H, eps, res_out, n_out);
+}
+
+Status brouter_topk(const float* logits, int ld, int E, int top_k, bool norm_topk, bool has_shared, int32_t* ids,
+                    float* w, int B, Stream s) {
+  if (top_k < 1 || top_k > 32 || top_k > E) return cu_err("brouter_topk: k={} E={} unsupported", top_k, E);
+  return launch_k("brouter_topk", brouter_topk_kernel, dim3(B), dim3(32), size_t(E) * sizeof(float),
+                  static_cast<cudaStream_t>(s), logits, ld, E, top_k, norm_topk, has_shared, ids, w);
+}
+
+Status bembed(const QW& e, const int32_t* tok, float* x, int B, Stream s) {
+  if (e.bits != 4 || e.cols % 64 != 0) return cu_err("bembed: needs a 4-bit table with group 64");
+  return launch_k("bembed", bembed_kernel, dim3(B), dim3(256), 0, static_cast<cudaStream_t>(s), e, tok, x);
+}
+
+Status bfinish(StepCtl* const* ctl, const int32_t* pos, int B, Stream s) {
+  return launch_k("bfinish", bfinish_kernel, dim3(1), dim3(64), 0, static_cast<cudaStream_t>(s), ctl, pos, B);
+}
+
+}  // namespace lily::cuda

@@ -1,0 +1,253 @@
+// The small kernels around the batched step's qgemm calls: the residual add + RMSNorm (+ MoE combine)
+// that writes its output packed for qgemm (gemm/pack16.cuh), the combine alone, and the expert-major
+// routing table. Every row is computed on its own (no cross-row arithmetic): batch invariant.
+#include <cuda_fp16.h>
+
+#include "backend/cuda/step/batch_ops.h"
+#include "backend/cuda/common/common.cuh"
+#include "backend/cuda/moe/dec_topk.cuh"
+#include "backend/cuda/gemm/pack16.cuh"
+
+namespace lily::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+
+// Σ_j tw[b][j]·yd[b·k + j][e] + tw[b][k]·yd[B·k + b][e], slot order then the shared expert. For k ≤ 8
+// every load is issued before the first fma (an unrolled guard loop): the rolled loop waited on one L2
+// round trip per entry, 9 in a row per element. Same fmas in the same order either way.
+constexpr int kCombineUnroll = 8;
+__device__ __forceinline__ float combine(const float* yd, const float* tw, int k, int H, int B, int b, int e) {
+  const float* twb = tw + b * (k + 1);
+  float m = 0.f;
+  if (k <= kCombineUnroll) {
+    float w[kCombineUnroll], y[kCombineUnroll];
+#pragma unroll
+    for (int j = 0; j < kCombineUnroll; ++j)
+      if (j < k) w[j] = __ldcg(twb + j), y[j] = __ldcg(yd + size_t(b * k + j) * H + e);
+    const float ws = __ldcg(twb + k), ys = __ldcg(yd + size_t(B * k + b) * H + e);
+#pragma unroll
+    for (int j = 0; j < kCombineUnroll; ++j)
+      if (j < k) m = fmaf(w[j], y[j], m);
+    return fmaf(ws, ys, m);
+  }
+  for (int j = 0; j < k; ++j) m = fmaf(__ldcg(twb + j), __ldcg(yd + size_t(b * k + j) * H + e), m);
+  return fmaf(__ldcg(twb + k), __ldcg(yd + size_t(B * k + b) * H + e), m);
+}
+
+// One row per block of 256 threads (thread t owns elements t + 256u, u < U, as badd_norm), then packed
+// from shared memory.
+template <int U> __global__ void __launch_bounds__(kThreads) bnorm_pack_kernel(BNormArgs a) {
+  extern __shared__ float xn[];
+  __shared__ float red[32];
+  const int b = blockIdx.x, nt = blockDim.x, H = a.H;
+  const uint16_t* gain = static_cast<const uint16_t*>(a.gain);
+  float g[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int e = threadIdx.x + u * nt;
+    g[u] = e < H ? bf(__ldg(gain + e)) : 0.f;
+  }
+  pdl_wait();
+  pdl_trigger();
+  float v[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int e = threadIdx.x + u * nt;
+    v[u] = 0.f;
+    if (e < H) {
+      v[u] = __ldcg(a.in + size_t(b) * H + e);
+      if (a.yd) v[u] += combine(a.yd, a.tw, a.top_k, H, a.B, b, e);
+      else if (a.mix) v[u] += __ldcg(a.mix + size_t(b) * H + e);
+    }
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int u = 0; u < U; ++u) ss += v[u] * v[u];
+  if (a.res_out) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (threadIdx.x + u * nt < H) a.res_out[size_t(b) * H + threadIdx.x + u * nt] = v[u];
+  }
+  ss = block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / float(H) + a.eps);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int e = threadIdx.x + u * nt;
+    if (e < H) {
+      const float n = v[u] * inv * g[u];
+      xn[e] = n;
+      if (a.n_out) a.n_out[size_t(b) * H + e] = n;
+    }
+  }
+  __syncthreads();
+  pack16_row(xn, H, a.X16 + size_t(b) * H, a.XS + size_t(b) * (H / 64) * 2, a.X16lo ? a.X16lo + size_t(b) * H : nullptr);
+}
+
+__global__ void bcombine_kernel(const float* yd, const float* tw, int k, int H, int B, float* out) {
+  pdl_wait();
+  pdl_trigger();
+  const int b = blockIdx.x;
+  for (int e = threadIdx.x; e < H; e += blockDim.x) out[size_t(b) * H + e] = combine(yd, tw, k, H, B, b, e);
+}
+
+// The router epilogue of one row by one warp (brouter_topk's arithmetic, warp_router_topk): ids and
+// sid (shared memory) get the experts, wout the weights (renormalized when norm_topk) and σ(shared-gate
+// logit).
+__device__ void topk_row(const float* l, int E, int top_k, bool norm_topk, bool has_shared, float* p, int32_t* ids,
+                         float* wout, int32_t* sid) {
+  const int lane = threadIdx.x & 31;
+  const WarpTopk r = warp_router_topk(l, E, top_k, p);
+  if (lane < top_k) {
+    ids[lane] = r.id, sid[lane] = r.id;
+    wout[lane] = norm_topk ? r.p / r.tsum : r.p;
+  }
+  if (lane == 0 && has_shared) wout[top_k] = sigmoid(__ldcg(l + E));
+}
+
+struct RouteArgs {
+  const int32_t* ids = nullptr;  // given ids, or (logits set) computed here into ids_out / w_out
+  const float* logits = nullptr;
+  int ld = 0;
+  bool norm_topk = true, has_shared = true;
+  int32_t* ids_out = nullptr;
+  float* w_out = nullptr;
+  int B = 0, k = 0, E = 0;
+  int4* items = nullptr;
+  int32_t *n_items = nullptr, *rowb = nullptr, *ent = nullptr;
+};
+
+// One block of 1024 threads: (optionally each warp a row's top-k, then) thread e counts expert e's
+// entries, block scans give offsets and the rank among active experts, then each active expert lists
+// its entries in (b, slot) order.
+__global__ void __launch_bounds__(1024) broute_kernel(RouteArgs a) {
+  // [B·k] ids (rounded to 4), [E][nw] row masks, [E] offsets, then (logits) 32 warps × E floats
+  extern __shared__ int32_t sid[];
+  __shared__ int wc[32], wa[32], wh[32];
+  const int B = a.B, k = a.k, E = a.E, nw = (B + 31) / 32;
+  const int n = B * k, e = threadIdx.x, lane = e & 31, warp = e >> 5;
+  uint32_t* mask = reinterpret_cast<uint32_t*>(sid + ((n + 3) & ~3));
+  int32_t* offs = reinterpret_cast<int32_t*>(mask + E * nw);
+  for (int i = threadIdx.x; i < E * nw; i += blockDim.x) mask[i] = 0u;
+  pdl_wait();
+  pdl_trigger();
+  if (a.logits) {
+    float* p = reinterpret_cast<float*>(offs + E) + warp * E;
+    for (int b = warp; b < B; b += int(blockDim.x >> 5))
+      topk_row(a.logits + size_t(b) * a.ld, E, k, a.norm_topk, a.has_shared, p, a.ids_out + b * k,
+               a.w_out + b * (k + 1), sid + b * k);
+  } else {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sid[i] = __ldcg(a.ids + i);
+  }
+  __syncthreads();
+  // Expert e's rows as a bit mask (a row's k ids are distinct: one entry per (row, expert)).
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int b = i / k;
+    atomicOr(&mask[sid[i] * nw + (b >> 5)], 1u << (b & 31));
+  }
+  __syncthreads();
+  int c = 0;
+  if (e < E)
+    for (int w = 0; w < nw; ++w) c += __popc(mask[e * nw + w]);
+  const int act = c > 0, ch = (c + 7) / 8;  // ch: the expert's 8-row chunks (batch_tc_stream.cu's units)
+  int ic = c, ia = act, ih = ch;  // inclusive warp scans
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int x = __shfl_up_sync(0xffffffffu, ic, o), y = __shfl_up_sync(0xffffffffu, ia, o);
+    const int z = __shfl_up_sync(0xffffffffu, ih, o);
+    if (lane >= o) ic += x, ia += y, ih += z;
+  }
+  if (lane == 31) wc[warp] = ic, wa[warp] = ia, wh[warp] = ih;
+  __syncthreads();
+  int bc = 0, ba = 0, bh = 0, ta = 0, th = 0;
+  for (int w = 0; w < int(blockDim.x >> 5); ++w) {
+    if (w < warp) bc += wc[w], ba += wa[w], bh += wh[w];
+    ta += wa[w], th += wh[w];
+  }
+  const int off = bc + ic - c, rank = ba + ia - act;
+  if (e < E) offs[e] = off;
+  if (act) a.items[rank] = make_int4(e, c, off, bh + ih - ch);
+  if (threadIdx.x == 0) {
+    a.items[ta] = make_int4(E, B, n, th);
+    a.n_items[0] = ta + 1;
+    a.n_items[1] = th + (B + 7) / 8;
+  }
+  __syncthreads();
+  // Entry i = (row b, expert x) goes to x's list at its row's rank among x's rows: (b, slot) order.
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int b = i / k, x = sid[i];
+    const uint32_t* m = mask + x * nw;
+    int r = __popc(m[b >> 5] & ((1u << (b & 31)) - 1u));
+    for (int w = 0; w < (b >> 5); ++w) r += __popc(m[w]);
+    a.rowb[offs[x] + r] = b, a.ent[offs[x] + r] = i;
+  }
+  for (int b = threadIdx.x; b < B; b += blockDim.x) a.rowb[n + b] = b, a.ent[n + b] = n + b;
+}
+
+Status route_launch(const RouteArgs& a, Stream s) {
+  if (a.E < 1 || a.E > 1024 || a.k < 1 || a.k > 32 || a.k > a.E || a.B < 1)
+    return cu_err("broute: E={} k={} B={} unsupported", a.E, a.k, a.B);
+  size_t smem = size_t((a.B * a.k + 3) & ~3) * sizeof(int32_t) + size_t(a.E) * ((a.B + 31) / 32 + 1) * sizeof(int32_t);
+  if (a.logits) smem += size_t(32) * a.E * sizeof(float);
+  static size_t attr = 0;
+  if (smem > 48 * 1024 && smem > attr) {
+    LILY_CU_TRY(cudaFuncSetAttribute(broute_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    attr = smem;
+  }
+  if (smem > 200 * 1024) return cu_err("broute: {} entries exceed shared memory", a.B * a.k);
+  return launch_k("broute", broute_kernel, dim3(1), dim3(1024), smem, static_cast<cudaStream_t>(s), a);
+}
+
+// dst row r = src row idx[r], 32-bit words (one block per row).
+__global__ void brow_gather_kernel(const uint32_t* src, int words, const int32_t* idx, uint32_t* dst) {
+  pdl_wait();
+  pdl_trigger();
+  const uint32_t* in = src + size_t(idx[blockIdx.x]) * words;
+  uint32_t* out = dst + size_t(blockIdx.x) * words;
+  for (int i = threadIdx.x; i < words; i += blockDim.x) out[i] = in[i];
+}
+
+}  // namespace
+
+Status bnorm_pack(const BNormArgs& a, Stream s) {
+  if (a.H <= 0 || a.H % 64 != 0 || a.H > 16 * kThreads) return cu_err("bnorm_pack: H={} unsupported", a.H);
+  if (!a.X16 || !a.XS || a.B < 1 || (a.yd && (!a.tw || a.top_k < 1)))
+    return cu_err("bnorm_pack: bad arguments");
+  // U values per thread: 8 covers H ≤ 2048 (the model); the unused slots of U = 16 added zeros only.
+  if (a.H <= 8 * kThreads)
+    return launch_k("bnorm_pack", bnorm_pack_kernel<8>, dim3(a.B), dim3(kThreads), size_t(a.H) * sizeof(float),
+                    static_cast<cudaStream_t>(s), a);
+  return launch_k("bnorm_pack", bnorm_pack_kernel<16>, dim3(a.B), dim3(kThreads), size_t(a.H) * sizeof(float),
+                  static_cast<cudaStream_t>(s), a);
+}
+
+Status bmoe_combine(const float* yd, const float* tw, int top_k, int H, int B, float* out, Stream s) {
+  return launch_k("bmoe_combine", bcombine_kernel, dim3(B), dim3(kThreads), 0, static_cast<cudaStream_t>(s), yd, tw,
+                  top_k, H, B, out);
+}
+
+Status broute(const int32_t* ids, int B, int top_k, int E, int32_t* items, int32_t* n_items, int32_t* rowb,
+              int32_t* ent, Stream s) {
+  RouteArgs a;
+  a.ids = ids, a.B = B, a.k = top_k, a.E = E, a.items = reinterpret_cast<int4*>(items), a.n_items = n_items;
+  a.rowb = rowb, a.ent = ent;
+  return route_launch(a, s);
+}
+
+Status broute_topk(const float* logits, int ld, bool norm_topk, bool has_shared, int32_t* ids, float* w, int B,
+                   int top_k, int E, int32_t* items, int32_t* n_items, int32_t* rowb, int32_t* ent, Stream s) {
+  RouteArgs a;
+  a.logits = logits, a.ld = ld, a.norm_topk = norm_topk, a.has_shared = has_shared, a.ids_out = ids, a.w_out = w;
+  a.B = B, a.k = top_k, a.E = E, a.items = reinterpret_cast<int4*>(items), a.n_items = n_items, a.rowb = rowb, a.ent = ent;
+  return route_launch(a, s);
+}
+
+Status brow_gather(const void* src, size_t row_bytes, const int32_t* idx, int n, void* dst, Stream s) {
+  if (n <= 0) return Status::ok();
+  if (row_bytes % 4 != 0) return cu_err("brow_gather: rows of {} bytes (a multiple of 4 needed)", row_bytes);
+  return launch_k("brow_gather", brow_gather_kernel, dim3(n), dim3(kThreads), 0, static_cast<cudaStream_t>(s),
+                  static_cast<const uint32_t*>(src), int(row_bytes / 4), idx, static_cast<uint32_t*>(dst));
+}
+
+}  // namespace lily::cuda

@@ -1,0 +1,325 @@
+// Tensor-core GEMM of fp32 activations [M, K] against a packed MLX 4/8-bit weight [N, K]
+// (mma.sync m16n8k16 f16 → f32, sm_90a). Codes are dequantized per 64-wide k tile into shared
+// memory as exact fp16 integers; x enters as fp16 (or fp16 hi + lo for ~22-bit x); each k tile is
+// one quantization group, so the MMA partial Σq·x is folded per tile as s·Σqx + b·Σx (MLX's
+// formula, Σx from the fp32 x). Modes: plain, SwiGLU (gate/up tiles side by side), grouped
+// expert tiles with gathered A rows (MoE). Block 64×128, 8 warps of 32×32, register prefetch
+// of the next tile and double-buffered shared memory (one barrier per k tile).
+#include <cuda_fp16.h>
+
+#include "backend/cuda/common/common.cuh"
+#include "backend/cuda/step/prefill_ops.h"
+
+namespace lily::cuda::pf {
+namespace {
+
+constexpr int BM = kGemmBM, BN = 128, BK = 64, kThreads = 256, LDS = BK + 8;  // LDS in halves
+
+struct Buf {
+  __half ah[BM * LDS];
+  __half al[BM * LDS];
+  __half b[BN * LDS];
+  float2 sb[BN];
+  float xs[BM];
+};
+
+__device__ __forceinline__ void mma_f16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t ld32(const __half* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// Two codes (q0, q1) → half2 exact integers: (1024 + q) − 1024.
+__device__ __forceinline__ uint32_t q2h(uint32_t q0, uint32_t q1) {
+  const uint32_t pk = q0 | (q1 << 16) | 0x64006400u;
+  __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&pk), __halves2half2(__ushort_as_half(0x6400), __ushort_as_half(0x6400)));
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+template <int BITS, int TERMS, bool SWIGLU> __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(GemmArgs p) {
+  extern __shared__ __align__(16) unsigned char smraw[];
+  Buf* bufs = reinterpret_cast<Buf*>(smraw);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp >> 2, wn = warp & 3, g = lane >> 2, t = lane & 3;
+  constexpr int NB = SWIGLU ? BN / 2 : BN;
+  const int nb0 = blockIdx.x * NB;
+  int m0, m1, base1, base2;
+  if (p.tiles) {
+    const int4 tl = reinterpret_cast<const int4*>(p.tiles)[blockIdx.y];
+    if (tl.y >= tl.z) return;
+    m0 = tl.y, m1 = tl.z;
+    base1 = p.row0 + tl.x * p.n_out, base2 = p.row0_2 + tl.x * p.n_out;
+  } else {
+    m0 = blockIdx.y * BM, m1 = min(p.M, m0 + BM);
+    base1 = p.row0, base2 = p.row0_2;
+  }
+  const int K = p.w.cols, KT = K / BK;
+
+  // Loader roles. A: row ar, 16 floats from column ac. B: row br, 32 codes from column bh·32.
+  const int ar = tid >> 2, ac = (tid & 3) * 16;
+  const float* aptr = nullptr;
+  if (m0 + ar < m1) {
+    const int src = p.a_rows ? p.a_rows[m0 + ar] : m0 + ar;
+    aptr = p.a + size_t(src) * p.lda + ac;
+  }
+  const int br = tid >> 1, bh = tid & 1;
+  const bool second = SWIGLU && br >= BN / 2;
+  const int nloc = nb0 + (SWIGLU ? (br & (BN / 2 - 1)) : br);
+  const QW& wq = second ? p.w2 : p.w;
+  const bool bvalid = nloc < p.n_out;
+  const size_t wrow = size_t(second ? base2 : base1) + nloc;
+  constexpr int NV = BITS / 4;  // uint4 per thread per tile
+  const uint4* bptr = reinterpret_cast<const uint4*>(wq.codes) + wrow * (size_t(K) * BITS / 128) + bh * NV;
+  const uint32_t* sbptr = reinterpret_cast<const uint32_t*>(wq.sb) + wrow * (K / 64);
+
+  float4 av[4];
+  uint4 bv[NV];
+  uint32_t sbv = 0;
+  auto gload = [&](int kt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) av[i] = aptr ? __ldg(reinterpret_cast<const float4*>(aptr + kt * BK) + i) : make_float4(0, 0, 0, 0);
+#pragma unroll
+    for (int i = 0; i < NV; ++i) bv[i] = bvalid ? __ldg(bptr + size_t(kt) * (BK * BITS / 128) + i) : make_uint4(0, 0, 0, 0);
+    sbv = (bvalid && bh == 0) ? __ldg(sbptr + kt) : 0u;
+  };
+  auto sstore = [&](Buf& B) {
+    // A: fp16 hi (+ lo) and the row's Σx over this group.
+    const float* f = reinterpret_cast<const float*>(av);
+    uint32_t hi[8], lo[8];
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float x0 = f[2 * i], x1 = f[2 * i + 1];
+      s += x0 + x1;
+      const __half h0 = __float2half_rn(x0), h1 = __float2half_rn(x1);
+      __half2 hh = __halves2half2(h0, h1);
+      hi[i] = *reinterpret_cast<uint32_t*>(&hh);
+      if constexpr (TERMS == 2) {
+        __half2 ll = __halves2half2(__float2half_rn(x0 - __half2float(h0)), __float2half_rn(x1 - __half2float(h1)));
+        lo[i] = *reinterpret_cast<uint32_t*>(&ll);
+      }
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    uint4* dh = reinterpret_cast<uint4*>(B.ah + ar * LDS + ac);
+    dh[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    dh[1] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
+    if constexpr (TERMS == 2) {
+      uint4* dl = reinterpret_cast<uint4*>(B.al + ar * LDS + ac);
+      dl[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      dl[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
+    }
+    if ((tid & 3) == 0) B.xs[ar] = s;
+    // B: 32 codes → 32 fp16 integers.
+    uint32_t h[16];
+    const uint32_t* wv = reinterpret_cast<const uint32_t*>(bv);
+    if constexpr (BITS == 4) {
+#pragma unroll
+      for (int wi = 0; wi < 4; ++wi)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) h[wi * 4 + j] = q2h((wv[wi] >> (8 * j)) & 0xF, (wv[wi] >> (8 * j + 4)) & 0xF);
+    } else {
+#pragma unroll
+      for (int wi = 0; wi < 8; ++wi)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) h[wi * 2 + j] = q2h((wv[wi] >> (16 * j)) & 0xFF, (wv[wi] >> (16 * j + 8)) & 0xFF);
+    }
+    uint4* db = reinterpret_cast<uint4*>(B.b + br * LDS + bh * 32);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) db[i] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
+    if (bh == 0) B.sb[br] = make_float2(__uint_as_float(sbv << 16), __uint_as_float(sbv & 0xFFFF0000u));
+  };
+
+  float acc[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) acc[i][j][k] = 0.f;
+
+  gload(0);
+  sstore(bufs[0]);
+  __syncthreads();
+  for (int kt = 0; kt < KT; ++kt) {
+    if (kt + 1 < KT) gload(kt + 1);
+    const Buf& B = bufs[kt & 1];
+    float part[2][4][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) part[i][j][k] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ++ks) {
+      const int kk = ks * 16 + 2 * t;
+      uint32_t fa[2][4], fl[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const int r = wm * 32 + mt * 16 + g;
+        fa[mt][0] = ld32(B.ah + r * LDS + kk);
+        fa[mt][1] = ld32(B.ah + (r + 8) * LDS + kk);
+        fa[mt][2] = ld32(B.ah + r * LDS + kk + 8);
+        fa[mt][3] = ld32(B.ah + (r + 8) * LDS + kk + 8);
+        if constexpr (TERMS == 2) {
+          fl[mt][0] = ld32(B.al + r * LDS + kk);
+          fl[mt][1] = ld32(B.al + (r + 8) * LDS + kk);
+          fl[mt][2] = ld32(B.al + r * LDS + kk + 8);
+          fl[mt][3] = ld32(B.al + (r + 8) * LDS + kk + 8);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int n = wn * 32 + nt * 8 + g;
+        const uint32_t b0 = ld32(B.b + n * LDS + kk), b1 = ld32(B.b + n * LDS + kk + 8);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          mma_f16(part[mt][nt], fa[mt], b0, b1);
+          if constexpr (TERMS == 2) mma_f16(part[mt][nt], fl[mt], b0, b1);
+        }
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      const int r = wm * 32 + mt * 16 + g;
+      const float x0 = B.xs[r], x1 = B.xs[r + 8];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int c = wn * 32 + nt * 8 + 2 * t;
+        const float2 s0 = B.sb[c], s1 = B.sb[c + 1];
+        acc[mt][nt][0] += fmaf(s0.x, part[mt][nt][0], s0.y * x0);
+        acc[mt][nt][1] += fmaf(s1.x, part[mt][nt][1], s1.y * x0);
+        acc[mt][nt][2] += fmaf(s0.x, part[mt][nt][2], s0.y * x1);
+        acc[mt][nt][3] += fmaf(s1.x, part[mt][nt][3], s1.y * x1);
+      }
+    }
+    if (kt + 1 < KT) sstore(bufs[(kt + 1) & 1]);
+    __syncthreads();
+  }
+
+  if constexpr (!SWIGLU) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int hv = 0; hv < 2; ++hv) {
+        const int m = m0 + wm * 32 + mt * 16 + g + 8 * hv;
+        if (m >= m1) continue;
+        float* yr = p.y + size_t(m) * p.ldy;
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const int n = nb0 + wn * 32 + nt * 8 + 2 * t;
+          if (n < p.n_out) yr[n] = acc[mt][nt][2 * hv];
+          if (n + 1 < p.n_out) yr[n + 1] = acc[mt][nt][2 * hv + 1];
+        }
+      }
+  } else {
+    // Gate columns 0..63 and up columns 64..127 meet in shared memory.
+    float* cs = reinterpret_cast<float*>(smraw);  // [BM][BN + 4]
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int r = wm * 32 + mt * 16 + g, c = wn * 32 + nt * 8 + 2 * t;
+        cs[r * (BN + 4) + c] = acc[mt][nt][0];
+        cs[r * (BN + 4) + c + 1] = acc[mt][nt][1];
+        cs[(r + 8) * (BN + 4) + c] = acc[mt][nt][2];
+        cs[(r + 8) * (BN + 4) + c + 1] = acc[mt][nt][3];
+      }
+    __syncthreads();
+    for (int idx = tid; idx < BM * NB; idx += kThreads) {
+      const int r = idx / NB, j = idx % NB, m = m0 + r, n = nb0 + j;
+      if (m < m1 && n < p.n_out) {
+        const float gv = cs[r * (BN + 4) + j], uv = cs[r * (BN + 4) + j + NB];
+        p.y[size_t(m) * p.ldy + n] = silu(gv) * uv;
+      }
+    }
+  }
+}
+
+// Reference path (terms = 0): fp32 on CUDA cores, one thread per output column, rows looped; the
+// same arguments as the tensor-core kernel. For A/B checks of the tensor-core numerics only.
+__device__ __forceinline__ float ref_dot(const QW& w, size_t row, const float* x, int K) {
+  const uint32_t* codes = reinterpret_cast<const uint32_t*>(w.codes) + row * (size_t(K) * w.bits / 32);
+  const uint32_t* sb = reinterpret_cast<const uint32_t*>(w.sb) + row * (K / 64);
+  const int per = 32 / w.bits;
+  const uint32_t mask = (1u << w.bits) - 1u;
+  float acc = 0.f;
+  for (int gi = 0; gi < K / 64; ++gi) {
+    float sq = 0.f, sx = 0.f;
+    for (int k = gi * 64; k < gi * 64 + 64; ++k) {
+      const uint32_t q = (codes[k / per] >> (w.bits * (k % per))) & mask;
+      sq = fmaf(float(q), x[k], sq);
+      sx += x[k];
+    }
+    const uint32_t v = sb[gi];
+    acc += __uint_as_float(v << 16) * sq + __uint_as_float(v & 0xFFFF0000u) * sx;
+  }
+  return acc;
+}
+__global__ void gemm_ref_kernel(GemmArgs p) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= p.n_out) return;
+  int m0, m1, base1, base2;
+  if (p.tiles) {
+    const int4 tl = reinterpret_cast<const int4*>(p.tiles)[blockIdx.y];
+    if (tl.y >= tl.z) return;
+    m0 = tl.y, m1 = tl.z, base1 = p.row0 + tl.x * p.n_out, base2 = p.row0_2 + tl.x * p.n_out;
+  } else {
+    m0 = blockIdx.y * BM, m1 = min(p.M, m0 + BM), base1 = p.row0, base2 = p.row0_2;
+  }
+  const int K = p.w.cols;
+  for (int m = m0; m < m1; ++m) {
+    const float* x = p.a + size_t(p.a_rows ? p.a_rows[m] : m) * p.lda;
+    float y = ref_dot(p.w, size_t(base1) + n, x, K);
+    if (p.swiglu) y = silu(y) * ref_dot(p.w2, size_t(base2) + n, x, K);
+    p.y[size_t(m) * p.ldy + n] = y;
+  }
+}
+
+constexpr size_t kSmem = 2 * sizeof(Buf);
+static_assert(kSmem >= size_t(BM) * (BN + 4) * sizeof(float), "SwiGLU epilogue tile must fit");
+
+template <int BITS, int TERMS, bool SWIGLU> Status launch(const GemmArgs& a, cudaStream_t s) {
+  static bool attr = false;
+  if (!attr) {
+    LILY_CU_TRY(cudaFuncSetAttribute(gemm_kernel<BITS, TERMS, SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+    attr = true;
+  }
+  constexpr int NB = SWIGLU ? BN / 2 : BN;
+  dim3 grid((a.n_out + NB - 1) / NB, a.tiles ? a.max_tiles : (a.M + BM - 1) / BM);
+  gemm_kernel<BITS, TERMS, SWIGLU><<<grid, kThreads, kSmem, s>>>(a);
+  return launch_status("pf::gemm");
+}
+
+}  // namespace
+
+Status gemm(const GemmArgs& a, Stream stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (a.w.bits != 4 && a.w.bits != 8) return cu_err("pf::gemm: {} bits unsupported", a.w.bits);
+  if (a.w.cols % BK != 0) return cu_err("pf::gemm: K={} must be a multiple of 64", a.w.cols);
+  if (a.lda % 4 != 0 || (reinterpret_cast<uintptr_t>(a.a) & 15)) return cu_err("pf::gemm: A must be 16-byte aligned rows");
+  if (a.n_out <= 0 || (!a.tiles && a.M <= 0)) return Status::ok();
+  if (a.tiles && a.max_tiles > 65535) return cu_err("pf::gemm: {} tiles exceed the grid", a.max_tiles);
+  if (!a.tiles && (a.M + BM - 1) / BM > 65535) return cu_err("pf::gemm: M={} too large", a.M);
+  if (a.swiglu && (a.w2.cols != a.w.cols || a.w2.bits != a.w.bits)) return cu_err("pf::gemm: SwiGLU weights differ in shape");
+  if (a.terms < 0 || a.terms > 2) return cu_err("pf::gemm: terms {} (0, 1 or 2)", a.terms);
+  if (a.ah && a.terms == 2) return gemm_pipe(a, stream);
+  if (a.ah && a.terms == 1 && a.wg && a.w.bits == 4) return gemm_wg(a, stream);  // single-pass fp16 x (A/B)
+  if (a.terms == 0) {
+    dim3 grid((a.n_out + 127) / 128, a.tiles ? a.max_tiles : (a.M + BM - 1) / BM);
+    gemm_ref_kernel<<<grid, 128, 0, s>>>(a);
+    return launch_status("pf::gemm_ref");
+  }
+  if (a.w.bits == 8) {
+    if (a.swiglu) return cu_err("pf::gemm: 8-bit SwiGLU unsupported");
+    return a.terms == 2 ? launch<8, 2, false>(a, s) : launch<8, 1, false>(a, s);
+  }
+  if (a.swiglu) return a.terms == 2 ? launch<4, 2, true>(a, s) : launch<4, 1, true>(a, s);
+  return a.terms == 2 ? launch<4, 2, false>(a, s) : launch<4, 1, false>(a, s);
+}
+
+}  // namespace lily::cuda::pf

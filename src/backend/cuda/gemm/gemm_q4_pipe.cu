@@ -1,0 +1,303 @@
+// Pipelined tensor-core GEMM over the packed MLX 4/8-bit layout (the default prefill GEMM when the
+// activations come pre-split): A enters as fp16 hi + lo planes with per-group sums Σx, made once
+// per activation by split_rows() and shared by every GEMM that reads it; a block streams raw
+// tiles (A planes, packed codes, scale/bias, Σx) through a STAGES-deep cp.async ring and
+// dequantizes the codes when it loads the B fragments (no conversion pass, one barrier per k tile).
+// Block 64×128, 8 warps of 32×32, mma.sync m16n8k16 f16 → f32, the same modes and epilogues as
+// gemm_q4.cu (plain, SwiGLU, grouped expert tiles with gathered A rows).
+#include <cuda_fp16.h>
+
+#include "backend/cuda/common/common.cuh"
+#include "backend/cuda/step/prefill_ops.h"
+
+namespace lily::cuda::pf {
+namespace {
+
+constexpr int BM = kGemmBM, BN = 128, BK = 64, kThreads = 256, LDA = BK + 8;  // LDA in halves
+
+template <int BITS> struct Layout {
+  static constexpr int LDB = BK * BITS / 8 + 16;  // bytes per code row (16-byte pad: no bank conflicts)
+  static constexpr int kA = BM * LDA * 2;          // one plane, bytes
+  static constexpr int kB = BN * LDB;
+  static constexpr int kStage = 2 * kA + kB + BN * 4 + BM * 4;
+  static constexpr int kStages = BITS == 4 ? 4 : 3;
+  static constexpr int kSmem = kStage * kStages;
+};
+
+__device__ __forceinline__ void cp16(void* dst, const void* src, bool valid) {
+  const uint32_t d = uint32_t(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp4(void* dst, const void* src, bool valid) {
+  const uint32_t d = uint32_t(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void mma_f16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t* r, const void* p) {
+  const uint32_t addr = uint32_t(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// Two codes (q0, q1) → half2 exact integers: (1024 + q) − 1024.
+__device__ __forceinline__ uint32_t q2h(uint32_t q0, uint32_t q1) {
+  const uint32_t pk = q0 | (q1 << 16) | 0x64006400u;
+  __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&pk), __halves2half2(__ushort_as_half(0x6400), __ushort_as_half(0x6400)));
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+template <int BITS, bool SWIGLU> __global__ void __launch_bounds__(kThreads, 2) gemm_pipe_kernel(GemmArgs p) {
+  using Lo = Layout<BITS>;
+  constexpr int S = Lo::kStages, LDB = Lo::LDB;
+  extern __shared__ __align__(16) unsigned char smraw[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp >> 2, wn = warp & 3, g = lane >> 2, t = lane & 3;
+  constexpr int NB = SWIGLU ? BN / 2 : BN;
+  const int nb0 = blockIdx.x * NB;
+  int m0, m1, base1, base2;
+  if (p.tiles) {
+    const int4 tl = reinterpret_cast<const int4*>(p.tiles)[blockIdx.y];
+    if (tl.y >= tl.z) return;
+    m0 = tl.y, m1 = tl.z;
+    base1 = p.row0 + tl.x * p.n_out, base2 = p.row0_2 + tl.x * p.n_out;
+  } else {
+    m0 = blockIdx.y * BM, m1 = min(p.M, m0 + BM);
+    base1 = p.row0, base2 = p.row0_2;
+  }
+  const int K = p.w.cols, KT = K / BK, G = K / 64;
+  auto stage = [&](int s) { return smraw + size_t(s) * Lo::kStage; };
+
+  // Loader roles. A: rows ar and ar + 32, 16-byte chunk ac of each plane.
+  const int ar = tid >> 3, ac = (tid & 7) * 8;
+  auto src_row = [&](int r) { return p.a_rows ? p.a_rows[m0 + r] : m0 + r; };
+  const bool av0 = m0 + ar < m1, av1 = m0 + ar + 32 < m1;
+  const size_t ao0 = av0 ? size_t(src_row(ar)) * K + ac : 0, ao1 = av1 ? size_t(src_row(ar + 32)) * K + ac : 0;
+  // B: row br, 16-byte chunks bc.. of its code row (4-bit: 1 chunk of 2, 8-bit: 2 of 4).
+  const int br = tid >> 1;
+  auto wrow_of = [&](int r, bool& valid) -> size_t {
+    const bool second = SWIGLU && r >= BN / 2;
+    const int nloc = nb0 + (SWIGLU ? (r & (BN / 2 - 1)) : r);
+    valid = nloc < p.n_out;
+    return size_t(second ? base2 : base1) + (valid ? nloc : 0);
+  };
+  auto wq_of = [&](int r) -> const QW& { return (SWIGLU && r >= BN / 2) ? p.w2 : p.w; };
+  bool bvalid;
+  const size_t brow = wrow_of(br, bvalid);
+  const unsigned char* bsrc = reinterpret_cast<const unsigned char*>(wq_of(br).codes) + brow * (size_t(K) * BITS / 8);
+  constexpr int BCH = BITS / 4;  // chunks per thread per tile
+  const int bc0 = (tid & 1) * BCH;
+  // Scale/bias (threads 0..127: row tid) and Σx (threads 128..191: row tid − 128).
+  bool sbvalid = false;
+  const uint32_t* sbsrc = nullptr;
+  if (tid < BN) {
+    const size_t r = wrow_of(tid, sbvalid);
+    sbsrc = reinterpret_cast<const uint32_t*>(wq_of(tid).sb) + r * G;
+  }
+  const bool xsvalid = tid >= BN && tid < BN + BM && m0 + (tid - BN) < m1;
+  const float* xssrc = xsvalid ? p.axs + size_t(src_row(tid - BN)) * G : p.axs;
+
+  auto issue = [&](int kt) {
+    if (kt < KT) {
+      unsigned char* st = stage(kt % S);
+      __half* ah = reinterpret_cast<__half*>(st);
+      __half* al = reinterpret_cast<__half*>(st + Lo::kA);
+      unsigned char* bq = st + 2 * Lo::kA;
+      uint32_t* sb = reinterpret_cast<uint32_t*>(bq + Lo::kB);
+      float* xs = reinterpret_cast<float*>(sb + BN);
+      const size_t k0 = size_t(kt) * BK;
+      cp16(ah + ar * LDA + ac, p.ah + ao0 + k0, av0);
+      cp16(ah + (ar + 32) * LDA + ac, p.ah + ao1 + k0, av1);
+      cp16(al + ar * LDA + ac, p.al + ao0 + k0, av0);
+      cp16(al + (ar + 32) * LDA + ac, p.al + ao1 + k0, av1);
+#pragma unroll
+      for (int c = 0; c < BCH; ++c)
+        cp16(bq + br * LDB + (bc0 + c) * 16, bsrc + k0 * BITS / 8 + (bc0 + c) * 16, bvalid);
+      if (tid < BN) cp4(sb + tid, sbsrc + kt, sbvalid);
+      else if (tid < BN + BM) cp4(xs + (tid - BN), xssrc + kt, xsvalid);
+    }
+    cp_commit();
+  };
+
+  float acc[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) acc[i][j][k] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) issue(s);
+  for (int kt = 0; kt < KT; ++kt) {
+    cp_wait<S - 2>();
+    __syncthreads();
+    issue(kt + S - 1);
+    const unsigned char* st = stage(kt % S);
+    const __half* ah = reinterpret_cast<const __half*>(st);
+    const __half* al = reinterpret_cast<const __half*>(st + Lo::kA);
+    const unsigned char* bq = st + 2 * Lo::kA;
+    const uint32_t* sb = reinterpret_cast<const uint32_t*>(bq + Lo::kB);
+    const float* xs = reinterpret_cast<const float*>(sb + BN);
+    float part[2][4][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) part[i][j][k] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ++ks) {
+      uint32_t fa[2][4], fl[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const int r = wm * 32 + mt * 16 + (lane & 15), c = ks * 16 + (lane >> 4) * 8;
+        ldsm_x4(fa[mt], ah + r * LDA + c);
+        ldsm_x4(fl[mt], al + r * LDA + c);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const unsigned char* row = bq + (wn * 32 + nt * 8 + g) * LDB;
+        uint32_t b0, b1;
+        if constexpr (BITS == 4) {
+          // Byte j of the row holds codes 2j (low nibble) and 2j + 1; k = ks·16 + 2t (+8).
+          const uint32_t w0 = *reinterpret_cast<const uint32_t*>(row + ks * 8);
+          const uint32_t w1 = *reinterpret_cast<const uint32_t*>(row + ks * 8 + 4);
+          const uint32_t y0 = (w0 >> (8 * t)) & 0xFF, y1 = (w1 >> (8 * t)) & 0xFF;
+          b0 = q2h(y0 & 0xF, y0 >> 4);
+          b1 = q2h(y1 & 0xF, y1 >> 4);
+        } else {
+          const uint32_t v0 = *reinterpret_cast<const uint16_t*>(row + ks * 16 + 2 * t);
+          const uint32_t v1 = *reinterpret_cast<const uint16_t*>(row + ks * 16 + 8 + 2 * t);
+          b0 = q2h(v0 & 0xFF, v0 >> 8);
+          b1 = q2h(v1 & 0xFF, v1 >> 8);
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          mma_f16(part[mt][nt], fa[mt], b0, b1);
+          mma_f16(part[mt][nt], fl[mt], b0, b1);
+        }
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      const int r = wm * 32 + mt * 16 + g;
+      const float x0 = xs[r], x1 = xs[r + 8];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int c = wn * 32 + nt * 8 + 2 * t;
+        const uint32_t v0 = sb[c], v1 = sb[c + 1];
+        const float s0 = __uint_as_float(v0 << 16), b0 = __uint_as_float(v0 & 0xFFFF0000u);
+        const float s1 = __uint_as_float(v1 << 16), b1 = __uint_as_float(v1 & 0xFFFF0000u);
+        acc[mt][nt][0] += fmaf(s0, part[mt][nt][0], b0 * x0);
+        acc[mt][nt][1] += fmaf(s1, part[mt][nt][1], b1 * x0);
+        acc[mt][nt][2] += fmaf(s0, part[mt][nt][2], b0 * x1);
+        acc[mt][nt][3] += fmaf(s1, part[mt][nt][3], b1 * x1);
+      }
+    }
+  }
+  cp_wait<0>();
+
+  if constexpr (!SWIGLU) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int hv = 0; hv < 2; ++hv) {
+        const int m = m0 + wm * 32 + mt * 16 + g + 8 * hv;
+        if (m >= m1) continue;
+        float* yr = p.y + size_t(m) * p.ldy;
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const int n = nb0 + wn * 32 + nt * 8 + 2 * t;
+          if (n < p.n_out) yr[n] = acc[mt][nt][2 * hv];
+          if (n + 1 < p.n_out) yr[n + 1] = acc[mt][nt][2 * hv + 1];
+        }
+      }
+  } else {
+    __syncthreads();  // the ring is reused for the gate/up exchange
+    float* cs = reinterpret_cast<float*>(smraw);  // [BM][BN + 4]
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int r = wm * 32 + mt * 16 + g, c = wn * 32 + nt * 8 + 2 * t;
+        cs[r * (BN + 4) + c] = acc[mt][nt][0];
+        cs[r * (BN + 4) + c + 1] = acc[mt][nt][1];
+        cs[(r + 8) * (BN + 4) + c] = acc[mt][nt][2];
+        cs[(r + 8) * (BN + 4) + c + 1] = acc[mt][nt][3];
+      }
+    __syncthreads();
+    for (int idx = tid; idx < BM * NB; idx += kThreads) {
+      const int r = idx / NB, j = idx % NB, m = m0 + r, n = nb0 + j;
+      if (m < m1 && n < p.n_out) {
+        const float gv = cs[r * (BN + 4) + j], uv = cs[r * (BN + 4) + j + NB];
+        p.y[size_t(m) * p.ldy + n] = silu(gv) * uv;
+      }
+    }
+  }
+}
+static_assert(Layout<4>::kSmem >= BM * (BN + 4) * 4, "SwiGLU epilogue tile must fit");
+
+// One warp per 64-column group of a row: hi = fp16(x), lo = fp16(x − hi), xs = Σx (fp32).
+__global__ void split_rows_kernel(const float* a, int lda, int M, int K, __half* hi, __half* lo, float* xs) {
+  const int lane = threadIdx.x & 31, G = K / 64;
+  const long gi = long(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (gi >= long(M) * G) return;
+  const int m = int(gi / G), gr = int(gi % G);
+  const float2 x = *reinterpret_cast<const float2*>(a + size_t(m) * lda + gr * 64 + 2 * lane);
+  const __half2 h = __floats2half2_rn(x.x, x.y);
+  const float2 hf = __half22float2(h);
+  const __half2 l = __floats2half2_rn(x.x - hf.x, x.y - hf.y);
+  const size_t o = size_t(m) * K + gr * 64 + 2 * lane;
+  *reinterpret_cast<__half2*>(hi + o) = h;
+  *reinterpret_cast<__half2*>(lo + o) = l;
+  float s = x.x + x.y;
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) s += __shfl_xor_sync(0xffffffffu, s, d);
+  if (lane == 0) xs[size_t(m) * G + gr] = s;
+}
+
+template <int BITS, bool SWIGLU> Status launch(const GemmArgs& a, cudaStream_t s) {
+  constexpr int smem = Layout<BITS>::kSmem;
+  static bool attr = false;
+  if (!attr) {
+    LILY_CU_TRY(cudaFuncSetAttribute(gemm_pipe_kernel<BITS, SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    attr = true;
+  }
+  constexpr int NB = SWIGLU ? BN / 2 : BN;
+  dim3 grid((a.n_out + NB - 1) / NB, a.tiles ? a.max_tiles : (a.M + BM - 1) / BM);
+  gemm_pipe_kernel<BITS, SWIGLU><<<grid, kThreads, smem, s>>>(a);
+  return launch_status("pf::gemm_pipe");
+}
+
+}  // namespace
+
+Status split_rows(const float* a, int lda, int M, int K, uint16_t* hi, uint16_t* lo, float* xs, Stream stream) {
+  if (K % 64 != 0 || lda % 2 != 0) return cu_err("pf::split_rows: K={} must be a multiple of 64, lda even", K);
+  if (M <= 0) return Status::ok();
+  const long groups = long(M) * (K / 64);
+  split_rows_kernel<<<unsigned((groups + 7) / 8), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      a, lda, M, K, reinterpret_cast<__half*>(hi), reinterpret_cast<__half*>(lo), xs);
+  return launch_status("pf::split_rows");
+}
+
+Status gemm_pipe(const GemmArgs& a, Stream stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (!a.ah || !a.al || !a.axs) return cu_err("pf::gemm_pipe: needs the split A planes");
+  if (a.wg && a.w.bits == 4) return gemm_wg(a, stream);
+  if (a.w.bits == 8) {
+    if (a.swiglu) return cu_err("pf::gemm_pipe: 8-bit SwiGLU unsupported");
+    return launch<8, false>(a, s);
+  }
+  return a.swiglu ? launch<4, true>(a, s) : launch<4, false>(a, s);
+}
+
+}  // namespace lily::cuda::pf

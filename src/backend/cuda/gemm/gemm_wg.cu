@@ -1,0 +1,288 @@
+// Hopper wgmma GEMM over the packed MLX 4-bit layout (sm_90a), for pre-split activations
+// (split_rows: fp16 hi/lo planes + per-group Σx). Swapped roles: the weights are the wgmma A
+// operand, dequantized ONCE per k tile from the raw codes in shared memory into registers (exact
+// fp16 integers, one 64-row slice per warpgroup), and the activations are B: 64 tokens × 64 k
+// per plane, cp.async'd into the 128-byte swizzle and read by the tensor cores straight from
+// shared memory. Per k tile (= one quantization group) each warpgroup issues 8 wgmma m64n64k16
+// (4 with x_hi, 4 with x_lo) into a fresh partial and folds it as acc += s·part + b·Σx (fp32,
+// MLX's formula, the same as gemm_q4_pipe.cu). Block: WGS warpgroups = 64·WGS weight rows × 64
+// tokens, a 4-stage cp.async ring, one barrier per k tile. Modes: plain, SwiGLU (gate rows in
+// the first half of the warpgroups, up rows in the second), grouped expert tiles with gathered A.
+#include <cuda_fp16.h>
+
+#include "backend/cuda/common/common.cuh"
+#include "backend/cuda/step/prefill_ops.h"
+#include "backend/cuda/common/wgmma_util.cuh"
+
+namespace lily::cuda::pf {
+namespace {
+
+constexpr int BT = kGemmBM, BK = 64;  // tokens per tile, k per stage (one group)
+
+template <int WGS> struct WgLayout {
+  static constexpr int NT = 128 * WGS, BW = 64 * WGS;  // threads, weight rows per block
+  static constexpr int kPlane = BT * BK * 2;            // one activation plane (8 KB)
+  static constexpr int kCodes = 2 * kPlane;             // BW rows × 32 bytes of codes
+  static constexpr int kSb = kCodes + BW * 32;          // BW × (bf16 scale, bf16 bias)
+  static constexpr int kXs = kSb + BW * 4;              // BT × Σx
+  static constexpr int kStage = (kXs + BT * 4 + 1023) / 1024 * 1024;
+  static constexpr int kStages = 4;
+  static constexpr int kSmem = kStage * kStages + 1024;  // + slack to align the ring to 1024
+  static constexpr int kSmemLA = kStage * (kStages + 1) + 1024;  // look-ahead: one more stage
+};
+
+// Byte b (= 2 codes: low nibble = even k) placed in bytes 0 and 2 of r by prmt → half2 (lo, hi) of
+// exact integers: lop3 keeps lo in half 0 and hi·16 in half 1 under the exponent of 1024, one
+// hfma2 scales half 1 by 1/16 and removes the offsets (1024 + q, 1024 + 16q → q).
+__device__ __forceinline__ uint32_t pair2h(uint32_t r) {
+  uint32_t pk;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(pk) : "r"(r), "n"(0x00F0000F), "n"(0x64006400));
+  const __half2 h = __hfma2(*reinterpret_cast<const __half2*>(&pk), __halves2half2(__ushort_as_half(0x3C00), __ushort_as_half(0x2C00)),
+                            __halves2half2(__ushort_as_half(0xE400), __ushort_as_half(0xD400)));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+template <int WGS, bool SWIGLU, bool LA> __global__ void __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) gemm_wg_kernel(GemmArgs p) {
+  using Lo = WgLayout<WGS>;
+  constexpr int NT = Lo::NT, BW = Lo::BW, S = LA ? Lo::kStages + 1 : Lo::kStages;
+  constexpr int NB = SWIGLU ? BW / 2 : BW;  // output columns per block
+  extern __shared__ __align__(16) unsigned char smraw[];
+  unsigned char* sm = smraw + ((1024u - (smem_u32(smraw) & 1023u)) & 1023u);
+  const uint32_t sm_s = smem_u32(sm);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w4 = warp & 3, g = lane >> 2, t = lane & 3;
+  const int nb0 = blockIdx.x * NB;
+  int m0, m1, base1, base2;
+  if (p.tiles) {
+    const int4 tl = reinterpret_cast<const int4*>(p.tiles)[blockIdx.y];
+    if (tl.y >= tl.z) return;
+    m0 = tl.y, m1 = tl.z;
+    base1 = p.row0 + tl.x * p.n_out, base2 = p.row0_2 + tl.x * p.n_out;
+  } else {
+    m0 = blockIdx.y * BT, m1 = min(p.M, m0 + BT);
+    base1 = p.row0, base2 = p.row0_2;
+  }
+  const int K = p.w.cols, KT = K / BK, G = K / 64;
+  auto src_row = [&](int r) { return p.a_rows ? p.a_rows[m0 + r] : m0 + r; };
+
+  // Loader roles. A: (64 rows × 8 chunks) per plane, AR chunks per thread.
+  constexpr int AR = BT * 8 / NT;
+  size_t aoff[AR];
+  bool aval[AR];
+  uint32_t adst[AR];
+#pragma unroll
+  for (int i = 0; i < AR; ++i) {
+    const int idx = tid + i * NT, r = idx >> 3, c = idx & 7;
+    aval[i] = m0 + r < m1;
+    aoff[i] = aval[i] ? size_t(src_row(r)) * K + c * 8 : 0;
+    adst[i] = sw128_off(r, c);
+  }
+  // Weight local row lr → packed row (plain: nb0 + lr; SwiGLU: gate rows, then up rows).
+  auto wrow_of = [&](int lr, bool& valid) -> size_t {
+    const bool second = SWIGLU && lr >= NB;
+    const int n = nb0 + (second ? lr - NB : lr);
+    valid = n < p.n_out;
+    return size_t(second ? base2 : base1) + (valid ? n : 0);
+  };
+  auto wq_of = [&](int lr) -> const QW& { return (SWIGLU && lr >= NB) ? p.w2 : p.w; };
+  // Codes: row tid/2, 16-byte half tid&1 of its 32-byte k tile.
+  const int br = tid >> 1, bc = tid & 1;
+  bool bvalid;
+  const size_t brow = wrow_of(br, bvalid);
+  const unsigned char* bsrc = reinterpret_cast<const unsigned char*>(wq_of(br).codes) + brow * (size_t(K) / 2) + bc * 16;
+  // Scale/bias: threads 0..BW-1 (row tid); Σx: threads BW..BW+63 (token tid − BW).
+  bool sbvalid = false;
+  const uint32_t* sbsrc = reinterpret_cast<const uint32_t*>(p.w.sb);
+  if (tid < BW) {
+    const size_t r = wrow_of(tid, sbvalid);
+    sbsrc = reinterpret_cast<const uint32_t*>(wq_of(tid).sb) + r * G;
+  }
+  const bool xsvalid = tid >= BW && tid < BW + BT && m0 + (tid - BW) < m1;
+  const float* xssrc = xsvalid ? p.axs + size_t(src_row(tid - BW)) * G : p.axs;
+
+  const bool two = p.terms != 1;  // terms 1: x_hi only (single-pass fp16 activations, A/B)
+  auto issue = [&](int kt) {
+    if (kt < KT) {
+      const uint32_t st = sm_s + uint32_t(kt % S) * Lo::kStage;
+      const size_t k0 = size_t(kt) * BK;
+#pragma unroll
+      for (int i = 0; i < AR; ++i) {
+        cp16_async(st + adst[i], p.ah + aoff[i] + k0, aval[i]);
+        if (two) cp16_async(st + Lo::kPlane + adst[i], p.al + aoff[i] + k0, aval[i]);
+      }
+      cp16_async(st + Lo::kCodes + br * 32 + bc * 16, bsrc + k0 / 2, bvalid);
+      if (tid < BW) cp4_async(st + Lo::kSb + tid * 4, sbsrc + kt, sbvalid);
+      else if (tid < BW + BT) cp4_async(st + Lo::kXs + (tid - BW) * 4, xssrc + kt, xsvalid);
+    }
+    cp_async_commit();
+  };
+
+  // This thread's weight rows (local): r0 and r0 + 8 of warpgroup wg's 64-row slice.
+  const int r0 = wg * 64 + w4 * 16 + g;
+  const uint32_t psel = uint32_t(t) | (4u << 4) | (uint32_t(t) << 8) | (4u << 12);  // byte t → bytes 0 and 2
+  float acc[32], part[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) acc[i] = 0.f, part[i] = 0.f;
+
+  // A fragments of stage stg: rows r0 / r0+8, k = 16s + 2t, +1 (regs 0, 1) and 16s + 2t + 8, +9
+  // (regs 2, 3): byte t of code words 2s and 2s + 1 of each row.
+  auto dequant = [&](int stg, uint32_t (&a)[4][4]) {
+    const unsigned char* st = sm + size_t(stg) * Lo::kStage;
+    const uint4* c0 = reinterpret_cast<const uint4*>(st + Lo::kCodes + r0 * 32);
+    const uint4* c1 = reinterpret_cast<const uint4*>(st + Lo::kCodes + (r0 + 8) * 32);
+    const uint4 x0a = c0[0], x0b = c0[1], x1a = c1[0], x1b = c1[1];
+    const uint32_t w0[8] = {x0a.x, x0a.y, x0a.z, x0a.w, x0b.x, x0b.y, x0b.z, x0b.w};
+    const uint32_t w1[8] = {x1a.x, x1a.y, x1a.z, x1a.w, x1b.x, x1b.y, x1b.z, x1b.w};
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      a[s][0] = pair2h(__byte_perm(w0[2 * s], 0u, psel));
+      a[s][1] = pair2h(__byte_perm(w1[2 * s], 0u, psel));
+      a[s][2] = pair2h(__byte_perm(w0[2 * s + 1], 0u, psel));
+      a[s][3] = pair2h(__byte_perm(w1[2 * s + 1], 0u, psel));
+    }
+  };
+  // 8 wgmma (x_hi, then x_lo; terms 1: the 4 with x_hi) of stage stg into part.
+  auto mma = [&](int stg, const uint32_t (&a)[4][4]) {
+    const uint32_t st_s = sm_s + uint32_t(stg) * Lo::kStage;
+    const uint64_t dh = sw128_desc(st_s), dl = sw128_desc(st_s + Lo::kPlane);
+    wg_arrive();
+#pragma unroll
+    for (int s = 0; s < 4; ++s) wgmma_64x64_rs(part, a[s], dh + 2 * s, s > 0);
+    if (two) {
+#pragma unroll
+      for (int s = 0; s < 4; ++s) wgmma_64x64_rs(part, a[s], dl + 2 * s, 1);
+    }
+    wg_commit();
+  };
+  // Waits for the MMAs, then acc += s·part, acc += b·Σx (two fma) with stage stg's scale/bias and Σx.
+  auto fold = [&](int stg) {
+    const unsigned char* st = sm + size_t(stg) * Lo::kStage;
+    const uint32_t sb0 = reinterpret_cast<const uint32_t*>(st + Lo::kSb)[r0];
+    const uint32_t sb1 = reinterpret_cast<const uint32_t*>(st + Lo::kSb)[r0 + 8];
+    const float s0 = __uint_as_float(sb0 << 16), b0 = __uint_as_float(sb0 & 0xFFFF0000u);
+    const float s1 = __uint_as_float(sb1 << 16), b1 = __uint_as_float(sb1 & 0xFFFF0000u);
+    const float* xs = reinterpret_cast<const float*>(st + Lo::kXs);
+    wg_wait<0>();
+    fence_regs(part);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 x = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * t);
+      acc[4 * j + 0] = fmaf(b0, x.x, fmaf(s0, part[4 * j + 0], acc[4 * j + 0]));
+      acc[4 * j + 1] = fmaf(b0, x.y, fmaf(s0, part[4 * j + 1], acc[4 * j + 1]));
+      acc[4 * j + 2] = fmaf(b1, x.x, fmaf(s1, part[4 * j + 2], acc[4 * j + 2]));
+      acc[4 * j + 3] = fmaf(b1, x.y, fmaf(s1, part[4 * j + 3], acc[4 * j + 3]));
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) issue(s);
+  if constexpr (!LA) {
+    for (int kt = 0; kt < KT; ++kt) {
+      cp_async_wait<S - 2>();
+      fence_async_smem();  // cp.async writes (generic proxy) → wgmma reads (async proxy)
+      __syncthreads();
+      issue(kt + S - 1);
+      uint32_t a[4][4];
+      dequant(kt % S, a);
+      mma(kt % S, a);
+      fold(kt % S);
+    }
+  } else {
+    // Look-ahead: tile kt + 1's codes are dequantized while tile kt's MMAs run.
+    uint32_t a[4][4], an[4][4];
+    auto step = [&](int kt, const uint32_t (&cur)[4][4], uint32_t (&nxt)[4][4]) {
+      mma(kt % S, cur);
+      cp_async_wait<S - 3>();  // tile kt + 1 has landed (this thread's copies)
+      fence_async_smem();
+      __syncthreads();         // ... everyone's; and tile kt − 1's stage is free
+      issue(kt + S - 1);
+      if (kt + 1 < KT) dequant((kt + 1) % S, nxt);
+      fold(kt % S);
+    };
+    cp_async_wait<S - 2>();
+    fence_async_smem();
+    __syncthreads();
+    dequant(0, a);
+    for (int kt = 0; kt < KT; kt += 2) {  // two tiles per trip: the fragments swap roles, no copies
+      step(kt, a, an);
+      if (kt + 1 < KT) step(kt + 1, an, a);
+    }
+  }
+  cp_async_wait<0>();
+
+  // acc[4j + 2hv + e]: weight row r0 + 8hv, token 8j + 2t + e.
+  if constexpr (!SWIGLU) {
+#pragma unroll
+    for (int hv = 0; hv < 2; ++hv) {
+      const int n = nb0 + r0 + 8 * hv;
+      if (n >= p.n_out) continue;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int m = m0 + 8 * j + 2 * t + e;
+          if (m < m1) p.y[size_t(m) * p.ldy + n] = acc[4 * j + 2 * hv + e];
+        }
+    }
+  } else {
+    __syncthreads();  // the ring is reused for the gate/up exchange
+    constexpr int LC = BT + 1;
+    float* cs = reinterpret_cast<float*>(sm);  // [NB][BT + 1]: up values
+    static_assert(NB * LC * 4 <= Lo::kStage * Lo::kStages, "exchange tile must fit");
+    if (wg >= WGS / 2) {
+#pragma unroll
+      for (int hv = 0; hv < 2; ++hv)
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) cs[(r0 - NB + 8 * hv) * LC + 8 * j + 2 * t + e] = acc[4 * j + 2 * hv + e];
+    }
+    __syncthreads();
+    if (wg < WGS / 2) {
+#pragma unroll
+      for (int hv = 0; hv < 2; ++hv) {
+        const int r = r0 + 8 * hv, n = nb0 + r;
+        if (n >= p.n_out) continue;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int c = 8 * j + 2 * t + e, m = m0 + c;
+            if (m < m1) p.y[size_t(m) * p.ldy + n] = silu(acc[4 * j + 2 * hv + e]) * cs[r * LC + c];
+          }
+      }
+    }
+  }
+}
+
+template <int WGS, bool SWIGLU, bool LA> Status launch(const GemmArgs& a, cudaStream_t s) {
+  constexpr int smem = LA ? WgLayout<WGS>::kSmemLA : WgLayout<WGS>::kSmem;
+  static bool attr = false;
+  if (!attr) {
+    LILY_CU_TRY(cudaFuncSetAttribute(gemm_wg_kernel<WGS, SWIGLU, LA>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    attr = true;
+  }
+  constexpr int NB = SWIGLU ? 32 * WGS : 64 * WGS;
+  dim3 grid((a.n_out + NB - 1) / NB, a.tiles ? a.max_tiles : (a.M + BT - 1) / BT);
+  gemm_wg_kernel<WGS, SWIGLU, LA><<<grid, 128 * WGS, smem, s>>>(a);
+  return launch_status("pf::gemm_wg");
+}
+template <int WGS, bool LA> Status launch_mode(const GemmArgs& a, cudaStream_t s) {
+  return a.swiglu ? launch<WGS, true, LA>(a, s) : launch<WGS, false, LA>(a, s);
+}
+
+}  // namespace
+
+// LILY_WG_LA=1: the look-ahead variant (A/B while tuning).
+Status gemm_wg(const GemmArgs& a, Stream stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (!a.ah || !a.al || !a.axs) return cu_err("pf::gemm_wg: needs the split A planes");
+  if (a.terms != 1 && a.terms != 2) return cu_err("pf::gemm_wg: terms {} (1 or 2)", a.terms);
+  if (a.w.bits != 4) return cu_err("pf::gemm_wg: {} bits unsupported (4 only)", a.w.bits);
+  if (a.wg != 2 && a.wg != 4) return cu_err("pf::gemm_wg: {} warpgroups (2 or 4)", a.wg);
+  const char* e = std::getenv("LILY_WG_LA");
+  const bool la = e && e[0] == '1';
+  if (a.wg == 2) return la ? launch_mode<2, true>(a, s) : launch_mode<2, false>(a, s);
+  return la ? launch_mode<4, true>(a, s) : launch_mode<4, false>(a, s);
+}
+
+}  // namespace lily::cuda::pf

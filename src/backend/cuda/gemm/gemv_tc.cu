@@ -1,0 +1,238 @@
+// Tensor-core 4-bit GEMV for batch-1 decode (K = 2048 or 4096): integer mma.sync m16n8k32
+// (s8 codes 0..15 × s8 limbs → s32, exact). The fp32 input x is staged once per block as 4 signed 7-bit
+// limbs against one power-of-two scale S (x·S = L0 + L1/128 + L2/128² + L3/128³, |x·S| ≤ 64, so
+// 27 bits below the largest |x|): the limbs are the 4 used columns of B, the weight codes (0..15,
+// exact) are A, and each group of 64 codes gives Σq·L_c exactly; y = (Σ_g s_g·Σq·xS + b_g·Σx·S)/S.
+// Warps split K (8 slices), a block owns 16·T rows per pass; prologues add+RMSNorm or plain,
+// epilogues none or the lm_head argmax (same rules as gemv_q4.cu). Selected by gemv() with
+// LILY_GEMV_TC (bit 1 add-norm, 2 plain, 4 argmax; default 7 for the decode step's calls, GemvArgs::tc;
+// 0 = the CUDA-core kernels of gemv_q4.cu).
+#include <cfloat>
+#include <climits>
+#include <cstdlib>
+
+#include "backend/cuda/gemm/gemv_tc.h"
+#include "backend/cuda/common/tc_dot.cuh"
+
+namespace lily::cuda {
+namespace {
+
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
+
+// Shared memory: staged x (tc_dot.cuh), row partials [2][8][16T], red [64].
+template <int K, int T> constexpr size_t tc_smem() { return size_t(tc_stage_bytes(K)) + 2 * 8 * 16 * T * 4 + 64 * 4; }
+
+// Last block of the grid? (after every block's writes are fenced)
+__device__ bool tc_last_block(uint32_t* counter, int* flag) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) *flag = atomicAdd(counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  return *flag;
+}
+
+template <Pro PRO, Epi EPI, int K, int T, int MINB, bool PF> __global__ void __launch_bounds__(256, MINB) gemv_tc_kernel(GemvArgs a) {
+  constexpr int NG = K / 64, GP = NG / 8, RT = 16 * T;
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint8_t* bs = smem;
+  float* xs_g = reinterpret_cast<float*>(smem + NG * 256);
+  float* part = xs_g + NG;  // [2][8][RT]
+  float* red = part + 2 * 8 * RT;
+  // g: the lane's row in each 8-row half of a tile; t: its lane in the quad.
+  const int rows = a.w.rows, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int ntiles = (rows + RT - 1) / RT;
+  int tile = blockIdx.x;
+
+  uint2 wa[T][GP][2];
+  uint32_t sba[T][GP][2];
+  auto load = [&](int tl) {
+#pragma unroll
+    for (int j = 0; j < T; ++j)
+#pragma unroll
+      for (int i = 0; i < GP; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = tl * RT + 16 * j + 8 * h + g, G = warp * GP + i;
+          if (tl < ntiles && r < rows) {
+            wa[j][i][h] = __ldg(reinterpret_cast<const uint2*>(a.w.codes) + size_t(r) * (K / 16) + G * 4 + t);
+            sba[j][i][h] = __ldg(reinterpret_cast<const uint32_t*>(a.w.sb) + size_t(r) * NG + G);
+          } else {
+            wa[j][i][h] = make_uint2(0, 0);
+            sba[j][i][h] = 0;
+          }
+        }
+  };
+  load(tile);  // weights only: may overlap the previous kernel
+  // Rolling L2 prefetch of this block's later passes (PF: one thread, pass n + 1 before the wait, then
+  // pass n + 2 while pass n computes), so the register loads of a pass find its rows in L2.
+  auto prefetch = [&](int tl) {
+    if (!PF || threadIdx.x != 0 || tl >= ntiles) return;
+    const int r0 = tl * RT, nr = rows - r0 < RT ? rows - r0 : RT;
+    l2_prefetch_range(reinterpret_cast<const char*>(a.w.codes) + size_t(r0) * (K / 2), size_t(nr) * (K / 2), 0, 1, 0, 1);
+    l2_prefetch_range(reinterpret_cast<const char*>(a.w.sb) + size_t(r0) * NG * 4, size_t(nr) * NG * 4, 0, 1, 0, 1);
+  };
+  prefetch(tile + gridDim.x);
+  constexpr int NO = K / 2048;
+  float gn[NO][8];
+#pragma unroll
+  for (int j = 0; j < NO; ++j)
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      gn[j][i] = PRO == Pro::kAddNorm ? bf(__ldg(static_cast<const uint16_t*>(a.gain) + 8 * (threadIdx.x + 256 * j) + i)) : 1.f;
+  l2_prefetch(a.pf);
+  pdl_wait();
+  pdl_trigger();
+  const float invS = tc_stage<PRO == Pro::kAddNorm, NO>(a.in, a.mix, gn, K, a.eps, a.res_out, a.n_out, bs, xs_g, red);
+  __syncthreads();
+
+  const TcLane L;
+  float bv = -FLT_MAX;
+  int bi = INT_MAX, buf = 0;
+  for (; tile < ntiles; tile += gridDim.x) {
+    float acc[T][2];
+#pragma unroll
+    for (int j = 0; j < T; ++j) acc[j][0] = acc[j][1] = 0.f;
+#pragma unroll
+    for (int i = 0; i < GP; ++i) {
+      const int G = warp * GP + i;
+      const uint4 bq = tc_bfrag(bs, G);
+      const float xsb = xs_g[G] * L.cb;
+#pragma unroll
+      for (int j = 0; j < T; ++j) {
+        float v0, v1;
+        tc_group(wa[j][i][0], wa[j][i][1], bq, L, v0, v1);
+        acc[j][0] = tc_fold(acc[j][0], sba[j][i][0], v0, xsb);
+        acc[j][1] = tc_fold(acc[j][1], sba[j][i][1], v1, xsb);
+      }
+    }
+    load(tile + gridDim.x);  // next pass's rows, in flight during the reduction
+    prefetch(tile + 2 * gridDim.x);
+#pragma unroll
+    for (int j = 0; j < T; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float s = tc_quad_sum(acc[j][h]);
+        if (t == 0) part[(buf * 8 + warp) * RT + 16 * j + 8 * h + g] = s;
+      }
+    __syncthreads();
+    if (threadIdx.x < RT) {
+      float s = 0.f;
+#pragma unroll
+      for (int w = 0; w < 8; ++w) s += part[(buf * 8 + w) * RT + threadIdx.x];
+      const float yv = s * invS;
+      const int r = tile * RT + threadIdx.x;
+      if (r < rows) {
+        a.y[r] = yv;
+        if constexpr (EPI == Epi::kArgmax)
+          if (yv == yv && better(yv, r, bv, bi)) bv = yv, bi = r;
+      }
+    }
+    buf ^= 1;
+  }
+
+  if constexpr (EPI == Epi::kArgmax) {
+    __shared__ int flag;
+    __shared__ float wbv[8];
+    __shared__ int wbi[8];
+    if (warp == 0) {
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+      }
+      if (lane == 0) static_cast<float2*>(a.partial)[blockIdx.x] = make_float2(bv, __int_as_float(bi));
+    }
+    if (tc_last_block(&a.ctl->counter[1], &flag)) {
+      const float2* pp = static_cast<const float2*>(a.partial);
+      bv = -FLT_MAX, bi = INT_MAX;
+      for (int b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
+        const float2 pv = __ldcg(pp + b);
+        if (better(pv.x, __float_as_int(pv.y), bv, bi)) bv = pv.x, bi = __float_as_int(pv.y);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+      }
+      if (lane == 0) wbv[warp] = bv, wbi[warp] = bi;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        for (int w = 0; w < 8; ++w)
+          if (better(wbv[w], wbi[w], bv, bi)) bv = wbv[w], bi = wbi[w];
+        if (bi == INT_MAX) bi = 0;  // all NaN
+        StepCtl* c = a.ctl;
+        c->tok = bi;
+        c->last_argmax = bi;
+        if (a.tok_out) a.tok_out[c->pos] = bi;
+        c->pos += 1;
+        c->counter[1] = 0;
+      }
+    }
+  }
+}
+
+// LILY_GEMV_TC_PF=1: the rolling L2 prefetch of later passes (A/B; off by default).
+bool tc_pf() {
+  const char* e = std::getenv("LILY_GEMV_TC_PF");
+  return e && e[0] == '1';
+}
+template <Pro PRO, Epi EPI, int K, int T, int MINB = 2> Status launch_tc(const GemvArgs& a, cudaStream_t s) {
+  auto kern = tc_pf() ? gemv_tc_kernel<PRO, EPI, K, T, MINB, true> : gemv_tc_kernel<PRO, EPI, K, T, MINB, false>;
+  constexpr size_t smem = tc_smem<K, T>();
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, 256, smem) != cudaSuccess || per_sm <= 0) per_sm = 1;
+  per_sm = per_sm > 8 ? 8 : per_sm;  // the argmax scratch holds 8 per SM
+  int cap = sm_count() * per_sm;
+  if (a.max_blocks > 0 && a.max_blocks < cap) cap = a.max_blocks;
+  const int ntiles = (a.w.rows + 16 * T - 1) / (16 * T);
+  return launch_k("gemv_tc", kern, dim3(ntiles < cap ? ntiles : cap), dim3(256), smem, s, a);
+}
+
+template <Pro PRO, Epi EPI> Status dispatch_k(const GemvArgs& a, cudaStream_t s) {
+  if (a.w.cols == 4096) return launch_tc<PRO, EPI, 4096, 1>(a, s);
+  const int v = gemv_tc_rows_per_warp();
+  if (v == 2) return launch_tc<PRO, EPI, 2048, 2>(a, s);
+  if (v == 3) return launch_tc<PRO, EPI, 2048, 1, 3>(a, s);  // 80 registers: 3 blocks per SM
+  return launch_tc<PRO, EPI, 2048, 1>(a, s);
+}
+
+}  // namespace
+
+// LILY_GEMV_TC when set, else 7 (all three kinds) for calls that ask for it (GemvArgs::tc, the decode
+// step) and 0 for the others. H200, 2026-12-03 (docs/perf/2026-12-03-cuda-decode-5.md), 256 context:
+// 518.8 tok/s with the tensor-core MoE down kernel too (default), 453.6 with both off; GEMV alone
+// (T 2 then) 471.2 vs 452.8.
+int gemv_tc_mode(const GemvArgs& a) {
+  const char* e = std::getenv("LILY_GEMV_TC");  // read per call: GEMVs are launched at graph capture only
+  return e && *e ? std::atoi(e) : (a.tc ? 7 : 0);
+}
+// K 2048 variants: 1 (default) = one 16-row tile per warp pass, 2 blocks per SM; 2 = two tiles per
+// pass; 3 = one tile, register cap for 3 blocks per SM. At 256 with MoE both: 500.6 / 478.5 / 497.0.
+int gemv_tc_rows_per_warp() {
+  const char* e = std::getenv("LILY_GEMV_TC_T");
+  return e && (e[0] == '2' || e[0] == '3') ? e[0] - '0' : 1;
+}
+
+bool gemv_tc_eligible(const GemvArgs& a) {
+  const int mode = gemv_tc_mode(a);
+  if (mode == 0 || a.w.bits != 4 || (a.w.cols != 2048 && a.w.cols != 4096)) return false;
+  auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
+  if (misaligned(a.in) || misaligned(a.mix) || misaligned(a.res_out) || misaligned(a.w.codes) || misaligned(a.w.sb))
+    return false;
+  if (a.epi == Epi::kArgmax) return (mode & 4) && (a.pro == Pro::kPlain || a.pro == Pro::kAddNorm);
+  if (a.epi != Epi::kNone) return false;
+  if (a.pro == Pro::kAddNorm) return mode & 1;
+  if (a.pro == Pro::kPlain) return mode & 2;
+  return false;
+}
+
+Status gemv_tc(const GemvArgs& a, Stream stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (a.epi == Epi::kArgmax)
+    return a.pro == Pro::kAddNorm ? dispatch_k<Pro::kAddNorm, Epi::kArgmax>(a, s) : dispatch_k<Pro::kPlain, Epi::kArgmax>(a, s);
+  return a.pro == Pro::kAddNorm ? dispatch_k<Pro::kAddNorm, Epi::kNone>(a, s) : dispatch_k<Pro::kPlain, Epi::kNone>(a, s);
+}
+
+}  // namespace lily::cuda

@@ -1,0 +1,337 @@
+// Prefill on the CUDA backend: M tokens appended to a sequence, processed in chunks (default
+// 4096 tokens, LILY_PREFILL_CHUNK) with scratch bounded by the chunk: per layer tensor-core GEMMs
+// over the packed weights (gemm_q4.cu), the DeltaNet recurrence in one launch (gdn_prefill.cu) or
+// causal flash attention over the cache (attn_prefill.cu), and MoE routed on the device
+// (moe_prefill.cu). Activations stay fp32; the state written (K/V cache, conv window, S, the step
+// control block's pos) is the decode graph's, so decode continues seamlessly. A few tokens
+// (M < LILY_PREFILL_MIN, default 8; LILY_PREFILL_MIN=1000000 bypasses these kernels) or an
+// unsupported shape replay the decode graph instead: on the H200 a prefill forward costs about
+// 15 ms + 0.22 ms per token at small M (engine trace, 2026-12-03) and a decode step 2.2 ms, so
+// below about 8 tokens the decode graph is faster.
+#include <cstdlib>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/step/prefill_ops.h"
+
+namespace lily {
+namespace cuda {
+
+namespace {
+int env_int(const char* name, int def, int lo, int hi) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return def;
+  const int v = std::atoi(e);
+  return v >= lo && v <= hi ? v : def;
+}
+
+// Per-op time table of one profiled prefill (events recorded by mark()).
+void print_pf_profile(std::vector<std::pair<const char*, cudaEvent_t>>& ev, int M) {
+  std::vector<std::pair<std::string, std::pair<double, int>>> agg;
+  double total = 0;
+  for (size_t i = 1; i < ev.size(); ++i) {
+    float ms = 0;
+    cudaEventElapsedTime(&ms, ev[i - 1].second, ev[i].second);
+    total += ms;
+    auto it = std::find_if(agg.begin(), agg.end(), [&](auto& a) { return a.first == ev[i].first; });
+    if (it == agg.end()) agg.push_back({ev[i].first, {ms, 1}});
+    else it->second.first += ms, it->second.second += 1;
+  }
+  for (auto& e : ev) cudaEventDestroy(e.second);
+  std::fprintf(stderr, "cuda prefill profile, %d tokens:\n| op | launches | total ms | share |\n|---|---:|---:|---:|\n", M);
+  for (auto& a : agg)
+    std::fprintf(stderr, "| %s | %d | %.2f | %.1f%% |\n", a.first.c_str(), a.second.second, a.second.first, 100 * a.second.first / total);
+  std::fprintf(stderr, "| total | | %.2f | (%.0f tok/s) |\n", total, M / (total * 1e-3));
+}
+}  // namespace
+
+Status CudaBackend::pf_alloc(int chunk) {
+  if (chunk <= pf_cap_) return Status::ok();
+  if (pf_cap_ > 0) return cu_err("cuda prefill: scratch already sized for {} tokens", pf_cap_);
+  const ModelConfig& c = cfg_;
+  const int H = c.hidden_size, C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nv = c.linear_num_value_heads;
+  const int kd = c.gdn_key_dim(), E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
+  const int qrows = c.num_attention_heads * (c.attn_output_gate ? 2 : 1) * c.head_dim + 2 * c.num_key_value_heads * c.head_dim;
+  const size_t M = size_t(chunk), urows = std::max<size_t>(size_t(C) + vd + 2 * nv, qrows);
+  const size_t wide = std::max<size_t>(vd, size_t(c.num_attention_heads) * c.head_dim);
+  auto& p = pf_;
+  p.tok = dalloc<int32_t>(M, owned_);
+  p.x = dalloc<float>(M * H, owned_);
+  p.hn = dalloc<float>(M * H, owned_);
+  p.mix = dalloc<float>(M * H, owned_);
+  p.u = dalloc<float>(M * urows, owned_);
+  p.qn = dalloc<float>(M * kd, owned_);
+  p.kn = dalloc<float>(M * kd, owned_);
+  p.v = dalloc<float>(M * vd, owned_);
+  p.g = dalloc<float>(M * nv, owned_);
+  p.beta = dalloc<float>(M * nv, owned_);
+  p.o_raw = dalloc<float>(M * wide, owned_);
+  p.o = dalloc<float>(M * wide, owned_);
+  const size_t split_el = std::max({M * H, M * wide, M * k * I, M * size_t(c.shared_expert_intermediate_size)});
+  p.ah = dalloc<uint16_t>(split_el, owned_);
+  p.al = dalloc<uint16_t>(split_el, owned_);
+  p.axs = dalloc<float>(split_el / 64, owned_);
+  p.qb = dalloc<uint16_t>(2 * M * size_t(c.num_attention_heads) * c.head_dim, owned_);  // q hi, lo
+  p.rl = dalloc<float>(M * (E + 1), owned_);
+  p.topk_ids = dalloc<int32_t>(M * k, owned_);
+  p.topk_w = dalloc<float>(M * (k + 1), owned_);
+  p.slot_tok = dalloc<int32_t>(M * k, owned_);
+  p.slot_of = dalloc<int32_t>(M * k, owned_);
+  p.max_tiles = pf::moe_max_tiles(chunk, E, k);
+  p.tiles = dalloc<int32_t>(size_t(p.max_tiles) * 4, owned_);
+  p.rscratch = dalloc<int32_t>(pf::moe_route_scratch_ints(E), owned_);
+  p.act = dalloc<float>(M * k * I, owned_);
+  p.yd = dalloc<float>(M * k * H, owned_);
+  p.sact = dalloc<float>(M * c.shared_expert_intermediate_size, owned_);
+  p.sy = dalloc<float>(M * H, owned_);
+  p.wy = dalloc<float>(pf::gdn_wy_floats(chunk, nv), owned_);
+  if (!p.sy || !p.wy || !p.yd || !p.act || !p.u || !p.ah || !p.al || !p.axs) return cu_err("cuda prefill: out of device memory for a {}-token chunk", chunk);
+  LILY_CU_TRY(cudaHostAlloc(&p.pos_host, 16, cudaHostAllocDefault));
+  pf_cap_ = chunk;
+  return Status::ok();
+}
+
+// One chunk: tokens t0..t0+M of the prompt (already in pf_.tok), state position st.n + t0.
+Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool want_logits) {
+  const ModelConfig& c = cfg_;
+  auto& p = pf_;
+  cudaStream_t s = stream_;
+  const int H = c.hidden_size, C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nv = c.linear_num_value_heads;
+  const int E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
+  const int pos0 = st.n + t0;
+  const float eps = c.rms_norm_eps;
+  // A/B knobs (numerics): LILY_PREFILL_TERMS (GEMM x: 2 fp16 hi+lo, 1 fp16, 0 fp32 CUDA-core reference),
+  // LILY_PREFILL_ATTN_TERMS (3: q/K/V/P as bf16 hi+lo, 1: bf16).
+  const int terms = env_int("LILY_PREFILL_TERMS", 2, 0, 2), t2 = terms == 0 ? 0 : 2;
+  // LILY_PREFILL_ATTN_TERMS=0 runs the decode attention kernels token by token (slow; A/B only).
+  int attn_terms = env_int("LILY_PREFILL_ATTN_TERMS", 3, 0, 3);
+  if (attn_terms == 2 || (attn_terms == 3 && !st.f32)) attn_terms = 1;
+  // Pipelined GEMMs (LILY_PREFILL_GEMM=1 keeps the register-prefetch kernel): each GEMM
+  // input is split once into fp16 hi/lo planes + group sums (p.ah/al/axs), then read by every
+  // GEMM on that input (e.g. router, expert gate/up and shared gate/up all read one split of hn).
+  // LILY_PREFILL_GEMM=3 (default): the Hopper wgmma kernel (gemm_wg.cu) for the 4-bit GEMMs on
+  // the split input, LILY_PREFILL_WG (4 or 2) warpgroups per block; 8-bit (router) stays on the
+  // mma.sync pipe kernel, which LILY_PREFILL_GEMM=2 selects for all of them.
+  const int gemm_kind = env_int("LILY_PREFILL_GEMM", 3, 1, 3);
+  // LILY_PREFILL_TERMS=1 with the wgmma kernel: single-pass fp16 x on the split input (x_hi only;
+  // A/B of the accuracy of one-term activations, issue 6). Default 2 warpgroups per block
+  // (LILY_PREFILL_WG=4: the 4-warpgroup block of the previous pass).
+  const bool pipe = (terms == 2 || (terms == 1 && gemm_kind == 3)) && gemm_kind >= 2;
+  const int wg = pipe && gemm_kind == 3 ? (env_int("LILY_PREFILL_WG", 2, 2, 4) == 4 ? 4 : 2) : 0;
+  // A short chunk (default numerics) runs its MoE on the batched step's expert kernels (moe_rows).
+  const bool small_moe = terms == 2 && moe_rows_ok(M);
+  auto split = [&](const float* a, int lda, int rows, int K) -> Status {
+    if (!pipe) return Status::ok();
+    LILY_TRY(pf::split_rows(a, lda, rows, K, p.ah, p.al, p.axs, s));
+    mark("gemm A split (fp16 hi/lo + sums)", s);
+    return Status::ok();
+  };
+  auto with_split = [&](pf::GemmArgs& g) {
+    if (pipe) g.ah = p.ah, g.al = p.al, g.axs = p.axs, g.wg = wg;
+  };
+  auto gemm = [&](const QW& w, const float* a, int lda, int m, float* y, int ldy, int tm, bool use_split = true) {
+    pf::GemmArgs g{};
+    g.w = w, g.n_out = w.rows, g.a = a, g.lda = lda, g.M = m, g.y = y, g.ldy = ldy, g.terms = tm;
+    if (use_split) with_split(g);
+    return pf::gemm(g, s);
+  };
+  // Sub-kernel marks of the DeltaNet and attention groups (profiling only; mark() is a no-op otherwise).
+  auto prof_cb = +[](void* ctx, const char* what) {
+    auto* be = static_cast<CudaBackend*>(ctx);
+    be->mark(what, be->stream_);
+  };
+  LILY_TRY(pf::embed_rows(d_.embed, p.tok + t0, M, p.x, s));
+  mark("embed rows", s);
+  const float* mix = nullptr;
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const DevLayer& L = d_.layers[i];
+    auto& SL = st.layers[i];
+    LILY_TRY(pf::add_rmsnorm_rows(p.x, mix, L.in_norm, M, H, eps, p.hn, s));
+    mark("add+rmsnorm", s);
+    if (!L.attn) {
+      const int ldu = L.in_proj.rows;
+      LILY_TRY(split(p.hn, H, M, H));
+      LILY_TRY(gemm(L.in_proj, p.hn, H, M, p.u, ldu, terms));
+      mark("gdn: [qkv|z|a|b] gemm", s);
+      pf::GdnPrefillArgs g{};
+      g.u = p.u, g.ldu = ldu, g.M = M;
+      // Conv window: [2, C, K-1] double-buffered by position parity, fp32 or bf16 (st.f32).
+      const size_t wn = size_t(C) * (c.linear_conv_kernel_dim - 1) * (st.f32 ? 2 : 1);  // in uint16 units
+      g.win_in = SL.conv + size_t(pos0 & 1) * wn, g.win_out = SL.conv + size_t((pos0 + M) & 1) * wn, g.win_f32 = st.f32;
+      g.conv_w = L.conv_w, g.A_log = L.A_log, g.dt_bias = L.dt_bias, g.gnorm = L.gnorm, g.S = SL.S;
+      g.nk = c.linear_num_key_heads, g.nv = nv, g.K = c.linear_conv_kernel_dim, g.eps = eps;
+      g.qn = p.qn, g.kn = p.kn, g.v = p.v, g.g = p.g, g.beta = p.beta, g.o_raw = p.o_raw, g.o = p.o;
+      g.wy = p.wy;
+      g.prof = prof_cb, g.prof_ctx = this;
+      LILY_TRY(pf::gdn_prefill(g, s));
+      LILY_TRY(split(p.o, vd, M, vd));
+      LILY_TRY(gemm(L.out_proj, p.o, vd, M, p.mix, H, terms));
+      mark("gdn: out_proj gemm", s);
+    } else {
+      const int ldu = L.qkv.rows;
+      LILY_TRY(split(p.hn, H, M, H));
+      LILY_TRY(gemm(L.qkv, p.hn, H, M, p.u, ldu, terms));
+      mark("attn: [q|k|v] gemm", s);
+      pf::AttnPrefillArgs a{};
+      a.u = p.u, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = L.q_norm, a.k_norm = L.k_norm;
+      a.kc = SL.kc, a.vc = SL.vc, a.kv_f32 = st.f32, a.terms = attn_terms, a.qb = p.qb, a.out = p.o, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
+      a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim(), a.max_seq = st.cap;
+      a.theta = c.rope_theta, a.eps = eps;
+      if (attn_terms == 0) {
+        // A/B: the decode kernels token by token (fp32 q/K/V, split-K over the cache).
+        LILY_CU_TRY(cudaStreamSynchronize(s));
+        *p.pos_host = pos0;
+        LILY_CU_TRY(cudaMemcpyAsync(&st.ctl->pos, p.pos_host, 4, cudaMemcpyHostToDevice, s));
+        AttnArgs d{};
+        d.q_norm = L.q_norm, d.k_norm = L.k_norm, d.q = q_, d.kc = SL.kc, d.vc = SL.vc, d.kv_f32 = st.f32;
+        d.partial = attn_partial_, d.ctl = st.ctl, d.nh = c.num_attention_heads, d.nkv = c.num_key_value_heads;
+        d.hd = c.head_dim, d.qw = a.qw, d.rot = c.rotary_dim(), d.max_seq = st.cap, d.n_split = attn_max_splits();
+        d.theta = c.rope_theta, d.eps = eps;
+        const int od = c.num_attention_heads * c.head_dim;
+        for (int m = 0; m < M; ++m) {
+          d.qkv = p.u + size_t(m) * ldu, d.out = p.o + size_t(m) * od;
+          LILY_TRY(attn_prep(d, s));
+          LILY_TRY(attn_decode(d, s));
+          LILY_TRY(bump_pos(st.ctl, s));
+        }
+        LILY_CU_TRY(cudaStreamSynchronize(s));  // pos_host is reused
+        mark("attn: prep+flash (decode kernels)", s);
+      } else {
+        a.prof = prof_cb, a.prof_ctx = this;
+        LILY_TRY(pf::attn_prefill(a, s));
+      }
+      const int od = c.num_attention_heads * c.head_dim;
+      LILY_TRY(split(p.o, od, M, od));
+      LILY_TRY(gemm(L.o_proj, p.o, od, M, p.mix, H, terms));
+      mark("attn: o_proj gemm", s);
+    }
+    LILY_TRY(pf::add_rmsnorm_rows(p.x, p.mix, L.post_norm, M, H, eps, p.hn, s));
+    mark("add+rmsnorm", s);
+    if (small_moe) {  // a short chunk: the batched step's expert-major MoE (batch.cu)
+      LILY_TRY(moe_rows(L, p.hn, M, p.mix, s));
+      mark("moe: batched-step experts (short chunk)", s);
+      mix = p.mix;
+      continue;
+    }
+    // MoE: router (8-bit, + shared gate row) → device routing → grouped gate/up+SwiGLU → down.
+    LILY_TRY(split(p.hn, H, M, H));  // router, expert gate/up and shared gate/up read this split
+    LILY_TRY(gemm(L.router, p.hn, H, M, p.rl, E + 1, t2));
+    mark("moe: router gemm (q8)", s);
+    pf::RouteArgs r{};
+    r.logits = p.rl, r.M = M, r.E = E, r.top_k = k, r.norm_topk = c.norm_topk_prob, r.topk_ids = p.topk_ids;
+    r.topk_w = p.topk_w, r.slot_tok = p.slot_tok, r.slot_of = p.slot_of, r.tiles = p.tiles;
+    r.max_tiles = pf::moe_max_tiles(M, E, k), r.scratch = p.rscratch;
+    LILY_TRY(pf::moe_route(r, s));
+    mark("moe: top-k+sort+tiles", s);
+    pf::GemmArgs gu{};
+    gu.w = L.gate, gu.w2 = L.up, gu.n_out = I, gu.a = p.hn, gu.lda = H, gu.a_rows = p.slot_tok, gu.y = p.act, gu.ldy = I;
+    gu.swiglu = true, gu.tiles = p.tiles, gu.max_tiles = r.max_tiles, gu.terms = terms;
+    with_split(gu);
+    LILY_TRY(pf::gemm(gu, s));
+    mark("moe: grouped gate+up+swiglu", s);
+    pf::GemmArgs dn{};
+    dn.w = L.down, dn.n_out = H, dn.a = p.act, dn.lda = I, dn.y = p.yd, dn.ldy = H, dn.tiles = p.tiles;
+    dn.max_tiles = r.max_tiles, dn.terms = terms;
+    with_split(dn);
+    // The shared expert's gate/up reads hn's split before act's split replaces it.
+    const int Is = c.shared_expert_intermediate_size;
+    pf::GemmArgs sg{};
+    sg.w = L.sh_gate_up, sg.w2 = L.sh_gate_up, sg.row0 = 0, sg.row0_2 = Is, sg.n_out = Is, sg.a = p.hn, sg.lda = H;
+    sg.M = M, sg.y = p.sact, sg.ldy = Is, sg.swiglu = true, sg.terms = terms;
+    with_split(sg);
+    LILY_TRY(pf::gemm(sg, s));
+    mark("moe: shared expert gemms", s);
+    LILY_TRY(split(p.act, I, M * k, I));
+    LILY_TRY(pf::gemm(dn, s));
+    mark("moe: grouped down", s);
+    LILY_TRY(split(p.sact, Is, M, Is));
+    LILY_TRY(gemm(L.sh_down, p.sact, Is, M, p.sy, H, terms));
+    mark("moe: shared expert gemms", s);
+    LILY_TRY(pf::moe_combine(p.yd, p.sy, p.slot_of, p.topk_w, M, H, k, p.mix, s));
+    mark("moe: combine", s);
+    mix = p.mix;
+  }
+  if (last && want_logits) {
+    // Final add + norm of the last row only, then the lm_head (fp32 logits).
+    const size_t off = size_t(M - 1) * H;
+    LILY_TRY(pf::add_rmsnorm_rows(p.x + off, p.mix + off, d_.final_norm, 1, H, eps, p.hn, s));
+    LILY_TRY(gemm(d_.lm_head, p.hn, H, 1, logits_, c.vocab_size, t2, /*use_split=*/false));
+    mark("final norm+lm_head", s);
+  }
+  return Status::ok();
+}
+
+// Shapes the prefill kernels support (the real model and the tiny/small presets); anything else
+// (e.g. the wide-seed23 golden's 32-dim DeltaNet heads) is prefilled by replaying the decode graph.
+bool prefill_shapes_ok(const ModelConfig& c) {
+  const int hd = c.head_dim, nk = c.linear_num_key_heads, nv = c.linear_num_value_heads;
+  return c.linear_key_head_dim == 128 && c.linear_value_head_dim == 128 && nk > 0 && nv % nk == 0 && nv <= 128 &&
+         (hd == 64 || hd == 128 || hd == 256) && c.rotary_dim() > 0 && c.rotary_dim() <= hd && c.rotary_dim() % 2 == 0 &&
+         c.num_key_value_heads > 0 && c.num_attention_heads % c.num_key_value_heads == 0 && c.num_experts <= 1024 &&
+         c.num_experts_per_tok >= 1 && c.num_experts_per_tok <= 8 && c.hidden_size % 64 == 0 &&
+         c.moe_intermediate_size % 64 == 0 && c.shared_expert_intermediate_size % 64 == 0 &&
+         c.linear_conv_kernel_dim >= 2 && c.linear_conv_kernel_dim <= 9 && c.quant.group_size == 64;
+}
+
+int CudaBackend::prefill_chunk_cap() const { return env_int("LILY_PREFILL_CHUNK", 4096, 64, 1 << 16); }
+
+Status CudaBackend::prefill(CudaSeqState& st, std::span<const int32_t> tokens, std::span<float> logits) {
+  const int M = int(tokens.size());
+  const int min_m = env_int("LILY_PREFILL_MIN", 8, 1, 1 << 20);
+  if (M >= min_m && prefill_shapes_ok(cfg_)) {
+    const int chunk_env = prefill_chunk_cap();
+    if (pf_cap_ == 0) LILY_TRY(pf_alloc(chunk_env));  // bounded by the chunk, not the prompt
+    // LILY_PREFILL_PROFILE=1: events between ops, a per-op table on stderr (adds small gaps) for
+    // prompts of 1,024 tokens and more; =2: for every prefill forward (the short ones a server
+    // interleaves: where their fixed cost goes).
+    std::vector<std::pair<const char*, cudaEvent_t>> ev;
+    const int prof_mode = env_int("LILY_PREFILL_PROFILE", 0, 0, 2);
+    const bool prof = prof_mode == 2 || (prof_mode == 1 && M >= 1024);
+    if (prof) prof_ = &ev, mark("start", stream_);
+    const int cs = std::min(chunk_env, pf_cap_);
+    LILY_CU_TRY(cudaMemcpyAsync(pf_.tok, tokens.data(), size_t(std::min(M, pf_cap_)) * 4, cudaMemcpyHostToDevice, stream_));
+    for (int t0 = 0; t0 < M; t0 += cs) {
+      const int n = std::min(cs, M - t0);
+      if (t0 > 0) {
+        LILY_CU_TRY(cudaStreamSynchronize(stream_));  // pf_.tok is reused per chunk
+        LILY_CU_TRY(cudaMemcpyAsync(pf_.tok, tokens.data() + t0, size_t(n) * 4, cudaMemcpyHostToDevice, stream_));
+      }
+      LILY_TRY(pf_chunk(st, 0, n, t0 + n == M, !logits.empty()));
+      st.n += n;  // pf_chunk positions are relative to st.n
+    }
+    st.n -= M;
+    if (prof) {
+      prof_ = nullptr;
+      LILY_CU_TRY(cudaStreamSynchronize(stream_));
+      print_pf_profile(ev, M);
+    }
+    // The decode graph reads the position from the control block.
+    LILY_CU_TRY(cudaStreamSynchronize(stream_));
+    *pf_.pos_host = st.n + M;
+    LILY_CU_TRY(cudaMemcpyAsync(&st.ctl->pos, pf_.pos_host, 4, cudaMemcpyHostToDevice, stream_));
+    if (!logits.empty())
+      LILY_CU_TRY(cudaMemcpyAsync(logits.data(), logits_, size_t(cfg_.vocab_size) * 4, cudaMemcpyDeviceToHost, stream_));
+    LILY_CU_TRY(cudaStreamSynchronize(stream_));
+    st.n += M;
+    return Status::ok();
+  }
+  LILY_TRY(ensure_graphs(st));
+  if (M > feed_cap_) {
+    if (feed_) cudaFree(feed_);
+    feed_cap_ = std::max(M, 4096);
+    LILY_CU_TRY(cudaMalloc(&feed_, size_t(feed_cap_) * 4));
+  }
+  LILY_CU_TRY(cudaMemcpyAsync(feed_, tokens.data(), size_t(M) * 4, cudaMemcpyHostToDevice, stream_));
+  for (int i = 0; i < M; ++i) {
+    LILY_CU_TRY(cudaMemcpyAsync(&st.ctl->tok, feed_ + i, 4, cudaMemcpyDeviceToDevice, stream_));
+    const bool full = i == M - 1 && !logits.empty();
+    LILY_CU_TRY(cudaGraphLaunch(full ? st.g_full : st.g_nolog, stream_));
+  }
+  if (!logits.empty())
+    LILY_CU_TRY(cudaMemcpyAsync(logits.data(), logits_, size_t(cfg_.vocab_size) * 4, cudaMemcpyDeviceToHost, stream_));
+  LILY_CU_TRY(cudaStreamSynchronize(stream_));
+  st.n += M;
+  return Status::ok();
+}
+
+}  // namespace cuda
+}  // namespace lily

@@ -1,0 +1,168 @@
+// Host wrappers of the CUDA prefill kernels (M tokens at once): plain C++ like ops.h, device
+// pointers, `stream` a cudaStream_t. Activations are fp32 row-major [M, width] throughout;
+// the K/V cache and conv window use the decode layout of CudaSeqState (bf16).
+#pragma once
+#include <cstdint>
+
+#include "backend/cuda/common/ops.h"
+#include "core/status.h"
+
+namespace lily::cuda::pf {
+
+// ---- tensor-core GEMM over the packed MLX layout (gemm_q4.cu) --------------------------------
+// y[m, n] = Σ_g s[n,g]·Σ_{k∈g} q[n,k]·x[m,k] + b[n,g]·Σ_{k∈g} x[m,k]   (fp32 accumulation)
+// q enters the MMA as exact fp16 integers; x as fp16 (terms = 1) or fp16 hi + lo (terms = 2,
+// ~22-bit x); Σx is taken from the fp32 x. terms = 0: fp32 on CUDA cores (slow; A/B reference). W rows used: row0 + [0, n_out) (+ expert·n_out).
+// swiglu: y[m, j] = silu(W·x)[j]·(W2·x)[j] with W2 rows row0_2 + j (gate/up of one expert).
+// Grouped (tiles != null): tile i = {expert, m0, m1, 0}; rows m0..m1 of A (slot order) against
+// expert's rows; m0 == m1 marks an unused tile. a_rows (optional) gathers A rows: A row of
+// local row i is a_rows[i]. Output row = local row (slot).
+struct GemmArgs {
+  QW w, w2;
+  int row0 = 0, row0_2 = 0, n_out = 0;
+  const float* a = nullptr;
+  int lda = 0;
+  const int32_t* a_rows = nullptr;
+  int M = 0;
+  float* y = nullptr;
+  int ldy = 0;
+  bool swiglu = false;
+  const int32_t* tiles = nullptr;  // [max_tiles, 4]
+  int max_tiles = 0;
+  int terms = 2;
+  // Pre-split A (split_rows; terms 2 only): fp16 hi/lo planes [rows, K] and Σx [rows, K/64],
+  // indexed like a's rows. When set, gemm() runs the pipelined kernel (gemm_q4_pipe.cu).
+  const uint16_t* ah = nullptr;
+  const uint16_t* al = nullptr;
+  const float* axs = nullptr;
+  // Hopper wgmma kernel (gemm_wg.cu; pre-split A, 4-bit weights): 0 = off (the mma.sync pipe
+  // kernel), 2 or 4 = warpgroups per block (128 or 256 weight rows × 64 tokens). 8-bit weights
+  // always take the pipe kernel.
+  int wg = 0;
+};
+Status gemm(const GemmArgs& a, Stream s);
+// hi = fp16(a), lo = fp16(a − hi) (row-compact [M, K]) and xs = Σ a per 64-group [M, K/64].
+Status split_rows(const float* a, int lda, int M, int K, uint16_t* hi, uint16_t* lo, float* xs, Stream s);
+Status gemm_pipe(const GemmArgs& a, Stream s);
+Status gemm_wg(const GemmArgs& a, Stream s);
+constexpr int kGemmBM = 64;  // rows per tile (grouped tiles must use this)
+
+// ---- row-wise helpers (prefill_elem.cu) ------------------------------------------------------
+// x[m] (fp32 [M, H]) = dequantized embedding rows of tok[m].
+Status embed_rows(const QW& e, const int32_t* tok, int M, float* x, Stream s);
+// x += mix (when mix); n = x·rsqrt(mean x²+eps)·gain. x, mix, n: fp32 [M, H]; gain bf16 [H].
+Status add_rmsnorm_rows(float* x, const float* mix, const void* gain, int M, int H, float eps, float* n, Stream s);
+
+// ---- MoE routing and combine (moe_prefill.cu) ------------------------------------------------
+// logits fp32 [M, E + 1] (router rows, then shared gate) → per token top_k ids [M, k] and weights
+// [M, k + 1] (renormalized when norm_topk; slot k = sigmoid(shared gate)); softmax in fp32,
+// ties by lowest id. Then a counting sort of the M·k (token, j) pairs by expert: slot_tok [S]
+// (token of each expert-major slot), slot_of [M, k] (slot of each pair), tiles [max_tiles, 4]
+// for gemm with kGemmBM-row tiles. scratch: moe_route_scratch_ints(E) ints.
+struct RouteArgs {
+  const float* logits = nullptr;
+  int M = 0, E = 0, top_k = 0;
+  bool norm_topk = true;
+  int32_t* topk_ids = nullptr;
+  float* topk_w = nullptr;
+  int32_t* slot_tok = nullptr;
+  int32_t* slot_of = nullptr;
+  int32_t* tiles = nullptr;
+  int max_tiles = 0;
+  int32_t* scratch = nullptr;
+};
+Status moe_route(const RouteArgs& a, Stream s);
+int moe_route_scratch_ints(int E);
+inline int moe_max_tiles(int M, int E, int top_k) {
+  const int S = M * top_k;
+  return (S + kGemmBM - 1) / kGemmBM + (E < S ? E : S);
+}
+// out[m, c] = Σ_j w[m,j]·yd[slot_of[m,j], c] + w[m,k]·ys[m, c]   (fp32 [M, H])
+Status moe_combine(const float* yd, const float* ys, const int32_t* slot_of, const float* topk_w, int M, int H,
+                   int top_k, float* out, Stream s);
+
+// ---- Gated DeltaNet prefill (gdn_prefill.cu) -------------------------------------------------
+// u: fp32 [M, ldu] = [qkv (C) | z (vd) | a (nv) | b (nv)] projections. win_in/win_out: bf16
+// [C, K-1] conv windows (oldest first) before / after these M tokens (may alias). S: fp32
+// [nv, 128, 128]. win_f32: the windows hold fp32 instead of bf16. Outputs: o fp32 [M, nv·128] = w ⊙ rms(o_raw) ⊙ silu(z) (gated norm applied).
+struct GdnPrefillArgs {
+  const float* u = nullptr;
+  int ldu = 0, M = 0;
+  const void* win_in = nullptr;
+  void* win_out = nullptr;
+  const void* conv_w = nullptr;  // bf16 [C, K]
+  const float* A_log = nullptr;
+  const void* dt_bias = nullptr;
+  const void* gnorm = nullptr;   // bf16 [128]
+  float* S = nullptr;
+  int nk = 0, nv = 0, K = 4;
+  bool win_f32 = true;
+  float eps = 1e-6f;
+  // scratch: qn, kn fp32 [M, nk·128]; v fp32 [M, nv·128]; g, beta fp32 [M, nv]; o_raw [M, nv·128]
+  float *qn = nullptr, *kn = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr, *o_raw = nullptr;
+  float* o = nullptr;
+  // Chunked (WY) recurrence scratch, gdn_wy_floats(M, nv) floats (gdn_chunk.cu); null, or
+  // LILY_GDN_CHUNK=0, runs the token-by-token scan instead.
+  float* wy = nullptr;
+  // Profiling: called after each kernel launch with its name (prefill's per-op profile).
+  void (*prof)(void* ctx, const char* what) = nullptr;
+  void* prof_ctx = nullptr;
+};
+Status gdn_prefill(const GdnPrefillArgs& a, Stream s);
+// gdn_prefill over n_seg independent segments (each its own state, window, rows of u and scratch,
+// chunked form: wy set) in one launch per kernel: segs is a device array of their args, longest the
+// args of the one with the most tokens (grid sizes; its pointers are not used). Each segment's
+// arithmetic is exactly gdn_prefill's on it alone.
+Status gdn_prefill_segments(const GdnPrefillArgs& longest, const GdnPrefillArgs* segs, int n_seg, Stream s);
+// The recurrence alone in the chunked form (chunk 64, tensor cores, fp32 state): reads qn, kn, v,
+// g, beta, updates S, writes o_raw. Called by gdn_prefill when a.wy is set.
+size_t gdn_wy_floats(int M, int nv);
+Status gdn_chunk_scan(const GdnPrefillArgs& a, Stream s);
+Status gdn_chunk_scan_segments(const GdnPrefillArgs& longest, const GdnPrefillArgs* segs, int n_seg, Stream s);
+#ifdef __CUDACC__
+// A kernel's args: its own (one sequence) or its segment's (grid z), from the device array segs.
+template <bool kSeg>
+__device__ __forceinline__ const GdnPrefillArgs& seg_args(const GdnPrefillArgs& a0, const GdnPrefillArgs* segs) {
+  if constexpr (kSeg) return segs[blockIdx.z];
+  else return a0;
+}
+#endif
+
+// ---- attention prefill (attn_prefill.cu) -----------------------------------------------------
+// u: fp32 [M, ldu] = [q (nh·qw, per head [q | gate] when qw = 2hd) | k (nkv·hd) | v (nkv·hd)].
+// Writes K/V of positions pos0..pos0+M-1 into kc/vc ([nkv, max_seq, hd], fp32 when kv_f32 else
+// bf16) after k RMSNorm +
+// RoPE, then causal GQA flash attention of the M queries over positions 0..pos0+m, output gate
+// applied: out fp32 [M, nh·hd]. qb: scratch bf16 [terms == 3 ? 2 : 1][M, nh, hd] (q hi, q lo).
+// terms = 3 (fp32 caches only): q, K, V and P enter the MMAs as bf16 hi + lo, three MMAs per
+// product (~16-bit operands); terms = 1: plain bf16 operands.
+struct AttnPrefillArgs {
+  const float* u = nullptr;
+  int ldu = 0, M = 0, pos0 = 0;
+  const void* q_norm = nullptr;
+  const void* k_norm = nullptr;
+  void* kc = nullptr;
+  void* vc = nullptr;
+  void* qb = nullptr;
+  float* out = nullptr;
+  int nh = 0, nkv = 0, hd = 0, qw = 0, rot = 0, max_seq = 0;
+  bool kv_f32 = true;
+  int terms = 3;
+  double theta = 1e7;
+  float eps = 1e-6f;
+  // Split operands (terms 3) on the Hopper wgmma kernel (attn_wg.cu): 1 = yes, 0 = the mma.sync
+  // kernel, 2 / 3 = wgmma with a stacked [Kh; Kl] tile / three S accumulators (experimental, not
+  // yet run on a GPU; attn_wg.cu), -1 = env
+  // LILY_PREFILL_ATTN_WG (default 1).
+  int wg = -1;
+  void (*prof)(void* ctx, const char* what) = nullptr;  // as GdnPrefillArgs::prof
+  void* prof_ctx = nullptr;
+};
+Status attn_prefill(const AttnPrefillArgs& a, Stream s);
+// The flash step alone on wgmma (terms 3, fp32 caches; after prep wrote q and this chunk's K/V):
+// converts the cache's positions 0..pos0+M into bf16 hi/lo planes (scratch grown on demand), then
+// the causal GQA flash attention. Called by attn_prefill.
+Status attn_flash_wg(const AttnPrefillArgs& a, Stream s, int variant = 1);
+Status attn_prefill_init();
+
+}  // namespace lily::cuda::pf

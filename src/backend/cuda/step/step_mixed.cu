@@ -1,0 +1,172 @@
+// CudaBackend::step: decode rows and prompt segments as one batched step (issue 24). The batched step's
+// scratch and enqueue function are batch.cu's (batch_ctx.h); the segments' mixers are the prefill kernels.
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "backend/cuda/step/batch_ctx.h"
+#include "backend/cuda/step/batch_ops.h"
+#include "backend/cuda/step/prefill_ops.h"
+
+namespace lily {
+namespace cuda {
+
+// One serving step over decode rows and prompt segments together (issue 24): the segments' tokens
+// are rows of the batched step beside the decode rows, so every projection, the router, the experts
+// and the lm_head run once over all of them (qgemm, two-pass activations as the batched step); only
+// the mixers are per sequence: the batched DeltaNet step and decode attention on the decode rows,
+// the prefill kernels (chunked DeltaNet, causal flash attention over the cache) on each segment's
+// rows. A step with no segment (or a lone feed, or a shape or state the batched kernels do not take)
+// is Backend::step: the captured decode graphs, or the prefill path for a lone prompt.
+Status CudaBackend::step(std::span<const StepFeed> feeds) {
+  const ModelConfig& c = cfg_;
+  int D = 0, R = 0;
+  size_t wy_need = 0;  // the segments' chunked-DeltaNet scratch (floats)
+  bool any_seg = false, ok = feeds.size() >= 2;
+  for (const StepFeed& f : feeds) {
+    auto* st = dynamic_cast<CudaSeqState*>(f.state);
+    if (!st || st->be != this) return cu_err("step: a state belongs to another backend");
+    const int L = int(f.tokens.size());
+    if (st->n + L > st->cap) return cu_err("step: {} + {} tokens exceed the state's room {}", st->n, L, st->cap);
+    ok = ok && st->f32;
+    if (L == 1) ++D;
+    else any_seg = true, wy_need += pf::gdn_wy_floats(L, c.linear_num_value_heads);
+    R += L;
+  }
+  ok = ok && any_seg && batch_knobs_ok() && tc_on() && c.linear_value_head_dim <= 256 &&
+       c.shared_expert_intermediate_size == c.moe_intermediate_size && prefill_shapes_ok(c);
+  if (ok && pf_cap_ == 0) LILY_TRY(pf_alloc(prefill_chunk_cap()));
+  // The segments' mixers share the prefill scratch, each at its own rows.
+  if (!ok || R - D > pf_cap_ || wy_need > pf::gdn_wy_floats(pf_cap_, c.linear_num_value_heads)) return Backend::step(feeds);
+  LILY_TRY(batch_alloc(R));
+  BatchCtx& x = *batch_;
+  const int C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nhd = c.num_attention_heads * c.head_dim;
+  // Row table: decode rows first (feed order), then each segment's tokens; the mixed table: rows that
+  // need logits (out_idx, with the feed each serves) and the rows that leave each state's position.
+  struct Seg {
+    CudaSeqState* st;
+    int row0, L;
+  };
+  std::vector<Seg> segs;
+  std::vector<const StepFeed*> outs;
+  int32_t* oi = x.out_idx(x.mtab_host);
+  int32_t* fp = x.fin_pos(x.mtab_host);
+  StepCtl** fc = x.fin_ctl(x.mtab_host);
+  int r = 0, nfin = 0;
+  for (int pass = 0; pass < 2; ++pass)
+    for (const StepFeed& f : feeds) {
+      const int L = int(f.tokens.size());
+      if ((L == 1) != (pass == 0)) continue;
+      auto& st = *static_cast<CudaSeqState*>(f.state);
+      if (L > 1) segs.push_back({&st, r, L});
+      for (int j = 0; j < L; ++j, ++r) x.put_row(r, st, f.tokens[size_t(j)], st.n + j);
+      fc[nfin] = st.ctl, fp[nfin] = st.n + L - 1, ++nfin;
+      if (f.logits || f.draw) oi[outs.size()] = r - 1, outs.push_back(&f);
+    }
+  LILY_CU_TRY(cudaMemcpyAsync(x.tab_dev, x.tab_host, x.tab_bytes, cudaMemcpyHostToDevice, stream_));
+  LILY_CU_TRY(cudaMemcpyAsync(x.mtab_dev, x.mtab_host, x.mtab_bytes, cudaMemcpyHostToDevice, stream_));
+  // The segments' mixers: the prefill kernels on their rows of x.u, into x.og (DeltaNet) / x.o.
+  auto& p = pf_;
+  const float eps = c.rms_norm_eps;
+  MixedPlan mp;
+  mp.D = D, mp.n_out = int(outs.size());
+  // The segments' DeltaNet args of every layer, uploaded once: one launch per kernel and layer covers
+  // every segment (pf::gdn_prefill_segments; segment j's scratch rows start at its prompt-row offset,
+  // its WY scratch after the previous segments'). Fits the prefill scratch when the step's prompt rows
+  // do (checked above).
+  const int n_gdn = c.num_hidden_layers - int(std::count_if(d_.layers.begin(), d_.layers.end(), [](const DevLayer& l) { return l.attn; }));
+  const int S = int(segs.size());
+  std::vector<pf::GdnPrefillArgs> gargs(size_t(n_gdn) * size_t(S));
+  std::vector<int> gdn_idx(size_t(c.num_hidden_layers), -1);
+  size_t longest = 0;
+  for (int i = 0, gi = 0; i < c.num_hidden_layers; ++i) {
+    const DevLayer& Lw = d_.layers[size_t(i)];
+    if (Lw.attn) continue;
+    gdn_idx[size_t(i)] = gi;
+    size_t wy_off = 0;
+    for (int j = 0; j < S; ++j) {
+      const Seg& sg = segs[size_t(j)];
+      CudaSeqState& st = *sg.st;
+      auto& SL = st.layers[size_t(i)];
+      const int pos0 = st.n;
+      const size_t pr = size_t(sg.row0 - D);  // the segment's first prompt row: its scratch rows
+      pf::GdnPrefillArgs& g = gargs[size_t(gi) * S + j];
+      g.u = x.u + size_t(sg.row0) * x.urows, g.ldu = x.urows, g.M = sg.L;
+      const size_t wn = size_t(C) * (c.linear_conv_kernel_dim - 1) * (st.f32 ? 2 : 1);  // uint16 units
+      g.win_in = SL.conv + size_t(pos0 & 1) * wn, g.win_out = SL.conv + size_t((pos0 + sg.L) & 1) * wn, g.win_f32 = st.f32;
+      g.conv_w = Lw.conv_w, g.A_log = Lw.A_log, g.dt_bias = Lw.dt_bias, g.gnorm = Lw.gnorm, g.S = SL.S;
+      g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.K = c.linear_conv_kernel_dim, g.eps = eps;
+      const size_t kd = size_t(c.gdn_key_dim()), nv = size_t(c.linear_num_value_heads);
+      g.qn = p.qn + pr * kd, g.kn = p.kn + pr * kd, g.v = p.v + pr * vd, g.g = p.g + pr * nv, g.beta = p.beta + pr * nv;
+      g.o_raw = p.o_raw + pr * vd, g.o = x.og + size_t(sg.row0) * vd, g.wy = p.wy + wy_off;
+      wy_off += pf::gdn_wy_floats(sg.L, c.linear_num_value_heads);
+      if (gi == 0 && size_t(sg.L) > size_t(gargs[longest].M)) longest = size_t(j);
+    }
+    ++gi;
+  }
+  if (!gargs.empty()) {
+    if (x.seg_args_cap < gargs.size()) {
+      if (x.seg_args) cudaFree(x.seg_args);
+      x.seg_args = nullptr, x.seg_args_cap = 0;
+      LILY_CU_TRY(cudaMalloc(&x.seg_args, gargs.size() * sizeof(pf::GdnPrefillArgs)));
+      x.seg_args_cap = gargs.size();
+    }
+    LILY_CU_TRY(cudaMemcpyAsync(x.seg_args, gargs.data(), gargs.size() * sizeof(pf::GdnPrefillArgs), cudaMemcpyHostToDevice, stream_));
+  }
+  auto* seg_dev = static_cast<pf::GdnPrefillArgs*>(x.seg_args);
+  mp.seg_mixers = [&](int i, bool attn) -> Status {
+    const DevLayer& Lw = d_.layers[size_t(i)];
+    if (!attn) {
+      const int gi = gdn_idx[size_t(i)];
+      return pf::gdn_prefill_segments(gargs[size_t(gi) * S + longest], seg_dev + size_t(gi) * S, S, stream_);
+    }
+    for (const Seg& sg : segs) {
+      CudaSeqState& st = *sg.st;
+      auto& SL = st.layers[size_t(i)];
+      const int pos0 = st.n;
+      pf::AttnPrefillArgs a{};
+      a.u = x.u + size_t(sg.row0) * x.urows, a.ldu = x.urows, a.M = sg.L, a.pos0 = pos0;
+      a.q_norm = Lw.q_norm, a.k_norm = Lw.k_norm, a.kc = SL.kc, a.vc = SL.vc, a.kv_f32 = st.f32, a.terms = 3;
+      a.qb = p.qb, a.out = x.o + size_t(sg.row0) * nhd, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
+      a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim(), a.max_seq = st.cap;
+      a.theta = c.rope_theta, a.eps = eps;
+      LILY_TRY(pf::attn_prefill(a, stream_));
+    }
+    return Status::ok();
+  };
+  // LILY_BATCH_PROFILE=1: an event after each op (segment mixers inside the mixer ops); the third mixed
+  // step of each row count prints the table.
+  x.prof = env_is("LILY_BATCH_PROFILE", "1");
+  const Marker mk = [&](const char* name) { x.mark(name, stream_); };
+  mk("start");
+  Status enq = enqueue_tc(x, c, d_, R, stream_, mk, &mp);
+  x.prof = false;
+  LILY_TRY(enq);
+  LILY_TRY(bfinish(x.fin_ctl(x.mtab_dev), x.fin_pos(x.mtab_dev), nfin, stream_));
+  // Outputs: rows drawn on the device (the others' specs are unused), logits rows to the host.
+  const size_t V = size_t(c.vocab_size);
+  bool any_draw = false;
+  for (size_t o = 0; o < outs.size(); ++o) {
+    any_draw |= outs[o]->draw != nullptr;
+    if (outs[o]->logits)
+      LILY_CU_TRY(cudaMemcpyAsync(outs[o]->logits, x.logits + o * V, V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  }
+  if (any_draw) {
+    std::vector<DrawSpec> spec(outs.size());
+    std::vector<Drawn> got(outs.size());
+    for (size_t o = 0; o < outs.size(); ++o)
+      if (outs[o]->draw) spec[o] = *outs[o]->draw;
+    LILY_TRY(draw_device(x.logits, int(outs.size()), spec, got));
+    for (size_t o = 0; o < outs.size(); ++o)
+      if (outs[o]->draw) *outs[o]->drawn = got[o];
+  }
+  LILY_CU_TRY(cudaStreamSynchronize(stream_));
+  for (const StepFeed& f : feeds) static_cast<CudaSeqState*>(f.state)->n += int(f.tokens.size());
+  if (!x.ev.empty() && x.prof_calls[-R] == 2)
+    std::fprintf(stderr, "(mixed step: %d decode rows, %zu segments, %d rows in all)\n", D, segs.size(), R);
+  end_profile(-R, R);
+  return Status::ok();
+}
+
+}  // namespace cuda
+}  // namespace lily

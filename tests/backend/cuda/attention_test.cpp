@@ -1,0 +1,417 @@
+// The attention family (src/backend/cuda/attention/): CudaOps.Attention checks the decode prep and
+// split-K decode (attention.cu) against the CPU reference, fp32 and bf16 caches (ops_util.h);
+// CudaPrefill.Attn* the prefill flash attention (attn_prefill.cu, attn_wg.cu) at every tile edge,
+// and times it with LILY_ATTN_BENCH=1 (prefill_util.h); CudaBatch.AttentionEqualsBatch1 the batched
+// decode (batch_attn.cu) against attn_prep + attn_decode (batch_util.h).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../cuda_test_env.h"
+
+#ifdef LILY_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "backend/cpu/ref_ops.h"
+#include "backend/cuda/common/ops.h"
+#include "backend/cuda/step/batch_ops.h"
+#include "backend/cuda/step/prefill_ops.h"
+#include "core/bf16.h"
+#include "batch_util.h"
+#include "ops_util.h"
+#include "prefill_util.h"
+
+// ---- CudaOps: decode attention against the CPU reference --------------------------------------------------
+namespace lily::test_ops {
+namespace {
+
+// kv_f32: the cache in fp32 (default states) or bf16 (LILY_CUDA_KV=bf16).
+void attn_case(int nh, int nkv, int hd, int pos, int max_seq, bool kv_f32 = true) {
+  const int qw = 2 * hd, rot = hd / 4, G = nh / nkv;
+  auto qkv = rand_bf16(size_t(nh) * qw + 2 * size_t(nkv) * hd, 2.f);
+  auto qn = rand_bf16(hd, 0.2f, 1.f), kn = rand_bf16(hd, 0.2f, 1.f);
+  auto qnb = as_bf16(qn), knb = as_bf16(kn);
+  // cache rows before pos: random values representable in bf16 (valid in either cache dtype)
+  std::vector<float> kc(size_t(nkv) * max_seq * hd, 0.f), vc(kc.size(), 0.f);
+  for (int h = 0; h < nkv; ++h)
+    for (int t = 0; t < pos; ++t)
+      for (int d = 0; d < hd; ++d) {
+        kc[(size_t(h) * max_seq + t) * hd + d] = round_bf16(randn() * 2.f);
+        vc[(size_t(h) * max_seq + t) * hd + d] = round_bf16(randn());
+      }
+  // reference: q/k norm + rope, cache write, softmax attention, gate
+  std::vector<float> q(size_t(nh) * hd), kk(size_t(nkv) * hd);
+  for (int h = 0; h < nh; ++h) cpu::rmsnorm(&qkv[size_t(h) * qw], 1, hd, qnb.data(), 1e-6f, &q[size_t(h) * hd]);
+  cpu::rmsnorm(&qkv[size_t(nh) * qw], nkv, hd, knb.data(), 1e-6f, kk.data());
+  cpu::rope_neox(q.data(), nh, hd, rot, pos, 1e7);
+  cpu::rope_neox(kk.data(), nkv, hd, rot, pos, 1e7);
+  for (int h = 0; h < nkv; ++h)
+    for (int d = 0; d < hd; ++d) {
+      const float kv = kk[h * hd + d];
+      kc[(size_t(h) * max_seq + pos) * hd + d] = kv_f32 ? kv : round_bf16(kv);
+      vc[(size_t(h) * max_seq + pos) * hd + d] = qkv[size_t(nh) * qw + size_t(nkv) * hd + h * hd + d];
+    }
+  std::vector<float> ref(size_t(nh) * hd);
+  const float scale = 1.0f / std::sqrt(float(hd));
+  for (int h = 0; h < nh; ++h) {
+    const int kvh = h / G;
+    std::vector<float> p(pos + 1);
+    float mx = -INFINITY;
+    for (int t = 0; t <= pos; ++t) {
+      float s = 0;
+      for (int d = 0; d < hd; ++d) s += q[h * hd + d] * kc[(size_t(kvh) * max_seq + t) * hd + d];
+      mx = std::max(mx, p[t] = s * scale);
+    }
+    float sum = 0;
+    for (int t = 0; t <= pos; ++t) sum += (p[t] = std::exp(p[t] - mx));
+    for (int d = 0; d < hd; ++d) {
+      float o = 0;
+      for (int t = 0; t <= pos; ++t) o += p[t] / sum * vc[(size_t(kvh) * max_seq + t) * hd + d];
+      const float gt = qkv[size_t(h) * qw + hd + d];
+      ref[h * hd + d] = o * (1.0f / (1.0f + std::exp(-gt)));
+    }
+  }
+  // device: cache rows < pos preloaded; rows ≥ pos poisoned
+  std::vector<float> kc0 = kc, vc0 = vc;
+  for (int h = 0; h < nkv; ++h)
+    for (int d = 0; d < hd; ++d) kc0[(size_t(h) * max_seq + pos) * hd + d] = vc0[(size_t(h) * max_seq + pos) * hd + d] = NAN;
+  const size_t es = kv_f32 ? 4 : 2;
+  DBuf<uint8_t> dk(kc0.size() * es), dv(vc0.size() * es);
+  auto put = [&](DBuf<uint8_t>& d, const std::vector<float>& v) {
+    if (kv_f32) cudaMemcpy(d.p, v.data(), v.size() * 4, cudaMemcpyHostToDevice);
+    else {
+      auto b = to_bits(v);
+      cudaMemcpy(d.p, b.data(), b.size() * 2, cudaMemcpyHostToDevice);
+    }
+  };
+  auto get = [&](const DBuf<uint8_t>& d) {
+    auto raw = d.down();
+    std::vector<float> v(raw.size() / es);
+    if (kv_f32) std::memcpy(v.data(), raw.data(), raw.size());
+    else {
+      std::vector<uint16_t> b(v.size());
+      std::memcpy(b.data(), raw.data(), raw.size());
+      v = from_bits(b);
+    }
+    return v;
+  };
+  put(dk, kc0), put(dv, vc0);
+  DBuf<float> dqkv(qkv), dq(size_t(nh) * hd), dout(size_t(nh) * hd);
+  DBuf<uint16_t> dqn(to_bits(qn)), dkn(to_bits(kn));
+  DBuf<float> part(size_t(nkv) * cuda::attn_max_splits() * G * (hd + 2));
+  DBuf<cuda::StepCtl> ctl(1);
+  cuda::StepCtl c0{};
+  c0.pos = pos;
+  cudaMemcpy(ctl.p, &c0, sizeof(c0), cudaMemcpyHostToDevice);
+  ASSERT_TRUE(cuda::attn_init().is_ok());
+  cuda::AttnArgs a{};
+  a.qkv = dqkv.p, a.q_norm = dqn.p, a.k_norm = dkn.p, a.q = dq.p, a.kc = dk.p, a.vc = dv.p, a.kv_f32 = kv_f32, a.out = dout.p;
+  a.partial = part.p, a.ctl = ctl.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot, a.max_seq = max_seq;
+  a.n_split = cuda::attn_max_splits();
+  ASSERT_TRUE(cuda::attn_prep(a, nullptr).is_ok());
+  for (int rep = 0; rep < 2; ++rep) ASSERT_TRUE(cuda::attn_decode(a, nullptr).is_ok());
+  const std::string sh = "h" + std::to_string(nh) + "/" + std::to_string(nkv) + " d" + std::to_string(hd) + " ctx " +
+                         std::to_string(pos + 1) + (kv_f32 ? " kv f32" : " kv bf16");
+  check("attn prep: q norm+rope", sh, dq.down(), q, 1e-5f, 1e-4f);
+  std::vector<float> kpos, kref, vpos, vref;
+  auto kd = get(dk), vdv = get(dv);
+  for (int h = 0; h < nkv; ++h)
+    for (int d = 0; d < hd; ++d) {
+      const size_t i = (size_t(h) * max_seq + pos) * hd + d;
+      kpos.push_back(kd[i]), kref.push_back(kc[i]), vpos.push_back(vdv[i]), vref.push_back(vc[i]);
+    }
+  check("attn prep: k cache write", sh, kpos, kref, kv_f32 ? 1e-5f : 1e-2f, kv_f32 ? 1e-4f : 1e-2f);
+  check("attn prep: v cache write", sh, vpos, vref, 0, 0);
+  check("attn split-K decode + gate", sh, dout.down(), ref, kv_f32 ? 1e-4f : 1e-3f, 1e-3f);
+}
+TEST(CudaOps, Attention) {
+  LILY_OPS_REQUIRE_GPU();
+  attn_case(16, 2, 256, 0, 8);
+  attn_case(16, 2, 256, 63, 128);
+  attn_case(16, 2, 256, 64, 128);
+  attn_case(16, 2, 256, 4200, 4300);
+  attn_case(16, 2, 256, 40000, 40001);
+  attn_case(16, 2, 256, 4200, 4300, false);
+  attn_case(16, 2, 256, 40000, 40001, false);
+  attn_case(4, 2, 64, 5, 16);
+  attn_case(8, 8, 128, 300, 512);
+  attn_case(2, 1, 256, 20, 32);   // small-seed11 golden
+  attn_case(6, 2, 64, 37, 64);    // wide-seed23 golden: GQA group 3
+  attn_case(4, 2, 128, 50, 64);   // golden-small-seed7
+  attn_case(4, 2, 128, 50, 64, false);
+  attn_case(16, 2, 256, 66, 128);          // chunk tails (67 positions)
+  attn_case(16, 2, 256, 32766, 32768);     // the 32k bench context
+  attn_case(12, 2, 128, 1001, 1024);       // GQA group 6 (24 scores per chunk)
+  attn_case(2, 2, 64, 2, 8);               // group 1, 3 positions
+}
+
+}  // namespace
+}  // namespace lily::test_ops
+
+// ---- CudaPrefill: prefill attention against the CPU reference ---------------------------------------------
+namespace lily::test_prefill {
+namespace {
+
+// terms 3 (fp32 caches): q/K/V/P split into bf16 hi + lo, checked against the plain fp32
+// reference; terms 1: bf16 operands, checked against a reference that rounds q/K/V to bf16.
+// wg: the split-operand kernel (1 wgmma, attn_wg.cu; 0 mma.sync; -1 the default).
+void attn_case(int nh, int nkv, int hd, int pos0, int M, bool kv_f32 = true, int terms = 3, int wg = -1) {
+  if (!kv_f32) terms = 1;
+  const int qw = 2 * hd, rot = hd / 4, ldu = nh * qw + 2 * nkv * hd, max_seq = pos0 + M + 3;
+  auto u = randv(size_t(M) * ldu);
+  auto qn = rand_bf16(hd, 0.1f, 1.f), kn = rand_bf16(hd, 0.1f, 1.f);
+  // Cache before: positions < pos0 random bf16 (as a previous prefill/decode left them).
+  std::vector<float> kc(size_t(nkv) * max_seq * hd, 0.f), vc = kc;
+  for (int h = 0; h < nkv; ++h)
+    for (int t = 0; t < pos0; ++t)
+      for (int d = 0; d < hd; ++d) {
+        kc[(size_t(h) * max_seq + t) * hd + d] = round_bf16(randn());
+        vc[(size_t(h) * max_seq + t) * hd + d] = round_bf16(randn());
+      }
+  DBuf<float> du(u), dout(size_t(M) * nh * hd);
+  // Cache on the device: fp32 (decode default) or bf16.
+  const size_t esz = kv_f32 ? 4 : 2, cbytes = kc.size() * esz;
+  DBuf<uint8_t> dkc(cbytes), dvc(cbytes);
+  auto upc = [&](DBuf<uint8_t>& d, const std::vector<float>& v) {
+    if (kv_f32) cudaMemcpy(d.p, v.data(), cbytes, cudaMemcpyHostToDevice);
+    else { auto b = to_bits(v); cudaMemcpy(d.p, b.data(), cbytes, cudaMemcpyHostToDevice); }
+  };
+  auto downc = [&](DBuf<uint8_t>& d) {
+    auto raw = d.down();
+    std::vector<float> v(kc.size());
+    if (kv_f32) std::memcpy(v.data(), raw.data(), cbytes);
+    else {
+      std::vector<uint16_t> b(v.size());
+      std::memcpy(b.data(), raw.data(), cbytes);
+      v = from_bits(b);
+    }
+    return v;
+  };
+  upc(dkc, kc), upc(dvc, vc);
+  DBuf<uint16_t> dqn(to_bits(qn)), dkn(to_bits(kn)), dqb(size_t(terms == 3 ? 2 : 1) * M * nh * hd);
+  cuda::pf::AttnPrefillArgs a{};
+  a.u = du.p, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = dqn.p, a.k_norm = dkn.p, a.kc = dkc.p, a.vc = dvc.p;
+  a.kv_f32 = kv_f32, a.terms = terms, a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot, a.max_seq = max_seq;
+  a.wg = wg;
+  ASSERT_TRUE(cuda::pf::attn_prefill(a, nullptr).is_ok());
+  // Reference: fp32 norm + rope; q, K, V rounded to bf16 when the kernel's MMAs take them so
+  // (terms 1); softmax in double.
+  auto qnb = as_bf16(qn), knb = as_bf16(kn);
+  std::vector<float> q(size_t(M) * nh * hd);
+  for (int m = 0; m < M; ++m) {
+    for (int h = 0; h < nh; ++h) cpu::rmsnorm(&u[size_t(m) * ldu + h * qw], 1, hd, qnb.data(), 1e-6f, &q[(size_t(m) * nh + h) * hd]);
+    std::vector<float> k(size_t(nkv) * hd);
+    for (int h = 0; h < nkv; ++h) cpu::rmsnorm(&u[size_t(m) * ldu + nh * qw + h * hd], 1, hd, knb.data(), 1e-6f, &k[size_t(h) * hd]);
+    cpu::rope_neox(&q[size_t(m) * nh * hd], nh, hd, rot, pos0 + m, 1e7);
+    cpu::rope_neox(k.data(), nkv, hd, rot, pos0 + m, 1e7);
+    for (int h = 0; h < nkv; ++h)
+      for (int d = 0; d < hd; ++d) {
+        kc[(size_t(h) * max_seq + pos0 + m) * hd + d] = k[size_t(h) * hd + d];
+        vc[(size_t(h) * max_seq + pos0 + m) * hd + d] = u[size_t(m) * ldu + nh * qw + nkv * hd + h * hd + d];
+      }
+  }
+  std::vector<float> kcr = kc, vcr = vc;
+  if (terms == 1) {
+    for (auto& x : q) x = round_bf16(x);
+    for (auto& x : kcr) x = round_bf16(x);
+    for (auto& x : vcr) x = round_bf16(x);
+  }
+  std::vector<float> ref(size_t(M) * nh * hd);
+  const float scale = 1.f / std::sqrt(float(hd));
+  for (int m = 0; m < M; ++m)
+    for (int h = 0; h < nh; ++h) {
+      const int kvh = h / (nh / nkv), n = pos0 + m + 1;
+      std::vector<double> p(n);
+      double mx = -1e30, sum = 0;
+      for (int t = 0; t < n; ++t) {
+        double s = 0;
+        for (int d = 0; d < hd; ++d) s += double(q[(size_t(m) * nh + h) * hd + d]) * kcr[(size_t(kvh) * max_seq + t) * hd + d];
+        p[t] = s * scale, mx = std::max(mx, p[t]);
+      }
+      for (auto& x : p) sum += (x = std::exp(x - mx));
+      for (int d = 0; d < hd; ++d) {
+        double o = 0;
+        for (int t = 0; t < n; ++t) o += p[t] * vcr[(size_t(kvh) * max_seq + t) * hd + d];
+        const float gt = u[size_t(m) * ldu + h * qw + hd + d];
+        ref[(size_t(m) * nh + h) * hd + d] = float(o / sum) / (1.f + std::exp(-gt));
+      }
+    }
+  const std::string shape = dims({nh, nkv, hd}) + " pos0=" + std::to_string(pos0) + " M=" + std::to_string(M) +
+                            (kv_f32 ? " f32 kv" : " bf16 kv") + (terms == 3 ? " split" : " bf16 ops") +
+                            (terms == 3 ? (wg == 0 ? " mma.sync" : " wgmma") : "");
+  // Split operands: ~16-bit products, errors ~1e-5 (tolerance 3e-4 + 1e-3·|ref|); bf16: ~3e-3.
+  if (terms == 3) check("attn prefill out", shape, dout.down(), ref, 3e-4f, 1e-3f);
+  else check("attn prefill out", shape, dout.down(), ref, 1.5e-2f, 2e-2f);
+  // K: fp32 norm + RoPE vs the reference's (last-bit differences; one bf16 ulp when stored bf16).
+  std::vector<float> kcb = kc;
+  for (auto& x : kcb) x = round_bf16(x);
+  check("attn prefill K cache", shape, downc(dkc), kv_f32 ? kc : kcb, kv_f32 ? 1e-5f : 1e-2f, kv_f32 ? 1e-5f : 8e-3f);
+  std::vector<float> vcb = vc;
+  for (auto& x : vcb) x = round_bf16(x);
+  check("attn prefill V cache", shape, downc(dvc), kv_f32 ? vc : vcb, 0.f, 0.f);
+}
+TEST(CudaPrefill, AttnPrefill) {
+  LILY_PREFILL_REQUIRE_GPU();
+  for (int M : {1, 2, 7, 8, 9, 63, 64, 65, 127, 128, 129}) attn_case(4, 2, 64, M % 3 == 0 ? 0 : 37, M);
+  attn_case(16, 2, 256, 0, 129);
+  attn_case(16, 2, 256, 100, 65);
+  attn_case(4, 4, 128, 5, 200);
+  attn_case(2, 1, 64, 0, 4097);
+  attn_case(2, 1, 64, 4095, 2);
+  attn_case(16, 2, 256, 100, 65, /*kv_f32=*/true, /*terms=*/1);
+  attn_case(2, 1, 64, 0, 4097, /*kv_f32=*/true, /*terms=*/1);
+  attn_case(16, 2, 256, 100, 65, /*kv_f32=*/false);
+  attn_case(4, 2, 64, 37, 129, /*kv_f32=*/false);
+  // The mma.sync split kernel (LILY_PREFILL_ATTN_WG=0) stays covered.
+  attn_case(16, 2, 256, 100, 65, true, 3, /*wg=*/0);
+  attn_case(4, 2, 64, 37, 129, true, 3, /*wg=*/0);
+  attn_case(2, 1, 64, 0, 4097, true, 3, /*wg=*/0);
+}
+// The wgmma split kernel (attn_wg.cu, the default): 128-query blocks of two 64-row warpgroups,
+// 32-key tiles, the K/V split planes padded to 64 keys. The real shape (16 q / 2 kv heads, hd 256)
+// at every query-tile and key-tile edge, with and without cached positions (pos0 0 / 37 / 100),
+// chunks continuing far into the cache, one long row per head dim.
+TEST(CudaPrefill, AttnPrefillWgmma) {
+  LILY_PREFILL_REQUIRE_GPU();
+  const int pos0s[3] = {0, 37, 100};
+  int i = 0;
+  for (int M : {1, 2, 7, 8, 9, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257})
+    attn_case(16, 2, 256, pos0s[i++ % 3], M, true, 3, 1);
+  attn_case(16, 2, 256, 4000, 129, true, 3, 1);  // continuing after 4000 cached positions
+  attn_case(16, 2, 256, 4095, 2, true, 3, 1);
+  attn_case(4, 1, 256, 4097, 64, true, 3, 1);
+  for (int M : {4095, 4096, 4097}) attn_case(2, 1, 128, 0, M, true, 3, 1);
+  attn_case(2, 1, 256, 0, 4097, true, 3, 1);
+  attn_case(4, 2, 64, 1000, 300, true, 3, 1);
+  attn_case(8, 8, 128, 63, 65, true, 3, 1);
+}
+// Experimental wgmma variants (LILY_PREFILL_ATTN_WG=2: stacked [Kh; Kl] tile; =3: three S
+// accumulators), not the default: the same edges on fewer rows. Only with LILY_ATTN_VARIANTS=1
+// (scripts/device/attn_ab.sh), so an unproven variant does not fail the default op table.
+TEST(CudaPrefill, AttnPrefillWgmmaVariants) {
+  LILY_PREFILL_REQUIRE_GPU();
+  const char* e = std::getenv("LILY_ATTN_VARIANTS");
+  if (!e || std::string(e) != "1") GTEST_SKIP() << "set LILY_ATTN_VARIANTS=1 to check the experimental attention variants";
+  for (int v : {2, 3}) {
+    const int pos0s[3] = {0, 37, 100};
+    int i = 0;
+    for (int M : {1, 9, 32, 33, 64, 129, 257}) attn_case(16, 2, 256, pos0s[i++ % 3], M, true, 3, v);
+    attn_case(16, 2, 256, 4000, 129, true, 3, v);
+    attn_case(2, 1, 128, 0, 4097, true, 3, v);
+    attn_case(4, 2, 64, 1000, 300, true, 3, v);
+  }
+}
+// Timing of the attention prefill (prep + K/V split + flash) at the real shape (16 q / 2 kv heads,
+// hd 256, gate) for a 4,096-token chunk with 0 and 4,096 cached positions, per kernel variant
+// (0 mma.sync, 1 wgmma default, 2 and 3 experimental). Runs only with LILY_ATTN_BENCH=1. TF/s
+// counts 4·hd FLOP per (query, key ≤ query) pair and head. "rel": max |Δ| against variant 0's
+// output relative to max |out| (a cross-check; the CPU rows above are the oracle).
+TEST(CudaPrefill, AttnBench) {
+  LILY_PREFILL_REQUIRE_GPU();
+  const char* e = std::getenv("LILY_ATTN_BENCH");
+  if (!e || std::string(e) != "1") GTEST_SKIP() << "set LILY_ATTN_BENCH=1 to time the attention kernels";
+  const int nh = 16, nkv = 2, hd = 256, qw = 2 * hd, rot = 64, ldu = nh * qw + 2 * nkv * hd, M = 4096, max_seq = 8192;
+  DBuf<float> du(randv(size_t(M) * ldu)), dout(size_t(M) * nh * hd), dkc(size_t(nkv) * max_seq * hd), dvc(size_t(nkv) * max_seq * hd);
+  cudaMemset(dkc.p, 0, dkc.n * 4), cudaMemset(dvc.p, 0, dvc.n * 4);
+  DBuf<uint16_t> dqn(to_bits(rand_bf16(hd, 0.1f, 1.f))), dkn(to_bits(rand_bf16(hd, 0.1f, 1.f))), dqb(size_t(2) * M * nh * hd);
+  for (int pos0 : {0, 4096}) {
+    std::vector<float> base;
+    std::printf("| attn 16x2x256 M=%d pos0=%d |", M, pos0);
+    for (int v : {0, 1, 2, 3}) {
+      cuda::pf::AttnPrefillArgs a{};
+      a.u = du.p, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = dqn.p, a.k_norm = dkn.p, a.kc = dkc.p, a.vc = dvc.p;
+      a.kv_f32 = true, a.terms = 3, a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot;
+      a.max_seq = max_seq, a.wg = v;
+      const float ms = mean_ms(5, [&] { return cuda::pf::attn_prefill(a, nullptr).is_ok(); });
+      ASSERT_GE(ms, 0.f) << "variant " << v << " pos0 " << pos0 << ": an attention call failed";
+      const double pairs = double(M) * pos0 + double(M) * (M + 1) / 2;
+      std::printf(" v%d %7.3f ms %6.1f TF/s", v, ms, 4.0 * hd * nh * pairs / (ms * 1e-3) / 1e12);
+      auto y = dout.down();
+      if (v == 0) base = y;
+      else {
+        const auto [md, my] = max_diff(y, base);
+        std::printf(" (rel %.1e)", md / std::max(my, 1e-30));
+      }
+      std::printf(" |");
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+}  // namespace lily::test_prefill
+
+// ---- CudaBatch: the batched decode against attn_decode ----------------------------------------------------
+namespace lily::test_batch {
+namespace {
+
+TEST(CudaBatch, AttentionEqualsBatch1) {
+  LILY_REQUIRE_GPU();
+  ASSERT_TRUE(cuda::attn_init().is_ok());
+  // Real shape (16 heads, 2 kv heads, hd 256, gated, rotary 64) and an edge shape (group 2, hd 64).
+  struct S { int nh, nkv, hd, rot; bool gate; };
+  const char* chunk = std::getenv("LILY_ATTN_CHUNK");
+  // The batch-1 default may be another split kernel (stated tolerance); with the per-position one it is exact.
+  const float tol = chunk && chunk[0] == '0' ? 0.f : 1e-5f;
+  for (S s : {S{16, 2, 256, 64, true}, S{4, 2, 64, 64, false}}) {
+    const int qw = (s.gate ? 2 : 1) * s.hd, ld = s.nh * qw + 2 * s.nkv * s.hd, nsplit = cuda::attn_max_splits();
+    for (int B : kBs) {
+      std::vector<int32_t> hp(static_cast<size_t>(B)), hcap(static_cast<size_t>(B));
+      size_t tot = 0;
+      std::vector<size_t> off(static_cast<size_t>(B));
+      for (int b = 0; b < B; ++b) {
+        hp[size_t(b)] = b == 0 ? 0 : (b * 211 + 3) % 1500, hcap[size_t(b)] = hp[size_t(b)] + 1 + 16 * (b % 3);
+        off[size_t(b)] = tot, tot += size_t(s.nkv) * hcap[size_t(b)] * s.hd;
+      }
+      std::vector<float> K0 = randv(tot), V0 = randv(tot);
+      D<float> kb(K0), vb(V0), k1(K0), v1(V0), qkv(randv(size_t(B) * ld)), q(size_t(B) * s.nh * s.hd), out(size_t(B) * s.nh * s.hd);
+      D<float> q1(size_t(B) * s.nh * s.hd), out1(size_t(B) * s.nh * s.hd);
+      D<float> part(size_t(B) * cuda::battn_partial_floats(s.nh, s.nkv, s.hd, nsplit)), part1(cuda::battn_partial_floats(s.nh, s.nkv, s.hd, nsplit));
+      D<uint16_t> qn(randbf(s.hd, 1.f, 0.2f)), kn(randbf(s.hd, 1.f, 0.2f));
+      std::vector<void*> hk(static_cast<size_t>(B)), hv(static_cast<size_t>(B));
+      for (int b = 0; b < B; ++b) hk[size_t(b)] = kb.p + off[size_t(b)], hv[size_t(b)] = vb.p + off[size_t(b)];
+      D<void*> tk(hk), tv(hv);
+      D<int32_t> tp(hp), tcap(hcap);
+      cuda::BAttnArgs a{};
+      a.qkv = qkv.p, a.ldqkv = ld, a.q_norm = qn.p, a.k_norm = kn.p, a.q = q.p, a.kc = tk.p, a.vc = tv.p, a.cap = tcap.p;
+      a.pos = tp.p, a.out = out.p, a.partial = part.p, a.nh = s.nh, a.nkv = s.nkv, a.hd = s.hd, a.qw = qw, a.rot = s.rot;
+      a.n_split = nsplit, a.min_per_split = 64, a.B = B, a.theta = 1e7, a.eps = 1e-6f;
+      ASSERT_TRUE(cuda::battn(a, nullptr).is_ok());
+      D<cuda::StepCtl> ctl(1);
+      for (int b = 0; b < B; ++b) {
+        cuda::StepCtl c{};
+        c.pos = hp[size_t(b)];
+        cudaMemcpy(ctl.p, &c, sizeof c, cudaMemcpyHostToDevice);
+        cuda::AttnArgs r{};
+        r.qkv = qkv.p + size_t(b) * ld, r.q_norm = qn.p, r.k_norm = kn.p, r.q = q1.p + size_t(b) * s.nh * s.hd;
+        r.kc = k1.p + off[size_t(b)], r.vc = v1.p + off[size_t(b)], r.kv_f32 = true, r.out = out1.p + size_t(b) * s.nh * s.hd;
+        r.partial = part1.p, r.ctl = ctl.p, r.nh = s.nh, r.nkv = s.nkv, r.hd = s.hd, r.qw = qw, r.rot = s.rot;
+        r.max_seq = hcap[size_t(b)], r.n_split = nsplit, r.min_per_split = 64, r.theta = 1e7, r.eps = 1e-6f;
+        ASSERT_TRUE(cuda::attn_prep(r, nullptr).is_ok());
+        ASSERT_TRUE(cuda::attn_decode(r, nullptr).is_ok());
+        cudaDeviceSynchronize();
+      }
+      const float e1 = max_diff(kb.get(), k1.get()) + max_diff(vb.get(), v1.get()), e2 = max_diff(q.get(), q1.get());
+      size_t bad = size_t(-1);
+      const float e3 = max_diff(out.get(), out1.get(), &bad, tol);
+      const std::string shape = std::to_string(s.nh) + "/" + std::to_string(s.nkv) + " heads hd " + std::to_string(s.hd);
+      row("attn cache write", shape, B, e1);
+      row("attn q (norm+rope)", shape, B, e2);
+      row("attn decode+merge+gate", shape + (tol > 0 ? " (tol 1e-5)" : ""), B, e3);
+      EXPECT_EQ(e1, 0.f);
+      EXPECT_EQ(e2, 0.f);
+      EXPECT_LE(e3, tol) << "first bad index " << bad;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lily::test_batch
+#endif  // LILY_HAVE_CUDA
