@@ -240,7 +240,7 @@ void Engine::step() {
     return !(e && *e == '0');
   }();
   if (segs.empty() && pipeline && !host_sampling() && rows.size() == 1 && active_.size() == 1 &&
-      rows[0]->pipelinable() && model_.pipelined_draw())
+      rows[0]->pipelinable() && model_.pipelines())
     decode_pipelined(*rows[0]);
   else if (!segs.empty() || !rows.empty())
     run_step(segs, rows);
@@ -522,13 +522,29 @@ void Engine::decode_pipelined(Sequence& s) {
     s.finish(FinishReason::kError, "", st.message());
     retire(s, false);
   };
-  // Room for the launched step's token (a K/V cache grows here, to the request's projection), then the launch.
+  // Room for the launched step's token (a K/V cache grows here, to the request's projection), then the
+  // launch: step i draws into slot[i % 2], which step i - 2's wait has emptied.
+  Drawn slot[2];
+  StepTicket ticket[2] = {0, 0};
+  uint64_t launched = 0;
   auto launch = [&](int32_t token) -> Status {
     if (Status g = grow(s, s.state().n_tokens() + 1); !g) {
       oom = true;
       return g;
     }
-    return model_.launch_draw(s.state(), token, s.device_spec());
+    const DrawSpec spec = s.device_spec();
+    StepFeed f;
+    f.state = &s.state(), f.tokens = std::span<const int32_t>(&token, 1), f.draw = &spec, f.drawn = &slot[launched % 2];
+    LILY_ASSIGN_OR_RETURN(ticket[launched % 2], model_.launch(std::span<const StepFeed>(&f, 1)));
+    ++launched;
+    return Status::ok();
+  };
+  uint64_t waited = 0;
+  auto collect = [&](Drawn& d) -> Status {
+    const int k = int(waited++ % 2);
+    Status st = model_.wait(ticket[k]);
+    d = slot[k];
+    return st;
   };
   int32_t in = s.next_token();  // the input of the oldest step in flight
   if (Status st = launch(in); !st) return fail(st);
@@ -550,15 +566,15 @@ void Engine::decode_pipelined(Sequence& s) {
     // flight: then the extra step's draw is dropped, and its input (that token) stays in the state.
     // A queue that waits for memory waits for this request to end: no reason to stop.
     const bool ahead = s.tokens_left() > 1 && !s.req().cancelled && (queue_depth() == 0 || mem_blocked_) && s.pipelinable();
-    Status launched = ahead ? launch(-1) : Status::ok();
+    Status launched_ok = ahead ? launch(kDrawnToken) : Status::ok();
     Drawn d;
-    Status st = model_.collect_draw(d);
+    Status st = collect(d);
     stats_.decode_steps++;
     stats_.decode_rows++;
-    if (!st || !launched) {
+    if (!st || !launched_ok) {
       Drawn extra;
-      if (ahead && launched) (void)model_.collect_draw(extra);  // leave nothing in flight
-      return fail(st ? launched : st);
+      if (ahead && launched_ok) (void)collect(extra);  // leave nothing in flight
+      return fail(st ? launched_ok : st);
     }
     s.fed(std::span<const int32_t>(&in, 1));
     const bool alive = s.deliver(s.take_drawn(d));
@@ -569,7 +585,7 @@ void Engine::decode_pipelined(Sequence& s) {
     in = d.id;  // what the step launched ahead fed
     if (!alive) {
       Drawn extra;
-      Status last = model_.collect_draw(extra);
+      Status last = collect(extra);
       if (last) s.fed(std::span<const int32_t>(&in, 1));  // the state holds it: keep the cache entry true
       retire(s, last.is_ok());
       return;

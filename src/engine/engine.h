@@ -66,6 +66,7 @@ struct GenRequest {
   std::optional<int32_t> inject_after;  // when this id is sampled, output inject_tokens next
   std::vector<int32_t> inject_tokens;   // (e.g. a named tool call right after </think>)
   std::vector<int32_t> forced_output;   // test hook: fed instead of sampling, then stop
+  bool ignore_eos = false;              // the model's stop tokens do not end the reply (lily bench)
   int step_delay_ms = 0;                // test hook: sleep per decode step
   std::string cache_key;                // prompt_cache_key
   // Also cache a snapshot of the state after this many prompt tokens (-1: none). With thinking

@@ -150,7 +150,7 @@ bool Sequence::deliver(GenToken tok) {
   const int32_t id = tok.id;
   GenEvent ev;
   ev.tokens.push_back(std::move(tok));
-  if (std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end()) {
+  if (!req_->ignore_eos && std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end()) {
     emit(std::move(ev));
     std::string rest = stops_.push(text_.flush()).text + stops_.flush();
     finish(FinishReason::kStop, std::move(rest));

@@ -872,11 +872,12 @@ void model_case(const ModelWeights& w, std::vector<int> pieces, int steps, const
   auto cpu_be = make_cpu_backend(w);
   auto gpu_be = make_cuda_backend(w, false);
   ASSERT_TRUE(cpu_be.is_ok() && gpu_be.is_ok()) << gpu_be.message();
+  auto cpu_m = Model::over(w.cfg, std::move(cpu_be).value()), gpu_m = Model::over(w.cfg, std::move(gpu_be).value());
   int Mt = 0;
   for (int p : pieces) Mt += p;
   const int V = w.cfg.vocab_size, cap = Mt + steps + 4;
-  auto cs = (*cpu_be)->new_state(cap);
-  auto gs = (*gpu_be)->new_state(cap);
+  auto cs = cpu_m->new_state(cap);
+  auto gs = gpu_m->new_state(cap);
   ASSERT_TRUE(cs.is_ok() && gs.is_ok());
   std::vector<int32_t> prompt(Mt);
   for (int i = 0; i < Mt; ++i) prompt[i] = int32_t((uint64_t(i) * 2654435761ull % 4294967296ull) % uint64_t(V));
@@ -885,8 +886,8 @@ void model_case(const ModelWeights& w, std::vector<int> pieces, int steps, const
   for (size_t i = 0; i < pieces.size(); ++i) {
     std::span<const int32_t> sp(prompt.data() + t0, pieces[i]);
     const bool last = i + 1 == pieces.size();
-    ASSERT_TRUE((*cpu_be)->forward(**cs, sp, last ? std::span<float>(lc) : std::span<float>()).is_ok());
-    ASSERT_TRUE((*gpu_be)->forward(**gs, sp, last ? std::span<float>(lg) : std::span<float>()).is_ok());
+    ASSERT_TRUE(cpu_m->forward(**cs, sp, last ? std::span<float>(lc) : std::span<float>()).is_ok());
+    ASSERT_TRUE(gpu_m->forward(**gs, sp, last ? std::span<float>(lg) : std::span<float>()).is_ok());
     t0 += pieces[i];
   }
   std::string shape = "M=";
@@ -905,8 +906,8 @@ void model_case(const ModelWeights& w, std::vector<int> pieces, int steps, const
   // Decode continues from the prefilled state (the decode graph, fp32 activations and K/V).
   for (int s = 0; s < steps; ++s) {
     const int32_t ic = argmax(lc);
-    ASSERT_TRUE((*cpu_be)->forward(**cs, std::span<const int32_t>(&ic, 1), lc).is_ok());
-    ASSERT_TRUE((*gpu_be)->forward(**gs, std::span<const int32_t>(&ic, 1), lg).is_ok());
+    ASSERT_TRUE(cpu_m->forward(**cs, std::span<const int32_t>(&ic, 1), lc).is_ok());
+    ASSERT_TRUE(gpu_m->forward(**gs, std::span<const int32_t>(&ic, 1), lg).is_ok());
   }
   if (steps > 0) check("model decode after prefill", shape + " +" + std::to_string(steps) + " steps", lg, lc, 5e-3f, 0.f);
 }
