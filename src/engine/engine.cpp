@@ -235,11 +235,7 @@ void Engine::step() {
   const std::vector<Sequence*> rows = decode_rows();
   size_t seg_tokens = 0;
   for (const Segment& g : segs) seg_tokens += g.tokens.size();
-  static const bool pipeline = [] {
-    const char* e = std::getenv("LILY_ENGINE_PIPELINE");
-    return !(e && *e == '0');
-  }();
-  if (segs.empty() && pipeline && !host_sampling() && rows.size() == 1 && active_.size() == 1 &&
+  if (segs.empty() && rows.size() == 1 && active_.size() == 1 &&
       rows[0]->pipelinable() && model_.pipelines())
     decode_pipelined(*rows[0]);
   else if (!segs.empty() || !rows.empty())
@@ -352,8 +348,9 @@ std::vector<Engine::Segment> Engine::plan_segments() {
   const size_t budget = size_t(std::max(1, opts_.step_tokens));
   for (auto& q : active_) {
     Sequence* s = q.get();
-    if (s->finished() || s->decoding()) continue;
-    if (!s->has_state()) {
+    using Phase = Sequence::Phase;
+    if (s->phase() != Phase::kWaiting && s->phase() != Phase::kPrefill) continue;
+    if (s->phase() == Phase::kWaiting) {
       int n_cached = 0;
       const auto tc = std::chrono::steady_clock::now();
       auto e = checkout(s->req(), n_cached);
@@ -407,14 +404,6 @@ std::vector<Sequence*> Engine::decode_rows() {
   return rows;
 }
 
-bool Engine::host_sampling() {
-  static const bool on = [] {
-    const char* e = std::getenv("LILY_HOST_SAMPLING");
-    return e && *e == '1';
-  }();
-  return on;
-}
-
 void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequence*>& rows) {
   const size_t V = size_t(model_.config().vocab_size), B = rows.size(), S = segs.size();
   // Rows whose requests need nothing but the raw logits are drawn by the backend where the logits
@@ -423,7 +412,7 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
   std::vector<int32_t> toks(B);
   std::vector<char> silent(B);  // rows feeding a prompt tail token: nothing drawn, nothing delivered
   for (size_t b = 0; b < B; ++b) toks[b] = rows[b]->next_token(), silent[b] = rows[b]->silent_step();
-  bool all_drawable = !host_sampling();
+  bool all_drawable = true;
   for (size_t b = 0; b < B && all_drawable; ++b) all_drawable = silent[b] || rows[b]->device_drawable();
   size_t n_logits = all_drawable ? 0 : B;
   std::vector<size_t> seg_row(S, SIZE_MAX);  // logits row of a segment that ends its prompt

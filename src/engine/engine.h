@@ -159,7 +159,6 @@ class Engine {
   std::vector<Segment> plan_segments();  // the newcomers' segments of this step, within step_tokens
   std::vector<Sequence*> decode_rows();  // the decoding requests, each with room for one more token
   void run_step(const std::vector<Segment>& segs, const std::vector<Sequence*>& rows);  // one Model::step
-  static bool host_sampling();      // LILY_HOST_SAMPLING=1: every row's logits to the host (A/B, tests)
   void decode_pipelined(Sequence& s);  // one request alone: two device-drawn steps in flight
   void retire(Sequence& s, bool ok);  // state back to the cache
   void drop_finished();
