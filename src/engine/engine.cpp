@@ -86,13 +86,15 @@ void Engine::worker() {
       if (stopping_) break;
       // A request with forks (n > 1) takes a slot per choice, and memory for each choice's state.
       size_t slots = active_.size(), pending = 0;
+      std::vector<uint64_t> kept;  // cached states this round's admitted requests continue from
       bool blocked = false;
       while (!queue_.empty() && (slots == 0 || slots + 1 + queue_.front()->forks.size() <= size_t(opts_.max_batch))) {
         // (A request cancelled while it waited needs nothing: the step drops it at once.)
         const GenRequest& head = *queue_.front();
         const size_t need = opts_.memory_budget_bytes > 0 && !head.cancelled ? projected_bytes(head) : 0;
         bool big = false;
-        if (need > 0 && !make_room(pending + need, &freed)) {
+        size_t reused = 0;
+        if (need > 0 && !make_room(pending + need, &freed, &head, &kept, &reused)) {
           if (!active_.empty() || !admitted.empty()) {  // running requests will leave and free theirs
             blocked = true;
             if (waited_ != queue_.front()) waited_ = queue_.front(), stats_.memory_waits++;
@@ -100,7 +102,7 @@ void Engine::worker() {
           }
           big = true;
         }
-        if (!big) pending += need;
+        if (!big) pending += need - reused;
         slots += 1 + queue_.front()->forks.size();
         too_big.push_back(big);
         admitted.push_back(std::move(queue_.front()));
@@ -170,12 +172,12 @@ size_t Engine::idle_bytes() const {
   return b;
 }
 
-bool Engine::drop_one_idle(std::vector<std::unique_ptr<SeqState>>* freed) {
+bool Engine::drop_one_idle(std::vector<std::unique_ptr<SeqState>>* freed, std::span<const uint64_t> keep) {
   std::unique_ptr<SeqState> st;
   if (!spare_.empty()) {
     st = std::move(spare_.back());
     spare_.pop_back();
-  } else if (auto e = cache_.take_lru()) {
+  } else if (auto e = cache_.take_lru(keep)) {
     st = std::move(e->state);
   } else {
     return false;
@@ -184,12 +186,28 @@ bool Engine::drop_one_idle(std::vector<std::unique_ptr<SeqState>>* freed) {
   return true;
 }
 
-bool Engine::make_room(size_t need, std::vector<std::unique_ptr<SeqState>>* freed) {
+bool Engine::make_room(size_t need, std::vector<std::unique_ptr<SeqState>>* freed, const GenRequest* for_req,
+                       std::vector<uint64_t>* kept, size_t* reused) {
+  if (reused) *reused = 0;
   const size_t budget = opts_.memory_budget_bytes;
   if (budget == 0) return true;
   const size_t running = running_bytes(true);
+  std::vector<uint64_t> keep = kept ? *kept : std::vector<uint64_t>();
+  // The entry the request continues from (a shared head is copied, not taken: no credit, but kept).
+  if (const CacheEntry* e = for_req ? cache_.peek(for_req->prompt, for_req->cache_key) : nullptr) {
+    const size_t own = e->shared ? 0 : std::min({need, projected_bytes(*for_req), e->state->bytes()});
+    keep.push_back(e->id);
+    bool fits = true;
+    while (fits && running + idle_bytes() + need - own > budget) fits = drop_one_idle(freed, keep);
+    if (fits) {
+      if (kept) kept->push_back(keep.back());
+      if (reused) *reused = own;
+      return true;
+    }
+    keep.pop_back();
+  }
   while (running + idle_bytes() + need > budget)
-    if (!drop_one_idle(freed)) return false;
+    if (!drop_one_idle(freed, keep)) return false;
   return true;
 }
 

@@ -171,8 +171,14 @@ class Engine {
   size_t idle_bytes() const;                      // the prefix cache's and the spare states' bytes
   // Frees cached and spare states (spare first, then least recently used) until `need` more bytes fit
   // the budget; false if they cannot. Freed states go to *freed (to be destroyed outside a lock) or die.
-  bool make_room(size_t need, std::vector<std::unique_ptr<SeqState>>* freed = nullptr);
-  bool drop_one_idle(std::vector<std::unique_ptr<SeqState>>* freed);  // one spare or cached state; false if none
+  // For a request (`for_req`), the cached state it would continue from is kept while anything else can
+  // go, and counted as part of its need (it becomes that request's state; *reused says how many bytes
+  // of the need it covers); evicted only as a last resort. `kept`: the entries earlier admissions of the
+  // same round continue from, never evicted here; the request's own is added.
+  bool make_room(size_t need, std::vector<std::unique_ptr<SeqState>>* freed = nullptr, const GenRequest* for_req = nullptr,
+                 std::vector<uint64_t>* kept = nullptr, size_t* reused = nullptr);
+  // One spare or cached state (no entry whose id is in `keep`); false if none.
+  bool drop_one_idle(std::vector<std::unique_ptr<SeqState>>* freed, std::span<const uint64_t> keep = {});
   // Room for the sequence's state to hold n_tokens (its K/V grown straight to its projection); when
   // the allocation fails, cached and spare states are freed one by one and it is tried again.
   Status grow(Sequence& s, int n_tokens);

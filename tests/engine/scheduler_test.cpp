@@ -40,6 +40,7 @@ struct Call {
   bool done = false;
   FinishReason finish = FinishReason::kStop;
   std::string error;
+  GenUsage usage;
 };
 
 class Rig {
@@ -69,7 +70,7 @@ class Rig {
       const double t = fake_->now_ms();
       std::lock_guard<std::mutex> lk(mu_);
       for (const GenToken& g : ev.tokens) raw->ids.push_back(g.id), raw->at_ms.push_back(t);
-      if (ev.done) raw->done = true, raw->finish = ev.finish, raw->error = ev.error;
+      if (ev.done) raw->done = true, raw->finish = ev.finish, raw->error = ev.error, raw->usage = ev.usage;
       cv_.notify_all();
     };
     return c;
@@ -259,6 +260,31 @@ TEST(Scheduler, AMemoryBudgetMakesTheNextRequestWaitAndNotFail) {
   EXPECT_EQ(rig.engine().stats().memory_waits.load(), 1u);
   EXPECT_GE(calls[2]->at_ms.front(), std::min(calls[0]->at_ms.back(), calls[1]->at_ms.back()));
   for (const auto& s : rig.fake().log()) EXPECT_LE(s.feeds.size(), size_t(2));
+}
+
+TEST(Scheduler, MakingRoomKeepsTheCachedStateTheRequestContinuesFrom) {
+  ASSERT_NE(&qwen_tokenizer(), nullptr);
+  EngineOptions eo = opts(8, 512, 512);
+  eo.memory_budget_bytes = 3300;
+  Rig rig(eo);
+  auto a = rig.make(1, 50, 20);  // projects 1,000 + 10 x 70 = 1,700 bytes, then stays cached
+  rig.submit(a);
+  rig.wait({a});
+  auto c = rig.make(3, 40, 10);  // 1,500 bytes; both cached states fit the budget
+  rig.submit(c);
+  rig.wait({c});
+  // b continues a's conversation: a's prompt and reply, then 30 new tokens (2,200 bytes). Room for it
+  // means evicting cached states: c's, not a's, which b continues from and which becomes b's state.
+  auto b = rig.make(1, 0, 20);
+  b->req->prompt = a->req->prompt;
+  b->req->prompt.insert(b->req->prompt.end(), a->ids.begin(), a->ids.end());
+  for (int i = 0; i < 30; ++i) b->req->prompt.push_back(int32_t(3000 + i));
+  rig.submit(b);
+  rig.wait({b});
+  expect_alone_reply(*a);
+  expect_alone_reply(*c);
+  expect_alone_reply(*b);
+  EXPECT_GE(b->usage.cached_tokens, 50 + 19) << "b prefilled from scratch: its cached state was evicted to make room";
 }
 
 TEST(Scheduler, AFailedStepEndsItsRequestsAndTheEngineGoesOn) {
