@@ -112,19 +112,13 @@ Status Backend::step(std::span<const StepFeed> feeds) {
 
 Result<StepTicket> Backend::launch(std::span<const StepFeed> feeds) {
   Status st = step(feeds);
-  unwaited_.emplace_back(++launched_, std::move(st));
-  if (unwaited_.size() > 2) unwaited_.erase(unwaited_.begin());  // a caller that never waits keeps two
+  ran_.add(++launched_, std::move(st));
   return launched_;
 }
 
 Status Backend::wait(StepTicket ticket) {
   if (ticket == 0 || ticket > launched_) return errorf("wait: step {} was never launched", ticket);
-  for (size_t i = 0; i < unwaited_.size(); ++i)
-    if (unwaited_[i].first == ticket) {
-      Status st = std::move(unwaited_[i].second);
-      unwaited_.erase(unwaited_.begin(), unwaited_.begin() + std::ptrdiff_t(i) + 1);
-      return st;
-    }
+  if (auto st = ran_.take(ticket)) return std::move(*st);
   return errorf("wait: step {} was already waited for", ticket);
 }
 

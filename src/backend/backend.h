@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -15,6 +16,30 @@
 #include "model/weights.h"
 
 namespace lily {
+
+// Statuses of steps that ran at launch, kept until waited for (the default launch/wait; CUDA's steps
+// that do not pipeline, and pipelined ones collected by a later launch). A caller that never waits
+// leaves the last four (two in flight, collected, and the step that collected them fit).
+class RanSteps {
+ public:
+  void add(StepTicket t, Status st) {
+    v_.emplace_back(t, std::move(st));
+    if (v_.size() > 4) v_.erase(v_.begin());
+  }
+  // Step t's status, forgetting it and every step before it; nullopt when t is not kept.
+  std::optional<Status> take(StepTicket t) {
+    for (size_t i = 0; i < v_.size(); ++i)
+      if (v_[i].first == t) {
+        Status st = std::move(v_[i].second);
+        v_.erase(v_.begin(), v_.begin() + std::ptrdiff_t(i) + 1);
+        return st;
+      }
+    return std::nullopt;
+  }
+
+ private:
+  std::vector<std::pair<StepTicket, Status>> v_;
+};
 
 class Backend {
  public:
@@ -79,7 +104,7 @@ class Backend {
  private:
   // The default launch()/wait(): steps run at launch, their statuses kept until waited for.
   StepTicket launched_ = 0;
-  std::vector<std::pair<StepTicket, Status>> unwaited_;
+  RanSteps ran_;
 };
 
 // The host's memory (MemTotal, MemAvailable of /proc/meminfo).

@@ -80,10 +80,12 @@ std::vector<std::unique_ptr<SeqState>> PrefixCache::put(CacheEntry e) {
   std::vector<std::unique_ptr<SeqState>> out;
   e.last_used = ++clock_;
   e.id = ++next_id_;
-  if (!e.tokens.empty())
-    for (auto it = entries_.begin(); it != entries_.end();)
+  if (!e.tokens.empty()) {
+    for (auto it = entries_.begin(); it != entries_.end();) {
       if (it->tokens == e.tokens) out.push_back(std::move(it->state)), it = entries_.erase(it);
       else ++it;
+    }
+  }
   const size_t b = e.state->bytes();
   while (!entries_.empty() && (int(entries_.size()) + 1 > max_entries_ || bytes() + b > budget_))
     out.push_back(std::move(take_lru()->state));

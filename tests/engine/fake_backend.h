@@ -121,7 +121,7 @@ class Backend final : public lily::Backend {
       max_in_flight_seen = std::max(max_in_flight_seen, int(pending_.size()));
       if (pending_.size() > 2) return errorf("fake: three steps in flight");
     } else {
-      ran_.emplace_back(t, std::move(st));
+      done_.add(t, std::move(st));
     }
     return t;
   }
@@ -133,12 +133,7 @@ class Backend final : public lily::Backend {
       pending_.erase(pending_.begin());
     }
     if (found) return Status::ok();
-    for (size_t i = 0; i < ran_.size(); ++i)
-      if (ran_[i].first == t) {
-        Status st = std::move(ran_[i].second);
-        ran_.erase(ran_.begin(), ran_.begin() + std::ptrdiff_t(i) + 1);
-        return st;
-      }
+    if (auto st = done_.take(t)) return std::move(*st);
     return errorf("fake: wait for step {} that is not in flight", t);
   }
 
@@ -200,7 +195,7 @@ class Backend final : public lily::Backend {
   int launched_ = 0;
   StepTicket tickets_ = 0;
   std::vector<Pending> pending_;
-  std::vector<std::pair<StepTicket, Status>> ran_;
+  RanSteps done_;
   mutable std::mutex mu_;
   double now_ms_ = 0;
   std::vector<LoggedStep> log_;

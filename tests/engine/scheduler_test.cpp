@@ -121,7 +121,9 @@ TEST(Scheduler, NewcomersStreamInWhileEveryRunningRequestGetsATokenEveryStep) {
   auto a = rig.make(1, 20, 60), b = rig.make(2, 1000, 5), c = rig.make(3, 300, 5);
   // b and c arrive while a decodes (at its 4th step).
   rig.fake().on_launch = [&](int n) {
-    if (n == 4) ASSERT_TRUE(rig.engine().submit(b->req) && rig.engine().submit(c->req));
+    if (n == 4) {
+      ASSERT_TRUE(rig.engine().submit(b->req) && rig.engine().submit(c->req));
+    }
   };
   rig.submit(a);
   rig.wait({a, b, c});
@@ -136,7 +138,9 @@ TEST(Scheduler, NewcomersStreamInWhileEveryRunningRequestGetsATokenEveryStep) {
         seg_tokens += f.len, ++n_seg;
         EXPECT_EQ(f.pos / 128, (f.pos + f.len - 1) / 128) << "step " << i << ": a segment crosses a cut point";
       }
-    if (n_seg > 1) EXPECT_LE(seg_tokens, 200) << "step " << i;
+    if (n_seg > 1) {
+      EXPECT_LE(seg_tokens, 200) << "step " << i;
+    }
   }
   // a decodes in every step from its first token to its last (no stall while b and c come in).
   size_t first_a = log.size(), last_a = 0;
@@ -166,8 +170,12 @@ TEST(Scheduler, APromptIsCutTheSameWayAloneAndUnderLoad) {
     Rig rig(opts(8, 300, 200));
     auto a = rig.make(1, 250, 40), b = rig.make(2, 777, 3), c = rig.make(3, 420, 3);
     rig.fake().on_launch = [&](int n) {
-      if (n == 2) ASSERT_TRUE(rig.engine().submit(b->req));
-      if (n == 5) ASSERT_TRUE(rig.engine().submit(c->req));
+      if (n == 2) {
+        ASSERT_TRUE(rig.engine().submit(b->req));
+      }
+      if (n == 5) {
+        ASSERT_TRUE(rig.engine().submit(c->req));
+      }
     };
     rig.submit(a);
     rig.wait({a, b, c});
@@ -184,7 +192,9 @@ TEST(Scheduler, ALoneRequestIsPipelinedAndANewcomerJoinsItsSteps) {
   Rig rig(opts(8, 512, 512), /*pipelines=*/true);
   auto a = rig.make(1, 12, 40), b = rig.make(2, 30, 10);
   rig.fake().on_launch = [&](int n) {
-    if (n == 10) ASSERT_TRUE(rig.engine().submit(b->req));
+    if (n == 10) {
+      ASSERT_TRUE(rig.engine().submit(b->req));
+    }
   };
   rig.submit(a);
   rig.wait({a, b});
@@ -211,8 +221,8 @@ TEST(Scheduler, ARunningStreamWaitsAtMostOneBoundedStepPerToken) {
   std::vector<std::shared_ptr<Call>> newcomers;
   for (int i = 0; i < 4; ++i) newcomers.push_back(rig.make(10 + i, 900, 4));
   rig.fake().on_launch = [&](int n) {
-    if (n == 3)
-      for (auto& c : newcomers) ASSERT_TRUE(rig.engine().submit(c->req));
+    if (n != 3) return;
+    for (auto& c : newcomers) ASSERT_TRUE(rig.engine().submit(c->req));
   };
   rig.submit(a);
   std::vector<std::shared_ptr<Call>> all = newcomers;

@@ -344,7 +344,7 @@ class CudaBackend final : public Backend {
     Drawn* out;
   };
   std::vector<InFlight> in_flight_;
-  std::vector<std::pair<StepTicket, Status>> ran_;
+  RanSteps done_;
   StepTicket tickets_ = 0;
   Status drain();  // collects every step in flight into its Drawn
   // Prefill scratch (prefill.cu), allocated on first use for chunks of up to pf_cap_ tokens.

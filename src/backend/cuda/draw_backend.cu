@@ -123,8 +123,7 @@ Result<StepTicket> CudaBackend::launch(std::span<const StepFeed> feeds) {
   for (const StepFeed& f : feeds)
     if (st && f.tokens[0] == kDrawnToken) st = cu_err("launch: kDrawnToken in a step that cannot be pipelined");
   if (st) st = step(feeds);
-  ran_.emplace_back(++tickets_, std::move(st));
-  if (ran_.size() > 2) ran_.erase(ran_.begin());  // a caller that never waits keeps two
+  done_.add(++tickets_, std::move(st));
   return tickets_;
 }
 
@@ -137,7 +136,7 @@ Status CudaBackend::drain() {
     Status s = collect_draw(d);
     if (s) *f.out = d;
     else if (first) first = s;
-    ran_.emplace_back(f.ticket, std::move(s));
+    done_.add(f.ticket, std::move(s));
   }
   return first;
 }
@@ -155,13 +154,9 @@ Status CudaBackend::wait(StepTicket ticket) {
     if (s) *f.out = d;
     if (f.ticket == ticket) st = std::move(s), found = true;
   }
-  for (size_t i = 0; !found && i < ran_.size(); ++i)
-    if (ran_[i].first == ticket) {
-      st = std::move(ran_[i].second), found = true;
-      ran_.erase(ran_.begin(), ran_.begin() + std::ptrdiff_t(i) + 1);
-    }
-  if (!found) return cu_err("wait: step {} was already waited for", ticket);
-  return st;
+  if (found) return st;
+  if (auto r = done_.take(ticket)) return std::move(*r);
+  return cu_err("wait: step {} was already waited for", ticket);
 }
 
 }  // namespace lily::cuda
