@@ -36,7 +36,7 @@
 #           FULL_STEPS    decode steps of the full-size check [3]    BISECT=0  no bisect on failure [1]
 #           MODEL_AB      ';'-separated settings: tiny models, goldens and the full-size check again under each ['']
 #   bench:  CTXS [256,4096,8192,32768]  BATCHES [1,16,64]  BATCH_CTX [256]  BATCH_STEPS [8]  LABEL (into the JSON)
-#           PROFILE=1     per-op profiles: batch-1 decode graph (LILY_CUDA_PROFILE) at PROFILE_CTXS [256],
+#           PROFILE=1     per-op profiles: batch-1 decode graph (lily bench --profile) at PROFILE_CTXS [256],
 #                         prefill (LILY_PREFILL_PROFILE=PF_PROFILE_MODE [1]) at PF_PROFILE_CTX [8192], batched
 #                         step (LILY_BATCH_PROFILE) at PROFILE_BATCHES [16,64]   [0]
 #           AB            ';'-separated settings, each benched at AB_CTXS [256] and AB_BATCHES [16,64] ('' skips)
@@ -51,7 +51,7 @@
 #                         slowest engine steps and the prefill chunks go to the summary)
 #           SERVE_AB      ';'-separated settings, each words of VAR=x (server env; LOGPROBS=0|1 for the clients)
 #                         and --flag value (serve options), at SERVE_AB_CLIENTS [16],
-#                         e.g. 'LILY_ENGINE_PIPELINE=0;LOGPROBS=1 --step-tokens 1024' ['']
+#                         e.g. 'LILY_BATCH_ONE=1;LOGPROBS=1 --step-tokens 1024' ['']
 #   cpu:    THREADS ["1 2 4 8 16"]  PROMPT [256]
 #   golden-envelope: GOLDENS (golden folders) [tests/data/golden/*]
 #   llama:  LLAMA_SRC (a carried llama.cpp checkout) [.llama/llama.cpp]  LLAMA_MODEL (a .gguf on the device)
@@ -163,14 +163,16 @@ mode_model() {
 }
 
 # --- bench -------------------------------------------------------------------------------------------------
-# bench1 NAME CONTEXTS [VAR=x...]: `lily bench --backend cuda`; its table to the summary.
+# bench1 NAME CONTEXTS [VAR=x... --flag...]: `lily bench --backend cuda` (VAR=x into its environment, --flags to it); its table to the summary.
 bench1() {
-  local name=$1 ctxs=$2
+  local name=$1 ctxs=$2 a
   shift 2
+  local vars=() flags=()  # VAR=x for the environment, --flag for lily bench
+  for a in "$@"; do [[ $a == --* ]] && flags+=("$a") || vars+=("$a"); done
   in_time "$name" || return 1
   log "$name: lily bench --backend cuda --contexts $ctxs${*:+ with $*}"
-  env "$@" timeout "$(cap 200)" "${EXE:-$LILY}" bench --model "$CK" --backend cuda --contexts "$ctxs" \
-    --label "${LABEL:-}" --json "$LOGS/$name.json" > "$LOGS/$name.txt" 2>&1
+  env "${vars[@]}" timeout "$(cap 200)" "${EXE:-$LILY}" bench --model "$CK" --backend cuda --contexts "$ctxs" \
+    --label "${LABEL:-}" --json "$LOGS/$name.json" "${flags[@]}" > "$LOGS/$name.txt" 2>&1
   local rc=$?
   echo "rc $rc" >> "$LOGS/$name.txt"
   grep -E '^\||copy|bandwidth' "$LOGS/$name.txt" | grep -v '^\r' | say
@@ -207,7 +209,7 @@ mode_bench() {
   bench1 bench "${CTXS:-256,4096,8192,32768}"
   benchb bench_batch "${BATCHES:-1,16,64}" "${BATCH_STEPS:-8}"
   if [[ ${PROFILE:-0} == 1 ]]; then
-    bench1 profile_decode "${PROFILE_CTXS:-256}" LILY_CUDA_PROFILE=1
+    bench1 profile_decode "${PROFILE_CTXS:-256}" --profile
     bench1 profile_prefill "${PF_PROFILE_CTX:-8192}" LILY_PREFILL_PROFILE="${PF_PROFILE_MODE:-1}"
     benchb profile_batch "${PROFILE_BATCHES:-16,64}" 2 LILY_BATCH_PROFILE=1
   fi

@@ -1,12 +1,11 @@
-// Default implementations of the Backend interface's optional methods.
+// Default implementations of the Backend interface's optional methods: the synchronous launch/wait
+// over a backend's step(), and step() over its forward / forward_batch / decode_draw.
 #include "backend/backend.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 
 #include "core/thread_pool.h"
-#include "model/logits.h"
 
 namespace lily {
 
@@ -39,11 +38,6 @@ Status Backend::forward_batch(std::span<SeqState* const> states, std::span<const
     LILY_TRY(forward(*states[b], tokens.subspan(b, 1), logits.subspan(b * V, V)));
   return Status::ok();
 }
-
-Status Backend::launch_draw(SeqState&, int32_t, const DrawSpec&) {
-  return errorf("backend {}: no pipelined decode (pipelined_draw() is false)", name());
-}
-Status Backend::collect_draw(Drawn&) { return errorf("backend {}: no pipelined decode", name()); }
 
 Status Backend::decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,
                             std::span<const DrawSpec> spec, std::span<Drawn> out) {
@@ -116,22 +110,18 @@ Status Backend::step(std::span<const StepFeed> feeds) {
   return Status::ok();
 }
 
-Status Backend::decode_greedy(SeqState& state, int32_t first, int n_steps, std::vector<int32_t>& out,
-                              std::vector<double>* avail_s) {
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
-  out.clear();
-  if (avail_s) avail_s->clear();
-  if (vocab_size() <= 0) return errorf("decode_greedy: backend {} does not report its vocabulary size", name());
-  std::vector<float> logits(static_cast<size_t>(vocab_size()));
-  int32_t tok = first;
-  for (int i = 0; i < n_steps; ++i) {
-    LILY_TRY(forward(state, std::span<const int32_t>(&tok, 1), logits));
-    tok = argmax(logits);
-    out.push_back(tok);
-    if (avail_s) avail_s->push_back(std::chrono::duration<double>(clock::now() - t0).count());
-  }
-  return Status::ok();
+Result<StepTicket> Backend::launch(std::span<const StepFeed> feeds) {
+  Status st = step(feeds);
+  ran_.add(++launched_, std::move(st));
+  return launched_;
 }
+
+Status Backend::wait(StepTicket ticket) {
+  if (ticket == 0 || ticket > launched_) return errorf("wait: step {} was never launched", ticket);
+  if (auto st = ran_.take(ticket)) return std::move(*st);
+  return errorf("wait: step {} was already waited for", ticket);
+}
+
+Status Backend::profile_decode(SeqState&) { return errorf("backend {}: no per-op decode profile", name()); }
 
 }  // namespace lily

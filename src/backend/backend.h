@@ -4,8 +4,10 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -14,6 +16,30 @@
 #include "model/weights.h"
 
 namespace lily {
+
+// Statuses of steps that ran at launch, kept until waited for (the default launch/wait; CUDA's steps
+// that do not pipeline, and pipelined ones collected by a later launch). A caller that never waits
+// leaves the last four (two in flight, collected, and the step that collected them fit).
+class RanSteps {
+ public:
+  void add(StepTicket t, Status st) {
+    v_.emplace_back(t, std::move(st));
+    if (v_.size() > 4) v_.erase(v_.begin());
+  }
+  // Step t's status, forgetting it and every step before it; nullopt when t is not kept.
+  std::optional<Status> take(StepTicket t) {
+    for (size_t i = 0; i < v_.size(); ++i)
+      if (v_[i].first == t) {
+        Status st = std::move(v_[i].second);
+        v_.erase(v_.begin(), v_.begin() + std::ptrdiff_t(i) + 1);
+        return st;
+      }
+    return std::nullopt;
+  }
+
+ private:
+  std::vector<std::pair<StepTicket, Status>> v_;
+};
 
 class Backend {
  public:
@@ -26,24 +52,17 @@ class Backend {
   // Memory new states may still take, now. Default: the host's (MemTotal, MemAvailable from
   // /proc/meminfo). CUDA: cudaMemGetInfo.
   virtual Result<DeviceMemory> device_memory();
-  // Appends tokens to state; logits (if non-empty, [vocab] fp32) of the last token.
-  virtual Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) = 0;
-  // One decode step for several sequences: row b feeds tokens[b] to *states[b] (distinct
-  // states) and writes that token's logits to logits[b*vocab, (b+1)*vocab) (fp32). Each row's
-  // result is what forward() gives for that sequence alone (batch invariance). Default: one
-  // forward() per row; backends override it to read each weight once for all rows.
-  virtual Status forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
-                               std::span<float> logits);
-  // One decode step for rows as forward_batch, each row's next token drawn as spec[b] says
-  // (model/draw.h) where the logits are, instead of returning them. Default: forward (one row) or
-  // forward_batch into host logits, then draw_row on the host. CUDA draws on the device.
-  virtual Status decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,
-                             std::span<const DrawSpec> spec, std::span<Drawn> out);
-  // One serving step (Model::step; the model has checked the feeds and reserved room for their
-  // tokens). Default: each prompt segment (a feed of several tokens) by forward(), then the one-token
-  // feeds as one decode_draw() (all of them drawn or silent) or forward_batch() step. CUDA runs the
-  // segments and the decode rows as one step (batch.cu).
-  virtual Status step(std::span<const StepFeed> feeds);
+  // The one way to run the model. A serving step over `feeds` (model.h StepFeed: decode rows and
+  // prompt segments of distinct states, each with its output: none, logits, or a draw), which
+  // Model::launch has checked and given room for their tokens. Every state consumes its tokens at
+  // launch; the outputs (logits, drawn) are in place once wait(ticket) returns, which also waits
+  // for every step launched before it. A backend that pipelines (pipelines(): CUDA) returns at once
+  // for a lone one-token feed drawn on the device, and takes kDrawnToken as that feed's token: the
+  // id the previous launched step drew for the same state, still where it was drawn. At most two
+  // steps are in flight. Default: the step runs now (step()); wait() returns its status.
+  virtual Result<StepTicket> launch(std::span<const StepFeed> feeds);
+  virtual Status wait(StepTicket ticket);
+  virtual bool pipelines() const { return false; }
   // Readies the backend for a server decoding up to max_rows requests at once, with steps of up to
   // max_rows + step_tokens tokens, so that no request pays a first-use cost (CUDA: the batch scratch
   // sized once, the step graph of every batch size 2..max_rows captured, then a throwaway prefill,
@@ -52,26 +71,40 @@ class Backend {
     (void)max_rows, (void)step_tokens;
     return Status::ok();
   }
-  // Depth-2 pipelined decode of one sequence, where pipelined_draw() is true: launch_draw enqueues
-  // one decode_draw step and returns at once, feeding `token`, or when token < 0 the id that the
-  // previous launched step (for this state) drew, still where it was drawn; collect_draw waits for
-  // the oldest launched step and returns its draw. At most two steps are in flight; the state
-  // advances at launch. Defaults: not supported (an error).
-  virtual bool pipelined_draw() const { return false; }
-  virtual Status launch_draw(SeqState& state, int32_t token, const DrawSpec& spec);
-  virtual Status collect_draw(Drawn& out);
-  // Greedy decode loop: feeds `first`, then each step's argmax (lowest id on ties), for n_steps
-  // steps; out[i] = argmax after step i, so the state consumes first, out[0..n-2]. If `avail_s`
-  // is given it receives, per step, the seconds from the call until out[i] was on the host.
-  // Default: forward + argmax per step. CUDA overrides it with the depth-2 graph pipeline.
-  virtual Status decode_greedy(SeqState& state, int32_t first, int n_steps, std::vector<int32_t>& out,
-                               std::vector<double>* avail_s = nullptr);
+  // A per-op table of one decode step of `state` on stderr (lily bench --profile); the state is
+  // left as it was. Default: not supported (an error).
+  virtual Status profile_decode(SeqState& state);
   // Device-to-device copy bandwidth measured now (GB/s, read + write), 0 where not meaningful.
   virtual double copy_bandwidth_gbps() { return 0.0; }
   // Vocabulary size of the model (the logits' length); 0 if the backend does not say.
   virtual int vocab_size() const { return 0; }
   // One line naming the hardware the backend runs on.
   virtual std::string hardware() const { return "cpu"; }
+
+ protected:
+  // What the default launch() runs, each backend's own parts. forward: appends tokens to state;
+  // logits (if non-empty, [vocab] fp32) of the last token.
+  virtual Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) = 0;
+  // One decode step for several sequences: row b feeds tokens[b] to *states[b] (distinct states)
+  // and writes that token's logits to logits[b*vocab, (b+1)*vocab) (fp32). Each row's result is
+  // what forward() gives for that sequence alone (batch invariance). Default: one forward() per
+  // row; backends override it to read each weight once for all rows.
+  virtual Status forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
+                               std::span<float> logits);
+  // One decode step for rows as forward_batch, each row's next token drawn as spec[b] says
+  // (model/draw.h) where the logits are. Default: forward (one row) or forward_batch into host
+  // logits, then draw_row on the host. CUDA draws on the device.
+  virtual Status decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,
+                             std::span<const DrawSpec> spec, std::span<Drawn> out);
+  // One serving step, run now. Default: each prompt segment (a feed of several tokens) by
+  // forward(), then the one-token feeds as one decode_draw() (all of them drawn or silent) or
+  // forward_batch() step. CUDA runs the segments and the decode rows as one step (cuda/step/step_mixed.cu).
+  virtual Status step(std::span<const StepFeed> feeds);
+
+ private:
+  // The default launch()/wait(): steps run at launch, their statuses kept until waited for.
+  StepTicket launched_ = 0;
+  RanSteps ran_;
 };
 
 // The host's memory (MemTotal, MemAvailable of /proc/meminfo).

@@ -1,12 +1,19 @@
-// `lily bench`: Lily's measurement contract for one backend. Prompt token i = ((i·2654435761)
-// mod 2^32) mod vocab; an exact-shape warm-up (prefill + 2 decode steps on a throwaway state);
-// one timed prefill (until the first token is on the host); exactly 64 timed decode steps on the
-// backend's greedy loop (CUDA: depth-2 graph pipeline). JSON: tok/s, per-step times, FNV-1a
-// digest of the generated ids, achieved GB/s (bytes a step must read) vs measured copy bandwidth.
+// `lily bench`: Lily's measurement contract for one backend, timed on the path the server runs: one
+// request through the engine (its prompt cut into --prefill-chunk segments as `lily serve` cuts it,
+// its greedy tokens drawn as the server draws them: CUDA's depth-2 pipelined decode), without HTTP.
+// Prompt token i = ((i·2654435761) mod 2^32) mod vocab; an exact-shape warm-up request (the same
+// lengths, a different prompt, so nothing is served from the prefix cache); then one timed request:
+// prefill = until its first token is delivered, then exactly 64 decode steps, each timed to its
+// token's delivery. JSON: tok/s, per-step times, FNV-1a digest of the generated ids, achieved GB/s
+// (bytes a step must read) vs measured copy bandwidth.
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <sstream>
 #include <string>
 
@@ -15,8 +22,9 @@
 #include "backend/cpu/fast_profile.h"
 #include "cli/command.h"
 #include "cli/step_bytes.h"
-#include "model/logits.h"
+#include "engine/engine.h"
 #include "model/model.h"
+#include "text/tokenizer.h"
 
 namespace lily::cli {
 namespace {
@@ -26,7 +34,50 @@ constexpr int kDecodeSteps = 64;
 struct BenchArgs {
   std::string model, backend = "cuda", contexts = "256,1024,4096,16384,32768,65536,131072", json_out, label;
   int max_seq = 0, threads = 0;
+  int prefill_chunk = EngineOptions{}.prefill_chunk;  // as `lily serve --prefill-chunk`
+  bool profile = false;  // a per-op table of one decode step after each context (CUDA)
 };
+
+// One request through the engine, greedy and past the model's stop tokens: the seconds from submit
+// until each token's delivery, and the tokens.
+struct Timed {
+  std::vector<double> at_s;
+  std::vector<int32_t> ids;
+  std::string error;
+};
+
+Timed run_request(Engine& engine, std::vector<int32_t> prompt, int max_tokens, const std::function<void()>& on_first) {
+  auto req = std::make_shared<GenRequest>();
+  req->prompt = std::move(prompt);
+  req->max_tokens = max_tokens;
+  req->sampling.temperature = 0.0f;
+  req->ignore_eos = true;
+  Timed t;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  req->on_event = [&](GenEvent&& ev) {  // on the engine thread
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (const GenToken& g : ev.tokens) {
+      t.at_s.push_back(s);
+      t.ids.push_back(g.id);
+      if (t.ids.size() == 1 && on_first) on_first();
+    }
+    if (!ev.done) return;
+    std::lock_guard<std::mutex> lk(mu);
+    if (ev.finish == FinishReason::kError || ev.finish == FinishReason::kCancelled)
+      t.error = ev.error.empty() ? finish_reason_name(ev.finish) : ev.error;
+    done = true;
+    cv.notify_all();
+  };
+  if (!engine.submit(req)) return Timed{{}, {}, "the engine refused the request"};
+  std::unique_lock<std::mutex> lk(mu);
+  cv.wait(lk, [&] { return done; });
+  if (t.error.empty() && int(t.ids.size()) != max_tokens)
+    t.error = fmt::format("{} tokens instead of {}", t.ids.size(), max_tokens);
+  return t;
+}
 
 uint64_t fnv1a(const std::vector<int32_t>& ids) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -55,6 +106,11 @@ int run_bench(const BenchArgs& a) {
   }
   Model& model = **model_r;
   const ModelConfig& cfg = model.config();
+  auto tok = Tokenizer::load_dir(a.model);
+  if (!tok) {
+    std::fprintf(stderr, "error: tokenizer: %s\n", tok.message().c_str());
+    return 1;
+  }
   std::vector<int> ctxs;
   {
     std::stringstream ss(a.contexts);
@@ -89,48 +145,53 @@ int run_bench(const BenchArgs& a) {
   out["results"] = nlohmann::json::array();
   std::fprintf(stderr, "bench: %s on %s; copy bandwidth %.0f GB/s\n", model.backend_name(), model.hardware().c_str(), copy);
   std::fprintf(stderr, "| context | prefill tok/s | decode tok/s | ms/step (median) | GB/s | vs copy | digest |\n|---:|---:|---:|---:|---:|---:|---|\n");
-  using clk = std::chrono::steady_clock;
-  std::vector<float> logits(cfg.vocab_size);
+  out["prefill_chunk"] = a.prefill_chunk;
+  int longest = 0;
+  for (int P : ctxs) longest = std::max(longest, P);
+  EngineOptions eo;  // one request at a time, cut and drawn as `lily serve` does
+  eo.max_batch = 1;
+  eo.max_seq = longest + kDecodeSteps + 2;
+  eo.prefill_chunk = std::max(1, a.prefill_chunk);
+  eo.max_cached_states = 1;
+  eo.cache_budget_bytes = 1;  // no second state: the timed request reuses the warm-up's
+  if (Status st = model.prepare(eo.max_batch, eo.step_tokens); !st)
+    std::fprintf(stderr, "bench: warning: backend not prepared (%s)\n", st.message().c_str());
+  Engine engine(model, **tok, eo);
   for (int P : ctxs) {
     const auto prompt = bench_prompt(P, cfg.vocab_size);
-    const int cap = P + kDecodeSteps + 2;
-    auto st_r = model.new_state(cap);
-    if (!st_r) {
-      std::fprintf(stderr, "error: %s\n", st_r.message().c_str());
+    auto warm_prompt = prompt;  // the same lengths, another first token: no prefix-cache hit
+    warm_prompt[0] = (warm_prompt[0] + 1) % cfg.vocab_size;
+    if (Timed w = run_request(engine, warm_prompt, kDecodeSteps + 1, nullptr); !w.error.empty()) {
+      std::fprintf(stderr, "error: warm-up at context %d: %s\n", P, w.error.c_str());
       return 1;
     }
-    SeqState& st = **st_r;
-    std::vector<int32_t> ids;
-    // Warm-up at the exact shape: prefill, then a decode step and its lookahead.
-    Status s = model.forward(st, prompt, logits);
-    if (s) s = model.decode_greedy(st, argmax(logits), 2, ids);
-    if (!s) {
-      std::fprintf(stderr, "error: %s\n", s.message().c_str());
-      return 1;
-    }
-    st.reset();
-    const auto t0 = clk::now();
-    s = model.forward(st, prompt, logits);
-    const int32_t first = argmax(logits);
-    const double prefill_s = std::chrono::duration<double>(clk::now() - t0).count();
-    std::vector<double> avail;
-    // CPU backends: per-op time and weight bytes of the timed decode steps (fast_profile.h).
+    // CPU backends: per-op time and weight bytes of the timed decode steps (fast_profile.h), from the
+    // first token's delivery on (the engine thread, between steps).
     const bool cpu = std::string(model.backend_name()).rfind("cpu", 0) == 0;
-    cpu::profile_reset();
-    cpu::profile_enable(cpu);
-    if (s) s = model.decode_greedy(st, first, kDecodeSteps, ids, &avail);
     cpu::profile_enable(false);
-    if (!s) {
-      std::fprintf(stderr, "error: %s\n", s.message().c_str());
+    Timed t = run_request(engine, prompt, kDecodeSteps + 1, [&] {
+      cpu::profile_reset();
+      cpu::profile_enable(cpu);
+    });
+    cpu::profile_enable(false);
+    if (!t.error.empty()) {
+      std::fprintf(stderr, "error: context %d: %s\n", P, t.error.c_str());
       return 1;
     }
-    const double decode_s = avail.back();
+    if (a.profile) {  // one decode step of a state holding this prompt, op by op (CUDA)
+      auto st = model.new_state(P + 2);
+      Status s = st ? Status::ok() : st.status();
+      if (s) s = model.forward(**st, prompt, {});
+      if (s) s = model.profile_decode(**st);
+      if (!s) std::fprintf(stderr, "bench: no profile: %s\n", s.message().c_str());
+    }
+    const double prefill_s = t.at_s[0];
+    const double decode_s = t.at_s.back() - t.at_s[0];
     std::vector<double> steps_ms;
-    for (size_t i = 0; i < avail.size(); ++i) steps_ms.push_back(1e3 * (avail[i] - (i ? avail[i - 1] : 0.0)));
+    for (size_t i = 1; i < t.at_s.size(); ++i) steps_ms.push_back(1e3 * (t.at_s[i] - t.at_s[i - 1]));
     std::vector<double> sorted = steps_ms;
     std::sort(sorted.begin(), sorted.end());
-    std::vector<int32_t> gen{first};
-    gen.insert(gen.end(), ids.begin(), ids.end());
+    const std::vector<int32_t>& gen = t.ids;
     double bytes = 0;
     for (int i = 0; i < kDecodeSteps; ++i) bytes += step_bytes(cfg, P + i, kv_es);
     const double gbps = bytes / decode_s / 1e9;
@@ -171,7 +232,7 @@ int run_bench(const BenchArgs& a) {
   return 0;
 }
 
-Registrar reg("bench", "Benchmark (Lily's contract): timed prefill + 64 greedy decode steps per context, JSON out",
+Registrar reg("bench", "Benchmark (Lily's contract): one request through the engine per context, timed prefill + 64 greedy decode steps, JSON out",
               [](CLI::App& app) -> RunFn {
                 auto a = std::make_shared<BenchArgs>();
                 app.add_option("--model", a->model, "Checkpoint directory")->required();
@@ -181,6 +242,9 @@ Registrar reg("bench", "Benchmark (Lily's contract): timed prefill + 64 greedy d
                 app.add_option("--threads", a->threads, "CPU threads (0: all cores)");
                 app.add_option("--json", a->json_out, "Also write the JSON to this file");
                 app.add_option("--label", a->label, "Free text recorded in the JSON (commit, notes)");
+                app.add_option("--prefill-chunk", a->prefill_chunk,
+                               "prompt segment length, as lily serve's (the prompt is fed as the server feeds it)");
+                app.add_flag("--profile", a->profile, "after each context, a per-op table of one decode step on stderr (CUDA)");
                 return [a] { return run_bench(*a); };
               });
 

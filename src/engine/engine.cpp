@@ -86,13 +86,15 @@ void Engine::worker() {
       if (stopping_) break;
       // A request with forks (n > 1) takes a slot per choice, and memory for each choice's state.
       size_t slots = active_.size(), pending = 0;
+      std::vector<uint64_t> kept;  // cached states this round's admitted requests continue from
       bool blocked = false;
       while (!queue_.empty() && (slots == 0 || slots + 1 + queue_.front()->forks.size() <= size_t(opts_.max_batch))) {
         // (A request cancelled while it waited needs nothing: the step drops it at once.)
         const GenRequest& head = *queue_.front();
         const size_t need = opts_.memory_budget_bytes > 0 && !head.cancelled ? projected_bytes(head) : 0;
         bool big = false;
-        if (need > 0 && !make_room(pending + need, &freed)) {
+        size_t reused = 0;
+        if (need > 0 && !make_room(pending + need, &freed, &head, &kept, &reused)) {
           if (!active_.empty() || !admitted.empty()) {  // running requests will leave and free theirs
             blocked = true;
             if (waited_ != queue_.front()) waited_ = queue_.front(), stats_.memory_waits++;
@@ -100,7 +102,7 @@ void Engine::worker() {
           }
           big = true;
         }
-        if (!big) pending += need;
+        if (!big) pending += need - reused;
         slots += 1 + queue_.front()->forks.size();
         too_big.push_back(big);
         admitted.push_back(std::move(queue_.front()));
@@ -170,12 +172,12 @@ size_t Engine::idle_bytes() const {
   return b;
 }
 
-bool Engine::drop_one_idle(std::vector<std::unique_ptr<SeqState>>* freed) {
+bool Engine::drop_one_idle(std::vector<std::unique_ptr<SeqState>>* freed, std::span<const uint64_t> keep) {
   std::unique_ptr<SeqState> st;
   if (!spare_.empty()) {
     st = std::move(spare_.back());
     spare_.pop_back();
-  } else if (auto e = cache_.take_lru()) {
+  } else if (auto e = cache_.take_lru(keep)) {
     st = std::move(e->state);
   } else {
     return false;
@@ -184,12 +186,28 @@ bool Engine::drop_one_idle(std::vector<std::unique_ptr<SeqState>>* freed) {
   return true;
 }
 
-bool Engine::make_room(size_t need, std::vector<std::unique_ptr<SeqState>>* freed) {
+bool Engine::make_room(size_t need, std::vector<std::unique_ptr<SeqState>>* freed, const GenRequest* for_req,
+                       std::vector<uint64_t>* kept, size_t* reused) {
+  if (reused) *reused = 0;
   const size_t budget = opts_.memory_budget_bytes;
   if (budget == 0) return true;
   const size_t running = running_bytes(true);
+  std::vector<uint64_t> keep = kept ? *kept : std::vector<uint64_t>();
+  // The entry the request continues from (a shared head is copied, not taken: no credit, but kept).
+  if (const CacheEntry* e = for_req ? cache_.peek(for_req->prompt, for_req->cache_key) : nullptr) {
+    const size_t own = e->shared ? 0 : std::min({need, projected_bytes(*for_req), e->state->bytes()});
+    keep.push_back(e->id);
+    bool fits = true;
+    while (fits && running + idle_bytes() + need - own > budget) fits = drop_one_idle(freed, keep);
+    if (fits) {
+      if (kept) kept->push_back(keep.back());
+      if (reused) *reused = own;
+      return true;
+    }
+    keep.pop_back();
+  }
   while (running + idle_bytes() + need > budget)
-    if (!drop_one_idle(freed)) return false;
+    if (!drop_one_idle(freed, keep)) return false;
   return true;
 }
 
@@ -235,12 +253,8 @@ void Engine::step() {
   const std::vector<Sequence*> rows = decode_rows();
   size_t seg_tokens = 0;
   for (const Segment& g : segs) seg_tokens += g.tokens.size();
-  static const bool pipeline = [] {
-    const char* e = std::getenv("LILY_ENGINE_PIPELINE");
-    return !(e && *e == '0');
-  }();
-  if (segs.empty() && pipeline && !host_sampling() && rows.size() == 1 && active_.size() == 1 &&
-      rows[0]->pipelinable() && model_.pipelined_draw())
+  if (segs.empty() && rows.size() == 1 && active_.size() == 1 &&
+      rows[0]->pipelinable() && model_.pipelines())
     decode_pipelined(*rows[0]);
   else if (!segs.empty() || !rows.empty())
     run_step(segs, rows);
@@ -352,8 +366,9 @@ std::vector<Engine::Segment> Engine::plan_segments() {
   const size_t budget = size_t(std::max(1, opts_.step_tokens));
   for (auto& q : active_) {
     Sequence* s = q.get();
-    if (s->finished() || s->decoding()) continue;
-    if (!s->has_state()) {
+    using Phase = Sequence::Phase;
+    if (s->phase() != Phase::kWaiting && s->phase() != Phase::kPrefill) continue;
+    if (s->phase() == Phase::kWaiting) {
       int n_cached = 0;
       const auto tc = std::chrono::steady_clock::now();
       auto e = checkout(s->req(), n_cached);
@@ -407,14 +422,6 @@ std::vector<Sequence*> Engine::decode_rows() {
   return rows;
 }
 
-bool Engine::host_sampling() {
-  static const bool on = [] {
-    const char* e = std::getenv("LILY_HOST_SAMPLING");
-    return e && *e == '1';
-  }();
-  return on;
-}
-
 void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequence*>& rows) {
   const size_t V = size_t(model_.config().vocab_size), B = rows.size(), S = segs.size();
   // Rows whose requests need nothing but the raw logits are drawn by the backend where the logits
@@ -423,7 +430,7 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
   std::vector<int32_t> toks(B);
   std::vector<char> silent(B);  // rows feeding a prompt tail token: nothing drawn, nothing delivered
   for (size_t b = 0; b < B; ++b) toks[b] = rows[b]->next_token(), silent[b] = rows[b]->silent_step();
-  bool all_drawable = !host_sampling();
+  bool all_drawable = true;
   for (size_t b = 0; b < B && all_drawable; ++b) all_drawable = silent[b] || rows[b]->device_drawable();
   size_t n_logits = all_drawable ? 0 : B;
   std::vector<size_t> seg_row(S, SIZE_MAX);  // logits row of a segment that ends its prompt
@@ -522,13 +529,29 @@ void Engine::decode_pipelined(Sequence& s) {
     s.finish(FinishReason::kError, "", st.message());
     retire(s, false);
   };
-  // Room for the launched step's token (a K/V cache grows here, to the request's projection), then the launch.
+  // Room for the launched step's token (a K/V cache grows here, to the request's projection), then the
+  // launch: step i draws into slot[i % 2], which step i - 2's wait has emptied.
+  Drawn slot[2];
+  StepTicket ticket[2] = {0, 0};
+  uint64_t launched = 0;
   auto launch = [&](int32_t token) -> Status {
     if (Status g = grow(s, s.state().n_tokens() + 1); !g) {
       oom = true;
       return g;
     }
-    return model_.launch_draw(s.state(), token, s.device_spec());
+    const DrawSpec spec = s.device_spec();
+    StepFeed f;
+    f.state = &s.state(), f.tokens = std::span<const int32_t>(&token, 1), f.draw = &spec, f.drawn = &slot[launched % 2];
+    LILY_ASSIGN_OR_RETURN(ticket[launched % 2], model_.launch(std::span<const StepFeed>(&f, 1)));
+    ++launched;
+    return Status::ok();
+  };
+  uint64_t waited = 0;
+  auto collect = [&](Drawn& d) -> Status {
+    const int k = int(waited++ % 2);
+    Status st = model_.wait(ticket[k]);
+    d = slot[k];
+    return st;
   };
   int32_t in = s.next_token();  // the input of the oldest step in flight
   if (Status st = launch(in); !st) return fail(st);
@@ -550,15 +573,15 @@ void Engine::decode_pipelined(Sequence& s) {
     // flight: then the extra step's draw is dropped, and its input (that token) stays in the state.
     // A queue that waits for memory waits for this request to end: no reason to stop.
     const bool ahead = s.tokens_left() > 1 && !s.req().cancelled && (queue_depth() == 0 || mem_blocked_) && s.pipelinable();
-    Status launched = ahead ? launch(-1) : Status::ok();
+    Status launched_ok = ahead ? launch(kDrawnToken) : Status::ok();
     Drawn d;
-    Status st = model_.collect_draw(d);
+    Status st = collect(d);
     stats_.decode_steps++;
     stats_.decode_rows++;
-    if (!st || !launched) {
+    if (!st || !launched_ok) {
       Drawn extra;
-      if (ahead && launched) (void)model_.collect_draw(extra);  // leave nothing in flight
-      return fail(st ? launched : st);
+      if (ahead && launched_ok) (void)collect(extra);  // leave nothing in flight
+      return fail(st ? launched_ok : st);
     }
     s.fed(std::span<const int32_t>(&in, 1));
     const bool alive = s.deliver(s.take_drawn(d));
@@ -569,7 +592,7 @@ void Engine::decode_pipelined(Sequence& s) {
     in = d.id;  // what the step launched ahead fed
     if (!alive) {
       Drawn extra;
-      Status last = model_.collect_draw(extra);
+      Status last = collect(extra);
       if (last) s.fed(std::span<const int32_t>(&in, 1));  // the state holds it: keep the cache entry true
       retire(s, last.is_ok());
       return;

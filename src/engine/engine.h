@@ -66,6 +66,7 @@ struct GenRequest {
   std::optional<int32_t> inject_after;  // when this id is sampled, output inject_tokens next
   std::vector<int32_t> inject_tokens;   // (e.g. a named tool call right after </think>)
   std::vector<int32_t> forced_output;   // test hook: fed instead of sampling, then stop
+  bool ignore_eos = false;              // the model's stop tokens do not end the reply (lily bench)
   int step_delay_ms = 0;                // test hook: sleep per decode step
   std::string cache_key;                // prompt_cache_key
   // Also cache a snapshot of the state after this many prompt tokens (-1: none). With thinking
@@ -158,7 +159,6 @@ class Engine {
   std::vector<Segment> plan_segments();  // the newcomers' segments of this step, within step_tokens
   std::vector<Sequence*> decode_rows();  // the decoding requests, each with room for one more token
   void run_step(const std::vector<Segment>& segs, const std::vector<Sequence*>& rows);  // one Model::step
-  static bool host_sampling();      // LILY_HOST_SAMPLING=1: every row's logits to the host (A/B, tests)
   void decode_pipelined(Sequence& s);  // one request alone: two device-drawn steps in flight
   void retire(Sequence& s, bool ok);  // state back to the cache
   void drop_finished();
@@ -171,8 +171,14 @@ class Engine {
   size_t idle_bytes() const;                      // the prefix cache's and the spare states' bytes
   // Frees cached and spare states (spare first, then least recently used) until `need` more bytes fit
   // the budget; false if they cannot. Freed states go to *freed (to be destroyed outside a lock) or die.
-  bool make_room(size_t need, std::vector<std::unique_ptr<SeqState>>* freed = nullptr);
-  bool drop_one_idle(std::vector<std::unique_ptr<SeqState>>* freed);  // one spare or cached state; false if none
+  // For a request (`for_req`), the cached state it would continue from is kept while anything else can
+  // go, and counted as part of its need (it becomes that request's state; *reused says how many bytes
+  // of the need it covers); evicted only as a last resort. `kept`: the entries earlier admissions of the
+  // same round continue from, never evicted here; the request's own is added.
+  bool make_room(size_t need, std::vector<std::unique_ptr<SeqState>>* freed = nullptr, const GenRequest* for_req = nullptr,
+                 std::vector<uint64_t>* kept = nullptr, size_t* reused = nullptr);
+  // One spare or cached state (no entry whose id is in `keep`); false if none.
+  bool drop_one_idle(std::vector<std::unique_ptr<SeqState>>* freed, std::span<const uint64_t> keep = {});
   // Room for the sequence's state to hold n_tokens (its K/V grown straight to its projection); when
   // the allocation fails, cached and spare states are freed one by one and it is tried again.
   Status grow(Sequence& s, int n_tokens);

@@ -18,7 +18,7 @@ bool PrefixCache::fits(size_t bytes) const {
   return int(entries_.size()) < max_entries_ && this->bytes() + bytes <= budget_;
 }
 
-std::optional<CacheEntry> PrefixCache::take(const std::vector<int32_t>& prompt, const std::string& key) {
+int PrefixCache::best_for(const std::vector<int32_t>& prompt, const std::string& key) const {
   int best = -1;
   auto better = [&](const CacheEntry& a, const CacheEntry& b) {
     bool ka = !key.empty() && a.key == key, kb = !key.empty() && b.key == key;
@@ -31,6 +31,16 @@ std::optional<CacheEntry> PrefixCache::take(const std::vector<int32_t>& prompt, 
     if (!std::equal(t.begin(), t.end(), prompt.begin())) continue;
     if (best < 0 || better(entries_[i], entries_[best])) best = i;
   }
+  return best;
+}
+
+const CacheEntry* PrefixCache::peek(const std::vector<int32_t>& prompt, const std::string& key) const {
+  const int best = best_for(prompt, key);
+  return best < 0 ? nullptr : &entries_[size_t(best)];
+}
+
+std::optional<CacheEntry> PrefixCache::take(const std::vector<int32_t>& prompt, const std::string& key) {
+  const int best = best_for(prompt, key);
   if (best < 0) return std::nullopt;
   if (entries_[best].shared) {
     CacheEntry& src = entries_[best];
@@ -55,10 +65,12 @@ bool PrefixCache::holds(const std::vector<int32_t>& tokens) const {
   return false;
 }
 
-std::optional<CacheEntry> PrefixCache::take_lru() {
-  if (entries_.empty()) return std::nullopt;
-  auto it = std::min_element(entries_.begin(), entries_.end(),
-                             [](const CacheEntry& a, const CacheEntry& b) { return a.last_used < b.last_used; });
+std::optional<CacheEntry> PrefixCache::take_lru(std::span<const uint64_t> keep) {
+  auto it = entries_.end();
+  for (auto i = entries_.begin(); i != entries_.end(); ++i)
+    if (std::find(keep.begin(), keep.end(), i->id) == keep.end() && (it == entries_.end() || i->last_used < it->last_used))
+      it = i;
+  if (it == entries_.end()) return std::nullopt;
   CacheEntry e = std::move(*it);
   entries_.erase(it);
   return e;
@@ -67,10 +79,13 @@ std::optional<CacheEntry> PrefixCache::take_lru() {
 std::vector<std::unique_ptr<SeqState>> PrefixCache::put(CacheEntry e) {
   std::vector<std::unique_ptr<SeqState>> out;
   e.last_used = ++clock_;
-  if (!e.tokens.empty())
-    for (auto it = entries_.begin(); it != entries_.end();)
+  e.id = ++next_id_;
+  if (!e.tokens.empty()) {
+    for (auto it = entries_.begin(); it != entries_.end();) {
       if (it->tokens == e.tokens) out.push_back(std::move(it->state)), it = entries_.erase(it);
       else ++it;
+    }
+  }
   const size_t b = e.state->bytes();
   while (!entries_.empty() && (int(entries_.size()) + 1 > max_entries_ || bytes() + b > budget_))
     out.push_back(std::move(take_lru()->state));

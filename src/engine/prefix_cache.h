@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@ struct CacheEntry {
   std::string key;              // prompt_cache_key of the request that made it ("" if none)
   bool shared = false;          // a branch point (shared head): take() hands out copies
   uint64_t last_used = 0;
+  uint64_t id = 0;              // set by PrefixCache::put, unique while cached
 };
 
 class PrefixCache {
@@ -30,10 +32,14 @@ class PrefixCache {
   // prefix of it, one with the same key wins, then the longest. A shared entry stays cached and
   // a copy of its state is returned instead (moved out only if the copy cannot be made).
   std::optional<CacheEntry> take(const std::vector<int32_t>& prompt, const std::string& key);
+  // The entry take() would pick for this prompt, left where it is (nullptr: none; valid until the
+  // cache changes).
+  const CacheEntry* peek(const std::vector<int32_t>& prompt, const std::string& key) const;
   // Whether an entry holds exactly these tokens.
   bool holds(const std::vector<int32_t>& tokens) const;
-  // Removes and returns the least recently used entry (to recycle its allocation).
-  std::optional<CacheEntry> take_lru();
+  // Removes and returns the least recently used entry whose id is not in `keep` (to recycle its
+  // allocation).
+  std::optional<CacheEntry> take_lru(std::span<const uint64_t> keep = {});
   // Stores an entry, evicting the least recently used ones over the limits (the new entry is
   // always kept). An entry with the same (non-empty) tokens is replaced. The states evicted or
   // replaced are returned (their allocations can be reused; dropping them frees them).
@@ -45,9 +51,10 @@ class PrefixCache {
   size_t bytes() const;
 
  private:
+  int best_for(const std::vector<int32_t>& prompt, const std::string& key) const;  // take()'s pick, or -1
   int max_entries_;
   size_t budget_;
-  uint64_t clock_ = 0;
+  uint64_t clock_ = 0, next_id_ = 0;
   std::vector<CacheEntry> entries_;
 };
 

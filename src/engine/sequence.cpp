@@ -24,11 +24,13 @@ void Sequence::attach(CacheEntry e, int n_cached) {
   entry_ = std::move(e);
   entry_.tokens.assign(req_->prompt.begin(), req_->prompt.begin() + n_cached);
   usage_.cached_tokens = n_cached;
+  if (phase_ == Phase::kWaiting) phase_ = prompt_left() == 0 ? Phase::kDecode : Phase::kPrefill;
 }
 
 void Sequence::fed(std::span<const int32_t> tokens) {
   if (prompt_left() == 0) reply_fed_ += tokens.size();
   entry_.tokens.insert(entry_.tokens.end(), tokens.begin(), tokens.end());
+  if ((phase_ == Phase::kPrefill || phase_ == Phase::kTail) && prompt_left() == 0) phase_ = Phase::kDecode;
 }
 
 std::span<const int32_t> Sequence::next_segment(size_t seg_len) const {
@@ -53,8 +55,8 @@ Sequence::Snapshot Sequence::at_snapshot() const {
 }
 
 void Sequence::finish(FinishReason why, std::string text, std::string error, bool out_of_memory) {
-  if (finished_) return;
-  finished_ = true;
+  if (phase_ == Phase::kDone) return;
+  phase_ = Phase::kDone;
   GenEvent ev;
   ev.text = std::move(text);
   ev.done = true;
@@ -150,7 +152,7 @@ bool Sequence::deliver(GenToken tok) {
   const int32_t id = tok.id;
   GenEvent ev;
   ev.tokens.push_back(std::move(tok));
-  if (std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end()) {
+  if (!req_->ignore_eos && std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end()) {
     emit(std::move(ev));
     std::string rest = stops_.push(text_.flush()).text + stops_.flush();
     finish(FinishReason::kStop, std::move(rest));

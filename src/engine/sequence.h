@@ -26,18 +26,27 @@ class Sequence {
            EngineStats& stats);
 
   GenRequest& req() { return *req_; }
-  bool finished() const { return finished_; }
+  // Where the request is; the scheduler reads it, the sequence's own calls move it on:
+  //   kWaiting --attach--> kPrefill (prompt segments) --feed_tail_in_decode--> kTail --fed--> kDecode
+  //   (kPrefill --fed, the prompt in--> kDecode; attach with the whole prompt cached --> kDecode)
+  //   any --finish--> kDone (the state, if any, goes back when the engine retires it).
+  enum class Phase { kWaiting, kPrefill, kTail, kDecode, kDone };
+  Phase phase() const { return phase_; }
+  bool finished() const { return phase_ == Phase::kDone; }
   bool has_state() const { return entry_.state != nullptr; }
   // Prompt tokens fed so far, and not yet fed (0 once decoding).
   size_t prompt_fed() const { return entry_.tokens.size() - reply_fed_; }
   size_t prompt_left() const { return req_->prompt.size() - prompt_fed(); }
-  bool decoding() const { return has_state() && (prompt_left() == 0 || tail_) && !finished_; }
+  // Fed by decode steps, one token a step: the reply, or a short prompt tail (kTail).
+  bool decoding() const { return phase_ == Phase::kTail || phase_ == Phase::kDecode; }
   // A short prompt tail goes through decode steps, one token a step, instead of a prefill forward
   // (whose fixed cost, on a GPU, is that of reading nearly every expert). The engine decides.
-  void feed_tail_in_decode() { tail_ = true; }
+  void feed_tail_in_decode() {
+    if (phase_ == Phase::kPrefill) phase_ = Phase::kTail;
+  }
   // Whether a snapshot point (req.snapshot_at, req.shared_prefix_at) lies beyond what has been fed.
   bool snapshot_ahead() const;
-  bool feeding_tail() const { return tail_ && prompt_left() > 0; }
+  bool feeding_tail() const { return phase_ == Phase::kTail; }
   // Whether the coming decode step only feeds a prompt token: its output is not the reply's (the
   // engine draws nothing for it and delivers nothing).
   bool silent_step() const { return feeding_tail() && prompt_left() > 1; }
@@ -115,7 +124,8 @@ class Sequence {
   TokenText text_;
   StopMatcher stops_;
   std::deque<int32_t> pending_;  // forced prefix, injected tokens, or (test hook) the whole reply
-  bool forced_ = false, injected_ = false, finished_ = false, tail_ = false;
+  Phase phase_ = Phase::kWaiting;
+  bool forced_ = false, injected_ = false;
   int32_t next_ = -1;
   std::vector<uint64_t> mask_;      // the constraint's allowed tokens for this step
   size_t vocab_ = 0;                // the logits rows' length, once choose() has seen one

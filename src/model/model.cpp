@@ -16,8 +16,10 @@
 namespace lily {
 
 struct Model::Impl {
-  std::unique_ptr<Checkpoint> ckpt;
+  std::unique_ptr<Checkpoint> ckpt;  // (none for Model::over)
   ModelWeights weights;
+  ModelConfig cfg;
+  std::string dir;
   std::unique_ptr<Backend> backend;
 };
 
@@ -27,6 +29,8 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
   auto impl = std::make_unique<Impl>();
   LILY_ASSIGN_OR_RETURN(impl->ckpt, Checkpoint::open(dir));
   LILY_ASSIGN_OR_RETURN(impl->weights, ModelWeights::from_checkpoint(*impl->ckpt));
+  impl->cfg = impl->weights.cfg;
+  impl->dir = impl->ckpt->dir();
   if (opts.threads > 0) ThreadPool::set_global_threads(opts.threads);
   if (opts.backend == "cpu") {  // the fast kernels (src/backend/cpu/fast_*)
     LILY_ASSIGN_OR_RETURN(impl->backend, make_fast_cpu_backend(impl->weights, opts.cpu_state_limit_bytes));
@@ -42,22 +46,33 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
   return m;
 }
 
-const ModelConfig& Model::config() const { return impl_->weights.cfg; }
-const std::string& Model::dir() const { return impl_->ckpt->dir(); }
+std::unique_ptr<Model> Model::over(const ModelConfig& cfg, std::unique_ptr<Backend> backend, std::string dir) {
+  auto impl = std::make_unique<Impl>();
+  impl->cfg = cfg;
+  impl->dir = std::move(dir);
+  impl->backend = std::move(backend);
+  std::unique_ptr<Model> m(new Model());
+  m->impl_ = std::move(impl);
+  return m;
+}
+
+const ModelConfig& Model::config() const { return impl_->cfg; }
+const std::string& Model::dir() const { return impl_->dir; }
 const char* Model::backend_name() const { return impl_->backend->name(); }
 
 Result<std::unique_ptr<SeqState>> Model::new_state(int max_seq) { return impl_->backend->new_state(max_seq); }
 StateMemory Model::state_memory(int max_seq) const { return impl_->backend->state_memory(max_seq); }
 Result<DeviceMemory> Model::device_memory() { return impl_->backend->device_memory(); }
+bool Model::pipelines() const { return impl_->backend->pipelines(); }
+Status Model::wait(StepTicket ticket) { return impl_->backend->wait(ticket); }
+double Model::copy_bandwidth_gbps() { return impl_->backend->copy_bandwidth_gbps(); }
+std::string Model::hardware() const { return impl_->backend->hardware(); }
+Status Model::profile_decode(SeqState& state) { return impl_->backend->profile_decode(state); }
 
-Status Model::forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) {
-  LILY_TRY(state.reserve(state.n_tokens() + int(tokens.size())));
-  return impl_->backend->forward(state, tokens, logits);
+Status Model::prepare(int max_rows, int step_tokens) {
+  if (max_rows < 1 || step_tokens < 0) return errorf("prepare: {} rows, {} step tokens", max_rows, step_tokens);
+  return impl_->backend->prepare(max_rows, step_tokens);
 }
-
-}  // namespace lily
-
-namespace lily {
 
 // A draw spec a backend can take: a temperature's inverse ≥ 0, a uniform in [0, 1), at most kMaxDrawTop
 // alternatives.
@@ -65,84 +80,99 @@ static bool spec_ok(const DrawSpec& d) {
   return d.inv_t >= 0.0f && d.u >= 0.0 && d.u < 1.0 && d.top_logprobs <= kMaxDrawTop;
 }
 
-Status Model::forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
-                            std::span<float> logits) {
-  if (states.size() != tokens.size()) return errorf("forward_batch: {} states but {} tokens", states.size(), tokens.size());
-  if (logits.size() != states.size() * size_t(config().vocab_size))
-    return errorf("forward_batch: logits must hold {} rows of {}", states.size(), config().vocab_size);
-  for (size_t i = 0; i < states.size(); ++i)
+Result<StepTicket> Model::launch(std::span<const StepFeed> feeds) {
+  const int V = config().vocab_size;
+  if (feeds.empty()) return errorf("launch: no feeds");
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    const StepFeed& f = feeds[i];
+    if (!f.state || f.tokens.empty()) return errorf("launch: feed {} has no state or no tokens", i);
+    if (f.draw && (!f.drawn || f.logits)) return errorf("launch: feed {} asks for a draw without a Drawn, or for logits too", i);
+    if (f.drawn && !f.draw) return errorf("launch: feed {} has a Drawn but no draw spec", i);
+    if (f.draw && !spec_ok(*f.draw))
+      return errorf("launch: feed {} has a bad draw spec (inv_t {}, u {}, top_logprobs {})", i, f.draw->inv_t, f.draw->u,
+                    f.draw->top_logprobs);
+    for (int32_t t : f.tokens) {
+      if (t == kDrawnToken && feeds.size() == 1 && f.tokens.size() == 1 && f.draw && pipelines()) continue;
+      if (t < 0 || t >= V)
+        return errorf("launch: feed {} has token {} outside the vocabulary{}", i, t,
+                      t == kDrawnToken ? " (kDrawnToken: only a lone drawn one-token feed, where the backend pipelines)" : "");
+    }
     for (size_t j = 0; j < i; ++j)
-      if (states[i] == states[j]) return errorf("forward_batch: rows {} and {} share one state", j, i);
-  for (SeqState* st : states) LILY_TRY(st->reserve(st->n_tokens() + 1));
-  return impl_->backend->forward_batch(states, tokens, logits);
-}
-
-Status Model::prepare(int max_rows, int step_tokens) {
-  if (max_rows < 1 || step_tokens < 0) return errorf("prepare: {} rows, {} step tokens", max_rows, step_tokens);
-  return impl_->backend->prepare(max_rows, step_tokens);
+      if (feeds[j].state == f.state) return errorf("launch: feeds {} and {} share one state", j, i);
+  }
+  for (const StepFeed& f : feeds) LILY_TRY(f.state->reserve(f.state->n_tokens() + int(f.tokens.size())));
+  return impl_->backend->launch(feeds);
 }
 
 Status Model::step(std::span<const StepFeed> feeds) {
-  const int V = config().vocab_size;
-  for (size_t i = 0; i < feeds.size(); ++i) {
-    const StepFeed& f = feeds[i];
-    if (!f.state || f.tokens.empty()) return errorf("step: feed {} has no state or no tokens", i);
-    if (f.draw && (!f.drawn || f.logits)) return errorf("step: feed {} asks for a draw without a Drawn, or for logits too", i);
-    if (f.draw && !spec_ok(*f.draw))
-      return errorf("step: feed {} has a bad draw spec (inv_t {}, u {}, top_logprobs {})", i, f.draw->inv_t, f.draw->u,
-                    f.draw->top_logprobs);
-    for (int32_t t : f.tokens)
-      if (t < 0 || t >= V) return errorf("step: feed {} has token {} outside the vocabulary", i, t);
-    for (size_t j = 0; j < i; ++j)
-      if (feeds[j].state == f.state) return errorf("step: feeds {} and {} share one state", j, i);
-  }
-  for (const StepFeed& f : feeds) LILY_TRY(f.state->reserve(f.state->n_tokens() + int(f.tokens.size())));
-  return impl_->backend->step(feeds);
+  LILY_ASSIGN_OR_RETURN(StepTicket t, launch(feeds));
+  return wait(t);
+}
+
+Status Model::forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) {
+  if (!logits.empty() && logits.size() != size_t(config().vocab_size))
+    return errorf("forward: logits must hold {} entries, not {}", config().vocab_size, logits.size());
+  StepFeed f;
+  f.state = &state, f.tokens = tokens, f.logits = logits.empty() ? nullptr : logits.data();
+  return step(std::span<const StepFeed>(&f, 1));
+}
+
+Status Model::forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
+                            std::span<float> logits) {
+  const size_t B = states.size(), V = size_t(config().vocab_size);
+  if (tokens.size() != B) return errorf("forward_batch: {} states but {} tokens", B, tokens.size());
+  if (logits.size() != B * V) return errorf("forward_batch: logits must hold {} rows of {}", B, V);
+  if (B == 0) return Status::ok();
+  std::vector<StepFeed> feeds(B);
+  for (size_t b = 0; b < B; ++b)
+    feeds[b].state = states[b], feeds[b].tokens = tokens.subspan(b, 1), feeds[b].logits = logits.data() + b * V;
+  return step(feeds);
 }
 
 Status Model::decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,
                           std::span<const DrawSpec> spec, std::span<Drawn> out) {
-  if (states.size() != tokens.size() || spec.size() != states.size() || out.size() != states.size())
-    return errorf("decode_draw: {} states, {} tokens, {} specs, {} outputs", states.size(), tokens.size(), spec.size(),
-                  out.size());
-  for (size_t i = 0; i < states.size(); ++i)
-    for (size_t j = 0; j < i; ++j)
-      if (states[i] == states[j]) return errorf("decode_draw: rows {} and {} share one state", j, i);
-  for (const auto& d : spec)
-    if (!spec_ok(d))
-      return errorf("decode_draw: bad spec (inv_t {}, u {}, top_logprobs {})", d.inv_t, d.u, d.top_logprobs);
-  for (SeqState* st : states) LILY_TRY(st->reserve(st->n_tokens() + 1));
-  return impl_->backend->decode_draw(states, tokens, spec, out);
+  const size_t B = states.size();
+  if (tokens.size() != B || spec.size() != B || out.size() != B)
+    return errorf("decode_draw: {} states, {} tokens, {} specs, {} outputs", B, tokens.size(), spec.size(), out.size());
+  if (B == 0) return Status::ok();
+  std::vector<StepFeed> feeds(B);
+  for (size_t b = 0; b < B; ++b)
+    feeds[b].state = states[b], feeds[b].tokens = tokens.subspan(b, 1), feeds[b].draw = &spec[b], feeds[b].drawn = &out[b];
+  return step(feeds);
 }
 
 Status Model::decode_greedy(SeqState& state, int32_t first, int n_steps, std::vector<int32_t>& out,
                             std::vector<double>* avail_s) {
-  if (n_steps > 0) LILY_TRY(state.reserve(state.n_tokens() + n_steps));
-  if (impl_->backend->vocab_size() > 0) return impl_->backend->decode_greedy(state, first, n_steps, out, avail_s);
-  // A backend without its own loop or vocab size: forward + argmax here.
-  const auto t0 = std::chrono::steady_clock::now();
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
   out.clear();
   if (avail_s) avail_s->clear();
-  std::vector<float> logits(size_t(config().vocab_size));
-  int32_t tok = first;
+  if (n_steps <= 0) return Status::ok();
+  if (first < 0 || first >= config().vocab_size) return errorf("decode_greedy: token {} outside the vocabulary", first);
+  const DrawSpec greedy{};  // inv_t 0: argmax, lowest id on ties
+  const bool pipe = pipelines();
+  Drawn slot[2];  // step i draws into slot[i % 2]; step i + 1 is launched before step i is waited for
+  StepTicket ticket[2] = {0, 0};
+  auto go = [&](int i, int32_t token) -> Status {
+    StepFeed f;
+    f.state = &state, f.tokens = std::span<const int32_t>(&token, 1), f.draw = &greedy, f.drawn = &slot[i % 2];
+    LILY_ASSIGN_OR_RETURN(ticket[i % 2], launch(std::span<const StepFeed>(&f, 1)));
+    return Status::ok();
+  };
+  LILY_TRY(go(0, first));
   for (int i = 0; i < n_steps; ++i) {
-    LILY_TRY(forward(state, std::span<const int32_t>(&tok, 1), logits));
-    tok = argmax(logits);
-    out.push_back(tok);
-    if (avail_s) avail_s->push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const bool ahead = pipe && i + 1 < n_steps;
+    Status launched = ahead ? go(i + 1, kDrawnToken) : Status::ok();
+    Status st = wait(ticket[i % 2]);
+    if (!st || !launched) {
+      if (ahead && launched) (void)wait(ticket[(i + 1) % 2]);  // leave nothing in flight
+      return st ? launched : st;
+    }
+    out.push_back(slot[i % 2].id);
+    if (avail_s) avail_s->push_back(std::chrono::duration<double>(clock::now() - t0).count());
+    if (!pipe && i + 1 < n_steps) LILY_TRY(go(i + 1, slot[i % 2].id));
   }
   return Status::ok();
 }
-bool Model::pipelined_draw() const { return impl_->backend->pipelined_draw(); }
-Status Model::launch_draw(SeqState& state, int32_t token, const DrawSpec& spec) {
-  if (token >= config().vocab_size) return errorf("launch_draw: token {} outside the vocabulary", token);
-  if (!spec_ok(spec))
-    return errorf("launch_draw: bad spec (inv_t {}, u {}, top_logprobs {})", spec.inv_t, spec.u, spec.top_logprobs);
-  LILY_TRY(state.reserve(state.n_tokens() + 1));
-  return impl_->backend->launch_draw(state, token, spec);
-}
-Status Model::collect_draw(Drawn& out) { return impl_->backend->collect_draw(out); }
-double Model::copy_bandwidth_gbps() { return impl_->backend->copy_bandwidth_gbps(); }
-std::string Model::hardware() const { return impl_->backend->hardware(); }
 
 }  // namespace lily

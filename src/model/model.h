@@ -71,10 +71,11 @@ class SeqState {
   }
 };
 
-// One sequence's part of a serving step (Model::step): tokens appended to *state at positions
+// One sequence's part of a serving step (Model::launch): tokens appended to *state at positions
 // state->n_tokens()..., and what comes back for the last of them: nothing, its logits (host fp32
 // [vocab] at `logits`), or a token drawn where the logits are (*draw → *drawn; model/draw.h).
-// A decode row feeds one token; a newcomer's prompt segment feeds several.
+// A decode row feeds one token; a newcomer's prompt segment feeds several. The feed and its draw
+// spec need to live only during launch; the outputs are written by the step's wait.
 struct StepFeed {
   SeqState* state = nullptr;
   std::span<const int32_t> tokens;
@@ -82,6 +83,13 @@ struct StepFeed {
   const DrawSpec* draw = nullptr;
   Drawn* drawn = nullptr;
 };
+
+// A lone drawn feed's token on a backend that pipelines (Model::pipelines): the id the previous
+// launched step drew for the same state, still where it was drawn (the host need not wait for it).
+constexpr int32_t kDrawnToken = -1;
+
+// A launched step (Model::launch), completed by Model::wait. Tickets count up from 1.
+using StepTicket = uint64_t;
 
 struct ModelOptions {
   std::string backend = "cpu";  // "cpu" | "cuda"
@@ -95,6 +103,9 @@ struct ModelOptions {
 class Model {
  public:
   static Result<std::unique_ptr<Model>> load(const std::string& dir, const ModelOptions& opts);
+  // A model over a backend made elsewhere (tests: a backend over test weights, a fake backend),
+  // with the configuration it runs; dir() is `dir`.
+  static std::unique_ptr<Model> over(const ModelConfig& cfg, std::unique_ptr<Backend> backend, std::string dir = {});
   ~Model();
 
   const ModelConfig& config() const;
@@ -106,36 +117,38 @@ class Model {
   // (CUDA: cudaMemGetInfo; CPU: MemAvailable, or the test hook's limit).
   StateMemory state_memory(int max_seq) const;
   Result<DeviceMemory> device_memory();
-  // Feeds `tokens` (ids < vocab) at positions state.n_tokens()... . If logits is non-empty it
-  // must have vocab_size entries and receives the last token's logits (fp32).
+  // The one way to run the model: a serving step over feeds (StepFeed; distinct states, ids <
+  // vocab, or kDrawnToken where pipelines() allows it), decode rows and prompt segments together,
+  // every token-parallel op once over all their tokens where the backend can. Each feed gets what
+  // it would get alone. Every state consumes its tokens at launch (room is reserved here); the
+  // outputs are in place once wait(ticket) returns, which also waits for the steps launched before.
+  // Where pipelines() is true (CUDA), a lone one-token drawn feed returns at once, so the host's work
+  // for one token overlaps the next step (the server's single-stream decode); at most two steps are
+  // in flight. Elsewhere the step runs at launch.
+  Result<StepTicket> launch(std::span<const StepFeed> feeds);
+  Status wait(StepTicket ticket);
+  bool pipelines() const;
+  // Conveniences over launch + wait. step: one step, waited for. forward: `tokens` appended to
+  // state, the last one's logits (if non-empty: [vocab] fp32). forward_batch: row b feeds tokens[b]
+  // to *states[b], logits [B, vocab]. decode_draw: the same rows, each drawn as spec[b] says into
+  // out[b].
+  Status step(std::span<const StepFeed> feeds);
   Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits);
-  // One decode step for several sequences (distinct states): row b feeds tokens[b] to
-  // *states[b]; logits is [B, vocab] fp32. Rows are independent: each gets what forward() would
-  // give it alone.
   Status forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens, std::span<float> logits);
-  // One decode step as forward_batch, drawing each row's next token as spec[b] says (model/draw.h)
-  // where the logits are; out[b] receives it. Same rows-are-independent contract.
   Status decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens, std::span<const DrawSpec> spec,
                      std::span<Drawn> out);
-  // One serving step over several sequences (distinct states): decode rows and prompt segments
-  // together, every token-parallel op once over all their tokens where the backend can. Each feed
-  // gets what forward() (or decode_draw()) would give it alone.
-  Status step(std::span<const StepFeed> feeds);
+  // Greedy decode as the server runs one request: feeds `first`, then each step's draw (argmax,
+  // lowest id on ties), n_steps times, with two steps in flight where the backend pipelines;
+  // out[i] = the token drawn by step i. avail_s (optional): per step, the seconds from the call until
+  // out[i] reached the host.
+  Status decode_greedy(SeqState& state, int32_t first, int n_steps, std::vector<int32_t>& out,
+                       std::vector<double>* avail_s = nullptr);
   // Readies the backend for serving up to max_rows requests at once, with steps of up to
   // max_rows + step_tokens tokens (Backend::prepare); a server calls it once at start, so no
   // request pays a first-use cost (a graph capture, say).
   Status prepare(int max_rows, int step_tokens = 0);
-  // Depth-2 pipelined decode of one sequence (Backend::launch_draw / collect_draw), where
-  // pipelined_draw() says the backend has it: launch a step feeding `token` (or, token < 0, the
-  // token the previous launched step drew, not yet read back), collect the oldest step's draw.
-  bool pipelined_draw() const;
-  Status launch_draw(SeqState& state, int32_t token, const DrawSpec& spec);
-  Status collect_draw(Drawn& out);
-  // Greedy loop on the backend (CUDA: depth-2 pipelined graph replays): feeds `first`, then each
-  // step's argmax, n_steps times; out[i] = argmax after step i. avail_s (optional): per step, the
-  // seconds from the call until out[i] reached the host.
-  Status decode_greedy(SeqState& state, int32_t first, int n_steps, std::vector<int32_t>& out,
-                       std::vector<double>* avail_s = nullptr);
+  // A per-op profile of one decode step of state on stderr (Backend::profile_decode; CUDA only).
+  Status profile_decode(SeqState& state);
   // Device copy bandwidth (GB/s) measured now by the backend; 0 for the CPU.
   double copy_bandwidth_gbps();
   std::string hardware() const;

@@ -108,10 +108,11 @@ TEST(StateMemory, CpuStateHoldsWhatItsMemorySays) {
   Tiny t;
   auto be = make_cpu_backend(t.sw->w);
   ASSERT_TRUE(be.is_ok());
-  const StateMemory m = (*be)->state_memory(128);
+  auto model = Model::over(t.sw->w.cfg, std::move(be).value());
+  const StateMemory m = model->state_memory(128);
   EXPECT_EQ(m.fixed, 823296u);
   EXPECT_EQ(m.per_position, 1024u);
-  auto s = (*be)->new_state(128);
+  auto s = model->new_state(128);
   ASSERT_TRUE(s.is_ok());
   SeqState& st = **s;
   EXPECT_EQ(st.bytes(), m.bytes_for(0, 128));
@@ -126,7 +127,7 @@ TEST(StateMemory, CpuStateHoldsWhatItsMemorySays) {
   EXPECT_EQ(st.bytes(), m.bytes_for(128, 128));
   EXPECT_FALSE(st.reserve(129).is_ok());
   const auto toks = t.tokens(21);
-  ASSERT_TRUE((*be)->forward(st, toks, {}).is_ok());
+  ASSERT_TRUE(model->forward(st, toks, {}).is_ok());
   EXPECT_EQ(st.bytes(), m.bytes_for(128, 128)) << "a forward within the reserved room must not reallocate";
   auto c = st.clone();
   ASSERT_TRUE(c);

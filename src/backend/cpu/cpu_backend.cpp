@@ -163,6 +163,7 @@ class CpuBackend final : public Backend {
   StateMemory state_memory(int) const override { return cpu_state_memory(cfg_); }
   Result<DeviceMemory> device_memory() override { return cpu_device_memory(*meter_); }
 
+ protected:  // the parts Backend::launch runs
   Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) override {
     LILY_ASSIGN_OR_RETURN(CpuSeqState* st, check_forward_args(cfg_, state, tokens, logits));
     const int M = int(tokens.size());

@@ -86,6 +86,7 @@ class FastCpuBackend final : public Backend {
     return read_gbps_;
   }
 
+ protected:  // the parts Backend::launch runs
   Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) override {
     LILY_ASSIGN_OR_RETURN(CpuSeqState* st, check_forward_args(cfg_, state, tokens, logits));
     const int M = int(tokens.size());

@@ -155,17 +155,8 @@ LILY_AVX512 void pack_x(const QArgs& a, int i0, int T, int K, float* xb) {
 
 // Jobs of up to 12 tokens take the thin kernel (measured at 1 thread on 256 random experts, K = 2048:
 // 57 vs 42 GMAC/s at 8 tokens, 51 vs 47 at 11, 49 vs 49 at 12; K = 512: 53 vs 39 at 12).
-// LILY_CPU_THIN overrides (0: never).
-inline int thin_max() {
-  static const int v = [] {
-    const char* e = std::getenv("LILY_CPU_THIN");
-    return e ? std::min(std::atoi(e), kThinMaxTokens) : kThinMaxTokens;
-  }();
-  return v;
-}
-
 LILY_AVX512 void q4_gemm_avx512(const QArgs& a) {
-  if (a.n <= thin_max()) {
+  if (a.n <= kThinMaxTokens) {
     q4_gemm_thin_avx512(a);
     return;
   }

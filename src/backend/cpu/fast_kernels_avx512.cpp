@@ -44,14 +44,10 @@ LILY_AVX512 float dot512(const float* a, const float* b, int n) {
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
-// Prefetch distance of the decode kernel in u32 words (LILY_CPU_PF_WORDS, default 256 = 1 KiB).
-inline int prefetch_words() {
-  static const int v = [] {
-    const char* e = std::getenv("LILY_CPU_PF_WORDS");
-    return e ? std::atoi(e) : 256;
-  }();
-  return v;
-}
+// Prefetch distance of the decode kernel in u32 words: 1 KiB ahead in every row stream (the hardware
+// prefetchers restart at each 4 KiB page; docs/perf/2026-12-03-cpu.md, "Decode matvec prefetch").
+constexpr int kPrefetchWords = 256;
+inline int prefetch_words() { return kPrefetchWords; }
 
 // Rows r..r+R-1 times tokens ids[i0..i0+T-1]; sb/bb: [R][G] fp32 scales and biases of the rows.
 template <int R, int T>

@@ -30,7 +30,6 @@ void span_of(const QWeight& q, uintptr_t& lo, uintptr_t& hi) {
 }  // namespace
 
 size_t advise_huge_pages(const ModelWeights& w) {
-  if (const char* e = std::getenv("LILY_CPU_HUGEPAGE"); e && std::strcmp(e, "0") == 0) return 0;
   uintptr_t lo = UINTPTR_MAX, hi = 0;
   span_of(w.embed, lo, hi), span_of(w.lm_head, lo, hi);
   for (const auto& L : w.layers) {

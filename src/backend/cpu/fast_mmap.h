@@ -11,7 +11,7 @@ namespace lily::cpu::fast {
 
 // madvise(MADV_HUGEPAGE) over [lowest, highest) byte of the quantized weights, 2 MiB aligned inward.
 // Takes effect for pages read into the page cache afterwards (ext4 and other large-folio
-// filesystems); LILY_CPU_HUGEPAGE=0 disables it. Returns the bytes advised (0: off or refused).
+// filesystems). Returns the bytes advised (0: refused).
 size_t advise_huge_pages(const ModelWeights& w);
 
 // FilePmdMapped of this process (/proc/self/smaps_rollup), bytes; 0 if unreadable.

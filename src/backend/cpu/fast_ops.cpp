@@ -93,12 +93,9 @@ void run_qjobs(std::span<const QJob> jobs) {
     // The fp32 GEMM (no PreparedX) dequantizes 32-row panels once per task: tasks of 32 rows.
     const bool gemm = jb.w->bits == 4 && jb.x == nullptr;
     // Jobs of ≤ 32 tokens (the routed experts) stream their weights faster in long tasks: ~256 KiB
-    // of codes each (LILY_CPU_GEMM_TASK_KB), whole 32-row panels. Two threads on adjacent 8 KiB
-    // tasks of one expert's down_proj reached 57-70 GMAC/s, on 256 KiB tasks 94-126 (8 tokens).
-    static const int task_kb = [] {
-      const char* e = std::getenv("LILY_CPU_GEMM_TASK_KB");
-      return e ? std::atoi(e) : 256;
-    }();
+    // of codes each, whole 32-row panels. Two threads on adjacent 8 KiB tasks of one expert's
+    // down_proj reached 57-70 GMAC/s, on 256 KiB tasks 94-126 (8 tokens).
+    constexpr int task_kb = 256;
     const int few_rows = std::max(32, ((task_kb << 10) / row_bytes) & ~31);
     const int block = gemm ? (jb.n <= 32 ? few_rows : 32)
                       : jb.n >= 16 ? 64

@@ -315,6 +315,18 @@ Status CudaBackend::replay_tokens(CudaSeqState& st, std::span<const int32_t> tok
   return Status::ok();
 }
 
+Status CudaBackend::profile_decode(SeqState& state) {
+  auto* st = dynamic_cast<CudaSeqState*>(&state);
+  if (!st || st->be != this) return cu_err("profile_decode: the state belongs to another backend");
+  LILY_TRY(drain());
+  LILY_TRY(st->reserve(st->n + 2));
+  if (st->n + 2 > st->cap) return cu_err("profile_decode: the state needs room for two more tokens");
+  *pinned_tok_ = 0;  // the profiled step's input
+  LILY_CU_TRY(cudaMemcpyAsync(&st->ctl->tok, pinned_tok_, 4, cudaMemcpyHostToDevice, stream_));
+  LILY_TRY(profile_step(*st));
+  return profile_graphs(*st);
+}
+
 Status CudaBackend::profile_step(CudaSeqState& st) {
   std::vector<std::pair<const char*, cudaEvent_t>> ev;
   prof_ = &ev;

@@ -1,5 +1,5 @@
 // The CUDA backend's classes, shared by its translation units: cuda_backend.cu (init, state,
-// graph-captured decode step), prefill.cu (M > 1 tokens), upload.cu (weights).
+// graph-captured decode step), step/prefill.cu (M > 1 tokens), common/upload.cu (weights).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -32,9 +32,9 @@ template <typename T> T* dalloc(size_t n, std::vector<void*>& owned) {
 }
 
 class CudaBackend;
-// Shapes the prefill kernels (prefill.cu) support: the real model and the tiny/small presets.
+// Shapes the prefill kernels (step/prefill.cu) support: the real model and the tiny/small presets.
 bool prefill_shapes_ok(const ModelConfig& c);
-struct BatchCtx;  // batched decode scratch, row table and graphs per batch size (batch.cu)
+struct BatchCtx;  // batched decode scratch, row table and graphs per batch size (step/batch.cu)
 void destroy_batch_ctx(BatchCtx* b);
 
 struct CudaSeqState final : SeqState {
@@ -142,75 +142,18 @@ class CudaBackend final : public Backend {
   StateMemory state_memory(int max_seq) const override;
   Result<DeviceMemory> device_memory() override;
 
-  Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) override {
-    auto* st = dynamic_cast<CudaSeqState*>(&state);
-    if (!st || st->be != this) return cu_err("cuda backend: state belongs to another backend");
-    const int M = int(tokens.size());
-    if (M == 0) return cu_err("forward: no tokens");
-    LILY_TRY(st->reserve(st->n + M));
-    if (st->n + M > st->cap) return cu_err("forward: {} + {} tokens exceed the state's max_seq {}", st->n, M, st->limit);
-    for (int32_t t : tokens)
-      if (t < 0 || t >= cfg_.vocab_size) return cu_err("forward: token id {} outside the vocabulary [0, {})", t, cfg_.vocab_size);
-    if (!logits.empty() && int(logits.size()) != cfg_.vocab_size)
-      return cu_err("forward: logits span has {} entries, vocab is {}", logits.size(), cfg_.vocab_size);
-    // The prefill kernels write bf16 K/V and conv windows; fp32 states take the decode graph.
-    if (M >= 2 && st->f32 && !pf_f32_ok_) {
-      static bool warned = false;
-      if (!warned && verbose_)
-        std::fprintf(stderr, "cuda: fp32 K/V state: prompt fed through the decode graph (the prefill kernels write bf16; "
-                             "LILY_CUDA_KV=bf16 selects them)\n");
-      warned = true;
-      return replay_tokens(*st, tokens, logits);
-    }
-    return prefill(*st, tokens, logits);
-  }
-
-  Status decode_greedy(SeqState& state, int32_t first, int n_steps, std::vector<int32_t>& out,
-                       std::vector<double>* avail_s) override {
-    auto* st = dynamic_cast<CudaSeqState*>(&state);
-    if (!st || st->be != this) return cu_err("cuda backend: state belongs to another backend");
-    out.clear();
-    if (avail_s) avail_s->clear();
-    if (n_steps <= 0) return Status::ok();
-    if (first < 0 || first >= cfg_.vocab_size) return cu_err("decode_greedy: token {} out of range", first);
-    LILY_TRY(st->reserve(st->n + n_steps));
-    if (st->n + n_steps > st->cap) return cu_err("decode_greedy: {} + {} steps exceed max_seq {}", st->n, n_steps, st->limit);
-    LILY_TRY(ensure_graphs(*st));
-    const auto t0 = clock_type::now();
-    *pinned_tok_ = first;
-    LILY_CU_TRY(cudaMemcpyAsync(&st->ctl->tok, pinned_tok_, 4, cudaMemcpyHostToDevice, stream_));
-    const int pos0 = st->n;
-    volatile int32_t* th = st->tok_host;
-    auto collect = [&](int i) -> Status {
-      LILY_CU_TRY(cudaEventSynchronize(ev_[i % 2]));
-      out.push_back(int32_t(th[pos0 + i]));
-      if (avail_s) avail_s->push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
-      return Status::ok();
-    };
-    // Depth 2: step i+1 is launched before the host waits for step i's token.
-    for (int i = 0; i < n_steps; ++i) {
-      LILY_CU_TRY(cudaGraphLaunch(st->g_full, stream_));
-      LILY_CU_TRY(cudaEventRecord(ev_[i % 2], stream_));
-      if (i >= 1) LILY_TRY(collect(i - 1));
-    }
-    LILY_TRY(collect(n_steps - 1));
-    st->n += n_steps;
-    const char* prof = std::getenv("LILY_CUDA_PROFILE");
-    if (prof && *prof == '1' && n_steps >= 16 && st->n < st->cap) {
-      LILY_TRY(profile_step(*st));
-      if (st->n < st->cap) LILY_TRY(profile_graphs(*st));
-    }
-    return Status::ok();
-  }
-
   // Scratch for max_rows + step_tokens rows and the step graph of every batch size up to max_rows
-  // (batch.cu).
+  // (step/batch.cu).
   Status prepare(int max_rows, int step_tokens) override;
-  // Decode rows and prompt segments as one batched step (batch.cu).
-  Status step(std::span<const StepFeed> feeds) override;
-  // One decode step for B sequences, weights read once for all rows (batch.cu).
-  Status forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
-                       std::span<float> logits) override;
+  // Backend::launch (draw_backend.cu): a lone one-token feed drawn without a mask or penalties is
+  // launched on the batch-1 decode graph and returns at once (launch_draw; its token may be
+  // kDrawnToken); any other step first collects the steps in flight, then runs at once (step()).
+  Result<StepTicket> launch(std::span<const StepFeed> feeds) override;
+  Status wait(StepTicket ticket) override;
+  bool pipelines() const override { return true; }
+  // One un-captured decode step of state with events between ops, then per-op-kind graphs
+  // (cuda_backend.cu); the state consumes one token.
+  Status profile_decode(SeqState& state) override;
 
   double copy_bandwidth_gbps() override {
     const size_t n = size_t(2) << 30;
@@ -236,19 +179,44 @@ class CudaBackend final : public Backend {
     return 2.0 * n * reps / (ms * 1e-3) / 1e9;
   }
 
+ protected:  // the parts of a step (Backend)
+  Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) override {
+    auto* st = dynamic_cast<CudaSeqState*>(&state);
+    if (!st || st->be != this) return cu_err("cuda backend: state belongs to another backend");
+    const int M = int(tokens.size());
+    if (M == 0) return cu_err("forward: no tokens");
+    LILY_TRY(st->reserve(st->n + M));
+    if (st->n + M > st->cap) return cu_err("forward: {} + {} tokens exceed the state's max_seq {}", st->n, M, st->limit);
+    for (int32_t t : tokens)
+      if (t < 0 || t >= cfg_.vocab_size) return cu_err("forward: token id {} outside the vocabulary [0, {})", t, cfg_.vocab_size);
+    if (!logits.empty() && int(logits.size()) != cfg_.vocab_size)
+      return cu_err("forward: logits span has {} entries, vocab is {}", logits.size(), cfg_.vocab_size);
+    // The prefill kernels write bf16 K/V and conv windows; fp32 states take the decode graph.
+    if (M >= 2 && st->f32 && !pf_f32_ok_) {
+      static bool warned = false;
+      if (!warned && verbose_)
+        std::fprintf(stderr, "cuda: fp32 K/V state: prompt fed through the decode graph (the prefill kernels write bf16; "
+                             "LILY_CUDA_KV=bf16 selects them)\n");
+      warned = true;
+      return replay_tokens(*st, tokens, logits);
+    }
+    return prefill(*st, tokens, logits);
+  }
+
+  // Decode rows and prompt segments as one batched step (step/step_mixed.cu); what it does not take goes
+  // to Backend::step (the decode graph, the batched decode step, the prefill path).
+  Status step(std::span<const StepFeed> feeds) override;
+  // One decode step for B sequences, weights read once for all rows (step/batch.cu).
+  Status forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
+                       std::span<float> logits) override;
   // One decode step drawing each row's next token on the device (draw_backend.cu): one row
-  // replays the decode graph, then draw.cu's kernel reads the logits where they are.
+  // replays the decode graph, then sampling/draw.cu's kernel reads the logits where they are.
   Status decode_draw(std::span<SeqState* const> states, std::span<const int32_t> tokens,
                      std::span<const DrawSpec> spec, std::span<Drawn> out) override;
-  // Depth-2 pipeline (draw_backend.cu): the decode graph, the draw, a device copy of the drawn id
-  // into the state's step input, and the record's copy to pinned memory, all enqueued; collect
-  // waits on the oldest step's event.
-  bool pipelined_draw() const override { return true; }
-  Status launch_draw(SeqState& state, int32_t token, const DrawSpec& spec) override;
-  Status collect_draw(Drawn& out) override;
 
+ public:
   // Appends M >= 1 validated tokens to st (advancing st.n) and, if logits is non-empty, writes
-  // the last token's logits. Defined in prefill.cu.
+  // the last token's logits. Defined in step/prefill.cu.
   Status prefill(CudaSeqState& st, std::span<const int32_t> tokens, std::span<float> logits);
   // Feeds tokens one decode-graph replay each (no host sync in between); logits of the last.
   Status replay_tokens(CudaSeqState& st, std::span<const int32_t> tokens, std::span<float> logits);
@@ -342,9 +310,9 @@ class CudaBackend final : public Backend {
   // [qkv|z|a|b] or [q|k|v], mixer readout, attention q, MoE intermediate [k·I + Is], gated readout.
   float *xres_[2] = {}, *mix_ = nullptr, *hn_ = nullptr, *u_ = nullptr, *o_ = nullptr, *q_ = nullptr, *act_ = nullptr;
   float* og_ = nullptr;  // GDN readout after the fused gated RMSNorm (fp32 [nv·dv])
-  // Set by prefill.cu once its kernels read and write fp32 K/V caches and conv windows; until
+  // Set by step/prefill.cu once its kernels read and write fp32 K/V caches and conv windows; until
   // then fp32 states (the default) are prefilled by replaying the decode graph.
-  bool pf_f32_ok_ = true;  // the prefill kernels write fp32 K/V and conv windows (prefill.cu)
+  bool pf_f32_ok_ = true;  // the prefill kernels write fp32 K/V and conv windows (step/prefill.cu)
   float *rl_ = nullptr, *topk_w_ = nullptr, *logits_ = nullptr, *am_partial_ = nullptr, *attn_partial_ = nullptr;
   int32_t* topk_ids_ = nullptr;
   int32_t* feed_ = nullptr;
@@ -356,22 +324,37 @@ class CudaBackend final : public Backend {
   void* draw_scratch_ = nullptr;
   int draw_cap_ = 0;
   Status ensure_draw(int B);  // draw_spec_ / draw_out_ / draw_scratch_ for B rows
-  // launch_draw / collect_draw: two slots (rows 0 and 1 of draw_spec_ / draw_out_), pinned
-  // copies, one event each; steps launched and collected so far; the state of the last launch.
+  // Depth-2 pipeline (draw_backend.cu): launch_draw enqueues the decode graph, the draw, a device
+  // copy of the drawn id into the state's step input (token < 0: the input is the previous step's
+  // draw, already there) and the record's copy to pinned memory; collect_draw waits on the oldest
+  // step's event. Two slots (rows 0 and 1 of draw_spec_ / draw_out_), pinned copies, one event each;
+  // steps launched and collected so far; the state of the last launch. Then launch()'s tickets: each
+  // in-flight step's ticket and where its draw goes, oldest first, and the statuses of steps that ran
+  // at launch, until waited for.
+  Status launch_draw(CudaSeqState& st, int32_t token, const DrawSpec& spec);
+  Status collect_draw(Drawn& out);
   DrawSpec* pipe_spec_h_ = nullptr;
   Drawn* pipe_out_h_ = nullptr;
   int32_t* pipe_tok_h_ = nullptr;
   cudaEvent_t pipe_ev_[2] = {};
   uint64_t pipe_launched_ = 0, pipe_collected_ = 0;
   const CudaSeqState* pipe_last_ = nullptr;
-  // Prefill scratch (prefill.cu), allocated on first use for chunks of up to pf_cap_ tokens.
+  struct InFlight {
+    StepTicket ticket;
+    Drawn* out;
+  };
+  std::vector<InFlight> in_flight_;
+  RanSteps done_;
+  StepTicket tickets_ = 0;
+  Status drain();  // collects every step in flight into its Drawn
+  // Prefill scratch (step/prefill.cu), allocated on first use for chunks of up to pf_cap_ tokens.
   struct PfScratch {
     int32_t *tok = nullptr, *topk_ids = nullptr, *slot_tok = nullptr, *slot_of = nullptr, *tiles = nullptr, *rscratch = nullptr;
     float *x = nullptr, *hn = nullptr, *mix = nullptr, *u = nullptr, *qn = nullptr, *kn = nullptr, *v = nullptr;
     float *g = nullptr, *beta = nullptr, *o_raw = nullptr, *o = nullptr, *rl = nullptr, *topk_w = nullptr;
     float *act = nullptr, *yd = nullptr, *sact = nullptr, *sy = nullptr;
     uint16_t* qb = nullptr;
-    uint16_t *ah = nullptr, *al = nullptr;  // GEMM A split into fp16 hi/lo planes (prefill.cu)
+    uint16_t *ah = nullptr, *al = nullptr;  // GEMM A split into fp16 hi/lo planes (step/prefill.cu)
     float* axs = nullptr;
     float* wy = nullptr;  // chunked DeltaNet WY scratch (gdn_chunk.cu)
     int32_t* pos_host = nullptr;
@@ -380,16 +363,16 @@ class CudaBackend final : public Backend {
   int pf_cap_ = 0;
   Status pf_alloc(int chunk);
   int prefill_chunk_cap() const;  // the prefill scratch's chunk (LILY_PREFILL_CHUNK, default 4096)
-  BatchCtx* batch_ = nullptr;  // batch.cu
+  BatchCtx* batch_ = nullptr;  // step/batch.cu
   Status batch_alloc(int B);
-  // forward_batch, or (spec given) decode_draw's rows drawn on the device (batch.cu).
+  // forward_batch, or (spec given) decode_draw's rows drawn on the device (step/batch.cu).
   Status batch_step(std::span<SeqState* const> states, std::span<const int32_t> tokens, std::span<float> logits,
                     std::span<const DrawSpec> spec, std::span<Drawn> out);
   // Draws B rows of device logits [B][V] as spec says into out (host), synchronising (draw_backend.cu).
   Status draw_device(const float* logits, int B, std::span<const DrawSpec> spec, std::span<Drawn> out);
   Status enqueue_batch(int B, cudaStream_t s);
   Status batch_graph(int B, cudaGraphExec_t& out);  // the step graph of B rows (captured once)
-  // The batched step's MoE block for a prefill chunk of M rows (batch.cu): moe_rows_ok(M) says
+  // The batched step's MoE block for a prefill chunk of M rows (step/batch.cu): moe_rows_ok(M) says
   // whether it applies (short chunks, the batch scratch holds M rows).
   bool moe_rows_ok(int M);
   Status moe_rows(const DevLayer& L, const float* hn, int M, float* mix, cudaStream_t s);

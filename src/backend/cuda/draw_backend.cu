@@ -1,10 +1,20 @@
-// CudaBackend::decode_draw: a decode step whose rows' next tokens are drawn on the device
-// (draw.cu) from the logits where the step left them; only the Drawn records come back. One row
-// replays the batch-1 decode graph; several rows take the batched step (batch.cu), drawn the same way.
+// CudaBackend::launch / wait, and decode_draw: a decode step whose rows' next tokens are drawn on
+// the device (draw.cu) from the logits where the step left them; only the Drawn records come back.
+// One row replays the batch-1 decode graph (launched without waiting where it can: launch_draw);
+// several rows take the batched step (batch.cu), drawn the same way.
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/sampling/draw.h"
 
 namespace lily::cuda {
+
+// LILY_BATCH_ONE=1 (A/B): one row runs the batched step too, never the batch-1 graph.
+static bool batch_one() {
+  static const bool on = [] {
+    const char* e = std::getenv("LILY_BATCH_ONE");
+    return e && e[0] == '1';
+  }();
+  return on;
+}
 
 Status CudaBackend::ensure_draw(int B) {
   if (draw_cap_ >= B) return Status::ok();
@@ -38,11 +48,7 @@ Status CudaBackend::decode_draw(std::span<SeqState* const> states, std::span<con
   if (tokens.size() != states.size() || spec.size() != states.size() || out.size() != states.size())
     return cu_err("decode_draw: {} states, {} tokens, {} specs, {} outputs", B, tokens.size(), spec.size(), out.size());
   if (B == 0) return Status::ok();
-  static const bool one = [] {  // LILY_BATCH_ONE=1 (A/B): one row runs the batched step too
-    const char* e = std::getenv("LILY_BATCH_ONE");
-    return e && e[0] == '1';
-  }();
-  if (B > 1 || one) return batch_step(states, tokens, {}, spec, out);
+  if (B > 1 || batch_one()) return batch_step(states, tokens, {}, spec, out);
   auto* st = dynamic_cast<CudaSeqState*>(states[0]);
   if (!st || st->be != this) return cu_err("decode_draw: state belongs to another backend");
   LILY_TRY(st->reserve(st->n + 1));
@@ -57,9 +63,8 @@ Status CudaBackend::decode_draw(std::span<SeqState* const> states, std::span<con
   return Status::ok();
 }
 
-Status CudaBackend::launch_draw(SeqState& state, int32_t token, const DrawSpec& spec) {
-  auto* st = dynamic_cast<CudaSeqState*>(&state);
-  if (!st || st->be != this) return cu_err("launch_draw: state belongs to another backend");
+Status CudaBackend::launch_draw(CudaSeqState& state, int32_t token, const DrawSpec& spec) {
+  CudaSeqState* st = &state;
   if (pipe_launched_ - pipe_collected_ >= 2) return cu_err("launch_draw: two steps are already in flight");
   if (token < 0 && (pipe_launched_ == 0 || pipe_last_ != st))
     return cu_err("launch_draw: no step was launched for this state to feed its drawn token");
@@ -102,6 +107,56 @@ Status CudaBackend::collect_draw(Drawn& out) {
   LILY_CU_TRY(cudaEventSynchronize(pipe_ev_[k]));
   out = pipe_out_h_[k];
   return Status::ok();
+}
+
+Result<StepTicket> CudaBackend::launch(std::span<const StepFeed> feeds) {
+  const StepFeed& f0 = feeds[0];
+  if (feeds.size() == 1 && f0.tokens.size() == 1 && f0.draw && !draw_edits_logits(*f0.draw) && !batch_one()) {
+    auto* st = dynamic_cast<CudaSeqState*>(f0.state);
+    if (!st || st->be != this) return cu_err("launch: the state belongs to another backend");
+    LILY_TRY(launch_draw(*st, f0.tokens[0], *f0.draw));
+    in_flight_.push_back({++tickets_, f0.drawn});
+    return tickets_;
+  }
+  // A step that does not pipeline runs after those in flight, their draws collected.
+  Status st = drain();
+  for (const StepFeed& f : feeds)
+    if (st && f.tokens[0] == kDrawnToken) st = cu_err("launch: kDrawnToken in a step that cannot be pipelined");
+  if (st) st = step(feeds);
+  done_.add(++tickets_, std::move(st));
+  return tickets_;
+}
+
+Status CudaBackend::drain() {
+  Status first = Status::ok();
+  while (!in_flight_.empty()) {
+    InFlight f = in_flight_.front();
+    in_flight_.erase(in_flight_.begin());
+    Drawn d;
+    Status s = collect_draw(d);
+    if (s) *f.out = d;
+    else if (first) first = s;
+    done_.add(f.ticket, std::move(s));
+  }
+  return first;
+}
+
+Status CudaBackend::wait(StepTicket ticket) {
+  if (ticket == 0 || ticket > tickets_) return cu_err("wait: step {} was never launched", ticket);
+  Status st = Status::ok();
+  bool found = false;
+  // Steps in flight up to this one: collected in launch order, each draw into its Drawn.
+  while (!in_flight_.empty() && in_flight_.front().ticket <= ticket) {
+    InFlight f = in_flight_.front();
+    in_flight_.erase(in_flight_.begin());
+    Drawn d;
+    Status s = collect_draw(d);
+    if (s) *f.out = d;
+    if (f.ticket == ticket) st = std::move(s), found = true;
+  }
+  if (found) return st;
+  if (auto r = done_.take(ticket)) return std::move(*r);
+  return cu_err("wait: step {} was already waited for", ticket);
 }
 
 }  // namespace lily::cuda

@@ -45,17 +45,18 @@ void compare_models(const ModelWeights& w, int prompt_len, int steps, double max
   auto gpu_be = make_cuda_backend(w, true);
   ASSERT_TRUE(cpu_be.is_ok()) << cpu_be.message();
   ASSERT_TRUE(gpu_be.is_ok()) << gpu_be.message();
+  auto cpu_m = Model::over(w.cfg, std::move(cpu_be).value()), gpu_m = Model::over(w.cfg, std::move(gpu_be).value());
   const int V = w.cfg.vocab_size, cap = prompt_len + steps + 4;
-  auto cs = (*cpu_be)->new_state(cap);
-  auto gs = (*gpu_be)->new_state(cap);
-  auto gs2 = (*gpu_be)->new_state(cap);
+  auto cs = cpu_m->new_state(cap);
+  auto gs = gpu_m->new_state(cap);
+  auto gs2 = gpu_m->new_state(cap);
   ASSERT_TRUE(cs.is_ok() && gs.is_ok() && gs2.is_ok());
   std::vector<int32_t> prompt(prompt_len);
   for (int i = 0; i < prompt_len; ++i) prompt[i] = int32_t((uint64_t(i) * 2654435761ull % 4294967296ull) % uint64_t(V));
   std::vector<float> lc(V), lg(V);
-  ASSERT_TRUE((*cpu_be)->forward(**cs, prompt, lc).is_ok());
-  ASSERT_TRUE((*gpu_be)->forward(**gs, prompt, lg).is_ok());
-  ASSERT_TRUE((*gpu_be)->forward(**gs2, prompt, lg).is_ok());
+  ASSERT_TRUE(cpu_m->forward(**cs, prompt, lc).is_ok());
+  ASSERT_TRUE(gpu_m->forward(**gs, prompt, lg).is_ok());
+  ASSERT_TRUE(gpu_m->forward(**gs2, prompt, lg).is_ok());
   std::vector<int32_t> fed, gpu_ids;
   int compared = 0, mism = 0;
   for (int t = 0; t <= steps; ++t) {
@@ -81,29 +82,30 @@ void compare_models(const ModelWeights& w, int prompt_len, int steps, double max
     gpu_ids.push_back(ig);
     if (t == steps) break;
     fed.push_back(ic);
-    ASSERT_TRUE((*cpu_be)->forward(**cs, std::span<const int32_t>(&ic, 1), lc).is_ok());
-    ASSERT_TRUE((*gpu_be)->forward(**gs, std::span<const int32_t>(&ic, 1), lg).is_ok());
+    ASSERT_TRUE(cpu_m->forward(**cs, std::span<const int32_t>(&ic, 1), lc).is_ok());
+    ASSERT_TRUE(gpu_m->forward(**gs, std::span<const int32_t>(&ic, 1), lg).is_ok());
   }
   std::printf("greedy ids compared %d (margin > 0.1), mismatches %d\n", compared, mism);
-  // The pipelined graph loop vs forward + argmax on the same backend (self-consistency).
+  // The server's decode loop (Model::decode_greedy: two launches in flight, each drawn on the device,
+  // the next step fed the draw where it is) vs forward + argmax on the same backend.
   std::vector<int32_t> pipe, seq;
   int32_t tok = argmax(std::vector<float>(lg));  // placeholder replaced below
   {
     std::vector<float> l0(V);
-    auto s3 = (*gpu_be)->new_state(cap);
-    ASSERT_TRUE((*gpu_be)->forward(**s3, prompt, l0).is_ok());
+    auto s3 = gpu_m->new_state(cap);
+    ASSERT_TRUE(gpu_m->forward(**s3, prompt, l0).is_ok());
     tok = argmax(l0);
     for (int i = 0; i < steps; ++i) {
-      ASSERT_TRUE((*gpu_be)->forward(**s3, std::span<const int32_t>(&tok, 1), l0).is_ok());
+      ASSERT_TRUE(gpu_m->forward(**s3, std::span<const int32_t>(&tok, 1), l0).is_ok());
       tok = argmax(l0);
       seq.push_back(tok);
     }
     std::vector<float> l1(V);
-    auto s4 = (*gpu_be)->new_state(cap);
-    ASSERT_TRUE((*gpu_be)->forward(**s4, prompt, l1).is_ok());
-    ASSERT_TRUE((*gpu_be)->decode_greedy(**s4, argmax(l1), steps, pipe).is_ok());
+    auto s4 = gpu_m->new_state(cap);
+    ASSERT_TRUE(gpu_m->forward(**s4, prompt, l1).is_ok());
+    ASSERT_TRUE(gpu_m->decode_greedy(**s4, argmax(l1), steps, pipe).is_ok());
   }
-  EXPECT_EQ(pipe, seq) << "decode_greedy (graph pipeline) differs from forward+argmax";
+  EXPECT_EQ(pipe, seq) << "decode_greedy (pipelined device draws) differs from forward+argmax";
   std::printf("decode_greedy pipeline == forward+argmax over %d steps: %s\n", steps, pipe == seq ? "yes" : "NO");
   cpu::set_bf16_storage(prev);
 }
@@ -172,12 +174,13 @@ TEST(CudaModel, FullSizeLayerBisect) {
     auto cpu_be = make_cpu_backend(wn);
     auto gpu_be = make_cuda_backend(wn, false);
     ASSERT_TRUE(cpu_be.is_ok() && gpu_be.is_ok());
-    auto cs = (*cpu_be)->new_state(16);
-    auto gs = (*gpu_be)->new_state(16);
+    auto cpu_m = Model::over(wn.cfg, std::move(cpu_be).value()), gpu_m = Model::over(wn.cfg, std::move(gpu_be).value());
+    auto cs = cpu_m->new_state(16);
+    auto gs = gpu_m->new_state(16);
     ASSERT_TRUE(cs.is_ok() && gs.is_ok());
     std::vector<float> lc(V), lg(V);
-    ASSERT_TRUE((*cpu_be)->forward(**cs, prompt, lc).is_ok());
-    ASSERT_TRUE((*gpu_be)->forward(**gs, prompt, lg).is_ok());
+    ASSERT_TRUE(cpu_m->forward(**cs, prompt, lc).is_ok());
+    ASSERT_TRUE(gpu_m->forward(**gs, prompt, lg).is_ok());
     double mx = 0, sq = 0;
     for (int i = 0; i < V; ++i) {
       const double d = double(lg[i]) - double(lc[i]);
@@ -205,11 +208,12 @@ void model_case(const ModelWeights& w, std::vector<int> pieces, int steps, const
   auto cpu_be = make_cpu_backend(w);
   auto gpu_be = make_cuda_backend(w, false);
   ASSERT_TRUE(cpu_be.is_ok() && gpu_be.is_ok()) << gpu_be.message();
+  auto cpu_m = Model::over(w.cfg, std::move(cpu_be).value()), gpu_m = Model::over(w.cfg, std::move(gpu_be).value());
   int Mt = 0;
   for (int p : pieces) Mt += p;
   const int V = w.cfg.vocab_size, cap = Mt + steps + 4;
-  auto cs = (*cpu_be)->new_state(cap);
-  auto gs = (*gpu_be)->new_state(cap);
+  auto cs = cpu_m->new_state(cap);
+  auto gs = gpu_m->new_state(cap);
   ASSERT_TRUE(cs.is_ok() && gs.is_ok());
   std::vector<int32_t> prompt(Mt);
   for (int i = 0; i < Mt; ++i) prompt[i] = int32_t((uint64_t(i) * 2654435761ull % 4294967296ull) % uint64_t(V));
@@ -218,8 +222,8 @@ void model_case(const ModelWeights& w, std::vector<int> pieces, int steps, const
   for (size_t i = 0; i < pieces.size(); ++i) {
     std::span<const int32_t> sp(prompt.data() + t0, pieces[i]);
     const bool last = i + 1 == pieces.size();
-    ASSERT_TRUE((*cpu_be)->forward(**cs, sp, last ? std::span<float>(lc) : std::span<float>()).is_ok());
-    ASSERT_TRUE((*gpu_be)->forward(**gs, sp, last ? std::span<float>(lg) : std::span<float>()).is_ok());
+    ASSERT_TRUE(cpu_m->forward(**cs, sp, last ? std::span<float>(lc) : std::span<float>()).is_ok());
+    ASSERT_TRUE(gpu_m->forward(**gs, sp, last ? std::span<float>(lg) : std::span<float>()).is_ok());
     t0 += pieces[i];
   }
   std::string shape = "M=";
@@ -238,8 +242,8 @@ void model_case(const ModelWeights& w, std::vector<int> pieces, int steps, const
   // Decode continues from the prefilled state (the decode graph, fp32 activations and K/V).
   for (int s = 0; s < steps; ++s) {
     const int32_t ic = argmax(lc);
-    ASSERT_TRUE((*cpu_be)->forward(**cs, std::span<const int32_t>(&ic, 1), lc).is_ok());
-    ASSERT_TRUE((*gpu_be)->forward(**gs, std::span<const int32_t>(&ic, 1), lg).is_ok());
+    ASSERT_TRUE(cpu_m->forward(**cs, std::span<const int32_t>(&ic, 1), lc).is_ok());
+    ASSERT_TRUE(gpu_m->forward(**gs, std::span<const int32_t>(&ic, 1), lg).is_ok());
   }
   if (steps > 0) check("model decode after prefill", shape + " +" + std::to_string(steps) + " steps", lg, lc, 5e-3f, 0.f);
 }

@@ -202,6 +202,7 @@ TEST(CudaDraw, BackendDecodeDrawEqualsForwardPlusHostDraw) {
   auto sw = make_synthetic_weights(*cfg, 7);
   auto be = make_cuda_backend(sw->w, false);
   ASSERT_TRUE(be.is_ok()) << be.message();
+  auto m = Model::over(sw->w.cfg, std::move(be).value());
   const int V = cfg->vocab_size;
   for (int B : {1, 3, 17}) {
     std::vector<std::unique_ptr<SeqState>> a, r;
@@ -209,11 +210,11 @@ TEST(CudaDraw, BackendDecodeDrawEqualsForwardPlusHostDraw) {
     std::vector<int32_t> tok(static_cast<size_t>(B));
     std::vector<float> lg(static_cast<size_t>(V));
     for (int b = 0; b < B; ++b) {
-      a.push_back(std::move((*be)->new_state(64).value()));
-      r.push_back(std::move((*be)->new_state(64).value()));
+      a.push_back(std::move(m->new_state(64).value()));
+      r.push_back(std::move(m->new_state(64).value()));
       std::vector<int32_t> prompt = {int32_t(11 + b), 502, int32_t(1000 + 7 * b), 9, 77};
-      ASSERT_TRUE((*be)->forward(*a.back(), prompt, {}).is_ok());
-      ASSERT_TRUE((*be)->forward(*r.back(), prompt, {}).is_ok());
+      ASSERT_TRUE(m->forward(*a.back(), prompt, {}).is_ok());
+      ASSERT_TRUE(m->forward(*r.back(), prompt, {}).is_ok());
       pa.push_back(a.back().get()), pr.push_back(r.back().get());
       tok[size_t(b)] = int32_t(300 + b);
     }
@@ -227,13 +228,13 @@ TEST(CudaDraw, BackendDecodeDrawEqualsForwardPlusHostDraw) {
       std::vector<DrawSpec> spec;  // every option mix over the rows and steps
       make_specs(zeros, V, B, step * 5, g, spec, pens, masks);
       std::vector<Drawn> got(static_cast<size_t>(B));
-      Status st = (*be)->decode_draw(pa, tok, spec, got);
+      Status st = m->decode_draw(pa, tok, spec, got);
       ASSERT_TRUE(st.is_ok()) << st.message();
       // The reference: the same step's logits to the host (forward for one row, forward_batch for
       // several: the same kernels as decode_draw's), then the host draw.
       std::vector<float> all(static_cast<size_t>(B) * size_t(V));
-      if (B == 1) ASSERT_TRUE((*be)->forward(*pr[0], std::span<const int32_t>(tok.data(), 1), all).is_ok());
-      else ASSERT_TRUE((*be)->forward_batch(pr, tok, all).is_ok());
+      if (B == 1) ASSERT_TRUE(m->forward(*pr[0], std::span<const int32_t>(tok.data(), 1), all).is_ok());
+      else ASSERT_TRUE(m->forward_batch(pr, tok, all).is_ok());
       for (int b = 0; b < B; ++b) {
         std::copy(all.begin() + size_t(b) * size_t(V), all.begin() + size_t(b + 1) * size_t(V), lg.begin());
         Drawn want;
@@ -249,10 +250,10 @@ TEST(CudaDraw, BackendDecodeDrawEqualsForwardPlusHostDraw) {
 #endif
 }
 
-// The depth-2 pipeline (launch_draw / collect_draw: step N+1 launched with step N's drawn id
-// still on the device) draws exactly what decode_draw draws step by step with host-fed tokens:
-// same ids and logprobs over 60 steps, greedy and seeded draws mixed, K/V growing from 16
-// positions on the way (graphs re-captured mid-pipeline).
+// The server's single-stream decode (Model::launch / wait: step N+1 launched with step N's drawn id
+// still on the device, kDrawnToken) draws exactly what the host draws from each step's logits fed
+// step by step: same ids, logprobs within 2e-6, over 60 steps, greedy and seeded draws mixed, K/V
+// growing from 16 positions on the way (graphs re-captured mid-pipeline).
 TEST(CudaDraw, PipelinedLaunchCollectEqualsStepByStep) {
 #ifndef LILY_HAVE_CUDA
   GTEST_SKIP() << "lily was built without the CUDA backend (no nvcc)";
@@ -264,16 +265,18 @@ TEST(CudaDraw, PipelinedLaunchCollectEqualsStepByStep) {
   auto sw = make_synthetic_weights(*cfg, 7);
   auto be = make_cuda_backend(sw->w, false);
   ASSERT_TRUE(be.is_ok()) << be.message();
-  ASSERT_TRUE((*be)->pipelined_draw());
+  auto m = Model::over(sw->w.cfg, std::move(be).value());
+  ASSERT_TRUE(m->pipelines());
+  const int V = cfg->vocab_size;
   std::unique_ptr<SeqState> a, p;
   {
     ScopedEnv initial("LILY_CUDA_KV_INITIAL", "16");
-    a = std::move((*be)->new_state(200).value());
-    p = std::move((*be)->new_state(200).value());
+    a = std::move(m->new_state(200).value());
+    p = std::move(m->new_state(200).value());
   }
   const std::vector<int32_t> prompt = {17, 502, 1003, 9, 77, 4, 250};
-  ASSERT_TRUE((*be)->forward(*a, prompt, {}).is_ok());
-  ASSERT_TRUE((*be)->forward(*p, prompt, {}).is_ok());
+  ASSERT_TRUE(m->forward(*a, prompt, {}).is_ok());
+  ASSERT_TRUE(m->forward(*p, prompt, {}).is_ok());
   const int steps = 60;
   std::vector<DrawSpec> spec(steps);
   std::mt19937 g(9);
@@ -285,37 +288,50 @@ TEST(CudaDraw, PipelinedLaunchCollectEqualsStepByStep) {
     if (i % 5 == 1) spec[size_t(i)].cuts = DrawCuts{20, 0.8f, 0.0f};
     if (i % 5 == 3) spec[size_t(i)].cuts = DrawCuts{0, 0.9f, 0.05f};
   }
-  // Step by step: each drawn id goes back through the host.
+  // Step by step: each step's logits to the host, drawn there, the id fed back.
   std::vector<Drawn> want(steps);
+  std::vector<float> lg(size_t(V)), w;
+  std::vector<double> sums;
   int32_t tok = 300;
   for (int i = 0; i < steps; ++i) {
-    SeqState* rows[1] = {a.get()};
-    ASSERT_TRUE((*be)->decode_draw(rows, std::span<const int32_t>(&tok, 1), std::span<const DrawSpec>(&spec[size_t(i)], 1),
-                                   std::span<Drawn>(&want[size_t(i)], 1)).is_ok());
+    ASSERT_TRUE(m->forward(*a, std::span<const int32_t>(&tok, 1), lg).is_ok());
+    draw_row(lg, spec[size_t(i)], want[size_t(i)], w, sums);
     tok = want[size_t(i)].id;
   }
   // Pipelined: two steps in flight, tokens fed on the device.
   std::vector<Drawn> got(steps);
-  ASSERT_TRUE((*be)->launch_draw(*p, 300, spec[0]).is_ok());
+  std::vector<StepTicket> ticket(steps);
+  auto launch = [&](int i, int32_t token) {
+    StepFeed f;
+    f.state = p.get(), f.tokens = std::span<const int32_t>(&token, 1), f.draw = &spec[size_t(i)], f.drawn = &got[size_t(i)];
+    auto t = m->launch(std::span<const StepFeed>(&f, 1));
+    ASSERT_TRUE(t.is_ok()) << "step " << i << ": " << t.message();
+    ticket[size_t(i)] = *t;
+  };
+  launch(0, 300);
   for (int i = 0; i < steps; ++i) {
-    if (i + 1 < steps) {
-      ASSERT_TRUE((*be)->launch_draw(*p, -1, spec[size_t(i + 1)]).is_ok()) << "step " << i + 1;
-    }
-    ASSERT_TRUE((*be)->collect_draw(got[size_t(i)]).is_ok()) << "step " << i;
+    if (i + 1 < steps) launch(i + 1, kDrawnToken);
+    ASSERT_TRUE(m->wait(ticket[size_t(i)]).is_ok()) << "step " << i;
   }
-  Drawn none;
-  EXPECT_FALSE((*be)->collect_draw(none).is_ok()) << "nothing is in flight";
-  const DrawPenalty pen{3, kPenaltySubtract, 1.0f};
-  DrawSpec penalised = spec[0];
-  penalised.penalties = &pen, penalised.n_penalties = 1;
-  EXPECT_FALSE((*be)->launch_draw(*p, 300, penalised).is_ok()) << "a penalised spec cannot be pipelined";
+  EXPECT_FALSE(m->wait(ticket[steps - 1]).is_ok()) << "a step is waited for once";
   for (int i = 0; i < steps; ++i) {
     ASSERT_EQ(got[size_t(i)].id, want[size_t(i)].id) << "step " << i;
-    EXPECT_EQ(got[size_t(i)].logprob, want[size_t(i)].logprob) << "step " << i;
+    if (spec[size_t(i)].top_logprobs >= 0) EXPECT_NEAR(got[size_t(i)].logprob, want[size_t(i)].logprob, 2e-6) << "step " << i;
     EXPECT_EQ(got[size_t(i)].n_top, want[size_t(i)].n_top) << "step " << i;
   }
   EXPECT_EQ(p->n_tokens(), a->n_tokens());
-  std::printf("pipelined launch/collect == step-by-step decode_draw over %d steps (K/V grown to %d tokens)\n", steps,
+  // A penalised spec is not pipelined (its lists would have to outlive the launch): it runs at launch,
+  // where the previous draw is not there to feed.
+  const DrawPenalty pen{3, kPenaltySubtract, 1.0f};
+  DrawSpec penalised = spec[0];
+  penalised.penalties = &pen, penalised.n_penalties = 1;
+  Drawn d;
+  StepFeed f;
+  const int32_t drawn_token = kDrawnToken;
+  f.state = p.get(), f.tokens = std::span<const int32_t>(&drawn_token, 1), f.draw = &penalised, f.drawn = &d;
+  auto t = m->launch(std::span<const StepFeed>(&f, 1));
+  EXPECT_TRUE(!t.is_ok() || !m->wait(*t).is_ok()) << "kDrawnToken in a step that runs at launch";
+  std::printf("pipelined launch/wait == step-by-step host draws over %d steps (K/V grown to %d tokens)\n", steps,
               p->n_tokens());
 #endif
 }

@@ -50,7 +50,7 @@ int32_t tok_at(int i, int V) { return int32_t((uint64_t(i) * 2654435761ull % 429
 
 struct Rig {
   std::unique_ptr<SyntheticWeights> sw;
-  std::unique_ptr<Backend> cpu, gpu;
+  std::unique_ptr<Model> cpu, gpu;  // over the CPU reference and the CUDA backend
   int V = 0;
 };
 
@@ -63,12 +63,12 @@ void make_rig(Rig& r) {
   auto g = make_cuda_backend(r.sw->w, false);
   ASSERT_TRUE(c.is_ok()) << c.message();
   ASSERT_TRUE(g.is_ok()) << g.message();
-  r.cpu = std::move(c).value();
-  r.gpu = std::move(g).value();
+  r.cpu = Model::over(r.sw->w.cfg, std::move(c).value());
+  r.gpu = Model::over(r.sw->w.cfg, std::move(g).value());
   r.V = r.sw->w.cfg.vocab_size;
 }
 
-std::unique_ptr<SeqState> state(Backend& be, int max_seq, const char* initial) {
+std::unique_ptr<SeqState> state(Model& be, int max_seq, const char* initial) {
   ScopedEnv kv("LILY_CUDA_KV", "f32");
   ScopedEnv init("LILY_CUDA_KV_INITIAL", initial);
   auto s = be.new_state(max_seq);

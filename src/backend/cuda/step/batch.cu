@@ -459,7 +459,7 @@ Status CudaBackend::prepare(int max_rows, int step_tokens) {
   LILY_TRY(forward(**st, toks, logits));
   for (int i = 0; i < 2; ++i) LILY_TRY(forward(**st, std::span<const int32_t>(toks.data(), 1), logits));
   Drawn d;
-  LILY_TRY(launch_draw(**st, toks[1], DrawSpec{}));
+  LILY_TRY(launch_draw(static_cast<CudaSeqState&>(**st), toks[1], DrawSpec{}));
   return collect_draw(d);
 }
 
