@@ -290,7 +290,7 @@ TEST(CudaDraw, PipelinedLaunchCollectEqualsStepByStep) {
   }
   // Step by step: each step's logits to the host, drawn there, the id fed back.
   std::vector<Drawn> want(steps);
-  std::vector<float> lg(size_t(V)), w;
+  std::vector<float> lg(static_cast<size_t>(V)), w;
   std::vector<double> sums;
   int32_t tok = 300;
   for (int i = 0; i < steps; ++i) {
@@ -316,7 +316,9 @@ TEST(CudaDraw, PipelinedLaunchCollectEqualsStepByStep) {
   EXPECT_FALSE(m->wait(ticket[steps - 1]).is_ok()) << "a step is waited for once";
   for (int i = 0; i < steps; ++i) {
     ASSERT_EQ(got[size_t(i)].id, want[size_t(i)].id) << "step " << i;
-    if (spec[size_t(i)].top_logprobs >= 0) EXPECT_NEAR(got[size_t(i)].logprob, want[size_t(i)].logprob, 2e-6) << "step " << i;
+    if (spec[size_t(i)].top_logprobs >= 0) {
+      EXPECT_NEAR(got[size_t(i)].logprob, want[size_t(i)].logprob, 2e-6) << "step " << i;
+    }
     EXPECT_EQ(got[size_t(i)].n_top, want[size_t(i)].n_top) << "step " << i;
   }
   EXPECT_EQ(p->n_tokens(), a->n_tokens());
