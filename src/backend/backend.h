@@ -18,8 +18,8 @@
 namespace lily {
 
 // Statuses of steps that ran at launch, kept until waited for (the default launch/wait; CUDA's steps
-// that do not pipeline, and pipelined ones collected by a later launch). A caller that never waits
-// leaves the last four (two in flight, collected, and the step that collected them fit).
+// that do not pipeline, and pipelined ones collected by a later launch). It keeps the last four: two
+// pipelined steps collected by a later step, that step, and one more.
 class RanSteps {
  public:
   void add(StepTicket t, Status st) {
@@ -71,8 +71,8 @@ class Backend {
     (void)max_rows, (void)step_tokens;
     return Status::ok();
   }
-  // A per-op table of one decode step of `state` on stderr (lily bench --profile); the state is
-  // left as it was. Default: not supported (an error).
+  // A per-op table of one decode step of `state` on stderr (lily bench --profile); the state
+  // consumes one token. Default: not supported (an error).
   virtual Status profile_decode(SeqState& state);
   // Device-to-device copy bandwidth measured now (GB/s, read + write), 0 where not meaningful.
   virtual double copy_bandwidth_gbps() { return 0.0; }
