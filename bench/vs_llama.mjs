@@ -67,16 +67,19 @@ async function llamaWorker(a) {
   // Warm-up: the same prompt shape, prefill + one decode step (as lily bench-cpu does).
   { const g = seq.evaluate(prompt, opts); await g.next(); await g.next(); await g.return(); }
   await seq.clearHistory();
+  // CPU seconds of this process (all its threads) over the wall time of the pool: the share of
+  // the cores it got, as lily bench-cpu reports it.
+  const share = (c, s) => { const u = process.cpuUsage(c); return (u.user + u.system) / 1e6 / (s * a.threads); };
   const gen = seq.evaluate(prompt, opts);
-  const p0 = performance.now();
+  const c0 = process.cpuUsage(), p0 = performance.now();
   const ids = [(await gen.next()).value];
-  const prefillS = (performance.now() - p0) / 1e3;
-  const d0 = performance.now();
+  const prefillS = (performance.now() - p0) / 1e3, prefillShare = share(c0, prefillS);
+  const c1 = process.cpuUsage(), d0 = performance.now();
   for (let i = 0; i < a.decode; ++i) ids.push((await gen.next()).value);
-  const decodeS = (performance.now() - d0) / 1e3;
+  const decodeS = (performance.now() - d0) / 1e3, decodeShare = share(c1, decodeS);
   await gen.return();
   process.stdout.write(JSON.stringify({ load_s: loadS, prefill_tok_s: a.promptLen / prefillS, decode_tok_s: a.decode / decodeS,
-    token_ids: ids, cpu_math_cores: llama.cpuMathCores }) + '\n');
+    token_ids: ids, cpu_share: [prefillShare, decodeShare], cpu_math_cores: llama.cpuMathCores }) + '\n');
   await model.dispose();
 }
 
@@ -183,18 +186,21 @@ async function main() {
   }
   const med = (e, k) => median(res[e].map((x) => x[k]));
   const runs = (e, k) => res[e].map((x) => f(x[k])).join(' / ');
+  const shares = (e) => [0, 1].map((k) => `${f(100 * median(res[e].map((x) => x.cpu_share[k])), 0)}%`).join(' / ');
   const agree = median(res.llama.map((x, i) => agreement(x.token_ids, res.lily[i].token_ids)));
   const ggufGb = fs.statSync(a.gguf).size / 1e9, mlxGb = fs.statSync(path.join(a.model, 'model.safetensors')).size / 1e9;
   const lines = [
     `machine: ${machine()}; ${a.threads} threads, prompt ${a.promptLen} tokens, ${a.decode} decode steps, ${a.rounds} rounds`,
     `files: ${a.model}/model.safetensors ${f(mlxGb)} GB (MLX 4-bit) vs ${a.gguf} ${f(ggufGb)} GB (${a.type.toUpperCase()})`,
     '',
-    `| engine | prefill tok/s (median) | decode tok/s (median) | prefill runs | decode runs | peak RSS GB |`,
-    `|---|---:|---:|---|---|---:|`,
-    `| lily bench-cpu | ${f(med('lily', 'prefill_tok_s'))} | ${f(med('lily', 'decode_tok_s'))} | ${runs('lily', 'prefill_tok_s')} | ${runs('lily', 'decode_tok_s')} | ${f(med('lily', 'peak_rss_gb'))} |`,
-    `| llama.cpp (node-llama-cpp ${NLC_VERSION}, ${a.type.toUpperCase()}) | ${f(med('llama', 'prefill_tok_s'))} | ${f(med('llama', 'decode_tok_s'))} | ${runs('llama', 'prefill_tok_s')} | ${runs('llama', 'decode_tok_s')} | ${f(med('llama', 'peak_rss_gb'))} |`,
-    `| **lily / llama.cpp** | **${f(med('lily', 'prefill_tok_s') / med('llama', 'prefill_tok_s'))}×** | **${f(med('lily', 'decode_tok_s') / med('llama', 'decode_tok_s'))}×** | | | |`,
+    `| engine | prefill tok/s (median) | decode tok/s (median) | prefill runs | decode runs | CPU share prefill / decode | peak RSS GB |`,
+    `|---|---:|---:|---|---|---:|---:|`,
+    `| lily bench-cpu | ${f(med('lily', 'prefill_tok_s'))} | ${f(med('lily', 'decode_tok_s'))} | ${runs('lily', 'prefill_tok_s')} | ${runs('lily', 'decode_tok_s')} | ${shares('lily')} | ${f(med('lily', 'peak_rss_gb'))} |`,
+    `| llama.cpp (node-llama-cpp ${NLC_VERSION}, ${a.type.toUpperCase()}) | ${f(med('llama', 'prefill_tok_s'))} | ${f(med('llama', 'decode_tok_s'))} | ${runs('llama', 'prefill_tok_s')} | ${runs('llama', 'decode_tok_s')} | ${shares('llama')} | ${f(med('llama', 'peak_rss_gb'))} |`,
+    `| **lily / llama.cpp** | **${f(med('lily', 'prefill_tok_s') / med('llama', 'prefill_tok_s'))}×** | **${f(med('lily', 'decode_tok_s') / med('llama', 'decode_tok_s'))}×** | | | | |`,
     '',
+    `CPU share: CPU seconds of the process over wall time × threads (low: other work took cores, or threads waited). ` +
+      `Peak RSS counts the mapped file pages too; llama.cpp also holds a repacked copy of the weights.`,
     `greedy tokens: llama.cpp's first ${agree} of ${a.decode + 1} equal lily's (median over rounds)`,
     `time: ${ggufS == null ? 'GGUF reused' : `GGUF written in ${f(ggufS, 1)} s`}; benchmark ${f((performance.now() - t0) / 1e3, 1)} s`,
   ];
