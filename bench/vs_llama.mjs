@@ -107,7 +107,7 @@ function ensureGguf(a) {
   return (performance.now() - t0) / 1e3;
 }
 
-// Runs a command; resolves {stdout, peak_rss_gb (VmHWM polled every 200 ms), wall_s}.
+// Runs a command; resolves {stdout, peak_rss_gib (VmHWM polled every 200 ms), wall_s}.
 function run(cmd, args) {
   return new Promise((resolve, reject) => {
     const t0 = performance.now();
@@ -124,7 +124,7 @@ function run(cmd, args) {
     p.on('close', (code) => {
       clearInterval(poll);
       if (code !== 0) return reject(new Error(`${cmd} ${args.join(' ')} exited ${code}:\n${err.slice(-4000)}`));
-      resolve({ stdout: out, peak_rss_gb: hwm / 1048576, wall_s: (performance.now() - t0) / 1e3 });
+      resolve({ stdout: out, peak_rss_gib: hwm / 1048576, wall_s: (performance.now() - t0) / 1e3 });
     });
   });
 }
@@ -136,14 +136,14 @@ async function runLily(a) {
   const j = JSON.parse(fs.readFileSync(tmp, 'utf8'));
   fs.rmSync(tmp, { force: true });
   return { prefill_tok_s: j.prefill_tok_s, decode_tok_s: j.decode_tok_s, token_ids: j.token_ids, load_s: j.load_s,
-    cpu_share: [j.prefill_cpu_share, j.decode_cpu_share], peak_rss_gb: r.peak_rss_gb, wall_s: r.wall_s };
+    cpu_share: [j.prefill_cpu_share, j.decode_cpu_share], peak_rss_gib: r.peak_rss_gib, wall_s: r.wall_s };
 }
 
 async function runLlama(a) {
   const r = await run(process.execPath, [fileURLToPath(import.meta.url), '--worker', '--gguf', a.gguf, '--threads', String(a.threads),
     '--prompt-len', String(a.promptLen), '--decode', String(a.decode), '--vocab', String(a.vocab), '--lily', a.lily]);
   const line = r.stdout.trim().split('\n').pop();
-  return { ...JSON.parse(line), peak_rss_gb: r.peak_rss_gb, wall_s: r.wall_s };
+  return { ...JSON.parse(line), peak_rss_gib: r.peak_rss_gib, wall_s: r.wall_s };
 }
 
 const median = (xs) => { const s = [...xs].sort((x, y) => x - y); return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
@@ -181,7 +181,7 @@ async function main() {
       const x = await engines[e](a);
       res[e].push(x);
       console.error(`vs_llama: round ${r + 1}/${a.rounds} ${e}: prefill ${f(x.prefill_tok_s)} tok/s, decode ${f(x.decode_tok_s)} tok/s, ` +
-        `peak RSS ${f(x.peak_rss_gb)} GB, ${f(x.wall_s, 1)} s`);
+        `peak RSS ${f(x.peak_rss_gib)} GiB, ${f(x.wall_s, 1)} s`);
     }
   }
   const med = (e, k) => median(res[e].map((x) => x[k]));
@@ -193,10 +193,10 @@ async function main() {
     `machine: ${machine()}; ${a.threads} threads, prompt ${a.promptLen} tokens, ${a.decode} decode steps, ${a.rounds} rounds`,
     `files: ${a.model}/model.safetensors ${f(mlxGb)} GB (MLX 4-bit) vs ${a.gguf} ${f(ggufGb)} GB (${a.type.toUpperCase()})`,
     '',
-    `| engine | prefill tok/s (median) | decode tok/s (median) | prefill runs | decode runs | CPU share prefill / decode | peak RSS GB |`,
+    `| engine | prefill tok/s (median) | decode tok/s (median) | prefill runs | decode runs | CPU share prefill / decode | peak RSS GiB |`,
     `|---|---:|---:|---|---|---:|---:|`,
-    `| lily bench-cpu | ${f(med('lily', 'prefill_tok_s'))} | ${f(med('lily', 'decode_tok_s'))} | ${runs('lily', 'prefill_tok_s')} | ${runs('lily', 'decode_tok_s')} | ${shares('lily')} | ${f(med('lily', 'peak_rss_gb'))} |`,
-    `| llama.cpp (node-llama-cpp ${NLC_VERSION}, ${a.type.toUpperCase()}) | ${f(med('llama', 'prefill_tok_s'))} | ${f(med('llama', 'decode_tok_s'))} | ${runs('llama', 'prefill_tok_s')} | ${runs('llama', 'decode_tok_s')} | ${shares('llama')} | ${f(med('llama', 'peak_rss_gb'))} |`,
+    `| lily bench-cpu | ${f(med('lily', 'prefill_tok_s'))} | ${f(med('lily', 'decode_tok_s'))} | ${runs('lily', 'prefill_tok_s')} | ${runs('lily', 'decode_tok_s')} | ${shares('lily')} | ${f(med('lily', 'peak_rss_gib'))} |`,
+    `| llama.cpp (node-llama-cpp ${NLC_VERSION}, ${a.type.toUpperCase()}) | ${f(med('llama', 'prefill_tok_s'))} | ${f(med('llama', 'decode_tok_s'))} | ${runs('llama', 'prefill_tok_s')} | ${runs('llama', 'decode_tok_s')} | ${shares('llama')} | ${f(med('llama', 'peak_rss_gib'))} |`,
     `| **lily / llama.cpp** | **${f(med('lily', 'prefill_tok_s') / med('llama', 'prefill_tok_s'))}×** | **${f(med('lily', 'decode_tok_s') / med('llama', 'decode_tok_s'))}×** | | | | |`,
     '',
     `CPU share: CPU seconds of the process over wall time × threads (low: other work took cores, or threads waited). ` +
