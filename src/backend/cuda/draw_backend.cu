@@ -7,15 +7,6 @@
 
 namespace lily::cuda {
 
-// LILY_BATCH_ONE=1 (A/B): one row runs the batched step too, never the batch-1 graph.
-static bool batch_one() {
-  static const bool on = [] {
-    const char* e = std::getenv("LILY_BATCH_ONE");
-    return e && e[0] == '1';
-  }();
-  return on;
-}
-
 Status CudaBackend::ensure_draw(int B) {
   if (draw_cap_ >= B) return Status::ok();
   const int cap = std::max(B, 64);
@@ -48,7 +39,7 @@ Status CudaBackend::decode_draw(std::span<SeqState* const> states, std::span<con
   if (tokens.size() != states.size() || spec.size() != states.size() || out.size() != states.size())
     return cu_err("decode_draw: {} states, {} tokens, {} specs, {} outputs", B, tokens.size(), spec.size(), out.size());
   if (B == 0) return Status::ok();
-  if (B > 1 || batch_one()) return batch_step(states, tokens, {}, spec, out);
+  if (B > 1) return batch_step(states, tokens, {}, spec, out);
   auto* st = dynamic_cast<CudaSeqState*>(states[0]);
   if (!st || st->be != this) return cu_err("decode_draw: state belongs to another backend");
   LILY_TRY(st->reserve(st->n + 1));
@@ -111,7 +102,7 @@ Status CudaBackend::collect_draw(Drawn& out) {
 
 Result<StepTicket> CudaBackend::launch(std::span<const StepFeed> feeds) {
   const StepFeed& f0 = feeds[0];
-  if (feeds.size() == 1 && f0.tokens.size() == 1 && f0.draw && !draw_edits_logits(*f0.draw) && !batch_one()) {
+  if (feeds.size() == 1 && f0.tokens.size() == 1 && f0.draw && !draw_edits_logits(*f0.draw)) {
     auto* st = dynamic_cast<CudaSeqState*>(f0.state);
     if (!st || st->be != this) return cu_err("launch: the state belongs to another backend");
     LILY_TRY(launch_draw(*st, f0.tokens[0], *f0.draw));

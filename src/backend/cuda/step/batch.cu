@@ -480,9 +480,7 @@ Status CudaBackend::batch_step(std::span<SeqState* const> states, std::span<cons
   if (B == 0) return Status::ok();
   if (!draw && logits.size() != size_t(B) * V) return cu_err("forward_batch: logits must hold {} rows of {}", B, V);
   std::vector<CudaSeqState*> seqs(static_cast<size_t>(B));
-  // LILY_BATCH_ONE=1 (A/B): one row runs the batched step too, instead of the batch-1 graph.
-  static const bool one = env_is("LILY_BATCH_ONE", "1");
-  bool batched = (B >= 2 || one) && batch_knobs_ok() && cfg_.linear_value_head_dim <= 256;
+  bool batched = B >= 2 && batch_knobs_ok() && cfg_.linear_value_head_dim <= 256;
   for (int b = 0; b < B; ++b) {
     seqs[size_t(b)] = dynamic_cast<CudaSeqState*>(states[size_t(b)]);
     CudaSeqState* r = seqs[size_t(b)];
