@@ -530,29 +530,16 @@ void Engine::decode_pipelined(Sequence& s) {
     retire(s, false);
   };
   // Room for the launched step's token (a K/V cache grows here, to the request's projection), then the
-  // launch: step i draws into slot[i % 2], which step i - 2's wait has emptied.
-  Drawn slot[2];
-  StepTicket ticket[2] = {0, 0};
-  uint64_t launched = 0;
+  // launch.
+  DrawPipeline steps(model_, s.state());
   auto launch = [&](int32_t token) -> Status {
     if (Status g = grow(s, s.state().n_tokens() + 1); !g) {
       oom = true;
       return g;
     }
-    const DrawSpec spec = s.device_spec();
-    StepFeed f;
-    f.state = &s.state(), f.tokens = std::span<const int32_t>(&token, 1), f.draw = &spec, f.drawn = &slot[launched % 2];
-    LILY_ASSIGN_OR_RETURN(ticket[launched % 2], model_.launch(std::span<const StepFeed>(&f, 1)));
-    ++launched;
-    return Status::ok();
+    return steps.launch(token, s.device_spec());
   };
-  uint64_t waited = 0;
-  auto collect = [&](Drawn& d) -> Status {
-    const int k = int(waited++ % 2);
-    Status st = model_.wait(ticket[k]);
-    d = slot[k];
-    return st;
-  };
+  auto collect = [&](Drawn& d) { return steps.collect(d); };
   int32_t in = s.next_token();  // the input of the oldest step in flight
   if (Status st = launch(in); !st) return fail(st);
   struct Trace {  // LILY_ENGINE_TRACE=1: one line per pipelined run

@@ -141,6 +141,24 @@ Status Model::decode_draw(std::span<SeqState* const> states, std::span<const int
   return step(feeds);
 }
 
+Status DrawPipeline::launch(int32_t token, const DrawSpec& spec) {
+  if (in_flight() >= 2) return errorf("DrawPipeline: two steps are already in flight");
+  const int k = int(launched_ % 2);
+  StepFeed f;
+  f.state = &state_, f.tokens = std::span<const int32_t>(&token, 1), f.draw = &spec, f.drawn = &slot_[k];
+  LILY_ASSIGN_OR_RETURN(ticket_[k], model_.launch(std::span<const StepFeed>(&f, 1)));
+  ++launched_;
+  return Status::ok();
+}
+
+Status DrawPipeline::collect(Drawn& out) {
+  if (in_flight() == 0) return errorf("DrawPipeline: no step in flight");
+  const int k = int(collected_++ % 2);  // a failed step is not collected twice
+  LILY_TRY(model_.wait(ticket_[k]));
+  out = slot_[k];
+  return Status::ok();
+}
+
 Status Model::decode_greedy(SeqState& state, int32_t first, int n_steps, std::vector<int32_t>& out,
                             std::vector<double>* avail_s) {
   using clock = std::chrono::steady_clock;
@@ -151,26 +169,21 @@ Status Model::decode_greedy(SeqState& state, int32_t first, int n_steps, std::ve
   if (first < 0 || first >= config().vocab_size) return errorf("decode_greedy: token {} outside the vocabulary", first);
   const DrawSpec greedy{};  // inv_t 0: argmax, lowest id on ties
   const bool pipe = pipelines();
-  Drawn slot[2];  // step i draws into slot[i % 2]; step i + 1 is launched before step i is waited for
-  StepTicket ticket[2] = {0, 0};
-  auto go = [&](int i, int32_t token) -> Status {
-    StepFeed f;
-    f.state = &state, f.tokens = std::span<const int32_t>(&token, 1), f.draw = &greedy, f.drawn = &slot[i % 2];
-    LILY_ASSIGN_OR_RETURN(ticket[i % 2], launch(std::span<const StepFeed>(&f, 1)));
-    return Status::ok();
-  };
-  LILY_TRY(go(0, first));
+  DrawPipeline steps(*this, state);
+  LILY_TRY(steps.launch(first, greedy));
   for (int i = 0; i < n_steps; ++i) {
     const bool ahead = pipe && i + 1 < n_steps;
-    Status launched = ahead ? go(i + 1, kDrawnToken) : Status::ok();
-    Status st = wait(ticket[i % 2]);
+    Status launched = ahead ? steps.launch(kDrawnToken, greedy) : Status::ok();
+    Drawn d;
+    Status st = steps.collect(d);
     if (!st || !launched) {
-      if (ahead && launched) (void)wait(ticket[(i + 1) % 2]);  // leave nothing in flight
+      Drawn extra;
+      if (ahead && launched) (void)steps.collect(extra);  // leave nothing in flight
       return st ? launched : st;
     }
-    out.push_back(slot[i % 2].id);
+    out.push_back(d.id);
     if (avail_s) avail_s->push_back(std::chrono::duration<double>(clock::now() - t0).count());
-    if (!pipe && i + 1 < n_steps) LILY_TRY(go(i + 1, slot[i % 2].id));
+    if (!pipe && i + 1 < n_steps) LILY_TRY(steps.launch(d.id, greedy));
   }
   return Status::ok();
 }

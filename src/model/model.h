@@ -159,4 +159,24 @@ class Model {
   std::unique_ptr<Impl> impl_;
 };
 
+// One sequence decoding with up to two steps in flight (Model::launch / wait), each a lone one-token
+// feed drawn where its logits are: the server's single-stream decode (Engine) and
+// Model::decode_greedy. launch() feeds `token`, or kDrawnToken (the draw of the step launched before
+// it, where Model::pipelines()); collect() waits for the oldest step in flight and gives its draw.
+// Step i draws into slot i % 2, which step i - 2's collect has emptied.
+class DrawPipeline {
+ public:
+  DrawPipeline(Model& model, SeqState& state) : model_(model), state_(state) {}
+  Status launch(int32_t token, const DrawSpec& spec);
+  Status collect(Drawn& out);
+  int in_flight() const { return int(launched_ - collected_); }
+
+ private:
+  Model& model_;
+  SeqState& state_;
+  Drawn slot_[2];
+  StepTicket ticket_[2] = {0, 0};
+  uint64_t launched_ = 0, collected_ = 0;
+};
+
 }  // namespace lily
