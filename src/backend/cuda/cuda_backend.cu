@@ -318,7 +318,7 @@ Status CudaBackend::replay_tokens(CudaSeqState& st, std::span<const int32_t> tok
 Status CudaBackend::profile_decode(SeqState& state) {
   auto* st = dynamic_cast<CudaSeqState*>(&state);
   if (!st || st->be != this) return cu_err("profile_decode: the state belongs to another backend");
-  LILY_TRY(drain());
+  LILY_TRY(collect_in_flight(tickets_));
   LILY_TRY(st->reserve(st->n + 2));
   if (st->n + 2 > st->cap) return cu_err("profile_decode: the state needs room for two more tokens");
   *pinned_tok_ = 0;  // the profiled step's input

@@ -346,7 +346,9 @@ class CudaBackend final : public Backend {
   std::vector<InFlight> in_flight_;
   RanSteps done_;
   StepTicket tickets_ = 0;
-  Status drain();  // collects every step in flight into its Drawn
+  // Collects the steps in flight launched up to `upto`, in launch order, each draw into its Drawn and
+  // each status into done_ (for wait); returns the first failure.
+  Status collect_in_flight(StepTicket upto);
   // Prefill scratch (step/prefill.cu), allocated on first use for chunks of up to pf_cap_ tokens.
   struct PfScratch {
     int32_t *tok = nullptr, *topk_ids = nullptr, *slot_tok = nullptr, *slot_of = nullptr, *tiles = nullptr, *rscratch = nullptr;

@@ -110,7 +110,7 @@ Result<StepTicket> CudaBackend::launch(std::span<const StepFeed> feeds) {
     return tickets_;
   }
   // A step that does not pipeline runs after those in flight, their draws collected.
-  Status st = drain();
+  Status st = collect_in_flight(tickets_);
   for (const StepFeed& f : feeds)
     if (st && f.tokens[0] == kDrawnToken) st = cu_err("launch: kDrawnToken in a step that cannot be pipelined");
   if (st) st = step(feeds);
@@ -118,10 +118,10 @@ Result<StepTicket> CudaBackend::launch(std::span<const StepFeed> feeds) {
   return tickets_;
 }
 
-Status CudaBackend::drain() {
+Status CudaBackend::collect_in_flight(StepTicket upto) {
   Status first = Status::ok();
-  while (!in_flight_.empty()) {
-    InFlight f = in_flight_.front();
+  while (!in_flight_.empty() && in_flight_.front().ticket <= upto) {
+    const InFlight f = in_flight_.front();
     in_flight_.erase(in_flight_.begin());
     Drawn d;
     Status s = collect_draw(d);
@@ -134,19 +134,8 @@ Status CudaBackend::drain() {
 
 Status CudaBackend::wait(StepTicket ticket) {
   if (ticket == 0 || ticket > tickets_) return cu_err("wait: step {} was never launched", ticket);
-  Status st = Status::ok();
-  bool found = false;
-  // Steps in flight up to this one: collected in launch order, each draw into its Drawn.
-  while (!in_flight_.empty() && in_flight_.front().ticket <= ticket) {
-    InFlight f = in_flight_.front();
-    in_flight_.erase(in_flight_.begin());
-    Drawn d;
-    Status s = collect_draw(d);
-    if (s) *f.out = d;
-    if (f.ticket == ticket) st = std::move(s), found = true;
-  }
-  if (found) return st;
-  if (auto r = done_.take(ticket)) return std::move(*r);
+  (void)collect_in_flight(ticket);  // each step's status goes to done_, this one's too
+  if (auto st = done_.take(ticket)) return std::move(*st);
   return cu_err("wait: step {} was already waited for", ticket);
 }
 
