@@ -15,6 +15,7 @@
 
 #include "backend/cuda/common/ops.h"
 #include "core/bf16.h"
+#include "model/weights.h"
 #include "../cuda_test_env.h"
 
 namespace lily::testcuda {
@@ -131,6 +132,30 @@ struct QMat {
       s[i] = bf16_of(sc), s[i + 1] = bf16_of(-sc * lv * 0.5f * (1.f + 0.1f * randn()));
     }
     return s;
+  }
+};
+
+// A random quantized weight [rows, cols] of `bits` (MLX affine, groups of 64) with its storage: codes
+// uniform, scales around gain / (levels / √12 · √cols), biases centring the codes. Drawn from `gen`, in
+// the order each suite's seeded tests expect.
+struct HostQ {
+  std::vector<uint32_t> codes;
+  std::vector<bf16> sc, bi;
+  QWeight w;
+  HostQ(std::mt19937_64& gen, int rows, int cols, int bits, float gain) {
+    auto randu = [&] { return std::uniform_real_distribution<float>(0.f, 1.f)(gen); };
+    codes.resize(size_t(rows) * cols * bits / 32);
+    for (auto& c : codes) c = uint32_t(gen());
+    const size_t ng = size_t(rows) * cols / 64;
+    sc.resize(ng), bi.resize(ng);
+    const float levels = float((1 << bits) - 1), s0 = gain / (levels / std::sqrt(12.f) * std::sqrt(float(cols)));
+    for (size_t i = 0; i < ng; ++i) {
+      const float s = s0 * (0.5f + randu());
+      sc[i] = f32_to_bf16(s);
+      bi[i] = f32_to_bf16(-s * (levels * 0.5f + randu() - 0.5f));
+    }
+    w.codes = codes.data(), w.scales = sc.data(), w.biases = bi.data();
+    w.rows = rows, w.cols = cols, w.bits = bits, w.group_size = 64;
   }
 };
 

@@ -69,25 +69,9 @@ inline std::mt19937_64& rng() {
 inline float randn() { return std::normal_distribution<float>(0.f, 1.f)(rng()); }
 inline float randu() { return std::uniform_real_distribution<float>(0.f, 1.f)(rng()); }
 
-// Host quantized weight with storage.
-struct HostQ {
-  std::vector<uint32_t> codes;
-  std::vector<bf16> sc, bi;
-  QWeight w;
-  HostQ(int rows, int cols, int bits, float gain = 1.f) {
-    codes.resize(size_t(rows) * cols * bits / 32);
-    for (auto& c : codes) c = uint32_t(rng()());
-    const size_t ng = size_t(rows) * cols / 64;
-    sc.resize(ng), bi.resize(ng);
-    const float levels = float((1 << bits) - 1), s0 = gain / (levels / std::sqrt(12.f) * std::sqrt(float(cols)));
-    for (size_t i = 0; i < ng; ++i) {
-      const float s = s0 * (0.5f + randu());
-      sc[i] = f32_to_bf16(s);
-      bi[i] = f32_to_bf16(-s * (levels * 0.5f + randu() - 0.5f));
-    }
-    w.codes = codes.data(), w.scales = sc.data(), w.biases = bi.data();
-    w.rows = rows, w.cols = cols, w.bits = bits, w.group_size = 64;
-  }
+// Host quantized weight with storage, drawn from this suite's generator.
+struct HostQ : testcuda::HostQ {
+  HostQ(int rows, int cols, int bits, float gain = 1.f) : testcuda::HostQ(rng(), rows, cols, bits, gain) {}
 };
 
 // Device copy of a (row-concatenation of) quantized weight(s) in the backend's layout.
