@@ -307,7 +307,7 @@ serve_run() {
   # prefill chunks, where an inter-token latency tail comes from.
   if grep -q '^engine step' "$LOGS/$name.err"; then
     echo "-- engine trace: $(grep -c '^engine step' "$LOGS/$name.err") steps; slowest (ms = prefill + decode):" | say
-    grep -E '^engine step' "$LOGS/$name.err" | awk '{printf "%.1f %s\n", $4 + $9, $0}' | sort -rn | head -"${SLOW_STEPS:-8}" | say
+    grep -E '^engine step' "$LOGS/$name.err" | awk '{printf "%.1f %s\n", $10, $0}' | sort -rn | head -"${SLOW_STEPS:-8}" | say
     grep -oE 'prefill chunk [0-9]+ tokens [0-9.]+ ms' "$LOGS/$name.err" | awk '{n++; t+=$3; ms+=$5}
       END {if (n) printf "prefill chunks %d, mean %.1f tokens, mean %.1f ms\n", n, t/n, ms/n}' | say
   fi
@@ -317,9 +317,6 @@ mode_serve() {
   [[ -n $NODE ]] || { fail serve "no node (pack.sh packs node.xz unless NODE=0)"; return 1; }
   synth_wait || return 1
   full_wait
-  # The server needs a tokenizer; `lily synth` writes one only for the small presets (the full preset's
-  # vocabulary is the real model's): the Qwen3 tokenizer's ids all lie inside it.
-  [[ -f $CK/tokenizer.json ]] || cp "$TOKD"/tokenizer.json "$TOKD"/tokenizer_config.json "$CK/"
   serve_run serve "${CLIENTS:-1 16 64}"
   split "${SERVE_AB:-}"
   for e in "${SPLIT[@]}"; do

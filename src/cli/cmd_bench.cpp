@@ -23,6 +23,7 @@
 #include "cli/command.h"
 #include "cli/step_bytes.h"
 #include "engine/engine.h"
+#include "io/synth.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
 
@@ -34,7 +35,7 @@ constexpr int kDecodeSteps = 64;
 struct BenchArgs {
   std::string model, backend = "cuda", contexts = "256,1024,4096,16384,32768,65536,131072", json_out, label;
   int max_seq = 0, threads = 0;
-  int prefill_chunk = EngineOptions{}.prefill_chunk;  // as `lily serve --prefill-chunk`
+  int prefill_chunk = 0;  // as `lily serve --prefill-chunk` (0: the backend's default)
   bool profile = false;  // a per-op table of one decode step after each context (CUDA)
 };
 
@@ -106,7 +107,8 @@ int run_bench(const BenchArgs& a) {
   }
   Model& model = **model_r;
   const ModelConfig& cfg = model.config();
-  auto tok = Tokenizer::load_dir(a.model);
+  auto tok_dir = checkpoint_tokenizer_dir(a.model);
+  auto tok = tok_dir ? Tokenizer::load_dir(*tok_dir) : Result<std::unique_ptr<Tokenizer>>(tok_dir.status());
   if (!tok) {
     std::fprintf(stderr, "error: tokenizer: %s\n", tok.message().c_str());
     return 1;
@@ -145,13 +147,14 @@ int run_bench(const BenchArgs& a) {
   out["results"] = nlohmann::json::array();
   std::fprintf(stderr, "bench: %s on %s; copy bandwidth %.0f GB/s\n", model.backend_name(), model.hardware().c_str(), copy);
   std::fprintf(stderr, "| context | prefill tok/s | decode tok/s | ms/step (median) | GB/s | vs copy | digest |\n|---:|---:|---:|---:|---:|---:|---|\n");
-  out["prefill_chunk"] = a.prefill_chunk;
   int longest = 0;
   for (int P : ctxs) longest = std::max(longest, P);
   EngineOptions eo;  // one request at a time, cut and drawn as `lily serve` does
   eo.max_batch = 1;
   eo.max_seq = longest + kDecodeSteps + 2;
-  eo.prefill_chunk = std::max(1, a.prefill_chunk);
+  eo.prefill_chunk = a.prefill_chunk > 0 ? a.prefill_chunk : model.default_step_tokens();
+  eo.step_tokens = eo.prefill_chunk;
+  out["prefill_chunk"] = eo.prefill_chunk;
   eo.max_cached_states = 1;
   eo.cache_budget_bytes = 1;  // no second state: the timed request reuses the warm-up's
   if (Status st = model.prepare(eo.max_batch, eo.step_tokens); !st)
@@ -243,7 +246,7 @@ Registrar reg("bench", "Benchmark (Lily's contract): one request through the eng
                 app.add_option("--json", a->json_out, "Also write the JSON to this file");
                 app.add_option("--label", a->label, "Free text recorded in the JSON (commit, notes)");
                 app.add_option("--prefill-chunk", a->prefill_chunk,
-                               "prompt segment length, as lily serve's (the prompt is fed as the server feeds it)");
+                               "prompt segment length, as lily serve's (the prompt is fed as the server feeds it; default the backend's)");
                 app.add_flag("--profile", a->profile, "after each context, a per-op table of one decode step on stderr (CUDA)");
                 return [a] { return run_bench(*a); };
               });

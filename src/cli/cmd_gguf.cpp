@@ -22,18 +22,12 @@ struct GgufArgs {
   int threads = 0;
 };
 
-// The model's own tokenizer.json; for a synthetic checkpoint without one (the full-size preset
-// writes none), the Qwen3 tokenizer `lily synth` copies into the small presets.
+// --tokenizer, else the checkpoint's own (the Qwen3 one for a synthetic checkpoint without any).
 Result<std::string> tokenizer_dir(const GgufArgs& a) {
   if (!a.tokenizer.empty()) return a.tokenizer;
-  if (fs::exists(fs::path(a.model) / "tokenizer.json")) return a.model;
-  if (!is_synthetic_checkpoint(a.model))
-    return errorf("{} has no tokenizer.json; give --tokenizer DIR", a.model);
-  LILY_ASSIGN_OR_RETURN(std::string dir, qwen3_tokenizer_dir());
-  if (!fs::exists(dir + "/tokenizer.json"))
-    return errorf("{} has no tokenizer.json and {} is missing (scripts/setup.sh installs it); give --tokenizer DIR", a.model,
-                  dir);
-  fmt::print(stderr, "gguf: synthetic checkpoint without a tokenizer: using the Qwen3 tokenizer in {}\n", dir);
+  auto dir = checkpoint_tokenizer_dir(a.model);
+  if (!dir) return errorf("{}; give --tokenizer DIR", dir.message());
+  if (*dir != a.model) fmt::print(stderr, "gguf: synthetic checkpoint without a tokenizer: using the Qwen3 tokenizer in {}\n", *dir);
   return dir;
 }
 

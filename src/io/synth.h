@@ -52,5 +52,9 @@ Result<std::string> qwen3_tokenizer_dir();
 bool is_synthetic_config(const nlohmann::json& config);
 // The same for the checkpoint in dir (its config.json; false when it is missing or unreadable).
 bool is_synthetic_checkpoint(const std::string& dir);
+// Where the checkpoint in dir keeps its tokenizer (and chat template): dir itself when it holds
+// tokenizer.json; for a synthetic checkpoint without one (the full-size preset writes none: its
+// vocabulary is the real model's), the Qwen3 tokenizer above. Otherwise an error naming dir.
+Result<std::string> checkpoint_tokenizer_dir(const std::string& dir);
 
 }  // namespace lily

@@ -116,6 +116,16 @@ bool is_synthetic_checkpoint(const std::string& dir) {
   return !j.is_discarded() && is_synthetic_config(j);
 }
 
+Result<std::string> checkpoint_tokenizer_dir(const std::string& dir) {
+  if (std::ifstream(dir + "/tokenizer.json").good()) return dir;
+  if (!is_synthetic_checkpoint(dir)) return errorf("{} has no tokenizer.json", dir);
+  LILY_ASSIGN_OR_RETURN(std::string tok, qwen3_tokenizer_dir());
+  if (!std::ifstream(tok + "/tokenizer.json").good())
+    return errorf("{} has no tokenizer.json and the Qwen3 tokenizer a synthetic checkpoint falls back to is missing "
+                  "({}; scripts/setup.sh installs it)", dir, tok);
+  return tok;
+}
+
 Result<ojson> synth_config_json(const std::string& preset, uint64_t seed) {
   const Preset* p = find_preset(preset);
   if (!p) {

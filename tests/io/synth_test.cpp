@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <random>
 #include <set>
 
 #include "core/bf16.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
+#include "io/synth.h"
 #include "io_test_util.h"
 
 namespace lily {
@@ -148,6 +150,34 @@ TEST(Synth, FullPresetConfigIsTheExactShape) {
   }
   EXPECT_GT(bytes, size_t(19.2e9));
   EXPECT_LT(bytes, size_t(19.7e9));
+}
+
+// The tokenizer a checkpoint is served and benchmarked with: its own; for a synthetic checkpoint
+// without one (the full-size preset's config, written alone here), the bundled Qwen3 tokenizer; for
+// any other checkpoint without one, an error naming the folder.
+TEST(Synth, CheckpointTokenizerDir) {
+  auto own = checkpoint_tokenizer_dir(tiny_dir());
+  ASSERT_TRUE(own.is_ok()) << own.message();
+  EXPECT_EQ(*own, tiny_dir());
+
+  const std::string full = fresh_dir("full-config-only");
+  auto cj = synth_config_json("qwen3.6-35b-a3b", 3);
+  ASSERT_TRUE(cj.is_ok()) << cj.message();
+  std::ofstream(full + "/config.json") << cj->dump();
+  auto qwen = checkpoint_tokenizer_dir(full);
+  ASSERT_TRUE(qwen.is_ok()) << qwen.message();
+  auto want = qwen3_tokenizer_dir();
+  ASSERT_TRUE(want.is_ok()) << want.message();
+  EXPECT_EQ(*qwen, *want);
+  EXPECT_TRUE(std::ifstream(*qwen + "/tokenizer.json").good());
+
+  const std::string real = fresh_dir("real-config-only");
+  auto plain = *cj;
+  plain.erase("lily_synthetic");
+  std::ofstream(real + "/config.json") << plain.dump();
+  auto none = checkpoint_tokenizer_dir(real);
+  ASSERT_FALSE(none.is_ok());
+  expect_contains(none.message(), {real, "no tokenizer.json"});
 }
 
 TEST(Synth, SmallPresetConfig) {

@@ -178,7 +178,7 @@ TEST(CudaState, BatchRowsGrowAtDifferentSteps) {
     grow.push_back(state(*r.gpu, 256, "16"));
     alone.push_back(state(*r.gpu, 256, "4096"));
     ASSERT_TRUE(grow.back() && alone.back());
-    std::vector<int32_t> p(size_t(lens[b]));
+    std::vector<int32_t> p(static_cast<size_t>(lens[b]));
     for (int i = 0; i < lens[b]; ++i) p[size_t(i)] = tok_at(i + 100 * b, r.V);
     ASSERT_TRUE(r.gpu->forward(*grow[size_t(b)], p, {}).is_ok());
     ASSERT_TRUE(r.gpu->forward(*alone[size_t(b)], p, la[size_t(b)]).is_ok());
