@@ -18,7 +18,20 @@ namespace cuda {
 // the prefill kernels (chunked DeltaNet, causal flash attention over the cache) on each segment's
 // rows. A step with no segment (or a lone feed, or a shape or state the batched kernels do not take)
 // is Backend::step: the captured decode graphs, or the prefill path for a lone prompt.
+//
+// A long segment (kOwnPrefillRows tokens or more) is compute-bound, and the prefill path's GEMMs run it
+// faster on its own than the batched step does beside decode rows (H200, full size: a 2048-token
+// segment with 16 decode rows took 160 ms as one mixed step, 98 + 10 ms apart; at 512 tokens the two
+// are even, 56 vs 54 ms; docs/perf/2026-12-05-gpu-verify.md). Such segments run first, each alone.
+constexpr size_t kOwnPrefillRows = 1024;
+
 Status CudaBackend::step(std::span<const StepFeed> feeds) {
+  if (feeds.size() >= 2 && std::any_of(feeds.begin(), feeds.end(), [](const StepFeed& f) { return f.tokens.size() >= kOwnPrefillRows; })) {
+    std::vector<StepFeed> own, rest;
+    for (const StepFeed& f : feeds) (f.tokens.size() >= kOwnPrefillRows ? own : rest).push_back(f);
+    LILY_TRY(Backend::step(own));
+    return rest.empty() ? Status::ok() : step(rest);
+  }
   const ModelConfig& c = cfg_;
   int D = 0, R = 0;
   size_t wy_need = 0;  // the segments' chunked-DeltaNet scratch (floats)
