@@ -63,10 +63,10 @@ class Backend {
   virtual Result<StepTicket> launch(std::span<const StepFeed> feeds);
   virtual Status wait(StepTicket ticket);
   virtual bool pipelines() const { return false; }
-  // A server's default prompt segment and step budget, in tokens (EngineOptions::prefill_chunk and
-  // step_tokens): a segment's time bounds the running streams' inter-token latency, and its length
-  // the prefill rate. CPU: 512 (a 512-token segment of the full-size model is seconds already).
-  virtual int default_step_tokens() const { return 512; }
+  // A server's default prompt segment, in tokens (EngineOptions::prefill_chunk): a segment's time
+  // bounds the running streams' inter-token latency, its length the prefill rate. CPU: 512 (a
+  // 512-token segment of the full-size model takes seconds already).
+  virtual int default_prefill_chunk() const { return 512; }
   // Readies the backend for a server decoding up to max_rows requests at once, with steps of up to
   // max_rows + step_tokens tokens, so that no request pays a first-use cost (CUDA: the batch scratch
   // sized once, the step graph of every batch size 2..max_rows captured, then a throwaway prefill,

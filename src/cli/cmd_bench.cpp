@@ -152,8 +152,7 @@ int run_bench(const BenchArgs& a) {
   EngineOptions eo;  // one request at a time, cut and drawn as `lily serve` does
   eo.max_batch = 1;
   eo.max_seq = longest + kDecodeSteps + 2;
-  eo.prefill_chunk = a.prefill_chunk > 0 ? a.prefill_chunk : model.default_step_tokens();
-  eo.step_tokens = eo.prefill_chunk;
+  eo.prefill_chunk = a.prefill_chunk > 0 ? a.prefill_chunk : model.default_prefill_chunk();
   out["prefill_chunk"] = eo.prefill_chunk;
   eo.max_cached_states = 1;
   eo.cache_budget_bytes = 1;  // no second state: the timed request reuses the warm-up's

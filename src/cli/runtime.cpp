@@ -32,7 +32,7 @@ void add_runtime_options(CLI::App& app, RuntimeArgs& a) {
                  "memory for sequence states (running requests, prefix cache, spares), MiB (0: what is free after the "
                  "weights and scratch, less headroom); requests wait when it is taken");
   app.add_option("--prefill-chunk", a.prefill_chunk, "prompts are cut every this many tokens of position (and at their snapshot points), each segment fed whole by one step; the cut never depends on load, so neither do a request's tokens (default: the backend's, CUDA 2048, CPU 512)");
-  app.add_option("--step-tokens", a.step_tokens, "prompt tokens a step may carry beside the decoding requests' (the first segment always runs; more while they fit): bounds a step's time and so the running streams' inter-token latency (default: as --prefill-chunk's)");
+  app.add_option("--step-tokens", a.step_tokens, "prompt tokens a step may carry beside the decoding requests' (the first segment always runs; more while they fit): bounds a step's time and so the running streams' inter-token latency");
   app.add_option("--max-cached", a.max_cached, "conversations whose model state is kept for reuse");
   app.add_option("--cache-mb", a.cache_mb, "memory budget of the cached states, MiB");
   app.add_option("--max-tokens-default", a.max_tokens_default,
@@ -89,9 +89,8 @@ std::unique_ptr<Runtime> load_runtime(const RuntimeArgs& a) {
   // --parallel's default: a GPU serves many at once (the memory plan lowers it to what fits).
   const bool parallel_default = a.parallel <= 0;
   eo.max_batch = parallel_default ? (a.backend == "cuda" ? kCudaDefaultParallel : kCpuDefaultParallel) : a.parallel;
-  const int step_default = rt->model->default_step_tokens();
-  eo.step_tokens = a.step_tokens > 0 ? a.step_tokens : step_default;
-  eo.prefill_chunk = a.prefill_chunk > 0 ? a.prefill_chunk : step_default;
+  eo.step_tokens = std::max(1, a.step_tokens);
+  eo.prefill_chunk = a.prefill_chunk > 0 ? a.prefill_chunk : rt->model->default_prefill_chunk();
   eo.max_cached_states = std::max(1, a.max_cached);
   eo.cache_budget_bytes = size_t(std::max(1, a.cache_mb)) << 20;
   eo.shared_prefix_min = std::max(1, a.cache_shared_min);

@@ -22,7 +22,7 @@ struct RuntimeArgs {
   int max_queue = 64;
   int parallel = 0;          // requests decoded together (0: the backend's default, lowered to what fits)
   int state_mb = 0;          // memory for sequence states, MiB (0: what is free after weights and scratch, less headroom)
-  int step_tokens = 0;       // prompt tokens per step beside the decode rows (0: the backend's default)
+  int step_tokens = 512;     // prompt tokens per step beside the decode rows (the first segment always runs)
   int prefill_chunk = 0;     // prompt segment length (tokens): fixed cut points, one forward each (0: the backend's default)
   int max_cached = 8;
   int cache_mb = 8192;

@@ -64,7 +64,7 @@ Result<std::unique_ptr<SeqState>> Model::new_state(int max_seq) { return impl_->
 StateMemory Model::state_memory(int max_seq) const { return impl_->backend->state_memory(max_seq); }
 Result<DeviceMemory> Model::device_memory() { return impl_->backend->device_memory(); }
 bool Model::pipelines() const { return impl_->backend->pipelines(); }
-int Model::default_step_tokens() const { return impl_->backend->default_step_tokens(); }
+int Model::default_prefill_chunk() const { return impl_->backend->default_prefill_chunk(); }
 Status Model::wait(StepTicket ticket) { return impl_->backend->wait(ticket); }
 double Model::copy_bandwidth_gbps() { return impl_->backend->copy_bandwidth_gbps(); }
 std::string Model::hardware() const { return impl_->backend->hardware(); }

@@ -128,8 +128,8 @@ class Model {
   Result<StepTicket> launch(std::span<const StepFeed> feeds);
   Status wait(StepTicket ticket);
   bool pipelines() const;
-  // The backend's default prompt segment and step budget for a server (Backend::default_step_tokens).
-  int default_step_tokens() const;
+  // The backend's default prompt segment for a server (Backend::default_prefill_chunk).
+  int default_prefill_chunk() const;
   // Conveniences over launch + wait. step: one step, waited for. forward: `tokens` appended to
   // state, the last one's logits (if non-empty: [vocab] fp32). forward_batch: row b feeds tokens[b]
   // to *states[b], logits [B, vocab]. decode_draw: the same rows, each drawn as spec[b] says into

@@ -153,7 +153,7 @@ class CudaBackend final : public Backend {
   bool pipelines() const override { return true; }
   // 2048: on the H200 an 8k prompt prefills at 19.4k tok/s in 2048-token segments, 10.6k in 512-token
   // ones (docs/perf/2026-12-05-gpu-verify.md).
-  int default_step_tokens() const override { return 2048; }
+  int default_prefill_chunk() const override { return 2048; }
   // One un-captured decode step of state with events between ops, then per-op-kind graphs
   // (cuda_backend.cu); the state consumes one token.
   Status profile_decode(SeqState& state) override;
