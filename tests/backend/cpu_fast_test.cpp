@@ -1,8 +1,7 @@
 // Every fast CPU kernel against the reference ops (ref_ops.h) on seeded random inputs, on every
 // instruction set this CPU can run (scalar, AVX2, AVX-512 VNNI), real and edge shapes.
 // Stated tolerances:
-//   4-bit matmul: the analytic bound of the int16 activation form (rounding ≤ half a step of max|x_g|/32767),
-//                 Σ_g |s_g|·Σ_c q_c·max|x_g|/65534,
+//   4-bit matmul: the analytic bound of the two-term int16 activation form, Σ_g |s_g|·Σ_c q_c·max|x_g|/(32767·131068),
 //                 plus 1e-5 of Σ|terms| for fp32 summation order;
 //   8-bit matmul, dot, axpy: 1e-5 of Σ|terms| (fp32 order only);
 //   DeltaNet step: 1e-4·(1 + |ref|) on outputs and state after 40 steps.
@@ -75,7 +74,7 @@ void bounds(const QWeight& w, const float* x, int M, std::vector<float>& mag, st
           xs += std::fabs(xv);
         }
         mag[size_t(m) * w.rows + r] += s * t + b * xs;
-        qbound[size_t(m) * w.rows + r] += s * qs * mx / 65534.0f;
+        qbound[size_t(m) * w.rows + r] += s * qs * mx / (32767.0f * 131068.0f);
       }
 }
 

@@ -2,13 +2,12 @@
 // helpers of DeltaNet and attention. One table per instruction set (scalar, AVX2, AVX-512+VNNI),
 // chosen at run time (fast_isa.cpp); every entry is tested against ref_ops (cpu_fast_test.cpp).
 //
-// Key decision: activations enter the 4-bit kernels as one int16 term per value, scaled per group of
-// 64: x ≈ dx·q with dx = max|x_g|/32767, so the inner product is exact integer arithmetic
-// (vpdpwssd / vpmaddwd) and the representation error is ≤ dx/2 = max|x_g|/65534 ≈ 1.5e-5·max|x_g|:
-// 32× finer than fp16's relative step (2^-11), so the path stays inside transformers' own fp16
-// envelope (../shared/docs/precision.md; the goldens check it). A second (lo) term, as the old
-// |Δlogprob| ≤ 0.03 rule required, doubled the integer work of decode. The bias term uses the exact
-// fp32 Σx. The 8-bit weights (router, shared-expert gate) use fp32 activations.
+// Key decision: activations enter the 4-bit kernels as two int16 terms per group of 64,
+// x ≈ dx·(hi + lo/65534) with dx = max|x_g|/32767, so the inner product is exact integer arithmetic
+// (vpdpwssd / vpmaddwd) and the representation error is ≤ max|x_g|/(2·32767·65534) ≈ 2.3e-10·max|x_g|,
+// below fp32 rounding: fp32-activation accuracy (a single int16 term was measured to move golden
+// logits by up to 0.47 through MoE routing near-ties). The bias term uses the exact fp32 Σx.
+// The 8-bit weights (router, shared-expert gate) use fp32 activations.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -19,17 +18,20 @@ namespace lily::cpu::fast {
 
 constexpr int kGroup = 64;          // the only group size the fast kernels take
 constexpr int kPairsPerGroup = 32;  // int32 pairs of int16 per group (64 values)
+constexpr float kLoScale = 1.0f / 65534.0f;  // weight of the lo term
 
 // Activation rows quantized for the 4-bit kernels. For row m, group g, j ∈ [0,4), w ∈ [0,8):
 //   pairs[(m·G + g)·32 + j·8 + w] = hi(x[64g+8w+j]) | hi(x[64g+8w+4+j]) << 16   (int16 halves)
-// (the order in which a packed u32 word's nibbles come out of one shift-and-mask), and
-//   x ≈ dx[m·G + g]·hi;  xsum[m·G + g] = Σ x over the group (fp32, exact input).
+// (the order in which a packed u32 word's nibbles come out of one shift-and-mask), lo likewise, and
+//   x ≈ dx[m·G + g]·(hi + lo/65534);  xsum[m·G + g] = Σ x over the group (fp32, exact input).
 struct PreparedX {
   int M = 0, K = 0, G = 0;
-  std::vector<int32_t> pairs;  // [M, G, 32] int16 pairs
+  std::vector<int32_t> pairs;  // [M, G, 32] hi terms
+  std::vector<int32_t> lo;     // [M, G, 32] lo terms (residual·65534)
   std::vector<float> dx;       // [M, G]
   std::vector<float> xsum;     // [M, G]
   const int32_t* row_pairs(int m) const { return pairs.data() + size_t(m) * G * kPairsPerGroup; }
+  const int32_t* row_lo(int m) const { return lo.data() + size_t(m) * G * kPairsPerGroup; }
   const float* row_dx(int m) const { return dx.data() + size_t(m) * G; }
   const float* row_xsum(int m) const { return xsum.data() + size_t(m) * G; }
 };

@@ -49,12 +49,14 @@ LILY_AVX2 void q4_block(const QArgs& a, int r, int i0, const float* sb, const fl
   const __m256i nib = _mm256_set1_epi16(0xF);
   const uint32_t* codes[R];
   const int32_t* xp[T];
+  const int32_t* xl[T];
   const float* dx[T];
 #pragma GCC unroll 2
   for (int rr = 0; rr < R; ++rr) codes[rr] = w.codes + size_t(r + rr) * wpr;
 #pragma GCC unroll 2
   for (int t = 0; t < T; ++t) {
     xp[t] = a.x->row_pairs(a.ids[i0 + t]);
+    xl[t] = a.x->row_lo(a.ids[i0 + t]);
     dx[t] = a.x->row_dx(a.ids[i0 + t]);
   }
   __m256 acc[R][T];
@@ -83,12 +85,20 @@ LILY_AVX2 void q4_block(const QArgs& a, int r, int i0, const float* sb, const fl
       const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 8));
       const __m256i x2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 16));
       const __m256i x3 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 24));
+      const int32_t* lg = xl[t] + g * kPairsPerGroup;
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lg));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lg + 8));
+      const __m256i l2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lg + 16));
+      const __m256i l3 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lg + 24));
       const __m256 d = _mm256_set1_ps(dx[t][g]);
 #pragma GCC unroll 2
       for (int rr = 0; rr < R; ++rr) {
         const __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(wj[rr][0], x0), _mm256_madd_epi16(wj[rr][1], x1)),
                                            _mm256_add_epi32(_mm256_madd_epi16(wj[rr][2], x2), _mm256_madd_epi16(wj[rr][3], x3)));
-        const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s), d);
+        const __m256i sl = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(wj[rr][0], l0), _mm256_madd_epi16(wj[rr][1], l1)),
+                                            _mm256_add_epi32(_mm256_madd_epi16(wj[rr][2], l2), _mm256_madd_epi16(wj[rr][3], l3)));
+        const __m256 hl = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sl), _mm256_set1_ps(kLoScale), _mm256_cvtepi32_ps(s));
+        const __m256 f = _mm256_mul_ps(hl, d);
         acc[rr][t] = _mm256_fmadd_ps(f, _mm256_set1_ps(sb[rr * G + g]), acc[rr][t]);
       }
     }

@@ -2,7 +2,7 @@
 // of the binary stays baseline x86-64; fast_isa.cpp calls them only when the CPU reports the features.
 // 4-bit: one u32 word holds 8 nibbles; a 256-bit load of a group (8 words) broadcast to both halves
 // of a zmm, shifted per 16-bit lane by {0|4} and {8|12} and masked, gives the int16 codes in exactly
-// the pair order of PreparedX, so two vpdpwssd per group and row give the exact integer dot product with the int16 activations.
+// the pair order of PreparedX, so two vpdpwssd per group and row give the exact integer dot product.
 // GCC 12's avx512 headers trip -W(maybe-)uninitialized on their own _mm512_undefined_* helpers.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -68,8 +68,10 @@ LILY_AVX512 void q4_block(const QArgs& a, int r, int i0, const float* sb, const 
   const __m512i sh01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
   const __m512i sh23 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(8)), _mm256_set1_epi16(12), 1);
   const __m512i nib = _mm512_set1_epi16(0xF);
+  const __m512 lo_scale = _mm512_set1_ps(kLoScale);
   const uint32_t* codes[R];
   const int32_t* xp[T];
+  const int32_t* xl[T];
   const float* dx[T];
 #pragma GCC unroll 4
   for (int rr = 0; rr < R; ++rr) codes[rr] = w.codes + size_t(r + rr) * wpr;
@@ -77,6 +79,7 @@ LILY_AVX512 void q4_block(const QArgs& a, int r, int i0, const float* sb, const 
   for (int t = 0; t < T; ++t) {
     const int m = a.ids[i0 + t];
     xp[t] = a.x->row_pairs(m);
+    xl[t] = a.x->row_lo(m);
     dx[t] = a.x->row_dx(m);
   }
   __m512 acc[R][T];
@@ -101,12 +104,17 @@ LILY_AVX512 void q4_block(const QArgs& a, int r, int i0, const float* sb, const 
     for (int t = 0; t < T; ++t) {
       const __m512i xa = _mm512_loadu_si512(xp[t] + g * kPairsPerGroup);
       const __m512i xb = _mm512_loadu_si512(xp[t] + g * kPairsPerGroup + 16);
+      const __m512i la = _mm512_loadu_si512(xl[t] + g * kPairsPerGroup);
+      const __m512i lb = _mm512_loadu_si512(xl[t] + g * kPairsPerGroup + 16);
       const __m512 d = _mm512_set1_ps(dx[t][g]);
 #pragma GCC unroll 4
       for (int rr = 0; rr < R; ++rr) {
         __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wa[rr], xa);
         s = _mm512_dpwssd_epi32(s, wb[rr], xb);
-        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s), d);
+        __m512i sl = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wa[rr], la);
+        sl = _mm512_dpwssd_epi32(sl, wb[rr], lb);
+        const __m512 hl = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sl), lo_scale, _mm512_cvtepi32_ps(s));
+        const __m512 f = _mm512_mul_ps(hl, d);
         acc[rr][t] = _mm512_fmadd_ps(f, _mm512_set1_ps(sb[rr * G + g]), acc[rr][t]);
       }
     }
@@ -161,7 +169,7 @@ LILY_AVX512 void q4_rows(const QArgs& a) {
   const QWeight& w = *a.w;
   const int G = w.groups_per_row();
   alignas(64) float sb[4 * kMaxGroups], bb[4 * kMaxGroups];
-  constexpr int kTokBlock = 16;  // x of 16 tokens (4 KiB each at K = 2048) stays in L2; the task's codes in L1/L2
+  constexpr int kTokBlock = 16;  // x of 16 tokens (hi + lo, 8 KiB each at K = 2048) stays in L2; the task's codes in L1/L2
   for (int i0 = 0; i0 < a.n; i0 += kTokBlock) {
     const int i1 = a.n < i0 + kTokBlock ? a.n : i0 + kTokBlock;
     int r = a.r0;

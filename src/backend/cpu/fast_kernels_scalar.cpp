@@ -14,6 +14,7 @@ void prepare_x(const float* x, int M, int ldx, int K, PreparedX& out) {
   const int G = K / kGroup;
   out.M = M, out.K = K, out.G = G;
   out.pairs.resize(size_t(M) * G * kPairsPerGroup);
+  out.lo.resize(out.pairs.size());
   out.dx.resize(size_t(M) * G);
   out.xsum.resize(size_t(M) * G);
   // Rows are independent: spread long prefills over the pool, keep decode on the caller's thread.
@@ -29,13 +30,20 @@ void prepare_x(const float* x, int M, int ldx, int K, PreparedX& out) {
         }
         const float dx = mx / 32767.0f;
         const float inv = mx > 0 ? 32767.0f / mx : 0.0f;
-        int16_t qv[kGroup];
-        for (int c = 0; c < kGroup; ++c)  // x·inv in [-32767, 32767]
-          qv[c] = int16_t(std::clamp(std::nearbyint(xg[c] * inv), -32767.0f, 32767.0f));
+        int16_t qv[kGroup], ql[kGroup];
+        for (int c = 0; c < kGroup; ++c) {
+          const float t = xg[c] * inv;  // in [-32767, 32767]
+          const float h = std::clamp(std::nearbyint(t), -32767.0f, 32767.0f);
+          qv[c] = int16_t(h);
+          ql[c] = int16_t(std::clamp(std::nearbyint((t - h) * 65534.0f), -32767.0f, 32767.0f));
+        }
         int32_t* p = out.pairs.data() + (size_t(m) * G + g) * kPairsPerGroup;
+        int32_t* pl = out.lo.data() + (size_t(m) * G + g) * kPairsPerGroup;
         for (int j = 0; j < 4; ++j)
-          for (int w = 0; w < 8; ++w)
+          for (int w = 0; w < 8; ++w) {
             p[j * 8 + w] = int32_t(uint16_t(qv[8 * w + j]) | (uint32_t(uint16_t(qv[8 * w + 4 + j])) << 16));
+            pl[j * 8 + w] = int32_t(uint16_t(ql[8 * w + j]) | (uint32_t(uint16_t(ql[8 * w + 4 + j])) << 16));
+          }
         out.dx[size_t(m) * G + g] = dx;
         out.xsum[size_t(m) * G + g] = s;
       }
@@ -55,19 +63,22 @@ void q4_rows(const QArgs& a) {
     for (int i = 0; i < a.n; ++i) {
       const int m = a.ids[i];
       const int32_t* xp = a.x->row_pairs(m);
+      const int32_t* xl = a.x->row_lo(m);
       const float* dx = a.x->row_dx(m);
       const float* xs = a.x->row_xsum(m);
       float acc = 0;
       for (int g = 0; g < G; ++g) {
-        int32_t isum = 0;
+        int32_t isum = 0, lsum = 0;
         for (int j = 0; j < 4; ++j)
           for (int ww = 0; ww < 8; ++ww) {
             const uint32_t word = codes[g * 8 + ww];
             const int32_t q0 = int32_t((word >> (4 * j)) & 0xF), q1 = int32_t((word >> (4 * j + 16)) & 0xF);
-            const int32_t pr = xp[(g * 4 + j) * 8 + ww];
+            const int32_t pr = xp[(g * 4 + j) * 8 + ww], pl = xl[(g * 4 + j) * 8 + ww];
             isum += q0 * int16_t(pr & 0xFFFF) + q1 * int16_t(uint32_t(pr) >> 16);
+            lsum += q0 * int16_t(pl & 0xFFFF) + q1 * int16_t(uint32_t(pl) >> 16);
           }
-        acc += bf16_to_f32(sc[g]) * (dx[g] * float(isum)) + bf16_to_f32(bi[g]) * xs[g];
+        const float d = float(isum) + float(lsum) * kLoScale;
+        acc += bf16_to_f32(sc[g]) * (dx[g] * d) + bf16_to_f32(bi[g]) * xs[g];
       }
       a.y[size_t(i) * a.ldy + r] = acc;
     }
