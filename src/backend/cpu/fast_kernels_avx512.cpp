@@ -49,17 +49,6 @@ LILY_AVX512 float dot512(const float* a, const float* b, int n) {
 constexpr int kPrefetchWords = 256;
 inline int prefetch_words() { return kPrefetchWords; }
 
-// {Σa, Σb, Σc, Σd} of four 16-lane vectors.
-LILY_AVX512 inline __m256 fold256(__m512 v) {
-  return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-}
-LILY_AVX512 inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const auto fold = fold256;
-  const __m256 ab = _mm256_hadd_ps(fold(a), fold(b)), cd = _mm256_hadd_ps(fold(c), fold(d));
-  const __m256 abcd = _mm256_hadd_ps(ab, cd);  // [a b c d] partial sums in each 128-bit half
-  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
-}
-
 // Rows r..r+R-1 times tokens ids[i0..i0+T-1]; sb/bb: [R][G] fp32 scales and biases of the rows.
 template <int R, int T>
 LILY_AVX512 void q4_block(const QArgs& a, int r, int i0, const float* sb, const float* bb) {
@@ -119,26 +108,12 @@ LILY_AVX512 void q4_block(const QArgs& a, int r, int i0, const float* sb, const 
       }
     }
   }
-  // The bias term Σ_g b_g·Σx_g joins each accumulator's lanes, then one reduction per row (for R = 4,
-  // one transposing reduction of the four rows): short rows (K = 512, the experts' down_proj) spent a
-  // third of their time in two horizontal sums per row.
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) {
     const float* xs = a.x->row_xsum(a.ids[i0 + t]);
-    for (int g = 0; g < G; g += 16) {
-      const int n = G - g;
-      const __mmask16 m = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
-      const __m512 xv = _mm512_maskz_loadu_ps(m, xs + g);
 #pragma GCC unroll 4
-      for (int rr = 0; rr < R; ++rr) acc[rr][t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, bb + rr * G + g), xv, acc[rr][t]);
-    }
-    float* y = a.y + size_t(i0 + t) * a.ldy + r;
-    if constexpr (R == 4) {
-      _mm_storeu_ps(y, hsum4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
-    } else {
-#pragma GCC unroll 4
-      for (int rr = 0; rr < R; ++rr) y[rr] = _mm512_reduce_add_ps(acc[rr][t]);
-    }
+    for (int rr = 0; rr < R; ++rr)
+      a.y[size_t(i0 + t) * a.ldy + r + rr] = _mm512_reduce_add_ps(acc[rr][t]) + dot512(bb + rr * G, xs, G);
   }
 }
 
