@@ -1,5 +1,6 @@
-// Helpers shared by the fuzz targets: the real Qwen3 tokenizer and chat template (loaded once),
-// an in-memory file for readers that take a path, and a splitter for multi-part inputs.
+// Helpers shared by the fuzz targets: lower Jinja budgets, the real Qwen3 tokenizer and chat
+// template (loaded once), an in-memory file for readers that take a path, and a splitter for
+// multi-part inputs.
 #pragma once
 #include <sys/mman.h>
 #include <unistd.h>
@@ -17,9 +18,17 @@
 #include <spdlog/spdlog.h>
 
 #include "text/chat_template.h"
+#include "text/jinja/value.h"
 #include "text/tokenizer.h"
 
 namespace lily::fuzz {
+
+// Jinja work and size budgets far below lily's (jinja::Limits), so that a template that hits one
+// does so inside -timeout=1. Set at start, before libFuzzer runs an input, in every target.
+inline const bool kLowJinjaLimits = [] {
+  jinja::limits = {.max_string_bytes = size_t(1) << 20, .max_render_steps = 5000};
+  return true;
+}();
 
 // A target's precondition failing is a harness bug: stop loudly (libFuzzer reports it).
 [[noreturn]] inline void die(const std::string& msg) {

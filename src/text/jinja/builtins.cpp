@@ -389,7 +389,7 @@ Value f_round(Interp&, const Value& v, CallArgs& a) {
 Value f_indent(Interp&, const Value& v, CallArgs& a) {
   Sig s(a, "indent", {"width", "first", "blank"});
   Value w = s.get(0, Value::integer(4));
-  if (!w.is_string()) check_size(size_t(std::clamp<int64_t>(w.as_int(), 0, int64_t(kMaxStringBytes) + 1)));
+  if (!w.is_string()) check_size(size_t(std::clamp<int64_t>(w.as_int(), 0, int64_t(limits.max_string_bytes) + 1)));
   std::string ind = w.is_string() ? w.s : std::string(static_cast<size_t>(std::max<int64_t>(0, w.as_int())), ' ');
   bool first = truthy(s.get(1, Value::boolean(false))), blank = truthy(s.get(2, Value::boolean(false)));
   if (!v.is_string()) binary_op("+", v, Value::string("\n"));  // jinja2 does s += "\n": non-str fails

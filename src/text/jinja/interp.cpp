@@ -32,8 +32,8 @@ std::string Interp::render(const Body& body) {
 }
 
 void Interp::step(int64_t n) {
-  if ((steps_ += n) > kMaxRenderSteps)
-    throw Error("unsupported: the template ran more than " + std::to_string(kMaxRenderSteps) +
+  if ((steps_ += n) > limits.max_render_steps)
+    throw Error("unsupported: the template ran more than " + std::to_string(limits.max_render_steps) +
                 " loop iterations and macro calls");
 }
 

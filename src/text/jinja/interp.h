@@ -50,7 +50,7 @@ class Interp {
 
  private:
   FramePtr root_;
-  int64_t steps_ = 0;   // loop iterations + macro calls so far, bounded by kMaxRenderSteps
+  int64_t steps_ = 0;   // loop iterations + macro calls so far, bounded by limits.max_render_steps
   void step(int64_t n = 1);
   std::vector<std::shared_ptr<Dict>> assigned_namespaces_;  // see ~Interp
   int call_depth_ = 0;  // macro nesting; bounded so a runaway recursion is an error, not a crash

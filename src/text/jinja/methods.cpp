@@ -258,7 +258,7 @@ void add_globals(Frame& f) {
     List out;
     // jinja2's MAX_RANGE, or less where lily's render budget is smaller (a range it could not
     // iterate anyway); k += step stops before it would overflow.
-    const size_t max_range = size_t(std::min<int64_t>(100000, kMaxRenderSteps));
+    const size_t max_range = size_t(std::min<int64_t>(100000, limits.max_render_steps));
     for (int64_t k = start; step > 0 ? k < stop : k > stop;) {
       if (out.size() >= max_range)
         throw Error(fmt::format("OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE ({}).",

@@ -32,10 +32,11 @@ double floatmod(double a, double b) {
 }
 
 Value repeat(const Value& seq, int64_t n) {
+  const size_t len = seq.is_string() ? seq.s.size() : seq.list->size();
+  if (len == 0) n = 0;  // '' * 10**14 is '' at once, as in Python, not 10**14 empty appends
   if (n > 0) {
-    const size_t len = seq.is_string() ? seq.s.size() : seq.list->size();
-    if (len > 0) check_size(uint64_t(n) > kMaxStringBytes ? kMaxStringBytes + 1 : len * size_t(n),
-                            seq.is_string() ? kMaxStringBytes : kMaxListItems);
+    const size_t limit = seq.is_string() ? limits.max_string_bytes : kMaxListItems;
+    check_size(uint64_t(n) > limit ? limit + 1 : len * size_t(n), limit);
   }
   if (seq.is_string()) {
     std::string out;

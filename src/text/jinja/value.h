@@ -23,19 +23,17 @@ struct Error : std::runtime_error {
 };
 
 // Limits that keep a hostile template from exhausting memory or time (jinja2 itself bounds only
-// range() at 100000): any string, the output, a list, and the work of one render. The fuzz build
-// lowers them (LILY_JINJA_MAX_*) so that hitting one stays within its 1 s timeout.
-#ifndef LILY_JINJA_MAX_STRING_BYTES
-#define LILY_JINJA_MAX_STRING_BYTES (size_t(1) << 26)  // 64 MiB
-#endif
-inline constexpr size_t kMaxStringBytes = LILY_JINJA_MAX_STRING_BYTES;
+// range() at 100000): any string, the output, a list, and the work of one render. Process-wide and
+// read at render time; the fuzz targets lower `limits` at start (tests/fuzz/fuzz_util.h) so that
+// hitting one stays within their 1 s timeout.
+struct Limits {
+  size_t max_string_bytes = size_t(1) << 26;  // 64 MiB: any string, the output
+  int64_t max_render_steps = 1000000;         // loop iterations + macro calls
+};
+inline Limits limits;
 inline constexpr size_t kMaxListItems = size_t(1) << 20;
-#ifndef LILY_JINJA_MAX_STEPS
-#define LILY_JINJA_MAX_STEPS 1000000
-#endif
-inline constexpr int64_t kMaxRenderSteps = LILY_JINJA_MAX_STEPS;  // loop iterations + macro calls
 // Throws MemoryError when a result of `n` bytes (or items) would pass `limit`.
-inline void check_size(size_t n, size_t limit = kMaxStringBytes) {
+inline void check_size(size_t n, size_t limit = limits.max_string_bytes) {
   if (n > limit) throw Error("MemoryError: result larger than lily's template limit (" + std::to_string(limit) + ")");
 }
 
