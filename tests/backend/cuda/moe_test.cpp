@@ -232,8 +232,13 @@ TEST(CudaOps, MoeTc) {
 namespace lily::test_prefill {
 namespace {
 
+// terms 1 with pipe: as the prefill runs by default: single-pass splits (zero lo planes), the 8-bit
+// router on the two-pass pipe kernel over them, the 4-bit GEMMs single pass; the reference rounds its
+// GEMM inputs as the kernels do (core/act_round.h).
 void moe_case(int M, int H, int E, int k, int I, int terms = 2, bool pipe = false, int wg = 0) {
   if (wg) pipe = true;
+  const int split_terms = terms == 1 ? 1 : 2;
+  cpu::set_round_gemm_inputs(terms == 1);
   HostQ gate(E * I, H, 4), up(E * I, H, 4), down(E * H, I, 4), shgu(2 * I, H, 4), shd(H, I, 4), router(E + 1, H, 8, 3.f);
   DevQ dg(gate.w), du(up.w), dd(down.w), dsgu(shgu.w), dsd(shd.w), dr(router.w);
   auto x = randv(size_t(M) * H);
@@ -277,15 +282,16 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 2, bool pipe = fals
     const float sig = 1.f / (1.f + std::exp(-rl[size_t(m) * (E + 1) + E]));
     for (int c = 0; c < H; ++c) ref[size_t(m) * H + c] = acc[c] + sig * y[c];
   }
+  cpu::set_round_gemm_inputs(false);
   // GPU, as CudaBackend::pf_chunk runs it.
   const int S = M * k, T = cuda::pf::moe_max_tiles(M, E, k);
   DBuf<float> dx(x), drl(size_t(M) * (E + 1)), dtw(size_t(M) * (k + 1)), dact(size_t(S) * I), dyd(size_t(S) * H);
   DBuf<float> dsact(size_t(M) * I), dsy(size_t(M) * H), dout(size_t(M) * H);
   DBuf<int32_t> dids(static_cast<size_t>(S)), dslot_tok(S), dslot_of(S), dtiles(size_t(T) * 4), dscr(cuda::pf::moe_route_scratch_ints(E));
   cuda::pf::GemmArgs ra{};
-  ra.w = dr.q, ra.n_out = E + 1, ra.a = dx.p, ra.lda = H, ra.M = M, ra.y = drl.p, ra.ldy = E + 1, ra.terms = terms;
+  ra.w = dr.q, ra.n_out = E + 1, ra.a = dx.p, ra.lda = H, ra.M = M, ra.y = drl.p, ra.ldy = E + 1, ra.terms = pipe && terms == 1 ? 2 : terms;
   std::unique_ptr<DevSplit> sx;
-  if (pipe) sx = std::make_unique<DevSplit>(dx.p, H, M, H), sx->use(ra);
+  if (pipe) sx = std::make_unique<DevSplit>(dx.p, H, M, H, split_terms), sx->use(ra);
   ra.wg = wg;  // 8-bit: stays on the pipe kernel
   ASSERT_TRUE(cuda::pf::gemm(ra, nullptr).is_ok());
   cuda::pf::RouteArgs r{};
@@ -301,7 +307,7 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 2, bool pipe = fals
   cuda::pf::GemmArgs dn{};
   dn.w = dd.q, dn.n_out = H, dn.a = dact.p, dn.lda = I, dn.y = dyd.p, dn.ldy = H, dn.tiles = dtiles.p, dn.max_tiles = T, dn.terms = terms;
   std::unique_ptr<DevSplit> sa;
-  if (pipe) sa = std::make_unique<DevSplit>(dact.p, I, S, I), sa->use(dn);
+  if (pipe) sa = std::make_unique<DevSplit>(dact.p, I, S, I, split_terms), sa->use(dn);
   dn.wg = wg;
   ASSERT_TRUE(cuda::pf::gemm(dn, nullptr).is_ok());
   cuda::pf::GemmArgs sg{};
@@ -313,7 +319,7 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 2, bool pipe = fals
   cuda::pf::GemmArgs sd{};
   sd.w = dsd.q, sd.n_out = H, sd.a = dsact.p, sd.lda = I, sd.M = M, sd.y = dsy.p, sd.ldy = H, sd.terms = terms;
   std::unique_ptr<DevSplit> ss;
-  if (pipe) ss = std::make_unique<DevSplit>(dsact.p, I, M, I), ss->use(sd);
+  if (pipe) ss = std::make_unique<DevSplit>(dsact.p, I, M, I, split_terms), ss->use(sd);
   sd.wg = wg;
   ASSERT_TRUE(cuda::pf::gemm(sd, nullptr).is_ok());
   ASSERT_TRUE(cuda::pf::moe_combine(dyd.p, dsy.p, dslot_of.p, dtw.p, M, H, k, dout.p, nullptr).is_ok());
@@ -348,6 +354,10 @@ TEST(CudaPrefill, Moe) {
     moe_case(300, 2048, 256, 8, 512, 2, true, wg);
     moe_case(4097, 256, 64, 8, 128, 2, true, wg);
   }
+  // The default: single-pass activations on the wgmma GEMMs (the router on the pipe kernel).
+  for (int M : {1, 9, 129}) moe_case(M, 256, 16, 4, 256, 1, true, 2);
+  moe_case(300, 2048, 256, 8, 512, 1, true, 2);
+  moe_case(4097, 256, 64, 8, 128, 1, true, 2);
 }
 
 }  // namespace

@@ -246,8 +246,8 @@ template <int BITS, bool SWIGLU> __global__ void __launch_bounds__(kThreads, 2) 
 }
 static_assert(Layout<4>::kSmem >= BM * (BN + 4) * 4, "SwiGLU epilogue tile must fit");
 
-// One warp per 64-column group of a row: hi = fp16(x), lo = fp16(x − hi), xs = Σx (fp32).
-__global__ void split_rows_kernel(const float* a, int lda, int M, int K, __half* hi, __half* lo, float* xs) {
+// One warp per 64-column group of a row: hi = fp16(x), lo = fp16(x − hi) (two) or 0, xs = Σx (fp32).
+__global__ void split_rows_kernel(const float* a, int lda, int M, int K, __half* hi, __half* lo, float* xs, bool two) {
   const int lane = threadIdx.x & 31, G = K / 64;
   const long gi = long(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (gi >= long(M) * G) return;
@@ -255,7 +255,7 @@ __global__ void split_rows_kernel(const float* a, int lda, int M, int K, __half*
   const float2 x = *reinterpret_cast<const float2*>(a + size_t(m) * lda + gr * 64 + 2 * lane);
   const __half2 h = __floats2half2_rn(x.x, x.y);
   const float2 hf = __half22float2(h);
-  const __half2 l = __floats2half2_rn(x.x - hf.x, x.y - hf.y);
+  const __half2 l = two ? __floats2half2_rn(x.x - hf.x, x.y - hf.y) : __floats2half2_rn(0.f, 0.f);
   const size_t o = size_t(m) * K + gr * 64 + 2 * lane;
   *reinterpret_cast<__half2*>(hi + o) = h;
   *reinterpret_cast<__half2*>(lo + o) = l;
@@ -280,12 +280,14 @@ template <int BITS, bool SWIGLU> Status launch(const GemmArgs& a, cudaStream_t s
 
 }  // namespace
 
-Status split_rows(const float* a, int lda, int M, int K, uint16_t* hi, uint16_t* lo, float* xs, Stream stream) {
+Status split_rows(const float* a, int lda, int M, int K, uint16_t* hi, uint16_t* lo, float* xs, Stream stream,
+                  int terms) {
   if (K % 64 != 0 || lda % 2 != 0) return cu_err("pf::split_rows: K={} must be a multiple of 64, lda even", K);
+  if (terms != 1 && terms != 2) return cu_err("pf::split_rows: terms {} (1 or 2)", terms);
   if (M <= 0) return Status::ok();
   const long groups = long(M) * (K / 64);
   split_rows_kernel<<<unsigned((groups + 7) / 8), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      a, lda, M, K, reinterpret_cast<__half*>(hi), reinterpret_cast<__half*>(lo), xs);
+      a, lda, M, K, reinterpret_cast<__half*>(hi), reinterpret_cast<__half*>(lo), xs, terms == 2);
   return launch_status("pf::split_rows");
 }
 

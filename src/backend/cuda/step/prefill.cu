@@ -99,9 +99,11 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   const int E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
   const int pos0 = st.n + t0;
   const float eps = c.rms_norm_eps;
-  // A/B knobs (numerics): LILY_PREFILL_TERMS (GEMM x: 2 fp16 hi+lo, 1 fp16, 0 fp32 CUDA-core reference),
-  // LILY_PREFILL_ATTN_TERMS (3: q/K/V/P as bf16 hi+lo, 1: bf16).
-  const int terms = env_int("LILY_PREFILL_TERMS", 2, 0, 2), t2 = terms == 0 ? 0 : 2;
+  // GEMM activations single-pass fp16 (core/act_round.h: the rounding the decode kernels and the batched
+  // step share); A/B knobs (numerics): LILY_PREFILL_TERMS (2: fp16 hi+lo, 0: fp32 CUDA-core reference),
+  // LILY_PREFILL_ATTN_TERMS (3: q/K/V/P as bf16 hi+lo, 1: bf16). The 8-bit router runs the two-pass pipe
+  // kernel (t2) on the split planes, whose lo plane is zero under terms 1: the single-pass products.
+  const int terms = env_int("LILY_PREFILL_TERMS", 1, 0, 2), t2 = terms == 0 ? 0 : 2;
   // LILY_PREFILL_ATTN_TERMS=0 runs the decode attention kernels token by token (slow; A/B only).
   int attn_terms = env_int("LILY_PREFILL_ATTN_TERMS", 3, 0, 3);
   if (attn_terms == 2 || (attn_terms == 3 && !st.f32)) attn_terms = 1;
@@ -112,16 +114,15 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   // the split input, LILY_PREFILL_WG (4 or 2) warpgroups per block; 8-bit (router) stays on the
   // mma.sync pipe kernel, which LILY_PREFILL_GEMM=2 selects for all of them.
   const int gemm_kind = env_int("LILY_PREFILL_GEMM", 3, 1, 3);
-  // LILY_PREFILL_TERMS=1 with the wgmma kernel: single-pass fp16 x on the split input (x_hi only;
-  // A/B of the accuracy of one-term activations, issue 6). Default 2 warpgroups per block
-  // (LILY_PREFILL_WG=4: the 4-warpgroup block of the previous pass).
+  // Single pass (terms 1, the default) with the wgmma kernel: the 4-bit GEMMs read x_hi of the split input
+  // only. Default 2 warpgroups per block (LILY_PREFILL_WG=4: the 4-warpgroup block of the previous pass).
   const bool pipe = (terms == 2 || (terms == 1 && gemm_kind == 3)) && gemm_kind >= 2;
   const int wg = pipe && gemm_kind == 3 ? (env_int("LILY_PREFILL_WG", 2, 2, 4) == 4 ? 4 : 2) : 0;
   // A short chunk (default numerics) runs its MoE on the batched step's expert kernels (moe_rows).
-  const bool small_moe = terms == 2 && moe_rows_ok(M);
+  const bool small_moe = terms == 1 && moe_rows_ok(M);
   auto split = [&](const float* a, int lda, int rows, int K) -> Status {
     if (!pipe) return Status::ok();
-    LILY_TRY(pf::split_rows(a, lda, rows, K, p.ah, p.al, p.axs, s));
+    LILY_TRY(pf::split_rows(a, lda, rows, K, p.ah, p.al, p.axs, s, terms));
     mark("gemm A split (fp16 hi/lo + sums)", s);
     return Status::ok();
   };
@@ -254,7 +255,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     // Final add + norm of the last row only, then the lm_head (fp32 logits).
     const size_t off = size_t(M - 1) * H;
     LILY_TRY(pf::add_rmsnorm_rows(p.x + off, p.mix + off, d_.final_norm, 1, H, eps, p.hn, s));
-    LILY_TRY(gemm(d_.lm_head, p.hn, H, 1, logits_, c.vocab_size, t2, /*use_split=*/false));
+    LILY_TRY(gemm(d_.lm_head, p.hn, H, 1, logits_, c.vocab_size, terms, /*use_split=*/false));
     mark("final norm+lm_head", s);
   }
   return Status::ok();

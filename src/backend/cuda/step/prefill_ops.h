@@ -30,8 +30,9 @@ struct GemmArgs {
   const int32_t* tiles = nullptr;  // [max_tiles, 4]
   int max_tiles = 0;
   int terms = 2;
-  // Pre-split A (split_rows; terms 2 only): fp16 hi/lo planes [rows, K] and Σx [rows, K/64],
-  // indexed like a's rows. When set, gemm() runs the pipelined kernel (gemm_q4_pipe.cu).
+  // Pre-split A (split_rows): fp16 hi/lo planes [rows, K] and Σx [rows, K/64], indexed like a's rows.
+  // When set, gemm() runs the pipelined kernel (gemm_q4_pipe.cu; terms 2, which with a zero lo plane
+  // computes the single-pass products) or the wgmma kernel (gemm_wg.cu; terms 1 reads hi only).
   const uint16_t* ah = nullptr;
   const uint16_t* al = nullptr;
   const float* axs = nullptr;
@@ -41,8 +42,10 @@ struct GemmArgs {
   int wg = 0;
 };
 Status gemm(const GemmArgs& a, Stream s);
-// hi = fp16(a), lo = fp16(a − hi) (row-compact [M, K]) and xs = Σ a per 64-group [M, K/64].
-Status split_rows(const float* a, int lda, int M, int K, uint16_t* hi, uint16_t* lo, float* xs, Stream s);
+// hi = fp16(a), lo = fp16(a − hi) (terms 2) or 0 (terms 1: single-pass activations, core/act_round.h)
+// (row-compact [M, K]) and xs = Σ a per 64-group [M, K/64].
+Status split_rows(const float* a, int lda, int M, int K, uint16_t* hi, uint16_t* lo, float* xs, Stream s,
+                  int terms = 2);
 Status gemm_pipe(const GemmArgs& a, Stream s);
 Status gemm_wg(const GemmArgs& a, Stream s);
 constexpr int kGemmBM = 64;  // rows per tile (grouped tiles must use this)
