@@ -37,25 +37,6 @@ int l2pf_mode() {
   }();
   return v;
 }
-// Positions per attention split at least (LILY_ATTN_MINSPLIT, default 64).
-int attn_min_per_split() {
-  static const int v = [] {
-    const char* e = std::getenv("LILY_ATTN_MINSPLIT");
-    const int n = e && *e ? std::atoi(e) : 64;
-    return n >= 1 ? n : 64;
-  }();
-  return v;
-}
-// Attention splits at most (LILY_ATTN_MAXSPLIT, 1..attn_max_splits(); default the maximum, 128):
-// for A/B of the split kernel's wave count at long contexts (nkv·splits blocks).
-int attn_split_cap() {
-  static const int v = [] {
-    const char* e = std::getenv("LILY_ATTN_MAXSPLIT");
-    const int n = e && *e ? std::atoi(e) : 0;
-    return n >= 1 && n <= attn_max_splits() ? n : attn_max_splits();
-  }();
-  return v;
-}
 // The DeltaNet gated RMSNorm at the end of the GDN step kernel (clusters), out_proj staging a
 // plain input; LILY_GDN_FUSED_NORM=0 keeps it in out_proj's staging.
 bool gdn_fused_norm() {
@@ -149,8 +130,7 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
       a.kv_f32 = st.f32;
       a.partial = attn_partial_, a.ctl = st.ctl, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
       a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim();
-      a.max_seq = st.cap, a.n_split = attn_split_cap(), a.theta = c.rope_theta, a.eps = c.rms_norm_eps, a.pf = pf_mid;
-      a.min_per_split = attn_min_per_split();
+      a.max_seq = st.cap, a.n_split = attn_max_splits(), a.theta = c.rope_theta, a.eps = c.rms_norm_eps, a.pf = pf_mid;
       LILY_TRY(op("attn: qk norm+rope+cache", 0, [&] { return attn_prep(a, s); }));
       const double kvb = 2.0 * a.nkv * a.hd * es * (st.n + 1);
       LILY_TRY(op("attn: split-K decode+gate", kvb, [&] { return attn_decode(a, s); }));

@@ -143,50 +143,33 @@ void lm_head_addnorm_case(int V, int H) {
   check("add+norm→lm_head argmax", dims({V, H}), {float(c.tok), float(c.pos)}, {float(want), 1.f}, 0, 0);
 }
 // The same op-table cases with LILY_GEMV_TC=7 (every 4-bit K 2048/4096 GEMV of the plain, add-norm
-// and argmax kinds takes the tensor-core kernel; other K fall back), in the three K-2048 variants.
+// and argmax kinds takes the tensor-core kernel; other K fall back).
 TEST(CudaOps, GemvTc) {
   LILY_OPS_REQUIRE_GPU();
-  for (const char* tiles : {"2", "1", "3"}) {
-    ScopedEnv tc("LILY_GEMV_TC", "7"), tt("LILY_GEMV_TC_T", tiles);
-    g_tag = std::string(" tc T") + tiles;
-    gemv_plain_case(12352, 2048, 4);  // [qkv|z|a|b]
-    gemv_plain_case(2048, 4096, 4);   // out_proj / o_proj
-    gemv_plain_case(9216, 2048, 4);   // [q|k|v]
-    gemv_plain_case(1, 2048, 4);
-    gemv_plain_case(17, 4096, 4);
-    gemv_plain_case(33, 2048, 4);     // a partial 16-row tile after a full one
-    gemv_plain_case(4096, 4096, 4);
-    gemv_plain_case(2048, 320, 4);    // K not 2048/4096: the old kernel
-    gemv_range_case(2048, 4096, 12, 12);
-    gemv_range_case(777, 2048, 20, 4);
-    gemv_range_case(100, 2048, 0, 0, -1);
-    gemv_range_case(100, 2048, 0, 0, 1999);
-    gemv_addnorm_case(12352, 2048, true);
-    gemv_addnorm_case(9216, 2048, false);
-    gemv_addnorm_case(2048, 4096, true);
-    gemv_addnorm_case(50, 2048, true);
-    lm_head_case(248320, 2048, false);
-    lm_head_case(248320, 2048, true);
-    lm_head_case(4096, 4096, true);
-    lm_head_case(3, 2048, false);
-    lm_head_addnorm_case(248320, 2048);
-    lm_head_addnorm_case(1000, 2048);
-    g_tag.clear();
-  }
-}
-
-// The tensor-core GEMV with its rolling L2 prefetch of later passes (LILY_GEMV_TC_PF=1): a pure hint,
-// so the same results; shapes with many passes per block (lm_head) and partial tiles.
-TEST(CudaOps, GemvTcPrefetch) {
-  LILY_OPS_REQUIRE_GPU();
-  ScopedEnv tc("LILY_GEMV_TC", "7"), pf("LILY_GEMV_TC_PF", "1");
-  g_tag = " tc pf";
-  gemv_plain_case(12352, 2048, 4);
-  gemv_plain_case(33, 2048, 4);
-  gemv_plain_case(2048, 4096, 4);
+  ScopedEnv tc("LILY_GEMV_TC", "7");
+  g_tag = " tc";
+  gemv_plain_case(12352, 2048, 4);  // [qkv|z|a|b]
+  gemv_plain_case(2048, 4096, 4);   // out_proj / o_proj
+  gemv_plain_case(9216, 2048, 4);   // [q|k|v]
+  gemv_plain_case(1, 2048, 4);
+  gemv_plain_case(17, 4096, 4);
+  gemv_plain_case(33, 2048, 4);     // a partial 16-row tile after a full one
+  gemv_plain_case(4096, 4096, 4);
+  gemv_plain_case(2048, 320, 4);    // K not 2048/4096: the old kernel
+  gemv_range_case(2048, 4096, 12, 12);
+  gemv_range_case(777, 2048, 20, 4);
+  gemv_range_case(100, 2048, 0, 0, -1);
+  gemv_range_case(100, 2048, 0, 0, 1999);
   gemv_addnorm_case(12352, 2048, true);
+  gemv_addnorm_case(9216, 2048, false);
+  gemv_addnorm_case(2048, 4096, true);
+  gemv_addnorm_case(50, 2048, true);
+  lm_head_case(248320, 2048, false);
   lm_head_case(248320, 2048, true);
+  lm_head_case(4096, 4096, true);
+  lm_head_case(3, 2048, false);
   lm_head_addnorm_case(248320, 2048);
+  lm_head_addnorm_case(1000, 2048);
   g_tag.clear();
 }
 

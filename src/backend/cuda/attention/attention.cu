@@ -95,10 +95,7 @@ __device__ __forceinline__ int n_splits_for(int n, int n_split, int min_per) {
 template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThreads) attn_decode_kernel(AttnArgs a) {
   extern __shared__ float sm[];  // [kWarps][G][hd + 2]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = DPL * 32;
-  // The GQA group's Gt query heads may be split over Gt/G blocks (head slices hs of one split are
-  // adjacent in x, so the second reads the K/V rows from L2): fewer registers, more warps per SM.
-  const int Gt = a.nh / a.nkv, n_hs = Gt / G;
-  const int split = blockIdx.x / n_hs, hs = blockIdx.x % n_hs, kvh = blockIdx.y;
+  const int split = blockIdx.x, kvh = blockIdx.y;
   pdl_wait();
   pdl_trigger();
   const int n = a.ctl->pos + 1, nse = n_splits_for(n, a.n_split, a.min_per_split > 0 ? a.min_per_split : kMinPerSplit);
@@ -108,7 +105,7 @@ template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThread
 
   float q[G][DPL];
 #pragma unroll
-  for (int g = 0; g < G; ++g) load_row<DPL>(a.q + (kvh * Gt + hs * G + g) * hd + lane * DPL, q[g]);
+  for (int g = 0; g < G; ++g) load_row<DPL>(a.q + (kvh * G + g) * hd + lane * DPL, q[g]);
   float m[G], l[G], o[G][DPL];
 #pragma unroll
   for (int g = 0; g < G; ++g) {
@@ -153,7 +150,7 @@ template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThread
     if (lane == 0) dst[hd] = m[g], dst[hd + 1] = l[g];
   }
   __syncthreads();
-  float* part = a.partial + (size_t(kvh) * a.n_split + split) * (Gt * (hd + 2)) + hs * ws;
+  float* part = a.partial + (size_t(kvh) * a.n_split + split) * ws;
   for (int idx = threadIdx.x; idx < G * (hd + 2); idx += kThreads) {
     const int g = idx / (hd + 2), d = idx % (hd + 2);
     float M = -INFINITY;
@@ -331,16 +328,8 @@ template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThread
   }
 }
 
-// Split kernel: chunked (default) or per-position (LILY_ATTN_CHUNK=0, for A/B; the per-position
-// kernel also serves the GQA head slices of LILY_ATTN_HSPLIT). The earlier tiled variant (lanes over
-// positions) measured slower than the per-position kernel on the H200 and is gone.
-bool wave_cap_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("LILY_ATTN_WAVECAP");
-    return !(e && e[0] == '0');
-  }();
-  return on;
-}
+// Split kernel: chunked (default) or per-position (LILY_ATTN_CHUNK=0, for A/B). The earlier tiled
+// variant (lanes over positions) measured slower than the per-position kernel on the H200 and is gone.
 bool chunk_enabled() {
   static const bool on = [] {
     const char* e = std::getenv("LILY_ATTN_CHUNK");
@@ -398,35 +387,11 @@ __global__ void __launch_bounds__(256) attn_merge_kernel(AttnArgs a) {
   a.out[h * hd + d] = val;
 }
 
-// Query heads per split block: the GQA group split in LILY_ATTN_HSPLIT (1, 2 or 4) slices when it
-// divides evenly.
-int head_slices() {
-  static const int v = [] {
-    const char* e = std::getenv("LILY_ATTN_HSPLIT");
-    const int n = e && *e ? std::atoi(e) : 1;
-    return n == 2 || n == 4 ? n : 1;
-  }();
-  return v;
-}
-
-template <int DPL, int G, int GS, typename KT> Status launch_decode_sliced(const AttnArgs& a, cudaStream_t s) {
-  constexpr int NH = G / GS;
-  const size_t smem = size_t(kWarps) * GS * (DPL * 32 + 2) * sizeof(float);
-  LILY_TRY(launch_k("attn_decode", attn_decode_kernel<DPL, GS, KT>, dim3(a.n_split * NH, a.nkv), dim3(kThreads), smem, s, a));
-  return launch_k("attn_merge", attn_merge_kernel, dim3(a.nh), dim3(a.hd), 0, s, a);
-}
-
 template <int DPL, int G, typename KT> Status launch_decode(const AttnArgs& a, cudaStream_t s) {
-  if constexpr (G % 2 == 0) {
-    if (head_slices() == 2) return launch_decode_sliced<DPL, G, G / 2, KT>(a, s);
-  }
-  if constexpr (G % 4 == 0) {
-    if (head_slices() == 4) return launch_decode_sliced<DPL, G, G / 4, KT>(a, s);
-  }
   if (chunk_enabled()) {
     // Splits capped so that all nkv·splits blocks are resident at once (one wave): measured on the
     // H200 at 32k (fp32 K/V), 66 splits (132 blocks) against 128 (256 blocks, two waves): attention
-    // 0.87 → 0.58 ms per step. LILY_ATTN_WAVECAP=0 turns the cap off.
+    // 0.87 → 0.58 ms per step.
     auto kern = attn_decode_chunk_kernel<DPL, G, KT>;
     static const int per_sm = [&] {
       int n = 0;
@@ -434,10 +399,8 @@ template <int DPL, int G, typename KT> Status launch_decode(const AttnArgs& a, c
       return n;
     }();
     AttnArgs b = a;
-    if (wave_cap_enabled()) {
-      const int cap = sm_count() * per_sm / a.nkv;
-      if (cap >= 1 && cap < b.n_split) b.n_split = cap;
-    }
+    const int cap = sm_count() * per_sm / a.nkv;
+    if (cap >= 1 && cap < b.n_split) b.n_split = cap;
     LILY_TRY(launch_k("attn_decode", kern, dim3(b.n_split, b.nkv), dim3(kThreads), chunk_smem<DPL, G>(), s, b));
     return launch_k("attn_merge", attn_merge_kernel, dim3(b.nh), dim3(b.hd), 0, s, b);
   }

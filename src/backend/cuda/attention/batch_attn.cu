@@ -64,7 +64,7 @@ __device__ __forceinline__ int n_splits_for(int n, int n_split, int min_per) {
   return want < n_split ? want : n_split;
 }
 
-// grid (n_split, nkv, B): attention.cu's attn_decode_kernel (no head slices) for row blockIdx.z.
+// grid (n_split, nkv, B): attention.cu's attn_decode_kernel for row blockIdx.z.
 template <int DPL, int G> __global__ void __launch_bounds__(kThreads) battn_decode_kernel(BAttnArgs a) {
   extern __shared__ float sm[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = DPL * 32;

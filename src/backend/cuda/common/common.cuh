@@ -211,27 +211,10 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // after pdl_wait, so at most one kernel prefetches ahead of the running one.
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
-// PDL on (default) unless LILY_CUDA_PDL=0.
-inline bool pdl_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("LILY_CUDA_PDL");
-    return !(e && e[0] == '0');
-  }();
-  return on;
-}
-// Every decode kernel asks for the same L1/shared split (max shared), so a kernel's blocks can be
-// co-resident with its predecessor's (PDL) without the SM draining to reconfigure. Off with
-// LILY_CUDA_CARVEOUT=0.
-inline bool carveout_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("LILY_CUDA_CARVEOUT");
-    return !(e && e[0] == '0');
-  }();
-  return on;
-}
-
-// Launches kernel k with the programmatic-stream-serialization attribute (when enabled and on a
-// created stream), so it may start while the previous kernel finishes.
+// Launches kernel k with the programmatic-stream-serialization attribute (on a created stream), so
+// it may start while the previous kernel finishes. Every kernel asks for the same L1/shared split
+// (max shared), so a kernel's blocks can be co-resident with its predecessor's (PDL) without the SM
+// draining to reconfigure.
 // launch_kc: the same with thread-block clusters of cluster_x blocks along x (0 = none).
 template <typename... KArgs, typename... Args>
 Status launch_kc(const char* what, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
@@ -248,16 +231,15 @@ Status launch_kc(const char* what, void (*k)(KArgs...), dim3 grid, dim3 block, s
     attr[na].val.clusterDim.x = cluster_x, attr[na].val.clusterDim.y = 1, attr[na].val.clusterDim.z = 1;
     ++na;
   }
-  if (pdl_enabled() && s != nullptr) {  // not on the legacy default stream (tests)
+  if (s != nullptr) {  // not on the legacy default stream (tests)
     attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[na].val.programmaticStreamSerializationAllowed = 1;
     ++na;
   }
   cfg.attrs = attr;
   cfg.numAttrs = na;
-  if (carveout_enabled())
-    cudaFuncSetAttribute(reinterpret_cast<const void*>(k), cudaFuncAttributePreferredSharedMemoryCarveout,
-                         int(cudaSharedmemCarveoutMaxShared));
+  cudaFuncSetAttribute(reinterpret_cast<const void*>(k), cudaFuncAttributePreferredSharedMemoryCarveout,
+                       int(cudaSharedmemCarveoutMaxShared));
   const cudaError_t e = cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
   if (e != cudaSuccess) return cu_err("CUDA launch of {} failed: {}", what, cudaGetErrorString(e));
   return launch_status(what);

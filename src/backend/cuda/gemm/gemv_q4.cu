@@ -284,61 +284,34 @@ template <int BITS, int CPL, int R, Pro PRO, Epi EPI> __global__ void __launch_b
 }
 
 
-// Grid cap per SM (LILY_GEMV_BLOCKS_PER_SM overrides, for tuning; ≤ 8 keeps the argmax scratch valid).
-int blocks_per_sm() {
-  static int v = [] {
-    const char* e = std::getenv("LILY_GEMV_BLOCKS_PER_SM");
-    const int n = e ? std::atoi(e) : 0;
-    return n >= 1 && n <= 8 ? n : 8;
-  }();
-  return v;
-}
+// Grid cap per SM (≤ 8 keeps the argmax scratch valid).
+constexpr int kBlocksPerSm = 8;
 
 // Small matrices (fewer than 2 16-row tiles per SM: out_proj/o_proj, the router) use 8-warp blocks
-// with 1 row per warp (twice the blocks); LILY_GEMV_SMALL=0 turns that off. Measured on the H200:
-// +1.4% decode at 256 over off; 1–4-warp blocks were far worse (each block's input staging is work
-// over the whole K: router 34 µs vs 13) and are gone (the staging assumes 256 threads).
-int small_warps_setting() {
-  static const int v = [] {
-    const char* e = std::getenv("LILY_GEMV_SMALL");
-    return e && e[0] == '0' ? 0 : 8;
-  }();
-  return v;
-}
+// with 1 row per warp (twice the blocks). Measured on the H200: +1.4% decode at 256 over 2-row warps;
+// 1–4-warp blocks were far worse (each block's input staging is work over the whole K: router 34 µs
+// vs 13) and are gone (the staging assumes 256 threads). Other matrices, the lm_head (argmax)
+// included, take 2 rows per warp.
+constexpr int kSmallWarps = 8;
 
-// Rows per warp of the lm_head (argmax) GEMV: LILY_LMHEAD_R=4 (else 2).
-int lmhead_rows() {
-  static const int v = [] {
-    const char* e = std::getenv("LILY_LMHEAD_R");
-    return e && e[0] == '4' ? 4 : 2;
-  }();
-  return v;
-}
-
-// The grid is capped at what is resident at once (occupancy × SMs; LILY_GEMV_BLOCKS_PER_SM caps it
-// lower), so a matrix with more 16-row tiles than slots loops inside one wave instead of paying a
-// second wave's launch, load latency and input staging.
+// The grid is capped at what is resident at once (occupancy × SMs, at most kBlocksPerSm per SM), so a
+// matrix with more 16-row tiles than slots loops inside one wave instead of paying a second wave's
+// launch, load latency and input staging.
 template <typename K> int resident_blocks(K kern, int threads, size_t smem) {
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, smem) != cudaSuccess || per_sm <= 0) per_sm = 1;
-  return sm_count() * std::min(per_sm, blocks_per_sm());
+  return sm_count() * std::min(per_sm, kBlocksPerSm);
 }
 
 template <int BITS, int CPL, Pro PRO, Epi EPI> Status launch(const GemvArgs& a, cudaStream_t s) {
   const int nch = a.w.cols * BITS / 128;
   const size_t smem = size_t(nch * Chunk<BITS>::kStride + nch + 32 + 64 + 256) * sizeof(float);
-  const int need2 = (a.w.rows + 15) / 16, nw = small_warps_setting();
-  if (EPI != Epi::kArgmax && nw > 0 && need2 < 2 * sm_count()) {
+  const int need2 = (a.w.rows + 15) / 16, nw = kSmallWarps;
+  if (EPI != Epi::kArgmax && need2 < 2 * sm_count()) {
     auto kern = gemv_kernel<BITS, CPL, 1, PRO, EPI>;
     const int cap = a.max_blocks > 0 ? a.max_blocks : resident_blocks(kern, 32 * nw, smem);
     const int need1 = (a.w.rows + nw - 1) / nw;
     return launch_k("gemv", kern, dim3(need1 < cap ? need1 : cap), dim3(32 * nw), smem, s, a);
-  }
-  if (EPI == Epi::kArgmax && lmhead_rows() == 4) {  // 4 rows per warp in flight (lm_head A/B)
-    auto kern = gemv_kernel<BITS, CPL, 4, PRO, EPI>;
-    const int cap = a.max_blocks > 0 ? a.max_blocks : resident_blocks(kern, 256, smem);
-    const int need4 = (a.w.rows + 31) / 32;
-    return launch_k("gemv", kern, dim3(need4 < cap ? need4 : cap), dim3(256), smem, s, a);
   }
   auto kern = gemv_kernel<BITS, CPL, 2, PRO, EPI>;
   const int cap = a.max_blocks > 0 ? a.max_blocks : resident_blocks(kern, 256, smem);

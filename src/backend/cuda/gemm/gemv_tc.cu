@@ -31,7 +31,7 @@ __device__ bool tc_last_block(uint32_t* counter, int* flag) {
   return *flag;
 }
 
-template <Pro PRO, Epi EPI, int K, int T, int MINB, bool PF> __global__ void __launch_bounds__(256, MINB) gemv_tc_kernel(GemvArgs a) {
+template <Pro PRO, Epi EPI, int K, int T> __global__ void __launch_bounds__(256, 2) gemv_tc_kernel(GemvArgs a) {
   constexpr int NG = K / 64, GP = NG / 8, RT = 16 * T;
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t* bs = smem;
@@ -63,15 +63,6 @@ template <Pro PRO, Epi EPI, int K, int T, int MINB, bool PF> __global__ void __l
         }
   };
   load(tile);  // weights only: may overlap the previous kernel
-  // Rolling L2 prefetch of this block's later passes (PF: one thread, pass n + 1 before the wait, then
-  // pass n + 2 while pass n computes), so the register loads of a pass find its rows in L2.
-  auto prefetch = [&](int tl) {
-    if (!PF || threadIdx.x != 0 || tl >= ntiles) return;
-    const int r0 = tl * RT, nr = rows - r0 < RT ? rows - r0 : RT;
-    l2_prefetch_range(reinterpret_cast<const char*>(a.w.codes) + size_t(r0) * (K / 2), size_t(nr) * (K / 2), 0, 1, 0, 1);
-    l2_prefetch_range(reinterpret_cast<const char*>(a.w.sb) + size_t(r0) * NG * 4, size_t(nr) * NG * 4, 0, 1, 0, 1);
-  };
-  prefetch(tile + gridDim.x);
   constexpr int NO = K / 2048;
   float gn[NO][8];
 #pragma unroll
@@ -106,7 +97,6 @@ template <Pro PRO, Epi EPI, int K, int T, int MINB, bool PF> __global__ void __l
       }
     }
     load(tile + gridDim.x);  // next pass's rows, in flight during the reduction
-    prefetch(tile + 2 * gridDim.x);
 #pragma unroll
     for (int j = 0; j < T; ++j)
 #pragma unroll
@@ -173,13 +163,13 @@ template <Pro PRO, Epi EPI, int K, int T, int MINB, bool PF> __global__ void __l
   }
 }
 
-// LILY_GEMV_TC_PF=1: the rolling L2 prefetch of later passes (A/B; off by default).
-bool tc_pf() {
-  const char* e = std::getenv("LILY_GEMV_TC_PF");
-  return e && e[0] == '1';
-}
-template <Pro PRO, Epi EPI, int K, int T, int MINB = 2> Status launch_tc(const GemvArgs& a, cudaStream_t s) {
-  auto kern = tc_pf() ? gemv_tc_kernel<PRO, EPI, K, T, MINB, true> : gemv_tc_kernel<PRO, EPI, K, T, MINB, false>;
+// One 16-row tile per warp pass (T = 1), 2 blocks per SM, at K 2048 and 4096. K 2048, 256 context with
+// the tensor-core MoE kernels, H200 (docs/perf/2026-12-03-cuda-decode-5.md): 500.6 tok/s vs 478.5 with two
+// tiles per pass and 497.0 with a register cap for 3 blocks per SM. (A rolling L2 prefetch of later
+// passes, c2753f9, off by default and never measured, is gone.)
+template <Pro PRO, Epi EPI, int K> Status launch_tc(const GemvArgs& a, cudaStream_t s) {
+  constexpr int T = 1;
+  auto kern = gemv_tc_kernel<PRO, EPI, K, T>;
   constexpr size_t smem = tc_smem<K, T>();
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, 256, smem) != cudaSuccess || per_sm <= 0) per_sm = 1;
@@ -191,11 +181,8 @@ template <Pro PRO, Epi EPI, int K, int T, int MINB = 2> Status launch_tc(const G
 }
 
 template <Pro PRO, Epi EPI> Status dispatch_k(const GemvArgs& a, cudaStream_t s) {
-  if (a.w.cols == 4096) return launch_tc<PRO, EPI, 4096, 1>(a, s);
-  const int v = gemv_tc_rows_per_warp();
-  if (v == 2) return launch_tc<PRO, EPI, 2048, 2>(a, s);
-  if (v == 3) return launch_tc<PRO, EPI, 2048, 1, 3>(a, s);  // 80 registers: 3 blocks per SM
-  return launch_tc<PRO, EPI, 2048, 1>(a, s);
+  if (a.w.cols == 4096) return launch_tc<PRO, EPI, 4096>(a, s);
+  return launch_tc<PRO, EPI, 2048>(a, s);
 }
 
 }  // namespace
@@ -207,12 +194,6 @@ template <Pro PRO, Epi EPI> Status dispatch_k(const GemvArgs& a, cudaStream_t s)
 int gemv_tc_mode(const GemvArgs& a) {
   const char* e = std::getenv("LILY_GEMV_TC");  // read per call: GEMVs are launched at graph capture only
   return e && *e ? std::atoi(e) : (a.tc ? 7 : 0);
-}
-// K 2048 variants: 1 (default) = one 16-row tile per warp pass, 2 blocks per SM; 2 = two tiles per
-// pass; 3 = one tile, register cap for 3 blocks per SM. At 256 with MoE both: 500.6 / 478.5 / 497.0.
-int gemv_tc_rows_per_warp() {
-  const char* e = std::getenv("LILY_GEMV_TC_T");
-  return e && (e[0] == '2' || e[0] == '3') ? e[0] - '0' : 1;
 }
 
 bool gemv_tc_eligible(const GemvArgs& a) {

@@ -5,7 +5,6 @@
 
 namespace lily::cuda {
 int gemv_tc_mode(const GemvArgs& a);  // LILY_GEMV_TC if set, else 7 when a.tc, else 0
-int gemv_tc_rows_per_warp();  // LILY_GEMV_TC_T: K 2048 variant (1 default, 2 = two tiles per pass, 3 = 3 blocks/SM)
 bool gemv_tc_eligible(const GemvArgs& a);
 Status gemv_tc(const GemvArgs& a, Stream s);
 }  // namespace lily::cuda

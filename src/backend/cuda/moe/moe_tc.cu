@@ -23,9 +23,10 @@ size_t gu_smem() { return size_t(tc_stage_bytes(kGuH)) + 8 * 32 * 4 + 64 * 4 + k
 size_t dn_smem(int K) { return size_t(tc_stage_bytes(K)) + 8 * 16 * 4 + 64 * 4 + kTopkBytes; }
 
 // 3 blocks per SM (80 registers): the (I/16)·(k+1) = 288 blocks of the real shape fit one wave.
-// TOPK_FIRST: the top-k (one L2 round trip for the logits + block reductions) runs before the x
-// staging, so the routed rows' DRAM loads are in flight while x is staged; else after it.
-template <bool TOPK_FIRST> __global__ void __launch_bounds__(256, 3) gate_up_tc_kernel(MoeArgs a) {
+// The top-k (one L2 round trip for the logits + block reductions) runs before the x staging, so the
+// routed rows' DRAM loads are in flight while x is staged (x staged first: 506.2 vs 500.6 / 501.4 tok/s,
+// within run-to-run spread; docs/perf/2026-12-03-cuda-decode-5.md).
+__global__ void __launch_bounds__(256, 3) gate_up_tc_kernel(MoeArgs a) {
   constexpr int NG = kGuH / 64, GP = kGuGP;
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t* bs = smem;
@@ -66,8 +67,6 @@ template <bool TOPK_FIRST> __global__ void __launch_bounds__(256, 3) gate_up_tc_
   const bool route_here = !shared && a.logits;
   const float lv = route_here && int(threadIdx.x) < a.n_experts ? __ldcg(a.logits + threadIdx.x) : -INFINITY;
   const float gn[1][8] = {};
-  float invS = 0.f;
-  if (!TOPK_FIRST) invS = tc_stage<false, 1>(a.x, nullptr, gn, kGuH, 0.f, nullptr, nullptr, bs, xs_g, red);
   int e = -1;
   if (route_here) {
     block_router_topk(lv, 0.f, a.n_experts, a.top_k, a.norm_topk, sc, ids, tw);
@@ -76,7 +75,7 @@ template <bool TOPK_FIRST> __global__ void __launch_bounds__(256, 3) gate_up_tc_
     e = a.topk_ids[slot];
   }
   if (!shared) load(a.gate, a.up, e * I, e * I);
-  if (TOPK_FIRST) invS = tc_stage<false, 1>(a.x, nullptr, gn, kGuH, 0.f, nullptr, nullptr, bs, xs_g, red);
+  const float invS = tc_stage<false, 1>(a.x, nullptr, gn, kGuH, 0.f, nullptr, nullptr, bs, xs_g, red);
   if (a.pf_down && threadIdx.x < 32) {
     const QW& d = shared ? a.sh_down : a.down;
     const size_t row0 = shared ? 0 : size_t(e) * a.H, cb = size_t(d.cols) * d.bits / 8, sbb = size_t(d.cols) / 64 * 4;
@@ -226,9 +225,7 @@ Status moe_gate_up_tc(const MoeArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   const int wmax = a.I > a.Is ? a.I : a.Is;
   const dim3 grid((wmax + 15) / 16, a.top_k + 1);
-  const char* e = std::getenv("LILY_MOE_TC_ORDER");  // 0: x staged before the top-k (A/B)
-  if (e && e[0] == '0') return launch_k("moe_gate_up_tc", gate_up_tc_kernel<false>, grid, dim3(256), gu_smem(), s, a);
-  return launch_k("moe_gate_up_tc", gate_up_tc_kernel<true>, grid, dim3(256), gu_smem(), s, a);
+  return launch_k("moe_gate_up_tc", gate_up_tc_kernel, grid, dim3(256), gu_smem(), s, a);
 }
 
 Status moe_down_tc(const MoeArgs& a, Stream stream) {
