@@ -225,24 +225,6 @@ template <int BITS, int CPL, int R> Status launch_bgemv(const QW& w, const float
   return launch_k("bgemv", kern, dim3(need < cap ? need : cap), dim3(kThreads), smem, s, w, x, ldx, y, ldy, B);
 }
 
-// Kernel choice: v2 (default) or v1 (LILY_BGEMV=1, for A/B); both bit-identical to gemv().
-bool bgemv_v1() {
-  static const bool on = [] {
-    const char* e = std::getenv("LILY_BGEMV");
-    return e && e[0] == '1';
-  }();
-  return on;
-}
-
-// v2 with 4 weight rows per warp for K ≤ 2048 (LILY_BGEMV_R=4; default 2).
-bool bgemv_r4() {
-  static const bool on = [] {
-    const char* e = std::getenv("LILY_BGEMV_R");
-    return e && e[0] == '4';
-  }();
-  return on;
-}
-
 template <int BITS, int CPL, int R, int NB>
 Status launch_bgemv2(const QW& w, const float* x, int ldx, float* y, int ldy, int B, cudaStream_t s) {
   auto kern = bgemv2_kernel<BITS, CPL, R, NB>;
@@ -260,57 +242,17 @@ Status launch_bgemv2(const QW& w, const float* x, int ldx, float* y, int ldy, in
   return launch_k("bgemv2", kern, dim3(1, need < cap ? need : cap), dim3(kThreads), smem, s, w, x, ldx, y, ldy, B, B);
 }
 
-// v3 (LILY_BGEMV=3): one launch for any B: blocks of G rows (LILY_BGEMV_G, 4 or 8; default 8) ×
-// one weight tile each, so many small blocks are resident per SM (latency hiding, several staging
-// passes in flight) and the groups of one tile run side by side (the tile's weights come from L2
-// after the first). Same kernel and arithmetic as v2.
-int bgemv_g() {
-  static const int v = [] {
-    const char* e = std::getenv("LILY_BGEMV_G");
-    return e && e[0] == '4' ? 4 : 8;
-  }();
-  return v;
-}
-template <int BITS, int CPL, int R, int NB>
-Status launch_bgemv3(const QW& w, const float* x, int ldx, float* y, int ldy, int B, cudaStream_t s) {
-  auto kern = bgemv2_kernel<BITS, CPL, R, NB>;
-  const size_t smem = size_t(NB) * row_floats<BITS>(w.cols) * sizeof(float);
-  static size_t attr = 0;
-  if (smem > 48 * 1024 && smem > attr) {
-    LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemCap)));
-    attr = kSmemCap;
-  }
-  const int tiles = (w.rows + kWarps * R - 1) / (kWarps * R);
-  return launch_k("bgemv3", kern, dim3((B + NB - 1) / NB, tiles), dim3(kThreads), smem, s, w, x, ldx, y, ldy, B, NB);
-}
-bool bgemv_v3() {
-  static const bool on = [] {
-    const char* e = std::getenv("LILY_BGEMV");
-    return e && e[0] == '3';
-  }();
-  return on;
-}
-template <int BITS, int CPL> Status pick_v3(const QW& w, const float* x, int ldx, float* y, int ldy, int B, cudaStream_t s) {
-  const bool big = w.rows >= 2 * kWarps * sm_count();
-  // Matrices with fewer 8-row tiles than SMs (the router) take groups of 4 rows: twice the blocks.
-  if (bgemv_g() == 4 || B <= 4 || w.rows < kWarps * sm_count()) {
-    if (big) return launch_bgemv3<BITS, CPL, 2, 4>(w, x, ldx, y, ldy, B, s);
-    return launch_bgemv3<BITS, CPL, 1, 4>(w, x, ldx, y, ldy, B, s);
-  }
-  if (big) return launch_bgemv3<BITS, CPL, 2, 8>(w, x, ldx, y, ldy, B, s);
-  return launch_bgemv3<BITS, CPL, 1, 8>(w, x, ldx, y, ldy, B, s);
-}
-
+// v2 (bgemv2_kernel) wherever its staged rows, rounded up to 8, fit the shared memory; else v1. B = 16 / 64
+// aggregate tok/s on the H200 (docs/perf/2026-12-03-batching-cuda.md): 838 / 918 with v2 at 2 weight rows
+// per warp; v1 everywhere 737 / —; one launch of 8-row groups × one weight tile per block (v3) 550 / 647;
+// 4 rows per warp for K ≤ 2048, 865 / 961 against 866 / 936 (both with logits through a pinned buffer),
+// not adopted.
 template <int BITS, int CPL> Status pick_r(const QW& w, const float* x, int ldx, float* y, int ldy, int B, cudaStream_t s) {
-  if (bgemv_v3()) return pick_v3<BITS, CPL>(w, x, ldx, y, ldy, B, s);
   const size_t row_bytes = size_t(row_floats<BITS>(w.cols)) * sizeof(float);
-  if (!bgemv_v1() && size_t((B + 7) / 8 * 8) * row_bytes <= kSmemCap) {
+  if (size_t((B + 7) / 8 * 8) * row_bytes <= kSmemCap) {
     if (B <= 4) {
       if (w.rows >= 2 * kWarps * sm_count()) return launch_bgemv2<BITS, CPL, 2, 4>(w, x, ldx, y, ldy, B, s);
       return launch_bgemv2<BITS, CPL, 1, 4>(w, x, ldx, y, ldy, B, s);
-    }
-    if constexpr (CPL <= 2) {  // 4 weight rows per warp: each x read from shared memory feeds 4 rows
-      if (bgemv_r4() && w.rows >= 4 * kWarps * sm_count()) return launch_bgemv2<BITS, CPL, 4, 8>(w, x, ldx, y, ldy, B, s);
     }
     if (w.rows >= 2 * kWarps * sm_count()) return launch_bgemv2<BITS, CPL, 2, 8>(w, x, ldx, y, ldy, B, s);
     return launch_bgemv2<BITS, CPL, 1, 8>(w, x, ldx, y, ldy, B, s);
@@ -411,7 +353,6 @@ __global__ void bfinish_kernel(StepCtl* const* ctl, const int32_t* pos, int B) {
 }  // namespace
 
 int bgemv_group_rows(const QW& w) {
-  if (bgemv_v3()) return 1 << 20;  // v3: any number of rows in one launch
   const size_t per = size_t(w.bits == 8 ? row_floats<8>(w.cols) : row_floats<4>(w.cols)) * sizeof(float);
   const int n = std::min(int(kSmemCap / per), kMaxGroup);
   return n >= 8 ? n / 8 * 8 : n;  // a multiple of v2's 8-row tiles
@@ -421,7 +362,7 @@ Status bgemv(const QW& w, const float* x, int ldx, float* y, int ldy, int B, Str
   auto s = static_cast<cudaStream_t>(stream);
   if (w.bits != 4 && w.bits != 8) return cu_err("bgemv: {} bits unsupported", w.bits);
   if (w.cols % 64 != 0 || w.cols <= 0 || w.rows <= 0) return cu_err("bgemv: shape {}x{} unsupported", w.rows, w.cols);
-  if (B < 1 || (!bgemv_v3() && B > bgemv_group_rows(w))) return cu_err("bgemv: {} rows exceed the staging group {}", B, bgemv_group_rows(w));
+  if (B < 1 || B > bgemv_group_rows(w)) return cu_err("bgemv: {} rows exceed the staging group {}", B, bgemv_group_rows(w));
   const int cpl = (w.cols * w.bits / 128 + 31) / 32;
   if (w.bits == 4) {
     if (cpl == 1) return pick_r<4, 1>(w, x, ldx, y, ldy, B, s);

@@ -4,24 +4,17 @@
 // next to each other in launch order: rows that chose the same expert (and the shared expert, read
 // by all rows) read the same weight lines at the same time, so DRAM serves them about once and
 // the repeats come from L2.
-#include <cstdlib>
-
 #include "backend/cuda/step/batch_ops.h"
 #include "backend/cuda/common/common.cuh"
 
 namespace lily::cuda {
 namespace {
 
-// Warps per block W: 32 (default), 16 or 8 (LILY_BMOE_WARPS; 8 as moe.cu): a block stages its row's input once
-// for W output rows, so larger blocks cut the L2 traffic of the staging (B·(k+1)·⌈I/W⌉ blocks).
-int bmoe_warps() {
-  static const int v = [] {
-    const char* e = std::getenv("LILY_BMOE_WARPS");
-    const int n = e ? std::atoi(e) : 32;
-    return n == 8 || n == 16 ? n : 32;
-  }();
-  return v;
-}
+// Warps per block: 32 (8 in moe.cu): a block stages its row's input once for 32 output rows, so larger
+// blocks cut the L2 traffic of the staging (B·(k+1)·⌈I/32⌉ blocks). H200, B = 16: 838 tok/s against 811
+// with 8-warp blocks (docs/perf/2026-12-03-batching-cuda.md). The down kernel takes 8-warp blocks where
+// a row has more than 8 chunks per lane.
+constexpr int kWarpsPerBlock = 32;
 
 // grid (B·(top_k+1), ⌈max(I, Is)/8⌉): x = b·(k+1) + slot (slot k = shared expert), y = row tile.
 template <int CPL, int W> __global__ void __launch_bounds__(W * 32) bgate_up_kernel(BMoeArgs a) {
@@ -130,19 +123,10 @@ Status bmoe_gate_up(const BMoeArgs& a, Stream stream) {
   auto go = [&](auto kern, int W) {
     return launch_k("bmoe_gate_up", kern, dim3(a.B * (a.top_k + 1), (wmax + W - 1) / W), dim3(32 * W), smem, s, a);
   };
-  if (bmoe_warps() == 8) {
-    if (cpl == 1) return go(bgate_up_kernel<1, 8>, 8);
-    if (cpl == 2) return go(bgate_up_kernel<2, 8>, 8);
-    return go(bgate_up_kernel<4, 8>, 8);
-  }
-  if (bmoe_warps() == 16) {
-    if (cpl == 1) return go(bgate_up_kernel<1, 16>, 16);
-    if (cpl == 2) return go(bgate_up_kernel<2, 16>, 16);
-    return go(bgate_up_kernel<4, 16>, 16);
-  }
-  if (cpl == 1) return go(bgate_up_kernel<1, 32>, 32);
-  if (cpl == 2) return go(bgate_up_kernel<2, 32>, 32);
-  return go(bgate_up_kernel<4, 32>, 32);
+  constexpr int W = kWarpsPerBlock;
+  if (cpl == 1) return go(bgate_up_kernel<1, W>, W);
+  if (cpl == 2) return go(bgate_up_kernel<2, W>, W);
+  return go(bgate_up_kernel<4, W>, W);
 }
 
 Status bmoe_down(const BMoeArgs& a, Stream stream) {
@@ -153,7 +137,7 @@ Status bmoe_down(const BMoeArgs& a, Stream stream) {
   const int n_items = a.top_k * (a.I / 32) + a.Is / 32, P = (n_items + 31) / 32;
   const size_t smem = size_t(n_items * Chunk<4>::kStride + n_items) * sizeof(float);
   if (smem > 200 * 1024) return cu_err("bmoe_down: {} chunks per row exceed shared memory", n_items);
-  const int W = bmoe_warps();
+  constexpr int W = kWarpsPerBlock;
   const dim3 grid(a.B, (a.H + W - 1) / W), block(32 * W);
   auto go = [&](auto kern) -> Status {
     if (smem > 48 * 1024) LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -161,19 +145,12 @@ Status bmoe_down(const BMoeArgs& a, Stream stream) {
   };
   // P buckets (P only sets the unrolled loop bound; items past n_items are skipped). Up to 8 with
   // 32-warp blocks (64 registers per thread), beyond with 8-warp blocks.
-  if (W == 16 && P <= 8) {
-    if (P <= 1) return go(bdown_kernel<1, 16>);
-    if (P <= 2) return go(bdown_kernel<2, 16>);
-    if (P <= 3) return go(bdown_kernel<3, 16>);
-    if (P <= 5) return go(bdown_kernel<5, 16>);
-    return go(bdown_kernel<8, 16>);
-  }
-  if (W == 32 && P <= 8) {
-    if (P <= 1) return go(bdown_kernel<1, 32>);
-    if (P <= 2) return go(bdown_kernel<2, 32>);
-    if (P <= 3) return go(bdown_kernel<3, 32>);
-    if (P <= 5) return go(bdown_kernel<5, 32>);
-    return go(bdown_kernel<8, 32>);
+  if (P <= 8) {
+    if (P <= 1) return go(bdown_kernel<1, W>);
+    if (P <= 2) return go(bdown_kernel<2, W>);
+    if (P <= 3) return go(bdown_kernel<3, W>);
+    if (P <= 5) return go(bdown_kernel<5, W>);
+    return go(bdown_kernel<8, W>);
   }
   const dim3 grid8(a.B, (a.H + 7) / 8), block8(256);
   auto go8 = [&](auto kern) -> Status {

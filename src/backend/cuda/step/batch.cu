@@ -8,8 +8,8 @@
 // of sequences. Each row's result depends only on that row (batch invariant). qgemm reads single-pass
 // fp16 activations, the values the batch-1 kernels round theirs to (core/act_round.h), so a row stays
 // within fp32 summation order of what forward() gives the sequence alone. Rows fall back to
-// the per-row loop where the batched kernels do not apply (bf16 K/V states, the A/B env knobs that
-// change the batch-1 arithmetic). B = 1 runs forward() (the batch-1 graph).
+// the per-row loop where the batched kernels do not apply (bf16 K/V states, the A/B env knob that
+// changes the batch-1 arithmetic, LILY_GDN_FUSED_NORM=0). B = 1 runs forward() (the batch-1 graph).
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -20,7 +20,6 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gemm/qgemm.h"
 #include "backend/cuda/step/prefill_ops.h"
-#include "core/thread_pool.h"
 
 namespace lily {
 namespace cuda {
@@ -32,17 +31,8 @@ bool env_is(const char* name, const char* val) {
   const char* e = std::getenv(name);
   return e && std::strcmp(e, val) == 0;
 }
-// The batch-1 step's arithmetic changes under these knobs; the batched kernels copy the default.
-bool batch_knobs_ok() {
-  const char* hs = std::getenv("LILY_ATTN_HSPLIT");
-  return !env_is("LILY_GDN_FUSED_NORM", "0") && !env_is("LILY_ATTN_TILE", "1") && !env_is("LILY_CUDA_BATCH", "0") &&
-         !(hs && (hs[0] == '2' || hs[0] == '4'));
-}
-int min_per_split_env() {
-  const char* e = std::getenv("LILY_ATTN_MINSPLIT");
-  const int n = e && *e ? std::atoi(e) : 64;
-  return n >= 1 ? n : 64;
-}
+// The batch-1 step's arithmetic changes under this knob; the batched kernels copy the default.
+bool batch_knobs_ok() { return !env_is("LILY_GDN_FUSED_NORM", "0"); }
 // The qgemm step unless LILY_BATCH_TC=0 (the exact CUDA-core kernels, bit-identical to the batch-1 step).
 bool tc_on() {
   static const bool on = !env_is("LILY_BATCH_TC", "0");
@@ -229,7 +219,7 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
       a.qkv = x.u, a.ldqkv = x.urows, a.q_norm = L.q_norm, a.k_norm = L.k_norm, a.q = x.q, a.kc = x.p0(i), a.vc = x.p1(i);
       a.cap = x.caps(), a.pos = x.pos(), a.out = x.o, a.partial = x.partial, a.nh = c.num_attention_heads;
       a.nkv = c.num_key_value_heads, a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim;
-      a.rot = c.rotary_dim(), a.n_split = attn_max_splits(), a.min_per_split = min_per_split_env(), a.B = Bd;
+      a.rot = c.rotary_dim(), a.n_split = attn_max_splits(), a.B = Bd;
       a.theta = c.rope_theta, a.eps = eps;
       if (Bd > 0) LILY_TRY(battn(a, s));
       if (mp) LILY_TRY(mp->seg_mixers(i, true));
@@ -303,7 +293,7 @@ Status CudaBackend::enqueue_batch(int B, cudaStream_t s) {
       a.qkv = x.u, a.ldqkv = x.urows, a.q_norm = L.q_norm, a.k_norm = L.k_norm, a.q = x.q, a.kc = x.p0(i), a.vc = x.p1(i);
       a.cap = x.caps(), a.pos = x.pos(), a.out = x.o, a.partial = x.partial, a.nh = c.num_attention_heads;
       a.nkv = c.num_key_value_heads, a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim;
-      a.rot = c.rotary_dim(), a.n_split = attn_max_splits(), a.min_per_split = min_per_split_env(), a.B = B;
+      a.rot = c.rotary_dim(), a.n_split = attn_max_splits(), a.B = B;
       a.theta = c.rope_theta, a.eps = eps;
       LILY_TRY(battn(a, s));
       mk("attn prep+decode+merge");
@@ -365,22 +355,15 @@ void CudaBackend::print_profile(int B) {
 }
 
 // Prompt chunks of up to this many tokens run their MoE through the batched step's expert kernels
-// (moe_rows); LILY_PF_SMALL_MOE=0 keeps every chunk on the prefill's 64-row-tile grouped GEMMs. At
-// ~100 tokens the tiles hold ~3 rows each and the grouped GEMMs take ~19 of a chunk's ~34 ms; the
-// expert-major 8-row chunks read each routed expert once per 8 rows. Prefill tok/s on the H200
-// (2026-12-03, grouped → batched): 16 tokens 744 → 1,063, 96: 2,812 → 3,938, 128: 3,610 → 4,903,
-// 256: 6,660 → 6,975.
-int pf_small_moe_max() {
-  static const int n = [] {
-    const char* e = std::getenv("LILY_PF_SMALL_MOE");
-    return e && *e ? std::clamp(std::atoi(e), 0, 512) : 256;
-  }();
-  return n;
-}
+// (moe_rows); longer ones take the prefill's 64-row-tile grouped GEMMs. At ~100 tokens the tiles hold
+// ~3 rows each and the grouped GEMMs take ~19 of a chunk's ~34 ms; the expert-major 8-row chunks read
+// each routed expert once per 8 rows. Prefill tok/s on the H200 (2026-12-03, grouped → batched):
+// 16 tokens 744 → 1,063, 96: 2,812 → 3,938, 128: 3,610 → 4,903, 256: 6,660 → 6,975.
+constexpr int kPfSmallMoeMax = 256;
 
 bool CudaBackend::moe_rows_ok(int M) {
   const ModelConfig& c = cfg_;
-  if (M > pf_small_moe_max() || !tc_on() || c.shared_expert_intermediate_size != c.moe_intermediate_size) return false;
+  if (M > kPfSmallMoeMax || !tc_on() || c.shared_expert_intermediate_size != c.moe_intermediate_size) return false;
   // The batch scratch holds M rows: (re)allocated here while no step graph is captured; never regrown
   // under captured graphs (prepare sizes it for both).
   if (batch_ && batch_->cap >= M) return true;
@@ -431,7 +414,7 @@ Status CudaBackend::batch_graph(int B, cudaGraphExec_t& out) {
 // request's TTFT no longer includes the kernels' first use and the batch-1 graph's capture (~50 ms).
 Status CudaBackend::prepare(int max_rows, int step_tokens) {
   if (max_rows >= 2 && batch_knobs_ok() && cfg_.linear_value_head_dim <= 256 && graphs_on()) {
-    LILY_TRY(batch_alloc(std::max(max_rows + step_tokens, pf_small_moe_max())));
+    LILY_TRY(batch_alloc(std::max(max_rows + step_tokens, kPfSmallMoeMax)));
     LILY_TRY(ensure_draw(max_rows));
     for (int B = 2; B <= max_rows; ++B) {
       cudaGraphExec_t ex = nullptr;
@@ -497,20 +480,9 @@ Status CudaBackend::batch_step(std::span<SeqState* const> states, std::span<cons
   } else {
     LILY_TRY(enqueue_batch(B, stream_));
   }
-  // Logits to the host: straight into the caller's (pageable) span, or (LILY_BATCH_D2H=pinned) into
-  // a pinned buffer at full link speed, then copied out by the thread pool, rows in parallel.
-  static const bool pinned = env_is("LILY_BATCH_D2H", "pinned");
+  // Logits to the host: straight into the caller's (pageable) span.
   if (draw) {
     LILY_TRY(draw_device(x.logits, B, spec, out));
-  } else if (pinned) {
-    if (!x.host_logits) LILY_CU_TRY(cudaHostAlloc(&x.host_logits, size_t(x.cap) * V * sizeof(float), cudaHostAllocDefault));
-    LILY_CU_TRY(cudaMemcpyAsync(x.host_logits, x.logits, size_t(B) * V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    LILY_CU_TRY(cudaStreamSynchronize(stream_));
-    const float* src = x.host_logits;
-    float* dst = logits.data();
-    ThreadPool::global().parallel_for(size_t(B), 1, [&](size_t b0, size_t b1) {
-      std::memcpy(dst + b0 * V, src + b0 * V, (b1 - b0) * V * sizeof(float));
-    });
   } else {
     LILY_CU_TRY(cudaMemcpyAsync(logits.data(), x.logits, size_t(B) * V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     LILY_CU_TRY(cudaStreamSynchronize(stream_));

@@ -41,7 +41,6 @@ struct BatchCtx {
   // Row table: [tok | pos | cap] int32 [cap] each, then pointers ctl [cap], p0 [L][cap], p1 [L][cap].
   char* tab_dev = nullptr;
   char* tab_host = nullptr;
-  float* host_logits = nullptr;  // pinned [cap][V] (LILY_BATCH_D2H=pinned)
   // Mixed steps (CudaBackend::step): the rows whose logits the step computes, gathered packed for the
   // lm_head (Gx / Gxs, [cap] rows); their table: out_idx [cap], fin_pos [cap] int32, then
   // fin_ctl [cap] (the state of each decode row and each segment's last row, and that row's position).
@@ -78,8 +77,7 @@ struct BatchCtx {
     if (mtab_host) cudaFreeHost(mtab_host);
     if (seg_args) cudaFree(seg_args);
     seg_args = nullptr, seg_args_cap = 0;
-    if (host_logits) cudaFreeHost(host_logits);
-    tab_host = nullptr, mtab_host = nullptr, host_logits = nullptr;
+    tab_host = nullptr, mtab_host = nullptr;
     cap = 0;
   }
   // Profiling (prof): an event after an op, named by its kind (time is attributed to the op before).
