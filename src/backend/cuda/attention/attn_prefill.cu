@@ -353,10 +353,10 @@ Status attn_prefill(const AttnPrefillArgs& a, Stream stream) {
   int use_wg = a.wg;
   if (use_wg < 0) {
     const char* e = std::getenv("LILY_PREFILL_ATTN_WG");
-    use_wg = !e || !e[0] ? 1 : e[0] == '0' ? 0 : e[0] == '2' ? 2 : e[0] == '3' ? 3 : 1;
+    use_wg = e && e[0] == '0' ? 0 : 1;
   }
   if (use_wg && a.terms == 3 && a.kv_f32) {
-    LILY_TRY(attn_flash_wg(a, stream, use_wg));
+    LILY_TRY(attn_flash_wg(a, stream));
     if (a.prof) a.prof(a.prof_ctx, "attn: flash (wgmma, split operands)");
     return Status::ok();
   }

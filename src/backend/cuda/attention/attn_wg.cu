@@ -103,13 +103,8 @@ template <int HD> __device__ __forceinline__ void pv_mma(float (&o)[HD / 2], con
   else wgmma_bf16_64x64_rs(o, a, desc, 1);
 }
 
-// SACC = 1: the three S products chain into one accumulator (48 dependent wgmmas per tile at hd 256);
-// SACC = 3: Qh·Kh, Qh·Kl and Ql·Kh into three accumulators (three independent chains), summed
-// after the wait (experimental: LILY_PREFILL_ATTN_WG=3; not yet run on a GPU);
-// SACC = 2: the K tile stacked per column block as [Kh rows; Kl rows], so one m64n64k16 gives
-// Qh·Kh and Qh·Kl side by side and one m64n32k16 (the Kh half) Ql·Kh: 2 wgmmas per k-step, two
-// chains (experimental: LILY_PREFILL_ATTN_WG=2; not yet run on a GPU).
-template <int HD, int SACC> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(AttnPrefillArgs a, const uint16_t* ks, const uint16_t* vt, int Np) {
+// The three S products chain into one accumulator (48 dependent wgmmas per tile at hd 256).
+template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(AttnPrefillArgs a, const uint16_t* ks, const uint16_t* vt, int Np) {
   using L = FwLayout<HD>;
   constexpr int CB = L::CB, KS = HD / 16;
   extern __shared__ __align__(16) unsigned char smraw[];
@@ -135,7 +130,7 @@ template <int HD, int SACC> __global__ void __launch_bounds__(256, 1) flash_wg_k
       for (int idx = tid; idx < 2 * kBN * (HD / 8); idx += 256) {
         const int c16 = idx % (HD / 8), r = (idx / (HD / 8)) % kBN, pl = idx / (HD / 8) / kBN;
         const uint16_t* src = ks + pl * kplane + (size_t(kvh) * Np + j * kBN + r) * HD + c16 * 8;
-        const int blk = SACC == 2 ? (c16 / 8) * 2 + pl : pl * CB + c16 / 8;
+        const int blk = pl * CB + c16 / 8;
         cp16_async(st + uint32_t(blk * L::kKBlk) + sw128_off(r, c16 % 8), src, true);
       }
     }
@@ -157,7 +152,7 @@ template <int HD, int SACC> __global__ void __launch_bounds__(256, 1) flash_wg_k
   float o[HD / 2];
 #pragma unroll
   for (int i = 0; i < HD / 2; ++i) o[i] = 0.f;
-  float s[16], s2[16], s3[16], sw[32];  // s2: SACC 3; s3: SACC 2 and 3; sw: SACC 2
+  float s[16];
   float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
   const int rloc = w4 * 16 + g;  // row within the warpgroup (and + 8)
   const int qpos[2] = {a.pos0 + m0 + wg * 64 + rloc, a.pos0 + m0 + wg * 64 + rloc + 8};
@@ -179,19 +174,9 @@ template <int HD, int SACC> __global__ void __launch_bounds__(256, 1) flash_wg_k
         const uint32_t qo = uint32_t((k >> 2) * L::kQBlk + (k & 3) * 32), ko = uint32_t((k >> 2) * L::kKBlk + (k & 3) * 32);
         const uint64_t dqh = sw128_desc(qh + qo), dql = sw128_desc(ql + qo);
         const uint64_t dkh = sw128_desc(kst + ko), dkl = sw128_desc(kst + uint32_t(CB * L::kKBlk) + ko);
-        if constexpr (SACC == 2) {
-          const uint64_t dks = sw128_desc(kst + uint32_t((k >> 2) * 2 * L::kKBlk + (k & 3) * 32));  // [Kh; Kl]
-          wgmma_bf16_64x64_ss(sw, dqh, dks, k > 0);
-          wgmma_bf16_64x32_ss(s3, dql, dks, k > 0);  // the first 32 rows: Kh
-        } else if constexpr (SACC == 3) {
-          wgmma_bf16_64x32_ss(s, dqh, dkh, k > 0);
-          wgmma_bf16_64x32_ss(s2, dqh, dkl, k > 0);
-          wgmma_bf16_64x32_ss(s3, dql, dkh, k > 0);
-        } else {
-          wgmma_bf16_64x32_ss(s, dqh, dkh, k > 0);
-          wgmma_bf16_64x32_ss(s, dqh, dkl, 1);
-          wgmma_bf16_64x32_ss(s, dql, dkh, 1);
-        }
+        wgmma_bf16_64x32_ss(s, dqh, dkh, k > 0);
+        wgmma_bf16_64x32_ss(s, dqh, dkl, 1);
+        wgmma_bf16_64x32_ss(s, dql, dkh, 1);
       }
       wg_commit();
     }
@@ -200,17 +185,6 @@ template <int HD, int SACC> __global__ void __launch_bounds__(256, 1) flash_wg_k
     if (active) {
       wg_wait<0>();
       fence_acc(s);
-      if constexpr (SACC == 3) {
-        fence_acc(s2);
-        fence_acc(s3);
-#pragma unroll
-        for (int i = 0; i < 16; ++i) s[i] += s2[i] + s3[i];
-      } else if constexpr (SACC == 2) {
-        fence_acc(sw);
-        fence_acc(s3);
-#pragma unroll
-        for (int i = 0; i < 16; ++i) s[i] = sw[i] + (sw[16 + i] + s3[i]);  // columns 32..63 of sw: Qh·Kl
-      }
       // s[4jj + 2hr + e]: row rloc + 8hr, key j0 + 8jj + 2t + e. Mask, scale (log2 domain), online softmax.
       float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -306,13 +280,11 @@ Scratch& scratch() {
   return s;
 }
 
-template <int HD> Status launch(const AttnPrefillArgs& a, cudaStream_t s, int variant) {
+template <int HD> Status launch(const AttnPrefillArgs& a, cudaStream_t s) {
   using L = FwLayout<HD>;
   static bool attr = false;
   if (!attr) {
-    LILY_CU_TRY(cudaFuncSetAttribute(flash_wg_kernel<HD, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
-    LILY_CU_TRY(cudaFuncSetAttribute(flash_wg_kernel<HD, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
-    LILY_CU_TRY(cudaFuncSetAttribute(flash_wg_kernel<HD, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
+    LILY_CU_TRY(cudaFuncSetAttribute(flash_wg_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
     attr = true;
   }
   const int ntot = a.pos0 + a.M, Np = (ntot + kPadKeys - 1) / kPadKeys * kPadKeys;
@@ -334,21 +306,19 @@ template <int HD> Status launch(const AttnPrefillArgs& a, cudaStream_t s, int va
   LILY_TRY(launch_status("pf::kv_split"));
   if (a.prof) a.prof(a.prof_ctx, "attn: K/V split (bf16 hi/lo planes)");
   const dim3 grid((a.M + kBQ - 1) / kBQ, a.nh);
-  if (variant == 3) flash_wg_kernel<HD, 3><<<grid, 256, L::kSmem, s>>>(a, ks, vt, Np);
-  else if (variant == 2) flash_wg_kernel<HD, 2><<<grid, 256, L::kSmem, s>>>(a, ks, vt, Np);
-  else flash_wg_kernel<HD, 1><<<grid, 256, L::kSmem, s>>>(a, ks, vt, Np);
+  flash_wg_kernel<HD><<<grid, 256, L::kSmem, s>>>(a, ks, vt, Np);
   return launch_status("pf::flash_wg");
 }
 
 }  // namespace
 
-Status attn_flash_wg(const AttnPrefillArgs& a, Stream stream, int variant) {
+Status attn_flash_wg(const AttnPrefillArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (!a.kv_f32 || a.terms != 3) return cu_err("pf::attn_flash_wg: needs fp32 caches and split operands");
   switch (a.hd) {
-    case 64: return launch<64>(a, s, variant);
-    case 128: return launch<128>(a, s, variant);
-    case 256: return launch<256>(a, s, variant);
+    case 64: return launch<64>(a, s);
+    case 128: return launch<128>(a, s);
+    case 256: return launch<256>(a, s);
     default: return cu_err("pf::attn_flash_wg: head dim {} unsupported", a.hd);
   }
 }

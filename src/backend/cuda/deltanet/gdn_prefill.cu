@@ -1,6 +1,6 @@
 // Gated DeltaNet prefill over M tokens: (1) conv + SiLU over the chunk with the carried window,
 // q/k L2 norms and q scale, gates (one block per 16 tokens and 128-channel head for kernel width 4,
-// LILY_GDN_PREP=0 or other widths: one block per token and head); (2) the new conv
+// other widths: one block per token and head); (2) the new conv
 // window (bf16, decode layout); (3) the delta-rule recurrence over all M tokens in one launch:
 // one warp per (value head, 2 value columns), each lane holding 8 state rows of one column in
 // registers (fp32), token inputs staged through shared memory 32 at a time; (4) the gated
@@ -254,12 +254,8 @@ static Status prefill_launch(const GdnPrefillArgs& a, const GdnPrefillArgs* segs
   auto prof = [&](const char* what) {
     if (a.prof) a.prof(a.prof_ctx, what);
   };
-  static const bool prep4 = [] {
-    const char* e = std::getenv("LILY_GDN_PREP");
-    return !(e && e[0] == '0');
-  }();
   const unsigned z = unsigned(n_seg);
-  if (a.K == 4 && prep4 && kD % 32 == 0 && kD / 32 == 4) {
+  if (a.K == 4 && kD % 32 == 0 && kD / 32 == 4) {
     const dim3 g((a.M + kPT - 1) / kPT, 2 * a.nk + a.nv, z);
     if (segs) prep4_kernel<true><<<g, kD, 0, s>>>(a, segs);
     else prep4_kernel<false><<<g, kD, 0, s>>>(a, nullptr);

@@ -28,7 +28,6 @@ template <int WGS> struct WgLayout {
   static constexpr int kStage = (kXs + BT * 4 + 1023) / 1024 * 1024;
   static constexpr int kStages = 4;
   static constexpr int kSmem = kStage * kStages + 1024;  // + slack to align the ring to 1024
-  static constexpr int kSmemLA = kStage * (kStages + 1) + 1024;  // look-ahead: one more stage
 };
 
 // Byte b (= 2 codes: low nibble = even k) placed in bytes 0 and 2 of r by prmt → half2 (lo, hi) of
@@ -42,9 +41,9 @@ __device__ __forceinline__ uint32_t pair2h(uint32_t r) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-template <int WGS, bool SWIGLU, bool LA> __global__ void __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) gemm_wg_kernel(GemmArgs p) {
+template <int WGS, bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) gemm_wg_kernel(GemmArgs p) {
   using Lo = WgLayout<WGS>;
-  constexpr int NT = Lo::NT, BW = Lo::BW, S = LA ? Lo::kStages + 1 : Lo::kStages;
+  constexpr int NT = Lo::NT, BW = Lo::BW, S = Lo::kStages;
   constexpr int NB = SWIGLU ? BW / 2 : BW;  // output columns per block
   extern __shared__ __align__(16) unsigned char smraw[];
   unsigned char* sm = smraw + ((1024u - (smem_u32(smraw) & 1023u)) & 1023u);
@@ -175,37 +174,15 @@ template <int WGS, bool SWIGLU, bool LA> __global__ void __launch_bounds__(128 *
 
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) issue(s);
-  if constexpr (!LA) {
-    for (int kt = 0; kt < KT; ++kt) {
-      cp_async_wait<S - 2>();
-      fence_async_smem();  // cp.async writes (generic proxy) → wgmma reads (async proxy)
-      __syncthreads();
-      issue(kt + S - 1);
-      uint32_t a[4][4];
-      dequant(kt % S, a);
-      mma(kt % S, a);
-      fold(kt % S);
-    }
-  } else {
-    // Look-ahead: tile kt + 1's codes are dequantized while tile kt's MMAs run.
-    uint32_t a[4][4], an[4][4];
-    auto step = [&](int kt, const uint32_t (&cur)[4][4], uint32_t (&nxt)[4][4]) {
-      mma(kt % S, cur);
-      cp_async_wait<S - 3>();  // tile kt + 1 has landed (this thread's copies)
-      fence_async_smem();
-      __syncthreads();         // ... everyone's; and tile kt − 1's stage is free
-      issue(kt + S - 1);
-      if (kt + 1 < KT) dequant((kt + 1) % S, nxt);
-      fold(kt % S);
-    };
+  for (int kt = 0; kt < KT; ++kt) {
     cp_async_wait<S - 2>();
-    fence_async_smem();
+    fence_async_smem();  // cp.async writes (generic proxy) → wgmma reads (async proxy)
     __syncthreads();
-    dequant(0, a);
-    for (int kt = 0; kt < KT; kt += 2) {  // two tiles per trip: the fragments swap roles, no copies
-      step(kt, a, an);
-      if (kt + 1 < KT) step(kt + 1, an, a);
-    }
+    issue(kt + S - 1);
+    uint32_t a[4][4];
+    dequant(kt % S, a);
+    mma(kt % S, a);
+    fold(kt % S);
   }
   cp_async_wait<0>();
 
@@ -254,35 +231,32 @@ template <int WGS, bool SWIGLU, bool LA> __global__ void __launch_bounds__(128 *
   }
 }
 
-template <int WGS, bool SWIGLU, bool LA> Status launch(const GemmArgs& a, cudaStream_t s) {
-  constexpr int smem = LA ? WgLayout<WGS>::kSmemLA : WgLayout<WGS>::kSmem;
+template <int WGS, bool SWIGLU> Status launch(const GemmArgs& a, cudaStream_t s) {
+  constexpr int smem = WgLayout<WGS>::kSmem;
   static bool attr = false;
   if (!attr) {
-    LILY_CU_TRY(cudaFuncSetAttribute(gemm_wg_kernel<WGS, SWIGLU, LA>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    LILY_CU_TRY(cudaFuncSetAttribute(gemm_wg_kernel<WGS, SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     attr = true;
   }
   constexpr int NB = SWIGLU ? 32 * WGS : 64 * WGS;
   dim3 grid((a.n_out + NB - 1) / NB, a.tiles ? a.max_tiles : (a.M + BT - 1) / BT);
-  gemm_wg_kernel<WGS, SWIGLU, LA><<<grid, 128 * WGS, smem, s>>>(a);
+  gemm_wg_kernel<WGS, SWIGLU><<<grid, 128 * WGS, smem, s>>>(a);
   return launch_status("pf::gemm_wg");
 }
-template <int WGS, bool LA> Status launch_mode(const GemmArgs& a, cudaStream_t s) {
-  return a.swiglu ? launch<WGS, true, LA>(a, s) : launch<WGS, false, LA>(a, s);
+template <int WGS> Status launch_mode(const GemmArgs& a, cudaStream_t s) {
+  return a.swiglu ? launch<WGS, true>(a, s) : launch<WGS, false>(a, s);
 }
 
 }  // namespace
 
-// LILY_WG_LA=1: the look-ahead variant (A/B while tuning).
 Status gemm_wg(const GemmArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (!a.ah || !a.al || !a.axs) return cu_err("pf::gemm_wg: needs the split A planes");
   if (a.terms != 1 && a.terms != 2) return cu_err("pf::gemm_wg: terms {} (1 or 2)", a.terms);
   if (a.w.bits != 4) return cu_err("pf::gemm_wg: {} bits unsupported (4 only)", a.w.bits);
   if (a.wg != 2 && a.wg != 4) return cu_err("pf::gemm_wg: {} warpgroups (2 or 4)", a.wg);
-  const char* e = std::getenv("LILY_WG_LA");
-  const bool la = e && e[0] == '1';
-  if (a.wg == 2) return la ? launch_mode<2, true>(a, s) : launch_mode<2, false>(a, s);
-  return la ? launch_mode<4, true>(a, s) : launch_mode<4, false>(a, s);
+  if (a.wg == 2) return launch_mode<2>(a, s);
+  return launch_mode<4>(a, s);
 }
 
 }  // namespace lily::cuda::pf

@@ -107,17 +107,14 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   // LILY_PREFILL_ATTN_TERMS=0 runs the decode attention kernels token by token (slow; A/B only).
   int attn_terms = env_int("LILY_PREFILL_ATTN_TERMS", 3, 0, 3);
   if (attn_terms == 2 || (attn_terms == 3 && !st.f32)) attn_terms = 1;
-  // Pipelined GEMMs (LILY_PREFILL_GEMM=1 keeps the register-prefetch kernel): each GEMM
-  // input is split once into fp16 hi/lo planes + group sums (p.ah/al/axs), then read by every
-  // GEMM on that input (e.g. router, expert gate/up and shared gate/up all read one split of hn).
-  // LILY_PREFILL_GEMM=3 (default): the Hopper wgmma kernel (gemm_wg.cu) for the 4-bit GEMMs on
-  // the split input, LILY_PREFILL_WG (4 or 2) warpgroups per block; 8-bit (router) stays on the
-  // mma.sync pipe kernel, which LILY_PREFILL_GEMM=2 selects for all of them.
-  const int gemm_kind = env_int("LILY_PREFILL_GEMM", 3, 1, 3);
-  // Single pass (terms 1, the default) with the wgmma kernel: the 4-bit GEMMs read x_hi of the split input
-  // only. Default 2 warpgroups per block (LILY_PREFILL_WG=4: the 4-warpgroup block of the previous pass).
-  const bool pipe = (terms == 2 || (terms == 1 && gemm_kind == 3)) && gemm_kind >= 2;
-  const int wg = pipe && gemm_kind == 3 ? (env_int("LILY_PREFILL_WG", 2, 2, 4) == 4 ? 4 : 2) : 0;
+  // Pipelined GEMMs (terms 1 and 2): each GEMM input is split once into fp16 hi/lo planes + group
+  // sums (p.ah/al/axs), then read by every GEMM on that input (e.g. router, expert gate/up and shared
+  // gate/up all read one split of hn). The 4-bit GEMMs run the Hopper wgmma kernel (gemm_wg.cu; terms 1
+  // reads x_hi only); 8-bit (router) stays on the mma.sync pipe kernel (gemm_q4_pipe.cu). 2 warpgroups
+  // per block: prefill tok/s at 8k / 32k on the H200 (two-pass activations then), 20,981 / 15,002 against
+  // 20,215 / 14,597 with 4 (docs/perf/2026-12-03-cuda-prefill-4.md).
+  const bool pipe = terms != 0;
+  const int wg = pipe ? 2 : 0;
   // A short chunk (default numerics) runs its MoE on the batched step's expert kernels (moe_rows).
   const bool small_moe = terms == 1 && moe_rows_ok(M);
   auto split = [&](const float* a, int lda, int rows, int K) -> Status {

@@ -154,9 +154,7 @@ struct AttnPrefillArgs {
   double theta = 1e7;
   float eps = 1e-6f;
   // Split operands (terms 3) on the Hopper wgmma kernel (attn_wg.cu): 1 = yes, 0 = the mma.sync
-  // kernel, 2 / 3 = wgmma with a stacked [Kh; Kl] tile / three S accumulators (experimental, not
-  // yet run on a GPU; attn_wg.cu), -1 = env
-  // LILY_PREFILL_ATTN_WG (default 1).
+  // kernel, -1 = env LILY_PREFILL_ATTN_WG (0 or 1; default 1).
   int wg = -1;
   void (*prof)(void* ctx, const char* what) = nullptr;  // as GdnPrefillArgs::prof
   void* prof_ctx = nullptr;
@@ -165,7 +163,7 @@ Status attn_prefill(const AttnPrefillArgs& a, Stream s);
 // The flash step alone on wgmma (terms 3, fp32 caches; after prep wrote q and this chunk's K/V):
 // converts the cache's positions 0..pos0+M into bf16 hi/lo planes (scratch grown on demand), then
 // the causal GQA flash attention. Called by attn_prefill.
-Status attn_flash_wg(const AttnPrefillArgs& a, Stream s, int variant = 1);
+Status attn_flash_wg(const AttnPrefillArgs& a, Stream s);
 Status attn_prefill_init();
 
 }  // namespace lily::cuda::pf
