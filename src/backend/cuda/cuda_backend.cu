@@ -17,26 +17,6 @@ namespace {
 double qbytes(const QW& w, double rows = -1) {
   return (rows < 0 ? w.rows : rows) * (double(w.cols) * w.bits / 8 + double(w.cols) / 64 * 4);
 }
-// Adds a whole quantized matrix (codes and interleaved scale/bias) to an L2 prefetch list.
-void pf_add(L2Pf& pf, const QW& w) {
-  if (!w.codes) return;
-  pf.add(w.codes, uint64_t(w.rows) * w.cols * w.bits / 8);
-  pf.add(w.sb, uint64_t(w.rows) * (w.cols / 64) * 4);
-}
-// LILY_CUDA_L2PF: bit 0 = each kernel asks the L2 for a later kernel's weights (in-projection →
-// out_proj/o_proj; GDN step / attention prep → router + shared [gate|up]; gate+up → the chosen
-// experts' down rows; down → the next layer's in-projection), bit 1 = the next layer's
-// in-projection from gate+up instead of down (further ahead), bit 2 = the router's last block
-// prefetches the chosen experts' gate/up rows. Default 0: measured on the H200 (2026-12-03, 256
-// context) 1 → 380 tok/s, 3 → 376, 5 → 243 against 389 with it off (the GEMVs' own pre-wait
-// loads already overlap their predecessor; one SM issuing 9 MB of prefetches stalls the router).
-int l2pf_mode() {
-  static const int v = [] {
-    const char* e = std::getenv("LILY_CUDA_L2PF");
-    return e && *e ? std::atoi(e) : 0;
-  }();
-  return v;
-}
 // The DeltaNet gated RMSNorm at the end of the GDN step kernel (clusters), out_proj staging a
 // plain input; LILY_GDN_FUSED_NORM=0 keeps it in out_proj's staging.
 bool gdn_fused_norm() {
@@ -80,13 +60,9 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
     }
     return Status::ok();
   };
-  const int pfm = l2pf_mode();
-  const bool topk_here = moe_topk_in_consumers() && c.num_experts <= 256 && !(pfm & 4);
-  const bool pf_on = pfm & 1;
-  auto in_proj_of = [&](int li) -> const QW* {
-    if (li >= c.num_hidden_layers) return nullptr;
-    return d_.layers[li].attn ? &d_.layers[li].qkv : &d_.layers[li].in_proj;
-  };
+  // No L2 prefetch of later kernels' weights: measured on the H200 (a997e1e, 256 context) 380 / 376 / 243
+  // tok/s against 389 without (the GEMVs' own pre-wait loads already overlap their predecessor).
+  const bool topk_here = moe_topk_in_consumers() && c.num_experts <= 256;
   mark("start", s);
   LILY_TRY(op("embed", qbytes(d_.embed, 1), [&] { return embed_row(d_.embed, st.ctl, 0, xres_[0], s); }));
   int p = 0;
@@ -97,16 +73,13 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
     GemvArgs in{};
     in.pro = Pro::kAddNorm, in.in = xres_[p], in.mix = mix, in.gain = L.in_norm, in.res_out = xres_[p ^ 1];
     in.eps = c.rms_norm_eps, in.y = u_, in.tc = true;
-    if (pf_on) pf_add(in.pf, L.attn ? L.o_proj : L.out_proj);
-    L2Pf pf_mid;  // GDN step / attention prep: router + shared [gate|up]
-    if (pf_on) pf_add(pf_mid, L.router), pf_add(pf_mid, L.sh_gate_up);
     if (!L.attn) {
       in.w = L.in_proj;
       LILY_TRY(op("gdn: add+norm+[qkv|z|a|b] gemv", qbytes(L.in_proj), [&] { return gemv(in, s); }));
       GdnArgs g{};
       g.u = u_, g.conv_w = L.conv_w, g.conv = SL.conv, g.S = SL.S, g.A_log = L.A_log, g.dt_bias = L.dt_bias;
       g.o = o_, g.ctl = st.ctl, g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.win_f32 = st.f32;
-      g.dk = c.linear_key_head_dim, g.dv = c.linear_value_head_dim, g.K = c.linear_conv_kernel_dim, g.pf = pf_mid;
+      g.dk = c.linear_key_head_dim, g.dv = c.linear_value_head_dim, g.K = c.linear_conv_kernel_dim;
       const bool fuse_gn = gdn_fused_norm() && g.dv <= 256;
       if (fuse_gn) g.z = u_ + C, g.gnorm = L.gnorm, g.og = og_, g.eps = c.rms_norm_eps;
       const double gb = 2.0 * SL.S_bytes + 1.5 * SL.conv_bytes + double(C) * g.K * 2;
@@ -130,7 +103,7 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
       a.kv_f32 = st.f32;
       a.partial = attn_partial_, a.ctl = st.ctl, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
       a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim();
-      a.max_seq = st.cap, a.n_split = attn_max_splits(), a.theta = c.rope_theta, a.eps = c.rms_norm_eps, a.pf = pf_mid;
+      a.max_seq = st.cap, a.n_split = attn_max_splits(), a.theta = c.rope_theta, a.eps = c.rms_norm_eps;
       LILY_TRY(op("attn: qk norm+rope+cache", 0, [&] { return attn_prep(a, s); }));
       const double kvb = 2.0 * a.nkv * a.hd * es * (st.n + 1);
       LILY_TRY(op("attn: split-K decode+gate", kvb, [&] { return attn_decode(a, s); }));
@@ -144,7 +117,6 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
     r.res_out = xres_[p ^ 1], r.n_out = hn_, r.eps = c.rms_norm_eps, r.y = rl_;
     r.epi = Epi::kTopK, r.ctl = st.ctl, r.n_experts = c.num_experts, r.top_k = c.num_experts_per_tok;
     r.topk_ids = topk_ids_, r.topk_w = topk_w_, r.norm_topk = c.norm_topk_prob;
-    if (pfm & 4) r.pfx_gate = L.gate, r.pfx_up = L.up, r.pfx_I = c.moe_intermediate_size;
     if (topk_here) r.epi = Epi::kNone;
     MoeArgs m{};
     m.gate = L.gate, m.up = L.up, m.down = L.down, m.sh_gate_up = L.sh_gate_up, m.sh_down = L.sh_down;
@@ -155,15 +127,10 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
     LILY_TRY(op(topk_here ? "moe: add+norm+router q8" : "moe: add+norm+router q8+top-k", qbytes(L.router),
                 [&] { return gemv(r, s); }));
     p ^= 1;
-    MoeArgs md = m;
-    if (pf_on) {
-      m.pf_down = true;
-      if (const QW* nx = in_proj_of(i + 1)) pf_add((pfm & 2) ? m.pf : md.pf, *nx);
-    }
     const double k = m.top_k;
     LILY_TRY(op("moe: gate+up+swiglu (k+shared)", 2 * k * qbytes(L.gate, m.I) + qbytes(L.sh_gate_up),
                 [&] { return moe_gate_up(m, s); }));
-    LILY_TRY(op("moe: down+combine+shared", k * qbytes(L.down, H) + qbytes(L.sh_down), [&] { return moe_down_combine(md, s); }));
+    LILY_TRY(op("moe: down+combine+shared", k * qbytes(L.down, H) + qbytes(L.sh_down), [&] { return moe_down_combine(m, s); }));
     mix = mix_;
   }
   if (!with_logits) return only_ ? Status::ok() : bump_pos(st.ctl, s);

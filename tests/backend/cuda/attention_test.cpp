@@ -159,9 +159,9 @@ namespace lily::test_prefill {
 namespace {
 
 // terms 3 (fp32 caches): q/K/V/P split into bf16 hi + lo, checked against the plain fp32
-// reference; terms 1: bf16 operands, checked against a reference that rounds q/K/V to bf16.
-// wg: the split-operand kernel (1 wgmma, attn_wg.cu; 0 mma.sync; -1 the default).
-void attn_case(int nh, int nkv, int hd, int pos0, int M, bool kv_f32 = true, int terms = 3, int wg = -1) {
+// reference (the wgmma kernel, attn_wg.cu); terms 1: bf16 operands (the mma.sync kernel,
+// attn_prefill.cu), checked against a reference that rounds q/K/V to bf16.
+void attn_case(int nh, int nkv, int hd, int pos0, int M, bool kv_f32 = true, int terms = 3) {
   if (!kv_f32) terms = 1;
   const int qw = 2 * hd, rot = hd / 4, ldu = nh * qw + 2 * nkv * hd, max_seq = pos0 + M + 3;
   auto u = randv(size_t(M) * ldu);
@@ -198,7 +198,6 @@ void attn_case(int nh, int nkv, int hd, int pos0, int M, bool kv_f32 = true, int
   cuda::pf::AttnPrefillArgs a{};
   a.u = du.p, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = dqn.p, a.k_norm = dkn.p, a.kc = dkc.p, a.vc = dvc.p;
   a.kv_f32 = kv_f32, a.terms = terms, a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot, a.max_seq = max_seq;
-  a.wg = wg;
   ASSERT_TRUE(cuda::pf::attn_prefill(a, nullptr).is_ok());
   // Reference: fp32 norm + rope; q, K, V rounded to bf16 when the kernel's MMAs take them so
   // (terms 1); softmax in double.
@@ -243,8 +242,7 @@ void attn_case(int nh, int nkv, int hd, int pos0, int M, bool kv_f32 = true, int
       }
     }
   const std::string shape = dims({nh, nkv, hd}) + " pos0=" + std::to_string(pos0) + " M=" + std::to_string(M) +
-                            (kv_f32 ? " f32 kv" : " bf16 kv") + (terms == 3 ? " split" : " bf16 ops") +
-                            (terms == 3 ? (wg == 0 ? " mma.sync" : " wgmma") : "");
+                            (kv_f32 ? " f32 kv" : " bf16 kv") + (terms == 3 ? " split wgmma" : " bf16 ops");
   // Split operands: ~16-bit products, errors ~1e-5 (tolerance 3e-4 + 1e-3·|ref|); bf16: ~3e-3.
   if (terms == 3) check("attn prefill out", shape, dout.down(), ref, 3e-4f, 1e-3f);
   else check("attn prefill out", shape, dout.down(), ref, 1.5e-2f, 2e-2f);
@@ -268,10 +266,6 @@ TEST(CudaPrefill, AttnPrefill) {
   attn_case(2, 1, 64, 0, 4097, /*kv_f32=*/true, /*terms=*/1);
   attn_case(16, 2, 256, 100, 65, /*kv_f32=*/false);
   attn_case(4, 2, 64, 37, 129, /*kv_f32=*/false);
-  // The mma.sync split kernel (LILY_PREFILL_ATTN_WG=0) stays covered.
-  attn_case(16, 2, 256, 100, 65, true, 3, /*wg=*/0);
-  attn_case(4, 2, 64, 37, 129, true, 3, /*wg=*/0);
-  attn_case(2, 1, 64, 0, 4097, true, 3, /*wg=*/0);
 }
 // The wgmma split kernel (attn_wg.cu, the default): 128-query blocks of two 64-row warpgroups,
 // 32-key tiles, the K/V split planes padded to 64 keys. The real shape (16 q / 2 kv heads, hd 256)
@@ -282,20 +276,20 @@ TEST(CudaPrefill, AttnPrefillWgmma) {
   const int pos0s[3] = {0, 37, 100};
   int i = 0;
   for (int M : {1, 2, 7, 8, 9, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257})
-    attn_case(16, 2, 256, pos0s[i++ % 3], M, true, 3, 1);
-  attn_case(16, 2, 256, 4000, 129, true, 3, 1);  // continuing after 4000 cached positions
-  attn_case(16, 2, 256, 4095, 2, true, 3, 1);
-  attn_case(4, 1, 256, 4097, 64, true, 3, 1);
-  for (int M : {4095, 4096, 4097}) attn_case(2, 1, 128, 0, M, true, 3, 1);
-  attn_case(2, 1, 256, 0, 4097, true, 3, 1);
-  attn_case(4, 2, 64, 1000, 300, true, 3, 1);
-  attn_case(8, 8, 128, 63, 65, true, 3, 1);
+    attn_case(16, 2, 256, pos0s[i++ % 3], M);
+  attn_case(16, 2, 256, 4000, 129);  // continuing after 4000 cached positions
+  attn_case(16, 2, 256, 4095, 2);
+  attn_case(4, 1, 256, 4097, 64);
+  for (int M : {4095, 4096, 4097}) attn_case(2, 1, 128, 0, M);
+  attn_case(2, 1, 256, 0, 4097);
+  attn_case(4, 2, 64, 1000, 300);
+  attn_case(8, 8, 128, 63, 65);
 }
 // Timing of the attention prefill (prep + K/V split + flash) at the real shape (16 q / 2 kv heads,
-// hd 256, gate) for a 4,096-token chunk with 0 and 4,096 cached positions, per kernel variant
-// (0 mma.sync, 1 wgmma default). Runs only with LILY_ATTN_BENCH=1. TF/s
-// counts 4·hd FLOP per (query, key ≤ query) pair and head. "rel": max |Δ| against variant 0's
-// output relative to max |out| (a cross-check; the CPU rows above are the oracle).
+// hd 256, gate) for a 4,096-token chunk with 0 and 4,096 cached positions, fp32 caches, per operand
+// mode (terms 3: split, the wgmma kernel, the default; terms 1: bf16, the mma.sync kernel). Runs only
+// with LILY_ATTN_BENCH=1. TF/s counts 4·hd FLOP per (query, key ≤ query) pair and head (the
+// products, not the three MMAs of a split one); the CPU rows above are the oracle.
 TEST(CudaPrefill, AttnBench) {
   LILY_PREFILL_REQUIRE_GPU();
   const char* e = std::getenv("LILY_ATTN_BENCH");
@@ -305,24 +299,16 @@ TEST(CudaPrefill, AttnBench) {
   cudaMemset(dkc.p, 0, dkc.n * 4), cudaMemset(dvc.p, 0, dvc.n * 4);
   DBuf<uint16_t> dqn(to_bits(rand_bf16(hd, 0.1f, 1.f))), dkn(to_bits(rand_bf16(hd, 0.1f, 1.f))), dqb(size_t(2) * M * nh * hd);
   for (int pos0 : {0, 4096}) {
-    std::vector<float> base;
     std::printf("| attn 16x2x256 M=%d pos0=%d |", M, pos0);
-    for (int v : {0, 1}) {
+    for (int terms : {3, 1}) {
       cuda::pf::AttnPrefillArgs a{};
       a.u = du.p, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = dqn.p, a.k_norm = dkn.p, a.kc = dkc.p, a.vc = dvc.p;
-      a.kv_f32 = true, a.terms = 3, a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot;
-      a.max_seq = max_seq, a.wg = v;
+      a.kv_f32 = true, a.terms = terms, a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot;
+      a.max_seq = max_seq;
       const float ms = mean_ms(5, [&] { return cuda::pf::attn_prefill(a, nullptr).is_ok(); });
-      ASSERT_GE(ms, 0.f) << "variant " << v << " pos0 " << pos0 << ": an attention call failed";
+      ASSERT_GE(ms, 0.f) << "terms " << terms << " pos0 " << pos0 << ": an attention call failed";
       const double pairs = double(M) * pos0 + double(M) * (M + 1) / 2;
-      std::printf(" v%d %7.3f ms %6.1f TF/s", v, ms, 4.0 * hd * nh * pairs / (ms * 1e-3) / 1e12);
-      auto y = dout.down();
-      if (v == 0) base = y;
-      else {
-        const auto [md, my] = max_diff(y, base);
-        std::printf(" (rel %.1e)", md / std::max(my, 1e-30));
-      }
-      std::printf(" |");
+      std::printf(" terms %d %7.3f ms %6.1f TF/s |", terms, ms, 4.0 * hd * nh * pairs / (ms * 1e-3) / 1e12);
     }
     std::printf("\n");
     std::fflush(stdout);

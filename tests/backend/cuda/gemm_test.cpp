@@ -30,16 +30,16 @@
 namespace lily::test_prefill {
 namespace {
 
-// pipe: A pre-split, the pipelined kernel (gemm_q4_pipe.cu); else the register-prefetch kernel.
-// wg (2 or 4, implies pipe): the Hopper wgmma kernel (gemm_wg.cu) with that many warpgroups.
+// split: A pre-split (split_rows), as the prefill runs its GEMMs: 4-bit weights on the Hopper wgmma
+// kernel (gemm_wg.cu), 8-bit ones on the pipelined mma.sync kernel (gemm_q4_pipe.cu); else (4-bit,
+// the lm_head) the register-prefetch kernel (gemm_q4.cu); terms 0: the fp32 reference kernel.
 // split_terms 1: the split's lo plane is zero (the prefill's single-pass split, which the 8-bit
 // router reads with the two-pass pipe kernel), so the products are the single-pass ones.
 // Single-pass results (terms 1, or a terms-1 split) are compared with the reference rounding its
 // GEMM inputs the same way (core/act_round.h) at the fp32 tolerance; two-pass and fp32 ones with
 // the fp32 reference.
-void gemm_case(int M, int N, int K, int bits, int terms, bool pipe = false, int wg = 0, int split_terms = 2) {
-  if (wg) pipe = true;
-  const bool single = terms == 1 || (pipe && split_terms == 1);
+void gemm_case(int M, int N, int K, int bits, int terms, bool split = false, int split_terms = 2) {
+  const bool single = terms == 1 || (split && split_terms == 1);
   HostQ W(N, K, bits);
   DevQ D(W.w);
   auto x = randv(size_t(M) * K);
@@ -51,62 +51,53 @@ void gemm_case(int M, int N, int K, int bits, int terms, bool pipe = false, int 
   cuda::pf::GemmArgs a{};
   a.w = D.q, a.n_out = N, a.a = dx.p, a.lda = K, a.M = M, a.y = dy.p, a.ldy = N, a.terms = terms;
   std::unique_ptr<DevSplit> sp;
-  if (pipe) sp = std::make_unique<DevSplit>(dx.p, K, M, K, split_terms), sp->use(a);
-  a.wg = wg;
+  if (split) sp = std::make_unique<DevSplit>(dx.p, K, M, K, split_terms), sp->use(a);
   ASSERT_TRUE(cuda::pf::gemm(a, nullptr).is_ok());
   const float tol = terms == 0 ? 1e-4f : 2e-4f;
   check(fmt::format("gemm q{} x{}{}", bits, terms == 0 ? "f32 ref" : single ? "f16" : "f16 hi+lo",
-                    wg ? fmt::format(" wgmma{}", wg) : pipe ? " pipe" : ""),
+                    !split || terms == 0 ? "" : bits == 4 ? " wgmma" : " pipe"),
         dims({M, N, K}), dy.down(), ref, tol, tol);
 }
 TEST(CudaPrefill, Gemm) {
   LILY_PREFILL_REQUIRE_GPU();
+  // Register-prefetch kernel (4-bit, no split: the lm_head, terms 1 by default, 2 under LILY_PREFILL_TERMS=2).
   for (int M : {1, 2, 7, 8, 9, 63, 64, 65, 127, 128, 129}) gemm_case(M, 200, 512, 4, 2);
   for (int terms : {1, 2}) {
     gemm_case(257, 12352, 2048, 4, terms);  // [qkv|z|a|b]
     gemm_case(130, 2048, 4096, 4, terms);   // out_proj / o_proj
     gemm_case(130, 2048, 512, 4, terms);    // down
-    gemm_case(65, 257, 2048, 8, terms);     // router + shared gate (8-bit)
   }
   gemm_case(4097, 256, 256, 4, 2);
-  // Pipelined kernel (pre-split A): tile edges in M and N, K one and many tiles, real shapes.
-  for (int M : {1, 2, 7, 63, 64, 65, 129}) gemm_case(M, 200, 512, 4, 2, true);
-  gemm_case(257, 12352, 2048, 4, 2, true);  // [qkv|z|a|b]
-  gemm_case(130, 2048, 4096, 4, 2, true);   // out_proj / o_proj
-  gemm_case(130, 2048, 512, 4, 2, true);    // down
+  // Pipelined kernel (pre-split A, 8-bit): tile edges in M and N, K one and many tiles, the router.
+  for (int M : {1, 2, 7, 63, 64, 65, 129}) gemm_case(M, 200, 512, 8, 2, true);
   gemm_case(65, 257, 2048, 8, 2, true);     // router + shared gate (8-bit)
   gemm_case(9, 136, 64, 8, 2, true);        // one k tile, 8-bit
-  gemm_case(4097, 256, 256, 4, 2, true);
-  gemm_case(65, 257, 2048, 8, 2, true, 0, 1);  // the router in prefill: single-pass split, pipe kernel
-  gemm_case(9, 136, 64, 8, 2, true, 0, 1);
+  gemm_case(65, 257, 2048, 8, 2, true, 1);  // the router in prefill: single-pass split, pipe kernel
+  gemm_case(9, 136, 64, 8, 2, true, 1);
   gemm_case(65, 257, 2048, 8, 0);  // fp32 reference path (A/B knob LILY_PREFILL_TERMS=0)
   gemm_case(130, 2048, 512, 4, 0);
 }
-// The Hopper wgmma kernel (gemm_wg.cu): every 64-token tile edge, weight-row block edges (N = 300
-// crosses 128 and 256), K one to many tiles, the real shapes.
+// The Hopper wgmma kernel (gemm_wg.cu, 2 warpgroups = 128 weight rows per block): every 64-token tile
+// edge, weight-row block edges (N = 300 crosses 128 and 256), K one to many tiles, the real shapes.
 TEST(CudaPrefill, GemmWgmma) {
   LILY_PREFILL_REQUIRE_GPU();
-  for (int wg : {4, 2}) {
-    for (int M : {1, 2, 7, 8, 9, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097}) gemm_case(M, 300, 256, 4, 2, true, wg);
-    gemm_case(33, 64, 64, 4, 2, true, wg);  // one k tile, one partial block
-    gemm_case(257, 12352, 2048, 4, 2, true, wg);  // [qkv|z|a|b]
-    gemm_case(130, 2048, 4096, 4, 2, true, wg);   // out_proj / o_proj
-    gemm_case(130, 9216, 2048, 4, 2, true, wg);   // attention [q|gate|k|v]
-    gemm_case(130, 2048, 512, 4, 2, true, wg);    // down
-  }
-  gemm_case(4097, 3000, 2048, 4, 2, true, 4);   // a whole prefill chunk (+1) at the real K
-  gemm_case(65, 257, 2048, 8, 2, true, 4);      // 8-bit weights fall back to the pipe kernel
+  for (int M : {1, 2, 7, 8, 9, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097}) gemm_case(M, 300, 256, 4, 2, true);
+  gemm_case(33, 64, 64, 4, 2, true);  // one k tile, one partial block
+  gemm_case(257, 12352, 2048, 4, 2, true);  // [qkv|z|a|b]
+  gemm_case(130, 2048, 4096, 4, 2, true);   // out_proj / o_proj
+  gemm_case(130, 9216, 2048, 4, 2, true);   // attention [q|gate|k|v]
+  gemm_case(130, 2048, 512, 4, 2, true);    // down
+  gemm_case(4097, 3000, 2048, 4, 2, true);  // a whole prefill chunk (+1) at the real K
   // Single-pass fp16 x (terms 1, x_hi only; the default), against the reference rounding as it does.
-  for (int M : {1, 9, 64, 65, 129, 4097}) gemm_case(M, 300, 256, 4, 1, true, 2);
-  gemm_case(257, 12352, 2048, 4, 1, true, 2);
-  gemm_case(130, 2048, 4096, 4, 1, true, 4);
+  for (int M : {1, 9, 64, 65, 129, 4097}) gemm_case(M, 300, 256, 4, 1, true);
+  gemm_case(257, 12352, 2048, 4, 1, true);
+  gemm_case(130, 2048, 4096, 4, 1, true);
 }
 
 // Timing of the quantized GEMM kernels at the real shapes for a 4,096-token chunk (M = 4096;
 // grouped: 4096 tokens × top-8 over 256 experts, uniform random routing). Runs only with
-// LILY_GEMM_BENCH=1. Per shape: ms per call and model TFLOP/s (2·M·N·K) of the mma.sync pipe
-// kernel and the wgmma kernel with 2 and 4 warpgroups, and the wgmma outputs' max |Δ| against the
-// pipe kernel's relative to max |y| (same inputs; a cross-check at full size).
+// LILY_GEMM_BENCH=1. Per shape: ms per call and model TFLOP/s (2·M·N·K) of the wgmma kernel (the
+// 4-bit prefill GEMMs, two-pass split; the CPU rows above are the oracle).
 struct BenchW {
   DBuf<uint32_t> codes;
   DBuf<uint16_t> sb;
@@ -127,25 +118,10 @@ struct BenchW {
   }
 };
 
-void bench_row(const char* name, cuda::pf::GemmArgs a, double flop) {
-  std::vector<float> base;
-  std::printf("| %-26s |", name);
-  for (int wg : {0, 2, 4}) {  // pipe, wgmma 2/4 warpgroups
-    a.wg = wg;
-    const float ms = mean_ms(10, [&] { return cuda::pf::gemm(a, nullptr).is_ok(); });
-    ASSERT_GE(ms, 0.f) << name << " wg " << wg << ": a GEMM call failed";
-    std::vector<float> y(size_t(a.M) * a.ldy);  // grouped: a.M = slots
-    ASSERT_EQ(cudaMemcpy(y.data(), a.y, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    std::printf(" %8.3f ms %6.1f TF/s", ms, flop / (ms * 1e-3) / 1e12);
-    if (wg == 0) base = y;
-    else {
-      const auto [md, my] = max_diff(y, base);
-      std::printf(" (rel %.1e)", md / std::max(my, 1e-30));
-      EXPECT_LT(md, 1e-3 * my) << name << " wg " << wg;
-    }
-    std::printf(" |");
-  }
-  std::printf("\n");
+void bench_row(const char* name, const cuda::pf::GemmArgs& a, double flop) {
+  const float ms = mean_ms(10, [&] { return cuda::pf::gemm(a, nullptr).is_ok(); });
+  ASSERT_GE(ms, 0.f) << name << ": a GEMM call failed";
+  std::printf("| %-26s | %8.3f ms %6.1f TF/s |\n", name, ms, flop / (ms * 1e-3) / 1e12);
   std::fflush(stdout);
 }
 TEST(CudaPrefill, GemmBench) {
@@ -153,7 +129,7 @@ TEST(CudaPrefill, GemmBench) {
   const char* e = std::getenv("LILY_GEMM_BENCH");
   if (!e || std::string(e) != "1") GTEST_SKIP() << "set LILY_GEMM_BENCH=1 to time the GEMM kernels";
   const int M = 4096, H = 2048, E = 256, k = 8, I = 512;
-  std::printf("| GEMM (M=4096) | pipe (mma.sync) | wgmma 2 WG | wgmma 4 WG |\n");
+  std::printf("| GEMM (M=4096) | wgmma |\n");
   auto dense = [&](const char* name, int N, int K, bool swiglu) {
     BenchW w(swiglu ? 2 * N : N, K);
     auto x = randv(size_t(M) * K);

@@ -65,9 +65,8 @@ void router_case(int E, int H, int k) {
   a.w = D.q, a.pro = cuda::Pro::kPlain, a.in = dx.p, a.y = dl.p, a.epi = cuda::Epi::kTopK;
   a.ctl = ctl.p, a.n_experts = E, a.top_k = k, a.topk_ids = di.p, a.topk_w = dw.p;
   for (int rep = 0; rep < 2; ++rep) {  // twice: the last-block counter must reset itself
-    if (rep == 1) a.pfx_gate = D.q, a.pfx_up = D.q, a.pfx_I = 1;  // replay also prefetches the chosen rows
     ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
-    const std::string sh = dims({E + 1, H}) + " k" + std::to_string(k) + (rep ? " (replay, expert prefetch)" : "");
+    const std::string sh = dims({E + 1, H}) + " k" + std::to_string(k) + (rep ? " (replay)" : "");
     check("router q8 logits fp32", sh, dl.down(), l, 1e-3f, 1e-3f);
     auto ids = di.down();
     check("router top-k ids", sh, std::vector<float>(ids.begin(), ids.end()), ref_ids, 0, 0);
@@ -171,17 +170,7 @@ void moe_case(int E, int H, int I, int Is, int k, int route = 0) {
     check("moe routing: top-k ids (down block 0)", sh, std::vector<float>(gi.begin(), gi.end()),
           std::vector<float>(ids.begin(), ids.end()), 0, 0);
     check("moe routing: weights+σ(shared)", sh, dw.down(), wts, 1e-6f, 1e-5f);
-    return;
   }
-  // Again with the L2 prefetch hints the decode step uses (chosen experts' down rows, later weights).
-  a.pf_down = true;
-  a.pf.add(dG.q.codes, uint64_t(dG.q.rows) * H / 2);
-  a.pf.add(dSD.q.sb, uint64_t(H) * (Is / 64) * 4);
-  cudaMemset(dact.p, 0xFF, dact.n * 4), cudaMemset(dout.p, 0xFF, dout.n * 4);
-  ASSERT_TRUE(cuda::moe_gate_up(a, nullptr).is_ok());
-  ASSERT_TRUE(cuda::moe_down_combine(a, nullptr).is_ok());
-  check("moe gate+up + L2 prefetch", sh, dact.down(), ref_act, 1e-4f, 1e-3f);
-  check("moe down + L2 prefetch", sh, dout.down(), out, 1e-4f, 1e-3f);
 }
 TEST(CudaOps, Moe) {
   LILY_OPS_REQUIRE_GPU();
@@ -232,11 +221,12 @@ TEST(CudaOps, MoeTc) {
 namespace lily::test_prefill {
 namespace {
 
-// terms 1 with pipe: as the prefill runs by default: single-pass splits (zero lo planes), the 8-bit
-// router on the two-pass pipe kernel over them, the 4-bit GEMMs single pass; the reference rounds its
-// GEMM inputs as the kernels do (core/act_round.h).
-void moe_case(int M, int H, int E, int k, int I, int terms = 2, bool pipe = false, int wg = 0) {
-  if (wg) pipe = true;
+// As CudaBackend::pf_chunk runs it: terms 1 or 2, the GEMM inputs pre-split (4-bit GEMMs on the wgmma
+// kernel, the 8-bit router on the two-pass pipe kernel); terms 1 (the default): single-pass splits (zero
+// lo planes), so the router's products are single pass too, and the reference rounds its GEMM inputs
+// as the kernels do (core/act_round.h). terms 0: no split, the fp32 reference GEMMs.
+void moe_case(int M, int H, int E, int k, int I, int terms = 1) {
+  const bool pipe = terms != 0;
   const int split_terms = terms == 1 ? 1 : 2;
   cpu::set_round_gemm_inputs(terms == 1);
   HostQ gate(E * I, H, 4), up(E * I, H, 4), down(E * H, I, 4), shgu(2 * I, H, 4), shd(H, I, 4), router(E + 1, H, 8, 3.f);
@@ -292,7 +282,6 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 2, bool pipe = fals
   ra.w = dr.q, ra.n_out = E + 1, ra.a = dx.p, ra.lda = H, ra.M = M, ra.y = drl.p, ra.ldy = E + 1, ra.terms = pipe && terms == 1 ? 2 : terms;
   std::unique_ptr<DevSplit> sx;
   if (pipe) sx = std::make_unique<DevSplit>(dx.p, H, M, H, split_terms), sx->use(ra);
-  ra.wg = wg;  // 8-bit: stays on the pipe kernel
   ASSERT_TRUE(cuda::pf::gemm(ra, nullptr).is_ok());
   cuda::pf::RouteArgs r{};
   r.logits = drl.p, r.M = M, r.E = E, r.top_k = k, r.topk_ids = dids.p, r.topk_w = dtw.p, r.slot_tok = dslot_tok.p;
@@ -302,25 +291,21 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 2, bool pipe = fals
   gu.w = dg.q, gu.w2 = du.q, gu.n_out = I, gu.a = dx.p, gu.lda = H, gu.a_rows = dslot_tok.p, gu.y = dact.p, gu.ldy = I;
   gu.swiglu = true, gu.tiles = dtiles.p, gu.max_tiles = T, gu.terms = terms;
   if (pipe) sx->use(gu);
-  gu.wg = wg;
   ASSERT_TRUE(cuda::pf::gemm(gu, nullptr).is_ok());
   cuda::pf::GemmArgs dn{};
   dn.w = dd.q, dn.n_out = H, dn.a = dact.p, dn.lda = I, dn.y = dyd.p, dn.ldy = H, dn.tiles = dtiles.p, dn.max_tiles = T, dn.terms = terms;
   std::unique_ptr<DevSplit> sa;
   if (pipe) sa = std::make_unique<DevSplit>(dact.p, I, S, I, split_terms), sa->use(dn);
-  dn.wg = wg;
   ASSERT_TRUE(cuda::pf::gemm(dn, nullptr).is_ok());
   cuda::pf::GemmArgs sg{};
   sg.w = dsgu.q, sg.w2 = dsgu.q, sg.row0_2 = I, sg.n_out = I, sg.a = dx.p, sg.lda = H, sg.M = M, sg.y = dsact.p, sg.ldy = I;
   sg.swiglu = true, sg.terms = terms;
   if (pipe) sx->use(sg);
-  sg.wg = wg;
   ASSERT_TRUE(cuda::pf::gemm(sg, nullptr).is_ok());
   cuda::pf::GemmArgs sd{};
   sd.w = dsd.q, sd.n_out = H, sd.a = dsact.p, sd.lda = I, sd.M = M, sd.y = dsy.p, sd.ldy = H, sd.terms = terms;
   std::unique_ptr<DevSplit> ss;
   if (pipe) ss = std::make_unique<DevSplit>(dsact.p, I, M, I, split_terms), ss->use(sd);
-  sd.wg = wg;
   ASSERT_TRUE(cuda::pf::gemm(sd, nullptr).is_ok());
   ASSERT_TRUE(cuda::pf::moe_combine(dyd.p, dsy.p, dslot_of.p, dtw.p, M, H, k, dout.p, nullptr).is_ok());
   // Routing: ids must match except at near-ties of the reference (those tokens are skipped).
@@ -336,28 +321,19 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 2, bool pipe = fals
     }
   }
   std::printf("| moe routing              | %-34s | %d of %d tokens differ (all near-ties) |\n", dims({M, E, k}).c_str(), flips, M);
-  check(wg ? fmt::format("moe (router..comb.) wg{}", wg) : pipe ? "moe (router..comb.) pipe" : "moe (router..combine)", dims({M, H, E, k, I}), dout.down(), ref, 5e-4f, 1e-3f, &skip, H);
+  check(fmt::format("moe (router..comb.) {}", terms == 0 ? "f32 ref" : terms == 1 ? "f16" : "f16 hi+lo"),
+        dims({M, H, E, k, I}), dout.down(), ref, 5e-4f, 1e-3f, &skip, H);
 }
 TEST(CudaPrefill, Moe) {
   LILY_PREFILL_REQUIRE_GPU();
-  for (int M : {1, 2, 9, 65, 129}) moe_case(M, 256, 16, 4, 256);
-  moe_case(300, 2048, 256, 8, 512);  // real shapes
-  moe_case(4097, 256, 64, 8, 128);   // many tiles, skewed counts
-  moe_case(129, 256, 16, 4, 256, /*terms=*/0);  // fp32 reference GEMM (A/B path), grouped + SwiGLU
-  // Pipelined GEMMs (pre-split A), as the prefill runs them by default.
-  for (int M : {1, 9, 129}) moe_case(M, 256, 16, 4, 256, 2, /*pipe=*/true);
-  moe_case(300, 2048, 256, 8, 512, 2, true);
-  moe_case(4097, 256, 64, 8, 128, 2, true);
-  // Hopper wgmma GEMMs (gemm_wg.cu) for gate/up+SwiGLU, down, shared expert.
-  for (int wg : {4, 2}) {
-    for (int M : {1, 9, 129}) moe_case(M, 256, 16, 4, 256, 2, true, wg);
-    moe_case(300, 2048, 256, 8, 512, 2, true, wg);
-    moe_case(4097, 256, 64, 8, 128, 2, true, wg);
+  // The default: single-pass activations on the wgmma GEMMs (the router on the pipe kernel); then
+  // two-pass (LILY_PREFILL_TERMS=2) and the fp32 reference GEMMs (=0, grouped + SwiGLU).
+  for (int terms : {1, 2}) {
+    for (int M : {1, 2, 9, 65, 129}) moe_case(M, 256, 16, 4, 256, terms);
+    moe_case(300, 2048, 256, 8, 512, terms);  // real shapes
+    moe_case(4097, 256, 64, 8, 128, terms);   // many tiles, skewed counts
   }
-  // The default: single-pass activations on the wgmma GEMMs (the router on the pipe kernel).
-  for (int M : {1, 9, 129}) moe_case(M, 256, 16, 4, 256, 1, true, 2);
-  moe_case(300, 2048, 256, 8, 512, 1, true, 2);
-  moe_case(4097, 256, 64, 8, 128, 1, true, 2);
+  moe_case(129, 256, 16, 4, 256, /*terms=*/0);
 }
 
 }  // namespace

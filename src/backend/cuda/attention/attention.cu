@@ -27,7 +27,6 @@ template <typename KT> __global__ void attn_prep_kernel(AttnArgs a) {
   extern __shared__ float xsh[];
   __shared__ float red[32];
   const int b = blockIdx.x, d = threadIdx.x, hd = a.hd;
-  l2_prefetch(a.pf);
   pdl_wait();
   pdl_trigger();
   const int pos = a.ctl ? a.ctl->pos : a.pos;

@@ -1,17 +1,16 @@
 // Attention prefill: (1) per token and head, q/k RMSNorm + partial NeoX RoPE; K/V written into the
 // cache (fp32 or bf16) at their positions, q to a bf16 scratch (hi, and lo = q − hi when split);
-// (2) causal GQA flash attention on tensor cores (mma.sync m16n8k16 bf16 → f32): a block = 64
-// query tokens of one head, 4 warps × 16 rows, key tiles of 64 from the cache (positions
-// 0..pos0+m; split: 128 queries, 8 warps, key tiles of 32; the latest query blocks first), online softmax in fp32 (exp2), P as A fragments straight from the S accumulators,
-// V via ldmatrix.trans; the sigmoid output gate is applied in the epilogue (fp32 out [M, nh·hd]).
-// With split operands this mma.sync kernel is the fallback (LILY_PREFILL_ATTN_WG=0); the default is
-// the wgmma kernel of attn_wg.cu.
-// Split (terms = 3, fp32 caches): every operand x enters as bf16 hi + lo (lo = bf16(x − hi)) and
-// each product as hi·hi + hi·lo + lo·hi, ~16-bit operands instead of 8 (one bf16 rounding of K/V
-// alone moves the random golden models' logprobs by ~0.2; helpers-common numerics finding).
+// (2) causal GQA flash attention. Split operands (terms = 3, fp32 caches, the default): the wgmma
+// kernel of attn_wg.cu, every operand x as bf16 hi + lo (lo = bf16(x − hi)) and each product as
+// hi·hi + hi·lo + lo·hi, ~16-bit operands instead of 8 (one bf16 rounding of K/V alone moves the
+// random golden models' logprobs by ~0.2; helpers-common numerics finding). Plain bf16 operands
+// (terms = 1: bf16 caches, LILY_CUDA_KV=bf16, or LILY_PREFILL_ATTN_TERMS=1): the mma.sync kernel
+// here (m16n8k16 bf16 → f32): a block = 64 query tokens of one head, 4 warps × 16 rows, key tiles
+// of 64 from the cache (positions 0..pos0+m; the latest query blocks first), online softmax in
+// fp32 (exp2), P as A fragments straight from the S accumulators, V via ldmatrix.trans; the sigmoid
+// output gate is applied in the epilogue (fp32 out [M, nh·hd]). (Its split-operand variant lost to
+// wgmma, +1.6% / +4.0% prefill at 8k / 32k, docs/perf/2026-12-03-cuda-prefill-4.md, and is gone.)
 #include <cuda_bf16.h>
-
-#include <cstdlib>
 
 #include "backend/cuda/common/common.cuh"
 #include "backend/cuda/step/prefill_ops.h"
@@ -19,9 +18,8 @@
 namespace lily::cuda::pf {
 namespace {
 
-// Query rows per block / threads: flash_kernel's own (64 and 128; 128 and 256 when split).
-template <bool SPLIT> constexpr int kBQ = SPLIT ? 128 : 64;
-template <bool SPLIT> constexpr int kBKV = SPLIT ? 32 : 64;
+// Query rows per block (threads: 2 per row) and keys per tile of flash_kernel.
+constexpr int kBQ = 64, kBKV = 64;
 
 __global__ void prep_kernel(AttnPrefillArgs a) {
   extern __shared__ float xsh[];
@@ -93,41 +91,26 @@ template <bool F32> __device__ __forceinline__ uint4 load8(const void* base, siz
   }
 }
 
-// hi = bf16(x), lo = bf16(x − hi) of two floats, packed.
-__device__ __forceinline__ void split2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
-  const float2 hf = __bfloat1622float2(h);
-  hi = *reinterpret_cast<const uint32_t*>(&h);
-  lo = pack_bf2(x0 - hf.x, x1 - hf.y);
-}
-// SPLIT: shared memory holds Q, K, V hi and lo planes (F32 caches only).
-template <int HD, bool F32, bool SPLIT> __global__ void __launch_bounds__(SPLIT ? 256 : 128) flash_kernel(AttnPrefillArgs a) {
-  static_assert(!SPLIT || F32, "split operands need fp32 caches");
-  // Split: 8 warps × 16 query rows and 32-key tiles (the hi/lo planes double shared memory;
-  // 128 queries per block halve the K/V conversion per query). Plain: 4 warps, 64-key tiles.
-  constexpr int BQ = kBQ<SPLIT>, BKV = kBKV<SPLIT>, kThreads = BQ / 16 * 32, NKT = BKV / 8;
-  constexpr int LD = HD + 8, NT = HD / 8, NP = SPLIT ? 2 : 1;
+// Plain bf16 operands (F32: the caches hold fp32, rounded to bf16 as they load); 4 warps, 64-key tiles.
+template <int HD, bool F32> __global__ void __launch_bounds__(128) flash_kernel(AttnPrefillArgs a) {
+  constexpr int BQ = kBQ, BKV = kBKV, kThreads = BQ / 16 * 32, NKT = BKV / 8;
+  constexpr int LD = HD + 8, NT = HD / 8;
   extern __shared__ __align__(16) uint16_t sm[];
   uint16_t* Qs = sm;
-  uint16_t* Ks = Qs + NP * BQ * LD;
-  uint16_t* Vs = Ks + NP * BKV * LD;
-  uint16_t* Ql = Qs + BQ * LD;   // lo planes (SPLIT)
-  uint16_t* Kl = Ks + BKV * LD;
-  uint16_t* Vl = Vs + BKV * LD;
+  uint16_t* Ks = Qs + BQ * LD;
+  uint16_t* Vs = Ks + BKV * LD;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int m0 = (gridDim.x - 1 - blockIdx.x) * BQ, h = blockIdx.y, kvh = h / (a.nh / a.nkv);
   const int kend = a.pos0 + min(m0 + BQ, a.M);
   constexpr int CPR = HD / 8;  // uint4 per row
   for (int idx = tid; idx < BQ * CPR; idx += kThreads) {
     const int r = idx / CPR, cc = idx % CPR;
-    uint4 v = make_uint4(0, 0, 0, 0), vl = v;
+    uint4 v = make_uint4(0, 0, 0, 0);
     const uint16_t* qrow = static_cast<const uint16_t*>(a.qb) + (size_t(m0 + r) * a.nh + h) * HD + cc * 8;
     if (m0 + r < a.M) {
       v = *reinterpret_cast<const uint4*>(qrow);
-      if constexpr (SPLIT) vl = *reinterpret_cast<const uint4*>(qrow + size_t(a.M) * a.nh * HD);
     }
     *reinterpret_cast<uint4*>(Qs + r * LD + cc * 8) = v;
-    if constexpr (SPLIT) *reinterpret_cast<uint4*>(Ql + r * LD + cc * 8) = vl;
   }
   const size_t kvbase = size_t(kvh) * a.max_seq * HD;
   float o[NT][4];
@@ -140,47 +123,15 @@ template <int HD, bool F32, bool SPLIT> __global__ void __launch_bounds__(SPLIT 
 
   for (int j0 = 0; j0 < kend; j0 += BKV) {
     __syncthreads();
-    if constexpr (SPLIT) {
-      // Every fp32 K/V load of the tile in flight before the first conversion (one L2 round
-      // trip per tile instead of one per 8-column group).
-      constexpr int IT = BKV * CPR / kThreads;
-      static_assert(BKV * CPR % kThreads == 0, "tile loads per thread");
-      float4 kx[IT][2], vx[IT][2];
-#pragma unroll
-      for (int it = 0; it < IT; ++it) {
-        const int idx = tid + it * kThreads, r = idx / CPR, cc = idx % CPR, j = j0 + r;
-        const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
-        kx[it][0] = kx[it][1] = vx[it][0] = vx[it][1] = z;
-        if (j < kend) {
-          const float4* kf = reinterpret_cast<const float4*>(static_cast<const float*>(a.kc) + kvbase + size_t(j) * HD + cc * 8);
-          const float4* vf = reinterpret_cast<const float4*>(static_cast<const float*>(a.vc) + kvbase + size_t(j) * HD + cc * 8);
-          kx[it][0] = kf[0], kx[it][1] = kf[1], vx[it][0] = vf[0], vx[it][1] = vf[1];
-        }
+    for (int idx = tid; idx < BKV * CPR; idx += kThreads) {
+      const int r = idx / CPR, cc = idx % CPR, j = j0 + r;
+      uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+      if (j < kend) {
+        kv = load8<F32>(a.kc, kvbase + size_t(j) * HD + cc * 8);
+        vv = load8<F32>(a.vc, kvbase + size_t(j) * HD + cc * 8);
       }
-#pragma unroll
-      for (int it = 0; it < IT; ++it) {
-        const int idx = tid + it * kThreads, r = idx / CPR, cc = idx % CPR;
-        uint4 kv, kl, vv, vl;
-        split2(kx[it][0].x, kx[it][0].y, kv.x, kl.x), split2(kx[it][0].z, kx[it][0].w, kv.y, kl.y);
-        split2(kx[it][1].x, kx[it][1].y, kv.z, kl.z), split2(kx[it][1].z, kx[it][1].w, kv.w, kl.w);
-        split2(vx[it][0].x, vx[it][0].y, vv.x, vl.x), split2(vx[it][0].z, vx[it][0].w, vv.y, vl.y);
-        split2(vx[it][1].x, vx[it][1].y, vv.z, vl.z), split2(vx[it][1].z, vx[it][1].w, vv.w, vl.w);
-        *reinterpret_cast<uint4*>(Ks + r * LD + cc * 8) = kv;
-        *reinterpret_cast<uint4*>(Vs + r * LD + cc * 8) = vv;
-        *reinterpret_cast<uint4*>(Kl + r * LD + cc * 8) = kl;
-        *reinterpret_cast<uint4*>(Vl + r * LD + cc * 8) = vl;
-      }
-    } else {
-      for (int idx = tid; idx < BKV * CPR; idx += kThreads) {
-        const int r = idx / CPR, cc = idx % CPR, j = j0 + r;
-        uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
-        if (j < kend) {
-          kv = load8<F32>(a.kc, kvbase + size_t(j) * HD + cc * 8);
-          vv = load8<F32>(a.vc, kvbase + size_t(j) * HD + cc * 8);
-        }
-        *reinterpret_cast<uint4*>(Ks + r * LD + cc * 8) = kv;
-        *reinterpret_cast<uint4*>(Vs + r * LD + cc * 8) = vv;
-      }
+      *reinterpret_cast<uint4*>(Ks + r * LD + cc * 8) = kv;
+      *reinterpret_cast<uint4*>(Vs + r * LD + cc * 8) = vv;
     }
     __syncthreads();
     float s[NKT][4];
@@ -194,23 +145,11 @@ template <int HD, bool F32, bool SPLIT> __global__ void __launch_bounds__(SPLIT 
       fa[1] = *reinterpret_cast<const uint32_t*>(Qs + (ra + 8) * LD + c0);
       fa[2] = *reinterpret_cast<const uint32_t*>(Qs + ra * LD + c0 + 8);
       fa[3] = *reinterpret_cast<const uint32_t*>(Qs + (ra + 8) * LD + c0 + 8);
-      uint32_t fl[4];
-      if constexpr (SPLIT) {
-        fl[0] = *reinterpret_cast<const uint32_t*>(Ql + ra * LD + c0);
-        fl[1] = *reinterpret_cast<const uint32_t*>(Ql + (ra + 8) * LD + c0);
-        fl[2] = *reinterpret_cast<const uint32_t*>(Ql + ra * LD + c0 + 8);
-        fl[3] = *reinterpret_cast<const uint32_t*>(Ql + (ra + 8) * LD + c0 + 8);
-      }
 #pragma unroll
       for (int nt = 0; nt < NKT; ++nt) {
         const uint16_t* kr = Ks + (nt * 8 + g) * LD + c0;
         const uint32_t b0 = *reinterpret_cast<const uint32_t*>(kr), b1 = *reinterpret_cast<const uint32_t*>(kr + 8);
         mma_bf16(s[nt], fa, b0, b1);
-        if constexpr (SPLIT) {
-          const uint16_t* klr = Kl + (nt * 8 + g) * LD + c0;
-          mma_bf16(s[nt], fa, *reinterpret_cast<const uint32_t*>(klr), *reinterpret_cast<const uint32_t*>(klr + 8));
-          mma_bf16(s[nt], fl, b0, b1);
-        }
       }
     }
     // Mask, scale (log2 domain), online softmax.
@@ -250,18 +189,11 @@ template <int HD, bool F32, bool SPLIT> __global__ void __launch_bounds__(SPLIT 
     // O += P V
 #pragma unroll
     for (int k2 = 0; k2 < BKV / 16; ++k2) {
-      uint32_t pa[4], pl[4];
-      if constexpr (SPLIT) {
-        split2(s[2 * k2][0], s[2 * k2][1], pa[0], pl[0]);
-        split2(s[2 * k2][2], s[2 * k2][3], pa[1], pl[1]);
-        split2(s[2 * k2 + 1][0], s[2 * k2 + 1][1], pa[2], pl[2]);
-        split2(s[2 * k2 + 1][2], s[2 * k2 + 1][3], pa[3], pl[3]);
-      } else {
-        pa[0] = pack_bf2(s[2 * k2][0], s[2 * k2][1]);
-        pa[1] = pack_bf2(s[2 * k2][2], s[2 * k2][3]);
-        pa[2] = pack_bf2(s[2 * k2 + 1][0], s[2 * k2 + 1][1]);
-        pa[3] = pack_bf2(s[2 * k2 + 1][2], s[2 * k2 + 1][3]);
-      }
+      uint32_t pa[4];
+      pa[0] = pack_bf2(s[2 * k2][0], s[2 * k2][1]);
+      pa[1] = pack_bf2(s[2 * k2][2], s[2 * k2][3]);
+      pa[2] = pack_bf2(s[2 * k2 + 1][0], s[2 * k2 + 1][1]);
+      pa[3] = pack_bf2(s[2 * k2 + 1][2], s[2 * k2 + 1][3]);
       const int vrow = k2 * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
       for (int dt = 0; dt < HD / 16; ++dt) {
@@ -269,14 +201,6 @@ template <int HD, bool F32, bool SPLIT> __global__ void __launch_bounds__(SPLIT 
         ldsm_x4_t(vr, Vs + vrow * LD + dt * 16 + (lane >> 4) * 8);
         mma_bf16(o[2 * dt], pa, vr[0], vr[1]);
         mma_bf16(o[2 * dt + 1], pa, vr[2], vr[3]);
-        if constexpr (SPLIT) {
-          uint32_t vlr[4];
-          ldsm_x4_t(vlr, Vl + vrow * LD + dt * 16 + (lane >> 4) * 8);
-          mma_bf16(o[2 * dt], pa, vlr[0], vlr[1]);
-          mma_bf16(o[2 * dt + 1], pa, vlr[2], vlr[3]);
-          mma_bf16(o[2 * dt], pl, vr[0], vr[1]);
-          mma_bf16(o[2 * dt + 1], pl, vr[2], vr[3]);
-        }
       }
     }
   }
@@ -305,24 +229,19 @@ template <int HD, bool F32, bool SPLIT> __global__ void __launch_bounds__(SPLIT 
   }
 }
 
-template <int HD, bool SPLIT> constexpr size_t flash_smem() {
-  return size_t(kBQ<SPLIT> + 2 * kBKV<SPLIT>) * (HD + 8) * 2 * (SPLIT ? 2 : 1);
-}
+template <int HD> constexpr size_t flash_smem() { return size_t(kBQ + 2 * kBKV) * (HD + 8) * 2; }
 
 template <int HD> Status launch_flash(const AttnPrefillArgs& a, cudaStream_t s) {
-  auto grid = [&](bool split) { return dim3((a.M + (split ? kBQ<true> : kBQ<false>) - 1) / (split ? kBQ<true> : kBQ<false>), a.nh); };
-  if (a.kv_f32 && a.terms == 3)
-    flash_kernel<HD, true, true><<<grid(true), kBQ<true> * 2, flash_smem<HD, true>(), s>>>(a);
-  else if (a.kv_f32)
-    flash_kernel<HD, true, false><<<grid(false), kBQ<false> * 2, flash_smem<HD, false>(), s>>>(a);
+  const dim3 grid((a.M + kBQ - 1) / kBQ, a.nh);
+  if (a.kv_f32)
+    flash_kernel<HD, true><<<grid, kBQ * 2, flash_smem<HD>(), s>>>(a);
   else
-    flash_kernel<HD, false, false><<<grid(false), kBQ<false> * 2, flash_smem<HD, false>(), s>>>(a);
+    flash_kernel<HD, false><<<grid, kBQ * 2, flash_smem<HD>(), s>>>(a);
   return launch_status("pf::flash");
 }
 template <int HD> Status init_hd() {
-  LILY_CU_TRY(cudaFuncSetAttribute(flash_kernel<HD, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(flash_smem<HD, true>())));
-  LILY_CU_TRY(cudaFuncSetAttribute(flash_kernel<HD, true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(flash_smem<HD, false>())));
-  LILY_CU_TRY(cudaFuncSetAttribute(flash_kernel<HD, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(flash_smem<HD, false>())));
+  LILY_CU_TRY(cudaFuncSetAttribute(flash_kernel<HD, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(flash_smem<HD>())));
+  LILY_CU_TRY(cudaFuncSetAttribute(flash_kernel<HD, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(flash_smem<HD>())));
   return Status::ok();
 }
 
@@ -350,12 +269,7 @@ Status attn_prefill(const AttnPrefillArgs& a, Stream stream) {
   prep_kernel<<<dim3(a.M, a.nh + a.nkv), a.hd, a.hd * sizeof(float), s>>>(a);
   LILY_TRY(launch_status("pf::attn_prep"));
   if (a.prof) a.prof(a.prof_ctx, "attn: q/k norm+rope+cache (prep)");
-  int use_wg = a.wg;
-  if (use_wg < 0) {
-    const char* e = std::getenv("LILY_PREFILL_ATTN_WG");
-    use_wg = e && e[0] == '0' ? 0 : 1;
-  }
-  if (use_wg && a.terms == 3 && a.kv_f32) {
+  if (a.terms == 3) {  // (fp32 caches, checked above)
     LILY_TRY(attn_flash_wg(a, stream));
     if (a.prof) a.prof(a.prof_ctx, "attn: flash (wgmma, split operands)");
     return Status::ok();
@@ -366,7 +280,7 @@ Status attn_prefill(const AttnPrefillArgs& a, Stream stream) {
     case 128: LILY_TRY(launch_flash<128>(a, s)); break;
     default: LILY_TRY(launch_flash<256>(a, s)); break;
   }
-  if (a.prof) a.prof(a.prof_ctx, a.terms == 3 ? "attn: flash (split operands)" : "attn: flash");
+  if (a.prof) a.prof(a.prof_ctx, "attn: flash");
   return Status::ok();
 }
 

@@ -7,7 +7,7 @@
 // j + 1 during softmax and PV). S = Qh·Kh + Qh·Kl + Ql·Kh (wgmma m64n32k16, both operands from
 // shared memory), online softmax in fp32 (exp2), P split into bf16 hi/lo straight from the S
 // registers, O += Ph·Vh + Ph·Vl + Pl·Vh (wgmma m64n{hd}k16, P from registers, Vᵀ in the 64-byte
-// swizzle). Same products as the mma.sync split kernel (attn_prefill.cu); output gate in the epilogue.
+// swizzle). Output gate in the epilogue. (The products of the mma.sync split-operand kernel it replaced.)
 #include <cuda_bf16.h>
 
 #include <mutex>

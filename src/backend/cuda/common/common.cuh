@@ -168,31 +168,6 @@ template <int BITS> __device__ __forceinline__ void stage_plain(const float* __r
   }
 }
 
-// ---- L2 prefetch of later kernels' weights ----------------------------------------------------
-// Every block of the grid issues cp.async.bulk.prefetch.L2 for its 1/nblocks share of each range,
-// in pieces of up to 16 KB, from warp 0. Pure hint: no registers, nothing waits on it.
-// Block b of nb; thread t of nt issues every nt-th piece of the block's share.
-__device__ __forceinline__ void l2_prefetch_range(const void* p, uint64_t n, int b, int nb, int t = threadIdx.x & 31,
-                                                  int nt = 32) {
-  if (!p || n < 16) return;
-  constexpr uint64_t kPiece = 16384;
-  const uint64_t per = ((n + nb - 1) / nb + 15) & ~uint64_t(15);
-  const uint64_t lo = uint64_t(b) * per, hi = lo + per < n ? lo + per : n;
-  // The instruction needs a 16-byte aligned address and size: the share is shrunk to that.
-  const uintptr_t a0 = (reinterpret_cast<uintptr_t>(p) + lo + 15) & ~uintptr_t(15);
-  const uintptr_t a1 = (reinterpret_cast<uintptr_t>(p) + hi) & ~uintptr_t(15);
-  for (uintptr_t o = a0 + uint64_t(t) * kPiece; o < a1; o += uint64_t(nt) * kPiece) {
-    const uint32_t sz = uint32_t(a1 - o < kPiece ? a1 - o : kPiece);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(o), "r"(sz) : "memory");
-  }
-}
-__device__ __forceinline__ void l2_prefetch(const L2Pf& pf) {
-  if (threadIdx.x >= 32) return;
-  const int nb = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) l2_prefetch_range(pf.p[i], pf.n[i], b, nb);
-}
-
 // The device's SM count (queried once; 132, the H200's, if the query fails): grids sized per SM.
 inline int sm_count() {
   static const int n = [] {

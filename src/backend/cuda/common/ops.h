@@ -1,4 +1,4 @@
-// common/: what every op family shares: this header (the base types QW, StepCtl, L2Pf, Stream and the
+// common/: what every op family shares: this header (the base types QW, StepCtl, Stream and the
 // host wrappers of the decode kernels), common.cuh (device helpers), dev_weights.h and upload.cu (the
 // weights in one device arena), tc_dot.cuh and wgmma_util.cuh (tensor-core primitives of gemm/, moe/ and
 // attention/), and the row kernels: embed.cu, norm.cu (one token), prefill_elem.cu (M tokens): embedding
@@ -23,21 +23,6 @@ struct QW {
   const uint32_t* codes = nullptr;  // [rows, cols*bits/32] u32
   const uint16_t* sb = nullptr;     // [rows, cols/64, 2] bf16 (scale, bias)
   int rows = 0, cols = 0, bits = 4;
-};
-
-// Weight ranges a kernel asks the L2 to fetch for a LATER kernel (cp.async.bulk.prefetch.L2),
-// issued before its PDL wait; each block issues its share. Weights only (never written), so the
-// hint is safe at any time. n: bytes (rounded down to 16); p: 16-byte aligned.
-struct L2Pf {
-  const void* p[4] = {};
-  uint64_t n[4] = {};
-  void add(const void* ptr, uint64_t bytes) {
-    for (int i = 0; i < 4; ++i)
-      if (!p[i] || !n[i]) {
-        p[i] = ptr, n[i] = bytes & ~uint64_t(15);
-        return;
-      }
-  }
 };
 
 // Per-sequence control block in device memory: the step reads pos/tok here and the last
@@ -87,10 +72,6 @@ struct GemvArgs {
   int32_t* tok_out = nullptr;   // [max_seq] host-mapped: tok_out[pos] = argmax
   void* partial = nullptr;      // scratch: [grid] (value, index) pairs
   int max_blocks = 0;           // grid cap (0 = default)
-  L2Pf pf;                      // weights of later kernels to prefetch into L2
-  // kTopK: prefetch the chosen experts' rows of these [E·I, H] matrices into L2 (last block).
-  QW pfx_gate, pfx_up;
-  int pfx_I = 0;                // 0 = off
   // Tensor-core kernel where it applies (gemv_tc.cu; the decode step sets this). LILY_GEMV_TC, when
   // set, decides for every call (0 = never).
   bool tc = false;
@@ -118,8 +99,6 @@ struct MoeArgs {
   const float* x = nullptr;   // fp32 [H] normed input
   float* act = nullptr;       // fp32 [top_k·I + Is]
   float* out = nullptr;       // fp32 [H] = Σ w_k·(down_k·act_k) + σ·(sdown·act_s)
-  L2Pf pf;                    // weights of later kernels to prefetch into L2
-  bool pf_down = false;       // gate_up: prefetch the selected experts' down rows into L2
   // Routing in the consumers (when logits is set; topk_ids/topk_w are then not read): the router
   // GEMV only writes logits fp32 [n_experts + 1] (row E = shared-expert gate), and every gate_up
   // block of a routed slot (after its wait) and every down block (before its wait: the router is
@@ -154,7 +133,6 @@ struct GdnArgs {
   const StepCtl* ctl = nullptr;
   int pos = -1;                  // when ctl is null
   int nk = 0, nv = 0, dk = 128, dv = 128, K = 4;
-  L2Pf pf;                       // weights of later kernels to prefetch into L2
   // Gated RMSNorm fused at the end (off when og is null; needs dv ≤ 256): the dv/32 blocks of a
   // head form a thread-block cluster and share its sum of squares through distributed shared
   // memory. og fp32 [nv, dv] = gain[d]·o·rsqrt(mean_d o² + eps)·silu(z[h, d]); z fp32 [nv·dv]
@@ -187,7 +165,6 @@ struct AttnArgs {
   int min_per_split = 64;    // positions per split at least (short contexts use fewer splits)
   double theta = 1e7;
   float eps = 1e-6f;
-  L2Pf pf;                   // attn_prep: weights of later kernels to prefetch into L2
 };
 Status attn_prep(const AttnArgs& a, Stream s);
 Status attn_decode(const AttnArgs& a, Stream s);

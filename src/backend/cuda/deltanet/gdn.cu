@@ -57,7 +57,6 @@ template <typename WT> __global__ void __launch_bounds__(kMaxDk) gdn_step_kernel
   const int ch_q = kh * dk + t, ch_k = kd + kh * dk + t, ch_v = 2 * kd + h * dv + slice * kSlice + t;
   const float old_q = conv_old(ch_q), old_k = conv_old(ch_k), old_v = t < kSlice ? conv_old(ch_v) : 0.f;
   const float A = a.A_log[h], dtb = bf(static_cast<const uint16_t*>(a.dt_bias)[h]);
-  l2_prefetch(a.pf);
   pdl_wait();
   pdl_trigger();
   auto conv = [&](int ch, float acc, bool write) {

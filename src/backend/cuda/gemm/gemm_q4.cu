@@ -1,10 +1,11 @@
-// Tensor-core GEMM of fp32 activations [M, K] against a packed MLX 4/8-bit weight [N, K]
-// (mma.sync m16n8k16 f16 → f32, sm_90a). Codes are dequantized per 64-wide k tile into shared
-// memory as exact fp16 integers; x enters as fp16 (or fp16 hi + lo for ~22-bit x); each k tile is
-// one quantization group, so the MMA partial Σq·x is folded per tile as s·Σqx + b·Σx (MLX's
-// formula, Σx from the fp32 x). Modes: plain, SwiGLU (gate/up tiles side by side), grouped
-// expert tiles with gathered A rows (MoE). Block 64×128, 8 warps of 32×32, register prefetch
-// of the next tile and double-buffered shared memory (one barrier per k tile).
+// pf::gemm's dispatch and two of its kernels. The register-prefetch kernel: tensor-core GEMM of fp32
+// activations [M, K] against a packed MLX 4-bit weight [N, K] (mma.sync m16n8k16 f16 → f32, sm_90a),
+// for the calls without a pre-split A (the prefill's lm_head: one row). Codes are dequantized per
+// 64-wide k tile into shared memory as exact fp16 integers; x enters as fp16 (or fp16 hi + lo for
+// ~22-bit x); each k tile is one quantization group, so the MMA partial Σq·x is folded per tile as
+// s·Σqx + b·Σx (MLX's formula, Σx from the fp32 x). Block 64×128, 8 warps of 32×32, register
+// prefetch of the next tile and double-buffered shared memory (one barrier per k tile). The
+// reference kernel (terms 0): fp32 on CUDA cores, every mode (plain, SwiGLU, grouped tiles).
 #include <cuda_fp16.h>
 
 #include "backend/cuda/common/common.cuh"
@@ -39,22 +40,22 @@ __device__ __forceinline__ uint32_t q2h(uint32_t q0, uint32_t q1) {
   return *reinterpret_cast<uint32_t*>(&h);
 }
 
-template <int BITS, int TERMS, bool SWIGLU> __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(GemmArgs p) {
+template <int TERMS> __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(GemmArgs p) {
+  constexpr int BITS = 4;
   extern __shared__ __align__(16) unsigned char smraw[];
   Buf* bufs = reinterpret_cast<Buf*>(smraw);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3, g = lane >> 2, t = lane & 3;
-  constexpr int NB = SWIGLU ? BN / 2 : BN;
-  const int nb0 = blockIdx.x * NB;
-  int m0, m1, base1, base2;
+  const int nb0 = blockIdx.x * BN;
+  int m0, m1, base1;
   if (p.tiles) {
     const int4 tl = reinterpret_cast<const int4*>(p.tiles)[blockIdx.y];
     if (tl.y >= tl.z) return;
     m0 = tl.y, m1 = tl.z;
-    base1 = p.row0 + tl.x * p.n_out, base2 = p.row0_2 + tl.x * p.n_out;
+    base1 = p.row0 + tl.x * p.n_out;
   } else {
     m0 = blockIdx.y * BM, m1 = min(p.M, m0 + BM);
-    base1 = p.row0, base2 = p.row0_2;
+    base1 = p.row0;
   }
   const int K = p.w.cols, KT = K / BK;
 
@@ -66,11 +67,10 @@ template <int BITS, int TERMS, bool SWIGLU> __global__ void __launch_bounds__(kT
     aptr = p.a + size_t(src) * p.lda + ac;
   }
   const int br = tid >> 1, bh = tid & 1;
-  const bool second = SWIGLU && br >= BN / 2;
-  const int nloc = nb0 + (SWIGLU ? (br & (BN / 2 - 1)) : br);
-  const QW& wq = second ? p.w2 : p.w;
+  const int nloc = nb0 + br;
+  const QW& wq = p.w;
   const bool bvalid = nloc < p.n_out;
-  const size_t wrow = size_t(second ? base2 : base1) + nloc;
+  const size_t wrow = size_t(base1) + nloc;
   constexpr int NV = BITS / 4;  // uint4 per thread per tile
   const uint4* bptr = reinterpret_cast<const uint4*>(wq.codes) + wrow * (size_t(K) * BITS / 128) + bh * NV;
   const uint32_t* sbptr = reinterpret_cast<const uint32_t*>(wq.sb) + wrow * (K / 64);
@@ -116,17 +116,10 @@ template <int BITS, int TERMS, bool SWIGLU> __global__ void __launch_bounds__(kT
     // B: 32 codes → 32 fp16 integers.
     uint32_t h[16];
     const uint32_t* wv = reinterpret_cast<const uint32_t*>(bv);
-    if constexpr (BITS == 4) {
 #pragma unroll
-      for (int wi = 0; wi < 4; ++wi)
+    for (int wi = 0; wi < 4; ++wi)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) h[wi * 4 + j] = q2h((wv[wi] >> (8 * j)) & 0xF, (wv[wi] >> (8 * j + 4)) & 0xF);
-    } else {
-#pragma unroll
-      for (int wi = 0; wi < 8; ++wi)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) h[wi * 2 + j] = q2h((wv[wi] >> (16 * j)) & 0xFF, (wv[wi] >> (16 * j + 8)) & 0xFF);
-    }
+      for (int j = 0; j < 4; ++j) h[wi * 4 + j] = q2h((wv[wi] >> (8 * j)) & 0xF, (wv[wi] >> (8 * j + 4)) & 0xF);
     uint4* db = reinterpret_cast<uint4*>(B.b + br * LDS + bh * 32);
 #pragma unroll
     for (int i = 0; i < 4; ++i) db[i] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
@@ -201,47 +194,24 @@ template <int BITS, int TERMS, bool SWIGLU> __global__ void __launch_bounds__(kT
     __syncthreads();
   }
 
-  if constexpr (!SWIGLU) {
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int hv = 0; hv < 2; ++hv) {
-        const int m = m0 + wm * 32 + mt * 16 + g + 8 * hv;
-        if (m >= m1) continue;
-        float* yr = p.y + size_t(m) * p.ldy;
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          const int n = nb0 + wn * 32 + nt * 8 + 2 * t;
-          if (n < p.n_out) yr[n] = acc[mt][nt][2 * hv];
-          if (n + 1 < p.n_out) yr[n + 1] = acc[mt][nt][2 * hv + 1];
-        }
-      }
-  } else {
-    // Gate columns 0..63 and up columns 64..127 meet in shared memory.
-    float* cs = reinterpret_cast<float*>(smraw);  // [BM][BN + 4]
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int hv = 0; hv < 2; ++hv) {
+      const int m = m0 + wm * 32 + mt * 16 + g + 8 * hv;
+      if (m >= m1) continue;
+      float* yr = p.y + size_t(m) * p.ldy;
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
-        const int r = wm * 32 + mt * 16 + g, c = wn * 32 + nt * 8 + 2 * t;
-        cs[r * (BN + 4) + c] = acc[mt][nt][0];
-        cs[r * (BN + 4) + c + 1] = acc[mt][nt][1];
-        cs[(r + 8) * (BN + 4) + c] = acc[mt][nt][2];
-        cs[(r + 8) * (BN + 4) + c + 1] = acc[mt][nt][3];
-      }
-    __syncthreads();
-    for (int idx = tid; idx < BM * NB; idx += kThreads) {
-      const int r = idx / NB, j = idx % NB, m = m0 + r, n = nb0 + j;
-      if (m < m1 && n < p.n_out) {
-        const float gv = cs[r * (BN + 4) + j], uv = cs[r * (BN + 4) + j + NB];
-        p.y[size_t(m) * p.ldy + n] = silu(gv) * uv;
+        const int n = nb0 + wn * 32 + nt * 8 + 2 * t;
+        if (n < p.n_out) yr[n] = acc[mt][nt][2 * hv];
+        if (n + 1 < p.n_out) yr[n + 1] = acc[mt][nt][2 * hv + 1];
       }
     }
-  }
 }
 
-// Reference path (terms = 0): fp32 on CUDA cores, one thread per output column, rows looped; the
-// same arguments as the tensor-core kernel. For A/B checks of the tensor-core numerics only.
+// Reference path (terms = 0, LILY_PREFILL_TERMS=0): fp32 on CUDA cores, one thread per output column,
+// rows looped; every mode of GemmArgs. For A/B checks of the tensor-core numerics only.
 __device__ __forceinline__ float ref_dot(const QW& w, size_t row, const float* x, int K) {
   const uint32_t* codes = reinterpret_cast<const uint32_t*>(w.codes) + row * (size_t(K) * w.bits / 32);
   const uint32_t* sb = reinterpret_cast<const uint32_t*>(w.sb) + row * (K / 64);
@@ -281,17 +251,15 @@ __global__ void gemm_ref_kernel(GemmArgs p) {
 }
 
 constexpr size_t kSmem = 2 * sizeof(Buf);
-static_assert(kSmem >= size_t(BM) * (BN + 4) * sizeof(float), "SwiGLU epilogue tile must fit");
 
-template <int BITS, int TERMS, bool SWIGLU> Status launch(const GemmArgs& a, cudaStream_t s) {
+template <int TERMS> Status launch(const GemmArgs& a, cudaStream_t s) {
   static bool attr = false;
   if (!attr) {
-    LILY_CU_TRY(cudaFuncSetAttribute(gemm_kernel<BITS, TERMS, SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+    LILY_CU_TRY(cudaFuncSetAttribute(gemm_kernel<TERMS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
     attr = true;
   }
-  constexpr int NB = SWIGLU ? BN / 2 : BN;
-  dim3 grid((a.n_out + NB - 1) / NB, a.tiles ? a.max_tiles : (a.M + BM - 1) / BM);
-  gemm_kernel<BITS, TERMS, SWIGLU><<<grid, kThreads, kSmem, s>>>(a);
+  dim3 grid((a.n_out + BN - 1) / BN, a.tiles ? a.max_tiles : (a.M + BM - 1) / BM);
+  gemm_kernel<TERMS><<<grid, kThreads, kSmem, s>>>(a);
   return launch_status("pf::gemm");
 }
 
@@ -307,19 +275,14 @@ Status gemm(const GemmArgs& a, Stream stream) {
   if (!a.tiles && (a.M + BM - 1) / BM > 65535) return cu_err("pf::gemm: M={} too large", a.M);
   if (a.swiglu && (a.w2.cols != a.w.cols || a.w2.bits != a.w.bits)) return cu_err("pf::gemm: SwiGLU weights differ in shape");
   if (a.terms < 0 || a.terms > 2) return cu_err("pf::gemm: terms {} (0, 1 or 2)", a.terms);
-  if (a.ah && a.terms == 2) return gemm_pipe(a, stream);
-  if (a.ah && a.terms == 1 && a.wg && a.w.bits == 4) return gemm_wg(a, stream);  // single-pass fp16 x (A/B)
   if (a.terms == 0) {
     dim3 grid((a.n_out + 127) / 128, a.tiles ? a.max_tiles : (a.M + BM - 1) / BM);
     gemm_ref_kernel<<<grid, 128, 0, s>>>(a);
     return launch_status("pf::gemm_ref");
   }
-  if (a.w.bits == 8) {
-    if (a.swiglu) return cu_err("pf::gemm: 8-bit SwiGLU unsupported");
-    return a.terms == 2 ? launch<8, 2, false>(a, s) : launch<8, 1, false>(a, s);
-  }
-  if (a.swiglu) return a.terms == 2 ? launch<4, 2, true>(a, s) : launch<4, 1, true>(a, s);
-  return a.terms == 2 ? launch<4, 2, false>(a, s) : launch<4, 1, false>(a, s);
+  if (a.ah) return a.w.bits == 4 ? gemm_wg(a, stream) : gemm_pipe(a, stream);
+  if (a.w.bits != 4 || a.swiglu) return cu_err("pf::gemm: without a pre-split A, 4-bit plain only");
+  return a.terms == 2 ? launch<2>(a, s) : launch<1>(a, s);
 }
 
 }  // namespace lily::cuda::pf

@@ -1,10 +1,11 @@
-// Pipelined tensor-core GEMM over the packed MLX 4/8-bit layout (the default prefill GEMM when the
-// activations come pre-split): A enters as fp16 hi + lo planes with per-group sums Σx, made once
-// per activation by split_rows() and shared by every GEMM that reads it; a block streams raw
-// tiles (A planes, packed codes, scale/bias, Σx) through a STAGES-deep cp.async ring and
+// Pipelined tensor-core GEMM over the packed MLX 8-bit layout: the prefill's router (+ shared-expert
+// gate row), the one 8-bit weight (the 4-bit ones run gemm_wg.cu). A enters as fp16 hi + lo planes
+// with per-group sums Σx, made once per activation by split_rows() and shared by every GEMM that
+// reads it (under single-pass activations the lo plane is zero: the single-pass products); a block
+// streams raw tiles (A planes, packed codes, scale/bias, Σx) through a 3-deep cp.async ring and
 // dequantizes the codes when it loads the B fragments (no conversion pass, one barrier per k tile).
-// Block 64×128, 8 warps of 32×32, mma.sync m16n8k16 f16 → f32, the same modes and epilogues as
-// gemm_q4.cu (plain, SwiGLU, grouped expert tiles with gathered A rows).
+// Block 64×128, 8 warps of 32×32, mma.sync m16n8k16 f16 → f32; plain output (grouped tiles with
+// gathered A rows supported).
 #include <cuda_fp16.h>
 
 #include "backend/cuda/common/common.cuh"
@@ -15,12 +16,13 @@ namespace {
 
 constexpr int BM = kGemmBM, BN = 128, BK = 64, kThreads = 256, LDA = BK + 8;  // LDA in halves
 
-template <int BITS> struct Layout {
+constexpr int BITS = 8;
+struct Layout {
   static constexpr int LDB = BK * BITS / 8 + 16;  // bytes per code row (16-byte pad: no bank conflicts)
   static constexpr int kA = BM * LDA * 2;          // one plane, bytes
   static constexpr int kB = BN * LDB;
   static constexpr int kStage = 2 * kA + kB + BN * 4 + BM * 4;
-  static constexpr int kStages = BITS == 4 ? 4 : 3;
+  static constexpr int kStages = 3;
   static constexpr int kSmem = kStage * kStages;
 };
 
@@ -55,23 +57,22 @@ __device__ __forceinline__ uint32_t q2h(uint32_t q0, uint32_t q1) {
   return *reinterpret_cast<uint32_t*>(&h);
 }
 
-template <int BITS, bool SWIGLU> __global__ void __launch_bounds__(kThreads, 2) gemm_pipe_kernel(GemmArgs p) {
-  using Lo = Layout<BITS>;
+__global__ void __launch_bounds__(kThreads, 2) gemm_pipe_kernel(GemmArgs p) {
+  using Lo = Layout;
   constexpr int S = Lo::kStages, LDB = Lo::LDB;
   extern __shared__ __align__(16) unsigned char smraw[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3, g = lane >> 2, t = lane & 3;
-  constexpr int NB = SWIGLU ? BN / 2 : BN;
-  const int nb0 = blockIdx.x * NB;
-  int m0, m1, base1, base2;
+  const int nb0 = blockIdx.x * BN;
+  int m0, m1, base1;
   if (p.tiles) {
     const int4 tl = reinterpret_cast<const int4*>(p.tiles)[blockIdx.y];
     if (tl.y >= tl.z) return;
     m0 = tl.y, m1 = tl.z;
-    base1 = p.row0 + tl.x * p.n_out, base2 = p.row0_2 + tl.x * p.n_out;
+    base1 = p.row0 + tl.x * p.n_out;
   } else {
     m0 = blockIdx.y * BM, m1 = min(p.M, m0 + BM);
-    base1 = p.row0, base2 = p.row0_2;
+    base1 = p.row0;
   }
   const int K = p.w.cols, KT = K / BK, G = K / 64;
   auto stage = [&](int s) { return smraw + size_t(s) * Lo::kStage; };
@@ -81,18 +82,16 @@ template <int BITS, bool SWIGLU> __global__ void __launch_bounds__(kThreads, 2) 
   auto src_row = [&](int r) { return p.a_rows ? p.a_rows[m0 + r] : m0 + r; };
   const bool av0 = m0 + ar < m1, av1 = m0 + ar + 32 < m1;
   const size_t ao0 = av0 ? size_t(src_row(ar)) * K + ac : 0, ao1 = av1 ? size_t(src_row(ar + 32)) * K + ac : 0;
-  // B: row br, 16-byte chunks bc.. of its code row (4-bit: 1 chunk of 2, 8-bit: 2 of 4).
+  // B: row br, 16-byte chunks bc.. of its code row (2 of 4).
   const int br = tid >> 1;
   auto wrow_of = [&](int r, bool& valid) -> size_t {
-    const bool second = SWIGLU && r >= BN / 2;
-    const int nloc = nb0 + (SWIGLU ? (r & (BN / 2 - 1)) : r);
+    const int nloc = nb0 + r;
     valid = nloc < p.n_out;
-    return size_t(second ? base2 : base1) + (valid ? nloc : 0);
+    return size_t(base1) + (valid ? nloc : 0);
   };
-  auto wq_of = [&](int r) -> const QW& { return (SWIGLU && r >= BN / 2) ? p.w2 : p.w; };
   bool bvalid;
   const size_t brow = wrow_of(br, bvalid);
-  const unsigned char* bsrc = reinterpret_cast<const unsigned char*>(wq_of(br).codes) + brow * (size_t(K) * BITS / 8);
+  const unsigned char* bsrc = reinterpret_cast<const unsigned char*>(p.w.codes) + brow * (size_t(K) * BITS / 8);
   constexpr int BCH = BITS / 4;  // chunks per thread per tile
   const int bc0 = (tid & 1) * BCH;
   // Scale/bias (threads 0..127: row tid) and Σx (threads 128..191: row tid − 128).
@@ -100,7 +99,7 @@ template <int BITS, bool SWIGLU> __global__ void __launch_bounds__(kThreads, 2) 
   const uint32_t* sbsrc = nullptr;
   if (tid < BN) {
     const size_t r = wrow_of(tid, sbvalid);
-    sbsrc = reinterpret_cast<const uint32_t*>(wq_of(tid).sb) + r * G;
+    sbsrc = reinterpret_cast<const uint32_t*>(p.w.sb) + r * G;
   }
   const bool xsvalid = tid >= BN && tid < BN + BM && m0 + (tid - BN) < m1;
   const float* xssrc = xsvalid ? p.axs + size_t(src_row(tid - BN)) * G : p.axs;
@@ -166,20 +165,10 @@ template <int BITS, bool SWIGLU> __global__ void __launch_bounds__(kThreads, 2) 
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const unsigned char* row = bq + (wn * 32 + nt * 8 + g) * LDB;
-        uint32_t b0, b1;
-        if constexpr (BITS == 4) {
-          // Byte j of the row holds codes 2j (low nibble) and 2j + 1; k = ks·16 + 2t (+8).
-          const uint32_t w0 = *reinterpret_cast<const uint32_t*>(row + ks * 8);
-          const uint32_t w1 = *reinterpret_cast<const uint32_t*>(row + ks * 8 + 4);
-          const uint32_t y0 = (w0 >> (8 * t)) & 0xFF, y1 = (w1 >> (8 * t)) & 0xFF;
-          b0 = q2h(y0 & 0xF, y0 >> 4);
-          b1 = q2h(y1 & 0xF, y1 >> 4);
-        } else {
-          const uint32_t v0 = *reinterpret_cast<const uint16_t*>(row + ks * 16 + 2 * t);
-          const uint32_t v1 = *reinterpret_cast<const uint16_t*>(row + ks * 16 + 8 + 2 * t);
-          b0 = q2h(v0 & 0xFF, v0 >> 8);
-          b1 = q2h(v1 & 0xFF, v1 >> 8);
-        }
+        const uint32_t v0 = *reinterpret_cast<const uint16_t*>(row + ks * 16 + 2 * t);
+        const uint32_t v1 = *reinterpret_cast<const uint16_t*>(row + ks * 16 + 8 + 2 * t);
+        const uint32_t b0 = q2h(v0 & 0xFF, v0 >> 8);
+        const uint32_t b1 = q2h(v1 & 0xFF, v1 >> 8);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           mma_f16(part[mt][nt], fa[mt], b0, b1);
@@ -206,45 +195,21 @@ template <int BITS, bool SWIGLU> __global__ void __launch_bounds__(kThreads, 2) 
   }
   cp_wait<0>();
 
-  if constexpr (!SWIGLU) {
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int hv = 0; hv < 2; ++hv) {
-        const int m = m0 + wm * 32 + mt * 16 + g + 8 * hv;
-        if (m >= m1) continue;
-        float* yr = p.y + size_t(m) * p.ldy;
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          const int n = nb0 + wn * 32 + nt * 8 + 2 * t;
-          if (n < p.n_out) yr[n] = acc[mt][nt][2 * hv];
-          if (n + 1 < p.n_out) yr[n + 1] = acc[mt][nt][2 * hv + 1];
-        }
-      }
-  } else {
-    __syncthreads();  // the ring is reused for the gate/up exchange
-    float* cs = reinterpret_cast<float*>(smraw);  // [BM][BN + 4]
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int hv = 0; hv < 2; ++hv) {
+      const int m = m0 + wm * 32 + mt * 16 + g + 8 * hv;
+      if (m >= m1) continue;
+      float* yr = p.y + size_t(m) * p.ldy;
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
-        const int r = wm * 32 + mt * 16 + g, c = wn * 32 + nt * 8 + 2 * t;
-        cs[r * (BN + 4) + c] = acc[mt][nt][0];
-        cs[r * (BN + 4) + c + 1] = acc[mt][nt][1];
-        cs[(r + 8) * (BN + 4) + c] = acc[mt][nt][2];
-        cs[(r + 8) * (BN + 4) + c + 1] = acc[mt][nt][3];
-      }
-    __syncthreads();
-    for (int idx = tid; idx < BM * NB; idx += kThreads) {
-      const int r = idx / NB, j = idx % NB, m = m0 + r, n = nb0 + j;
-      if (m < m1 && n < p.n_out) {
-        const float gv = cs[r * (BN + 4) + j], uv = cs[r * (BN + 4) + j + NB];
-        p.y[size_t(m) * p.ldy + n] = silu(gv) * uv;
+        const int n = nb0 + wn * 32 + nt * 8 + 2 * t;
+        if (n < p.n_out) yr[n] = acc[mt][nt][2 * hv];
+        if (n + 1 < p.n_out) yr[n + 1] = acc[mt][nt][2 * hv + 1];
       }
     }
-  }
 }
-static_assert(Layout<4>::kSmem >= BM * (BN + 4) * 4, "SwiGLU epilogue tile must fit");
 
 // One warp per 64-column group of a row: hi = fp16(x), lo = fp16(x − hi) (two) or 0, xs = Σx (fp32).
 __global__ void split_rows_kernel(const float* a, int lda, int M, int K, __half* hi, __half* lo, float* xs, bool two) {
@@ -265,16 +230,15 @@ __global__ void split_rows_kernel(const float* a, int lda, int M, int K, __half*
   if (lane == 0) xs[size_t(m) * G + gr] = s;
 }
 
-template <int BITS, bool SWIGLU> Status launch(const GemmArgs& a, cudaStream_t s) {
-  constexpr int smem = Layout<BITS>::kSmem;
+Status launch(const GemmArgs& a, cudaStream_t s) {
+  constexpr int smem = Layout::kSmem;
   static bool attr = false;
   if (!attr) {
-    LILY_CU_TRY(cudaFuncSetAttribute(gemm_pipe_kernel<BITS, SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    LILY_CU_TRY(cudaFuncSetAttribute(gemm_pipe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     attr = true;
   }
-  constexpr int NB = SWIGLU ? BN / 2 : BN;
-  dim3 grid((a.n_out + NB - 1) / NB, a.tiles ? a.max_tiles : (a.M + BM - 1) / BM);
-  gemm_pipe_kernel<BITS, SWIGLU><<<grid, kThreads, smem, s>>>(a);
+  dim3 grid((a.n_out + BN - 1) / BN, a.tiles ? a.max_tiles : (a.M + BM - 1) / BM);
+  gemm_pipe_kernel<<<grid, kThreads, smem, s>>>(a);
   return launch_status("pf::gemm_pipe");
 }
 
@@ -294,12 +258,9 @@ Status split_rows(const float* a, int lda, int M, int K, uint16_t* hi, uint16_t*
 Status gemm_pipe(const GemmArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (!a.ah || !a.al || !a.axs) return cu_err("pf::gemm_pipe: needs the split A planes");
-  if (a.wg && a.w.bits == 4) return gemm_wg(a, stream);
-  if (a.w.bits == 8) {
-    if (a.swiglu) return cu_err("pf::gemm_pipe: 8-bit SwiGLU unsupported");
-    return launch<8, false>(a, s);
-  }
-  return a.swiglu ? launch<4, true>(a, s) : launch<4, false>(a, s);
+  if (a.w.bits != 8 || a.swiglu || a.terms != 2)
+    return cu_err("pf::gemm_pipe: 8-bit plain, two-pass (terms 2) only; {} bits, terms {}", a.w.bits, a.terms);
+  return launch(a, s);
 }
 
 }  // namespace lily::cuda::pf

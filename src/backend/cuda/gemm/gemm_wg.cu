@@ -7,7 +7,8 @@
 // (4 with x_hi, 4 with x_lo) into a fresh partial and folds it as acc += s·part + b·Σx (fp32,
 // MLX's formula, the same as gemm_q4_pipe.cu). Block: WGS warpgroups = 64·WGS weight rows × 64
 // tokens, a 4-stage cp.async ring, one barrier per k tile. Modes: plain, SwiGLU (gate rows in
-// the first half of the warpgroups, up rows in the second), grouped expert tiles with gathered A.
+// the first warpgroup, up rows in the second), grouped expert tiles with gathered A. Every 4-bit
+// prefill GEMM with a pre-split A runs here (pf::gemm; terms 1 reads x_hi only).
 #include <cuda_fp16.h>
 
 #include "backend/cuda/common/common.cuh"
@@ -18,8 +19,11 @@ namespace lily::cuda::pf {
 namespace {
 
 constexpr int BT = kGemmBM, BK = 64;  // tokens per tile, k per stage (one group)
+// Warpgroups per block: 2 (128 weight rows). Prefill tok/s at 8k / 32k on the H200 (two-pass activations
+// then) 20,981 / 15,002 against 20,215 / 14,597 with 4 (docs/perf/2026-12-03-cuda-prefill-4.md).
+constexpr int WGS = 2;
 
-template <int WGS> struct WgLayout {
+struct WgLayout {
   static constexpr int NT = 128 * WGS, BW = 64 * WGS;  // threads, weight rows per block
   static constexpr int kPlane = BT * BK * 2;            // one activation plane (8 KB)
   static constexpr int kCodes = 2 * kPlane;             // BW rows × 32 bytes of codes
@@ -41,8 +45,8 @@ __device__ __forceinline__ uint32_t pair2h(uint32_t r) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-template <int WGS, bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) gemm_wg_kernel(GemmArgs p) {
-  using Lo = WgLayout<WGS>;
+template <bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_kernel(GemmArgs p) {
+  using Lo = WgLayout;
   constexpr int NT = Lo::NT, BW = Lo::BW, S = Lo::kStages;
   constexpr int NB = SWIGLU ? BW / 2 : BW;  // output columns per block
   extern __shared__ __align__(16) unsigned char smraw[];
@@ -98,7 +102,7 @@ template <int WGS, bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, WGS
   const bool xsvalid = tid >= BW && tid < BW + BT && m0 + (tid - BW) < m1;
   const float* xssrc = xsvalid ? p.axs + size_t(src_row(tid - BW)) * G : p.axs;
 
-  const bool two = p.terms != 1;  // terms 1: x_hi only (single-pass fp16 activations, A/B)
+  const bool two = p.terms != 1;  // terms 1: x_hi only (single-pass fp16 activations, the default)
   auto issue = [&](int kt) {
     if (kt < KT) {
       const uint32_t st = sm_s + uint32_t(kt % S) * Lo::kStage;
@@ -231,20 +235,17 @@ template <int WGS, bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, WGS
   }
 }
 
-template <int WGS, bool SWIGLU> Status launch(const GemmArgs& a, cudaStream_t s) {
-  constexpr int smem = WgLayout<WGS>::kSmem;
+template <bool SWIGLU> Status launch(const GemmArgs& a, cudaStream_t s) {
+  constexpr int smem = WgLayout::kSmem;
   static bool attr = false;
   if (!attr) {
-    LILY_CU_TRY(cudaFuncSetAttribute(gemm_wg_kernel<WGS, SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    LILY_CU_TRY(cudaFuncSetAttribute(gemm_wg_kernel<SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     attr = true;
   }
   constexpr int NB = SWIGLU ? 32 * WGS : 64 * WGS;
   dim3 grid((a.n_out + NB - 1) / NB, a.tiles ? a.max_tiles : (a.M + BT - 1) / BT);
-  gemm_wg_kernel<WGS, SWIGLU><<<grid, 128 * WGS, smem, s>>>(a);
+  gemm_wg_kernel<SWIGLU><<<grid, 128 * WGS, smem, s>>>(a);
   return launch_status("pf::gemm_wg");
-}
-template <int WGS> Status launch_mode(const GemmArgs& a, cudaStream_t s) {
-  return a.swiglu ? launch<WGS, true>(a, s) : launch<WGS, false>(a, s);
 }
 
 }  // namespace
@@ -254,9 +255,7 @@ Status gemm_wg(const GemmArgs& a, Stream stream) {
   if (!a.ah || !a.al || !a.axs) return cu_err("pf::gemm_wg: needs the split A planes");
   if (a.terms != 1 && a.terms != 2) return cu_err("pf::gemm_wg: terms {} (1 or 2)", a.terms);
   if (a.w.bits != 4) return cu_err("pf::gemm_wg: {} bits unsupported (4 only)", a.w.bits);
-  if (a.wg != 2 && a.wg != 4) return cu_err("pf::gemm_wg: {} warpgroups (2 or 4)", a.wg);
-  if (a.wg == 2) return launch_mode<2>(a, s);
-  return launch_mode<4>(a, s);
+  return a.swiglu ? launch<true>(a, s) : launch<false>(a, s);
 }
 
 }  // namespace lily::cuda::pf

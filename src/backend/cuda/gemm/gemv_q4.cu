@@ -152,15 +152,6 @@ __device__ void router_topk(const GemvArgs& a, float* p) {
     a.topk_w[lane] = a.norm_topk ? r.p / r.tsum : r.p;
   }
   if (lane == 0 && a.w.rows > E) a.topk_w[a.top_k] = sigmoid(__ldcg(l + E));
-  if (a.pfx_I > 0 && lane < a.top_k) {
-    // The next kernel (gate+up) reads these rows right after this block: start their DRAM reads now.
-    const size_t I = a.pfx_I;
-    for (const QW* q : {&a.pfx_gate, &a.pfx_up}) {
-      const size_t cb = size_t(q->cols) * q->bits / 8, sbb = size_t(q->cols) / 64 * 4;
-      l2_prefetch_range(reinterpret_cast<const char*>(q->codes) + r.id * I * cb, I * cb, 0, 1, 0, 1);
-      l2_prefetch_range(reinterpret_cast<const char*>(q->sb) + r.id * I * sbb, I * sbb, 0, 1, 0, 1);
-    }
-  }
 }
 
 template <int BITS, int CPL, int R, Pro PRO, Epi EPI> __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
@@ -195,7 +186,6 @@ template <int BITS, int CPL, int R, Pro PRO, Epi EPI> __global__ void __launch_b
   StageRegs<stage_u<BITS, CPL>()> sr;
   load_tile(rb);  // weights only: may overlap the previous kernel
   stage_pre<PRO>(a, K, sr);  // (K ≤ 32·CPL·128/BITS = stage_u·256 by the dispatch)
-  l2_prefetch(a.pf);
   pdl_wait();
   pdl_trigger();
   stage_x<BITS, PRO>(a, K, xs, xcs, red, hs, sr);

@@ -49,7 +49,6 @@ template <int CPL> __global__ void __launch_bounds__(kThreads) gate_up_kernel(Mo
     }
   };
   if (shared) load(a.sh_gate_up, a.sh_gate_up, r, Is + r);
-  l2_prefetch(a.pf);
   pdl_wait();
   pdl_trigger();
   int e = -1;
@@ -68,13 +67,6 @@ template <int CPL> __global__ void __launch_bounds__(kThreads) gate_up_kernel(Mo
   } else if (!shared) {
     e = a.topk_ids[slot];
     load(a.gate, a.up, e * I + r, e * I + r);
-  }
-  if (a.pf_down && threadIdx.x < 32) {
-    // The down kernel's rows of this slot's expert, 1/gridDim.x of them per block, into L2.
-    const QW& d = shared ? a.sh_down : a.down;
-    const size_t row0 = shared ? 0 : size_t(e) * a.H, cb = size_t(d.cols) * d.bits / 8, sbb = size_t(d.cols) / 64 * 4;
-    l2_prefetch_range(reinterpret_cast<const char*>(d.codes) + row0 * cb, a.H * cb, blockIdx.x, gridDim.x);
-    l2_prefetch_range(reinterpret_cast<const char*>(d.sb) + row0 * sbb, a.H * sbb, blockIdx.x, gridDim.x);
   }
   if (!route_here) stage_plain<4>(a.x, H, xs, xcs);
   __syncthreads();
@@ -141,7 +133,6 @@ template <int P> __global__ void __launch_bounds__(kThreads) down_kernel(MoeArgs
       }
     }
   }
-  l2_prefetch(a.pf);
   pdl_wait();
   pdl_trigger();
   stage_plain<4>(a.act, k * I + Is, xs, xcs);

@@ -61,7 +61,6 @@ __global__ void __launch_bounds__(256, 3) gate_up_tc_kernel(MoeArgs a) {
         }
   };
   if (shared) load(a.sh_gate_up, a.sh_gate_up, 0, Is);
-  l2_prefetch(a.pf);
   pdl_wait();
   pdl_trigger();
   const bool route_here = !shared && a.logits;
@@ -76,12 +75,6 @@ __global__ void __launch_bounds__(256, 3) gate_up_tc_kernel(MoeArgs a) {
   }
   if (!shared) load(a.gate, a.up, e * I, e * I);
   const float invS = tc_stage<false, 1>(a.x, nullptr, gn, kGuH, 0.f, nullptr, nullptr, bs, xs_g, red);
-  if (a.pf_down && threadIdx.x < 32) {
-    const QW& d = shared ? a.sh_down : a.down;
-    const size_t row0 = shared ? 0 : size_t(e) * a.H, cb = size_t(d.cols) * d.bits / 8, sbb = size_t(d.cols) / 64 * 4;
-    l2_prefetch_range(reinterpret_cast<const char*>(d.codes) + row0 * cb, a.H * cb, blockIdx.x, gridDim.x);
-    l2_prefetch_range(reinterpret_cast<const char*>(d.sb) + row0 * sbb, a.H * sbb, blockIdx.x, gridDim.x);
-  }
   __syncthreads();
   const TcLane L;
   float acc[2][2] = {};
@@ -162,7 +155,6 @@ template <int NO> __global__ void __launch_bounds__(256, 1) down_tc_kernel(MoeAr
       }
     }
   }
-  l2_prefetch(a.pf);
   pdl_wait();
   pdl_trigger();
   const float gn[NO][8] = {};

@@ -109,12 +109,9 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   if (attn_terms == 2 || (attn_terms == 3 && !st.f32)) attn_terms = 1;
   // Pipelined GEMMs (terms 1 and 2): each GEMM input is split once into fp16 hi/lo planes + group
   // sums (p.ah/al/axs), then read by every GEMM on that input (e.g. router, expert gate/up and shared
-  // gate/up all read one split of hn). The 4-bit GEMMs run the Hopper wgmma kernel (gemm_wg.cu; terms 1
-  // reads x_hi only); 8-bit (router) stays on the mma.sync pipe kernel (gemm_q4_pipe.cu). 2 warpgroups
-  // per block: prefill tok/s at 8k / 32k on the H200 (two-pass activations then), 20,981 / 15,002 against
-  // 20,215 / 14,597 with 4 (docs/perf/2026-12-03-cuda-prefill-4.md).
+  // gate/up all read one split of hn). The 4-bit GEMMs run the Hopper wgmma kernel (gemm_wg.cu, 2
+  // warpgroups per block; terms 1 reads x_hi only); 8-bit (router) the mma.sync pipe kernel (gemm_q4_pipe.cu).
   const bool pipe = terms != 0;
-  const int wg = pipe ? 2 : 0;
   // A short chunk (default numerics) runs its MoE on the batched step's expert kernels (moe_rows).
   const bool small_moe = terms == 1 && moe_rows_ok(M);
   auto split = [&](const float* a, int lda, int rows, int K) -> Status {
@@ -124,7 +121,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     return Status::ok();
   };
   auto with_split = [&](pf::GemmArgs& g) {
-    if (pipe) g.ah = p.ah, g.al = p.al, g.axs = p.axs, g.wg = wg;
+    if (pipe) g.ah = p.ah, g.al = p.al, g.axs = p.axs;
   };
   auto gemm = [&](const QW& w, const float* a, int lda, int m, float* y, int ldy, int tm, bool use_split = true) {
     pf::GemmArgs g{};

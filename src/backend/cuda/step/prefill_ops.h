@@ -9,7 +9,7 @@
 
 namespace lily::cuda::pf {
 
-// ---- tensor-core GEMM over the packed MLX layout (gemm_q4.cu) --------------------------------
+// ---- tensor-core GEMM over the packed MLX layout (gemm_q4.cu, gemm_q4_pipe.cu, gemm_wg.cu) -----
 // y[m, n] = Σ_g s[n,g]·Σ_{k∈g} q[n,k]·x[m,k] + b[n,g]·Σ_{k∈g} x[m,k]   (fp32 accumulation)
 // q enters the MMA as exact fp16 integers; x as fp16 (terms = 1) or fp16 hi + lo (terms = 2,
 // ~22-bit x); Σx is taken from the fp32 x. terms = 0: fp32 on CUDA cores (slow; A/B reference). W rows used: row0 + [0, n_out) (+ expert·n_out).
@@ -31,15 +31,13 @@ struct GemmArgs {
   int max_tiles = 0;
   int terms = 2;
   // Pre-split A (split_rows): fp16 hi/lo planes [rows, K] and Σx [rows, K/64], indexed like a's rows.
-  // When set, gemm() runs the pipelined kernel (gemm_q4_pipe.cu; terms 2, which with a zero lo plane
-  // computes the single-pass products) or the wgmma kernel (gemm_wg.cu; terms 1 reads hi only).
+  // When set (terms 1 or 2), gemm() runs 4-bit weights on the Hopper wgmma kernel (gemm_wg.cu; terms 1
+  // reads hi only) and 8-bit ones on the mma.sync pipelined kernel (gemm_q4_pipe.cu: plain, terms 2,
+  // which with a zero lo plane computes the single-pass products). Unset (terms 1 or 2): the
+  // register-prefetch kernel (gemm_q4.cu: 4-bit, plain; the lm_head's one row).
   const uint16_t* ah = nullptr;
   const uint16_t* al = nullptr;
   const float* axs = nullptr;
-  // Hopper wgmma kernel (gemm_wg.cu; pre-split A, 4-bit weights): 0 = off (the mma.sync pipe
-  // kernel), 2 or 4 = warpgroups per block (128 or 256 weight rows × 64 tokens). 8-bit weights
-  // always take the pipe kernel.
-  int wg = 0;
 };
 Status gemm(const GemmArgs& a, Stream s);
 // hi = fp16(a), lo = fp16(a − hi) (terms 2) or 0 (terms 1: single-pass activations, core/act_round.h)
@@ -137,8 +135,9 @@ __device__ __forceinline__ const GdnPrefillArgs& seg_args(const GdnPrefillArgs& 
 // bf16) after k RMSNorm +
 // RoPE, then causal GQA flash attention of the M queries over positions 0..pos0+m, output gate
 // applied: out fp32 [M, nh·hd]. qb: scratch bf16 [terms == 3 ? 2 : 1][M, nh, hd] (q hi, q lo).
-// terms = 3 (fp32 caches only): q, K, V and P enter the MMAs as bf16 hi + lo, three MMAs per
-// product (~16-bit operands); terms = 1: plain bf16 operands.
+// terms = 3 (fp32 caches only; the wgmma kernel, attn_wg.cu): q, K, V and P enter the MMAs as bf16
+// hi + lo, three MMAs per product (~16-bit operands); terms = 1: plain bf16 operands (the mma.sync
+// kernel, attn_prefill.cu).
 struct AttnPrefillArgs {
   const float* u = nullptr;
   int ldu = 0, M = 0, pos0 = 0;
@@ -153,9 +152,6 @@ struct AttnPrefillArgs {
   int terms = 3;
   double theta = 1e7;
   float eps = 1e-6f;
-  // Split operands (terms 3) on the Hopper wgmma kernel (attn_wg.cu): 1 = yes, 0 = the mma.sync
-  // kernel, -1 = env LILY_PREFILL_ATTN_WG (0 or 1; default 1).
-  int wg = -1;
   void (*prof)(void* ctx, const char* what) = nullptr;  // as GdnPrefillArgs::prof
   void* prof_ctx = nullptr;
 };
