@@ -42,7 +42,8 @@
 #           AB            ';'-separated settings, each benched at AB_CTXS [256] and AB_BATCHES [16,64] ('' skips)
 #           BASE          a second packed build (<build>/dev, carried too): its lily at AB_CTXS / AB_BATCHES
 #           NCU=1         ncu: per-kernel time table of one batched step (graphs off) at each of NCU_BATCHES
-#                         [1,64], context NCU_CTX [1], NCU_TABLE_ARGS (more ncu options); with NCU_KERNEL
+#                         [1,64], context NCU_CTX [1: ncu also times every context prefill, so at 256 the
+#                         table runs past the time limit], NCU_TABLE_ARGS (more ncu options); with NCU_KERNEL
 #                         (regex) also that kernel's sections at NCU_SECTION_BATCH [64]
 #   serve:  CLIENTS       rows of concurrent streaming clients; "16s": 16 sharing a SYSTEM_WORDS [300] system
 #                         prompt ["1 16 64"]      REQ_PER_CLIENT [4] (1 client: REQ1 [4])
