@@ -222,12 +222,11 @@ namespace lily::test_prefill {
 namespace {
 
 // As CudaBackend::pf_chunk runs it: terms 1 or 2, the GEMM inputs pre-split (4-bit GEMMs on the wgmma
-// kernel, the 8-bit router on the two-pass pipe kernel); terms 1 (the default): single-pass splits (zero
-// lo planes), so the router's products are single pass too, and the reference rounds its GEMM inputs
-// as the kernels do (core/act_round.h). terms 0: no split, the fp32 reference GEMMs.
+// kernel, the 8-bit router on the pipe kernel); terms 1 (the default): single pass everywhere (the
+// splits' lo planes left unwritten), and the reference rounds its GEMM inputs as the kernels do
+// (core/act_round.h). terms 0: no split, the fp32 reference GEMMs.
 void moe_case(int M, int H, int E, int k, int I, int terms = 1) {
   const bool pipe = terms != 0;
-  const int split_terms = terms == 1 ? 1 : 2;
   cpu::set_round_gemm_inputs(terms == 1);
   HostQ gate(E * I, H, 4), up(E * I, H, 4), down(E * H, I, 4), shgu(2 * I, H, 4), shd(H, I, 4), router(E + 1, H, 8, 3.f);
   DevQ dg(gate.w), du(up.w), dd(down.w), dsgu(shgu.w), dsd(shd.w), dr(router.w);
@@ -279,9 +278,9 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 1) {
   DBuf<float> dsact(size_t(M) * I), dsy(size_t(M) * H), dout(size_t(M) * H);
   DBuf<int32_t> dids(static_cast<size_t>(S)), dslot_tok(S), dslot_of(S), dtiles(size_t(T) * 4), dscr(cuda::pf::moe_route_scratch_ints(E));
   cuda::pf::GemmArgs ra{};
-  ra.w = dr.q, ra.n_out = E + 1, ra.a = dx.p, ra.lda = H, ra.M = M, ra.y = drl.p, ra.ldy = E + 1, ra.terms = pipe && terms == 1 ? 2 : terms;
+  ra.w = dr.q, ra.n_out = E + 1, ra.a = dx.p, ra.lda = H, ra.M = M, ra.y = drl.p, ra.ldy = E + 1, ra.terms = terms;
   std::unique_ptr<DevSplit> sx;
-  if (pipe) sx = std::make_unique<DevSplit>(dx.p, H, M, H, split_terms), sx->use(ra);
+  if (pipe) sx = std::make_unique<DevSplit>(dx.p, H, M, H, terms), sx->use(ra);
   ASSERT_TRUE(cuda::pf::gemm(ra, nullptr).is_ok());
   cuda::pf::RouteArgs r{};
   r.logits = drl.p, r.M = M, r.E = E, r.top_k = k, r.topk_ids = dids.p, r.topk_w = dtw.p, r.slot_tok = dslot_tok.p;
@@ -295,7 +294,7 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 1) {
   cuda::pf::GemmArgs dn{};
   dn.w = dd.q, dn.n_out = H, dn.a = dact.p, dn.lda = I, dn.y = dyd.p, dn.ldy = H, dn.tiles = dtiles.p, dn.max_tiles = T, dn.terms = terms;
   std::unique_ptr<DevSplit> sa;
-  if (pipe) sa = std::make_unique<DevSplit>(dact.p, I, S, I, split_terms), sa->use(dn);
+  if (pipe) sa = std::make_unique<DevSplit>(dact.p, I, S, I, terms), sa->use(dn);
   ASSERT_TRUE(cuda::pf::gemm(dn, nullptr).is_ok());
   cuda::pf::GemmArgs sg{};
   sg.w = dsgu.q, sg.w2 = dsgu.q, sg.row0_2 = I, sg.n_out = I, sg.a = dx.p, sg.lda = H, sg.M = M, sg.y = dsact.p, sg.ldy = I;
@@ -305,7 +304,7 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 1) {
   cuda::pf::GemmArgs sd{};
   sd.w = dsd.q, sd.n_out = H, sd.a = dsact.p, sd.lda = I, sd.M = M, sd.y = dsy.p, sd.ldy = H, sd.terms = terms;
   std::unique_ptr<DevSplit> ss;
-  if (pipe) ss = std::make_unique<DevSplit>(dsact.p, I, M, I, split_terms), ss->use(sd);
+  if (pipe) ss = std::make_unique<DevSplit>(dsact.p, I, M, I, terms), ss->use(sd);
   ASSERT_TRUE(cuda::pf::gemm(sd, nullptr).is_ok());
   ASSERT_TRUE(cuda::pf::moe_combine(dyd.p, dsy.p, dslot_of.p, dtw.p, M, H, k, dout.p, nullptr).is_ok());
   // Routing: ids must match except at near-ties of the reference (those tokens are skipped).

@@ -101,9 +101,8 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   const float eps = c.rms_norm_eps;
   // GEMM activations single-pass fp16 (core/act_round.h: the rounding the decode kernels and the batched
   // step share); A/B knobs (numerics): LILY_PREFILL_TERMS (2: fp16 hi+lo, 0: fp32 CUDA-core reference),
-  // LILY_PREFILL_ATTN_TERMS (3: q/K/V/P as bf16 hi+lo, 1: bf16). The 8-bit router runs the two-pass pipe
-  // kernel (t2) on the split planes, whose lo plane is zero under terms 1: the single-pass products.
-  const int terms = env_int("LILY_PREFILL_TERMS", 1, 0, 2), t2 = terms == 0 ? 0 : 2;
+  // LILY_PREFILL_ATTN_TERMS (3: q/K/V/P as bf16 hi+lo, 1: bf16).
+  const int terms = env_int("LILY_PREFILL_TERMS", 1, 0, 2);
   // LILY_PREFILL_ATTN_TERMS=0 runs the decode attention kernels token by token (slow; A/B only).
   int attn_terms = env_int("LILY_PREFILL_ATTN_TERMS", 3, 0, 3);
   if (attn_terms == 2 || (attn_terms == 3 && !st.f32)) attn_terms = 1;
@@ -209,7 +208,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     }
     // MoE: router (8-bit, + shared gate row) → device routing → grouped gate/up+SwiGLU → down.
     LILY_TRY(split(p.hn, H, M, H));  // router, expert gate/up and shared gate/up read this split
-    LILY_TRY(gemm(L.router, p.hn, H, M, p.rl, E + 1, t2));
+    LILY_TRY(gemm(L.router, p.hn, H, M, p.rl, E + 1, terms));
     mark("moe: router gemm (q8)", s);
     pf::RouteArgs r{};
     r.logits = p.rl, r.M = M, r.E = E, r.top_k = k, r.norm_topk = c.norm_topk_prob, r.topk_ids = p.topk_ids;
