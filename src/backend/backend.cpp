@@ -61,23 +61,26 @@ Status Backend::decode_draw(std::span<SeqState* const> states, std::span<const i
   return Status::ok();
 }
 
+Status Backend::step_segment(const StepFeed& f) {
+  const size_t V = size_t(std::max(vocab_size(), 0));
+  if (!f.draw) return forward(*f.state, f.tokens, f.logits ? std::span<float>(f.logits, V) : std::span<float>());
+  if (V == 0) return errorf("step: backend {} does not report its vocabulary size", name());
+  std::vector<float> tmp(V), w;
+  std::vector<double> sums;
+  LILY_TRY(forward(*f.state, f.tokens, tmp));
+  draw_row(tmp, *f.draw, *f.drawn, w, sums);
+  return Status::ok();
+}
+
 Status Backend::step(std::span<const StepFeed> feeds) {
   const size_t V = size_t(std::max(vocab_size(), 0));
   std::vector<float> tmp;
   std::vector<float> w;
   std::vector<double> sums;
-  // Prompt segments, one forward each.
-  for (const StepFeed& f : feeds) {
-    if (f.tokens.size() < 2) continue;
-    if (f.draw) {
-      if (V == 0) return errorf("step: backend {} does not report its vocabulary size", name());
-      tmp.resize(V);
-      LILY_TRY(forward(*f.state, f.tokens, tmp));
-      draw_row(tmp, *f.draw, *f.drawn, w, sums);
-    } else {
-      LILY_TRY(forward(*f.state, f.tokens, f.logits ? std::span<float>(f.logits, V) : std::span<float>()));
-    }
-  }
+  // Prompt segments, one forward each (verify feeds exist only where a backend speculates, which
+  // runs them itself).
+  for (const StepFeed& f : feeds)
+    if (f.tokens.size() >= 2) LILY_TRY(step_segment(f));
   // One-token feeds: one decode step.
   std::vector<const StepFeed*> rows;
   bool host = false;
@@ -121,6 +124,8 @@ Status Backend::wait(StepTicket ticket) {
   if (auto st = ran_.take(ticket)) return std::move(*st);
   return errorf("wait: step {} was already waited for", ticket);
 }
+
+Status Backend::rewind(SeqState&, int) { return errorf("backend {} cannot rewind a state", name()); }
 
 Status Backend::profile_decode(SeqState&) { return errorf("backend {}: no per-op decode profile", name()); }
 

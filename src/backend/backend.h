@@ -63,6 +63,10 @@ class Backend {
   virtual Result<StepTicket> launch(std::span<const StepFeed> feeds);
   virtual Status wait(StepTicket ticket);
   virtual bool pipelines() const { return false; }
+  // Verify feeds (StepFeed::outputs > 1, rewindable; Model::launch refuses them elsewhere) and
+  // rewind (Model::rewind, which has checked 0 <= n_tokens < state.n_tokens()). Default: neither.
+  virtual bool speculates() const { return false; }
+  virtual Status rewind(SeqState& state, int n_tokens);
   // A server's default prompt segment, in tokens (EngineOptions::prefill_chunk): a segment's time
   // bounds the running streams' inter-token latency, its length the prefill rate. CPU: 512 (a
   // 512-token segment of the full-size model takes seconds already).
@@ -104,6 +108,8 @@ class Backend {
   // forward(), then the one-token feeds as one decode_draw() (all of them drawn or silent) or
   // forward_batch() step. CUDA runs the segments and the decode rows as one step (cuda/step/step_mixed.cu).
   virtual Status step(std::span<const StepFeed> feeds);
+  // A prompt segment of step(): forward(), then the last token's logits copied or drawn on the host.
+  Status step_segment(const StepFeed& f);
 
  private:
   // The default launch()/wait(): steps run at launch, their statuses kept until waited for.

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <span>
 #include <sstream>
 #include <string>
 
@@ -37,6 +38,7 @@ struct BenchArgs {
   int max_seq = 0, threads = 0;
   int prefill_chunk = 0;  // as `lily serve --prefill-chunk` (0: the backend's default)
   bool profile = false;  // a per-op table of one decode step after each context (CUDA)
+  int spec_draft = 0;    // also time speculative decoding with this many drafts a step (EngineOptions::spec_draft)
 };
 
 // One request through the engine, greedy and past the model's stop tokens: the seconds from submit
@@ -46,6 +48,21 @@ struct Timed {
   std::vector<int32_t> ids;
   std::string error;
 };
+
+// Drafts for --spec-draft, from the plain run's reply `ids` after `prompt`: at reply position m (the
+// pending token), the reply's next tokens, all of them right (the best case: a reply that quotes its
+// context) or, with wrong_first, the first of them wrong (the worst: every step verifies drafts and
+// keeps none).
+EngineOptions::Drafter oracle(std::vector<int32_t> prompt, std::vector<int32_t> ids, int vocab, bool wrong_first) {
+  return [prompt = std::move(prompt), ids = std::move(ids), vocab, wrong_first](std::span<const int32_t> fed, int32_t,
+                                                                                 int max_len) {
+    std::vector<int32_t> d;
+    if (fed.size() < prompt.size()) return d;
+    for (size_t i = fed.size() - prompt.size() + 1; i < ids.size() && int(d.size()) < max_len; ++i) d.push_back(ids[i]);
+    if (wrong_first && !d.empty()) d[0] = (d[0] + 1) % vocab;
+    return d;
+  };
+}
 
 Timed run_request(Engine& engine, std::vector<int32_t> prompt, int max_tokens, const std::function<void()>& on_first) {
   auto req = std::make_shared<GenRequest>();
@@ -224,9 +241,42 @@ int run_bench(const BenchArgs& a) {
         }
       r["decode_ops"] = ops;
     }
-    out["results"].push_back(r);
     std::fprintf(stderr, "| %d | %.1f | %.1f | %.3f | %.0f | %s | %s |\n", P, P / prefill_s, kDecodeSteps / decode_s,
                  sorted[sorted.size() / 2], gbps, copy > 0 ? std::to_string(gbps / copy).substr(0, 5).c_str() : "-", digest);
+    // --spec-draft: the same request with drafts from this reply, all right and all wrong (the bounds of
+    // speculative decoding's speed on this backend); the tokens must be the plain run's.
+    if (a.spec_draft > 0) {
+      if (!model.speculates()) {
+        std::fprintf(stderr, "bench: --spec-draft: backend %s does not speculate\n", model.backend_name());
+        return 1;
+      }
+      nlohmann::json sj = nlohmann::json::array();
+      for (bool wrong : {false, true}) {
+        EngineOptions so = eo;
+        so.spec_draft = a.spec_draft;
+        so.spec_drafter = oracle(prompt, gen, cfg.vocab_size, wrong);
+        Engine spec(model, **tok, so);
+        Timed w = run_request(spec, warm_prompt, kDecodeSteps + 1, nullptr);  // the same state allocation warm
+        Timed s = run_request(spec, prompt, kDecodeSteps + 1, nullptr);
+        if (!s.error.empty()) {
+          std::fprintf(stderr, "error: --spec-draft at context %d: %s\n", P, s.error.c_str());
+          return 1;
+        }
+        const double ds = s.at_s.back() - s.at_s[0];
+        const double acc = spec.stats().spec_drafted ? double(spec.stats().spec_accepted) / double(spec.stats().spec_drafted) : 0.0;
+        const bool same = s.ids == gen;
+        sj.push_back({{"drafts", wrong ? "first wrong" : "right"}, {"decode_tok_s", kDecodeSteps / ds}, {"accepted", acc},
+                      {"steps", spec.stats().decode_steps.load()}, {"same_tokens", same}});
+        std::fprintf(stderr, "|   spec %d drafts, %s | | %.1f | | | accepted %.2f | %s |\n", a.spec_draft,
+                     wrong ? "first wrong" : "all right", kDecodeSteps / ds, acc, same ? "same tokens" : "TOKENS DIFFER");
+        if (!same) {
+          std::fprintf(stderr, "error: --spec-draft at context %d: the tokens differ from plain decoding\n", P);
+          return 1;
+        }
+      }
+      r["spec"] = sj;
+    }
+    out["results"].push_back(r);
   }
   const std::string text = out.dump(1);
   if (!a.json_out.empty()) std::ofstream(a.json_out) << text << "\n";
@@ -247,6 +297,9 @@ Registrar reg("bench", "Benchmark (Lily's contract): one request through the eng
                 app.add_option("--prefill-chunk", a->prefill_chunk,
                                "prompt segment length, as lily serve's (the prompt is fed as the server feeds it; default the backend's)");
                 app.add_flag("--profile", a->profile, "after each context, a per-op table of one decode step on stderr (CUDA)");
+                app.add_option("--spec-draft", a->spec_draft,
+                               "also time speculative decoding with this many drafts a step, taken from the plain run's reply: "
+                               "all right (the best case) and the first wrong (the worst); the tokens must be the plain run's");
                 return [a] { return run_bench(*a); };
               });
 

@@ -33,6 +33,12 @@ void add_runtime_options(CLI::App& app, RuntimeArgs& a) {
                  "weights and scratch, less headroom); requests wait when it is taken");
   app.add_option("--prefill-chunk", a.prefill_chunk, "prompts are cut every this many tokens of position (and at their snapshot points), each segment fed whole by one step; the cut never depends on load, so neither do a request's tokens (default: the backend's, CUDA 2048, CPU 512)");
   app.add_option("--step-tokens", a.step_tokens, "prompt tokens a step may carry beside the decoding requests' (the first segment always runs; more while they fit): bounds a step's time and so the running streams' inter-token latency");
+  app.add_option("--spec-draft", a.spec_draft,
+                 "speculative decoding by prompt lookup: a greedy request whose last tokens occurred before in its prompt or "
+                 "reply also feeds up to this many of the tokens that followed, verified in the same step; the reply is "
+                 "the one plain decoding gives (0: off; backends that rewind a state only: cpu)");
+  app.add_option("--spec-ngram", a.spec_ngram, "the longest n-gram of the last tokens that --spec-draft looks up (down to 2)")
+      ->check(CLI::Range(2, 8));
   app.add_option("--max-cached", a.max_cached, "conversations whose model state is kept for reuse");
   app.add_option("--cache-mb", a.cache_mb, "memory budget of the cached states, MiB");
   app.add_option("--max-tokens-default", a.max_tokens_default,
@@ -91,6 +97,11 @@ std::unique_ptr<Runtime> load_runtime(const RuntimeArgs& a) {
   eo.max_batch = parallel_default ? (a.backend == "cuda" ? kCudaDefaultParallel : kCpuDefaultParallel) : a.parallel;
   eo.step_tokens = std::max(1, a.step_tokens);
   eo.prefill_chunk = a.prefill_chunk > 0 ? a.prefill_chunk : rt->model->default_prefill_chunk();
+  eo.spec_draft = std::max(0, a.spec_draft);
+  eo.spec_ngram = a.spec_ngram;
+  if (eo.spec_draft > 0 && !rt->model->speculates())
+    fmt::print(stderr, "lily: warning: --spec-draft {}: the {} backend cannot rewind a state; decoding without drafts\n",
+               eo.spec_draft, rt->model->backend_name());
   eo.max_cached_states = std::max(1, a.max_cached);
   eo.cache_budget_bytes = size_t(std::max(1, a.cache_mb)) << 20;
   eo.shared_prefix_min = std::max(1, a.cache_shared_min);

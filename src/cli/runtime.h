@@ -24,6 +24,8 @@ struct RuntimeArgs {
   int state_mb = 0;          // memory for sequence states, MiB (0: what is free after weights and scratch, less headroom)
   int step_tokens = 512;     // prompt tokens per step beside the decode rows (the first segment always runs)
   int prefill_chunk = 0;     // prompt segment length (tokens): fixed cut points, one forward each (0: the backend's default)
+  int spec_draft = 0;        // speculative decoding: prompt-lookup drafts per step (EngineOptions::spec_draft; 0: off)
+  int spec_ngram = 3;        // the longest n-gram it looks up (down to 2)
   int max_cached = 8;
   int cache_mb = 8192;
   int cache_shared_min = 256;

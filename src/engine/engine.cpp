@@ -427,18 +427,38 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
   // Rows whose requests need nothing but the raw logits are drawn by the backend where the logits
   // are (a GPU returns a few bytes per row); a step with any other row takes whole logits rows. A
   // segment that ends its prompt takes its logits (the first reply token's sampler, forks).
-  std::vector<int32_t> toks(B);
+  // A row that speculates (EngineOptions::spec_draft) feeds its token and its drafts, and gets an
+  // output for each: row b's outputs are out0[b] .. out0[b] + in[b].size() - 1.
+  std::vector<std::vector<int32_t>> in(B);
   std::vector<char> silent(B);  // rows feeding a prompt tail token: nothing drawn, nothing delivered
-  for (size_t b = 0; b < B; ++b) toks[b] = rows[b]->next_token(), silent[b] = rows[b]->silent_step();
+  std::vector<int> pos0(B);     // each row's position before the step (a rewind's base)
+  const bool spec = opts_.spec_draft > 0 && model_.speculates();
+  for (size_t b = 0; b < B; ++b) {
+    Sequence* s = rows[b];
+    in[b] = {s->next_token()}, silent[b] = s->silent_step(), pos0[b] = s->state().n_tokens();
+    if (!spec || silent[b] || !s->speculable()) continue;
+    const int max_len = std::min(opts_.spec_draft, s->tokens_left() - 1);
+    std::vector<int32_t> d = opts_.spec_drafter ? opts_.spec_drafter(s->entry().tokens, s->next_token(), max_len)
+                                                : s->draft(max_len, opts_.spec_ngram);
+    if (d.size() > size_t(std::max(0, max_len))) d.resize(size_t(std::max(0, max_len)));
+    // Room for them within the request's projection (drafts stop before its last token); none if the
+    // state cannot grow now.
+    if (d.empty() || !grow(*s, pos0[b] + 1 + int(d.size()))) continue;
+    in[b].insert(in[b].end(), d.begin(), d.end());
+    stats_.spec_rows++, stats_.spec_drafted += d.size();
+  }
   bool all_drawable = true;
   for (size_t b = 0; b < B && all_drawable; ++b) all_drawable = silent[b] || rows[b]->device_drawable();
-  size_t n_logits = all_drawable ? 0 : B;
+  std::vector<size_t> out0(B);
+  size_t n_out = 0;
+  for (size_t b = 0; b < B; ++b) out0[b] = n_out, n_out += in[b].size();
+  size_t n_logits = all_drawable ? 0 : n_out;
   std::vector<size_t> seg_row(S, SIZE_MAX);  // logits row of a segment that ends its prompt
   for (size_t i = 0; i < S; ++i)
     if (segs[i].last) seg_row[i] = n_logits++;
   if (logits_.size() < n_logits * V) logits_.resize(n_logits * V);
-  std::vector<DrawSpec> spec(B);
-  std::vector<Drawn> drawn(B);
+  std::vector<DrawSpec> spec_of(B);
+  std::vector<Drawn> drawn(n_out);
   std::vector<StepFeed> feeds;
   feeds.reserve(S + B);
   for (size_t i = 0; i < S; ++i) {
@@ -449,12 +469,13 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
   }
   for (size_t b = 0; b < B; ++b) {
     StepFeed f;
-    f.state = &rows[b]->state(), f.tokens = std::span<const int32_t>(&toks[b], 1);
+    f.state = &rows[b]->state(), f.tokens = in[b];
+    f.outputs = int(in[b].size()), f.rewindable = in[b].size() > 1;
     if (!all_drawable) {
-      f.logits = logits_.data() + b * V;
+      f.logits = logits_.data() + out0[b] * V;
     } else if (!silent[b]) {
-      spec[b] = rows[b]->device_spec();
-      f.draw = &spec[b], f.drawn = &drawn[b];
+      spec_of[b] = rows[b]->device_spec();  // greedy and unpenalised where it speculates: one spec for every output
+      f.draw = &spec_of[b], f.drawn = &drawn[out0[b]];
     }
     feeds.push_back(f);
   }
@@ -494,24 +515,53 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
     }
     if (segs[i].last && !s->on_logits(std::span<float>(logits_.data() + seg_row[i] * V, V))) retire(*s, true);
   }
-  // Decode rows. Sampling reads a whole vocabulary row per sequence: host rows are sampled in parallel
-  // (each touches only its own sampler), then delivered in order on this thread.
-  std::vector<GenToken> chosen(B);
+  // Decode rows. Sampling reads a whole vocabulary row per sequence: host rows' first outputs are
+  // sampled in parallel (each touches only its own sampler), then delivered in order on this thread.
+  auto take = [&](size_t b, size_t o) {
+    return all_drawable ? rows[b]->take_drawn(drawn[out0[b] + o])
+                        : rows[b]->choose(std::span<float>(logits_.data() + (out0[b] + o) * V, V));
+  };
+  std::vector<GenToken> first(B);
   if (all_drawable) {
     for (size_t b = 0; b < B; ++b)
-      if (!silent[b]) chosen[b] = rows[b]->take_drawn(drawn[b]);
+      if (!silent[b]) first[b] = take(b, 0);
   } else {
     auto choose = [&](size_t b0, size_t b1) {
       for (size_t b = b0; b < b1; ++b)
-        if (!silent[b]) chosen[b] = rows[b]->choose(std::span<float>(logits_.data() + b * V, V));
+        if (!silent[b]) first[b] = take(b, 0);
     };
     if (B >= 2 && ThreadPool::global().size() > 1) ThreadPool::global().parallel_for(B, 1, choose);
     else choose(0, B);
   }
   for (size_t b = 0; b < B; ++b) {
     Sequence* s = rows[b];
-    s->fed(std::span<const int32_t>(&toks[b], 1));
-    if (!silent[b] && !s->deliver(std::move(chosen[b]))) retire(*s, true);
+    if (silent[b]) {
+      s->fed(std::span<const int32_t>(&in[b][0], 1));
+      continue;
+    }
+    // Output o is the token after in[b][o]: delivered while each draft matches what was drawn before
+    // it (so every delivered token is the one plain decoding draws), up to the first mismatch, which
+    // is delivered too and becomes the next token. The state keeps the fed tokens that were verified.
+    size_t o = 0;
+    bool alive = true;
+    for (GenToken t = std::move(first[b]);; t = take(b, o)) {
+      const int32_t id = t.id;
+      s->fed(std::span<const int32_t>(&in[b][o], 1));
+      alive = s->deliver(std::move(t));
+      if (!alive || o + 1 == in[b].size() || id != in[b][o + 1]) break;
+      ++o;
+    }
+    if (in[b].size() > 1) {
+      stats_.spec_accepted += o;
+      if (o + 1 < in[b].size())
+        if (Status r = model_.rewind(s->state(), pos0[b] + int(o) + 1); !r) {
+          spdlog::error("rewinding a verify step failed: {}", r.message());
+          if (alive) s->finish(FinishReason::kError, "", r.message());
+          retire(*s, false);
+          continue;
+        }
+    }
+    if (!alive) retire(*s, true);
   }
 }
 

@@ -111,12 +111,27 @@ struct EngineOptions {
   // max_num_batched_tokens), so a step's time, and the running rows' inter-token latency, is bounded.
   int step_tokens = 512;
   int prefill_delay_ms = 0;         // test hook: sleep this long before every prefill forward (a slow machine)
+  // Speculative decoding by prompt lookup, where the model speculates (Model::speculates): a decode
+  // row of a greedy request (Sequence::speculable) whose last tokens (an n-gram, n = spec_ngram down
+  // to 2) occurred before in its prompt or reply feeds, after its token, up to spec_draft of the
+  // tokens that followed (Sequence::draft); the step gives an output for each position, the tokens
+  // are delivered while each draft matches the token drawn before it, and the state is rewound to
+  // the last verified one. Every delivered token is the one plain decoding draws. 0: off.
+  int spec_draft = 0;
+  int spec_ngram = 3;
+  // Drafts from elsewhere (tests, lily bench --spec-draft): a request's drafts (at most max_len) from
+  // its fed tokens and the pending one, instead of prompt lookup (which finds nothing in the random
+  // replies of a synthetic checkpoint).
+  using Drafter = std::function<std::vector<int32_t>(std::span<const int32_t> fed, int32_t next, int max_len)>;
+  Drafter spec_drafter;
 };
 
 struct EngineStats {
   std::atomic<uint64_t> cache_hits{0}, cache_misses{0}, cached_tokens{0};
   std::atomic<uint64_t> prompt_tokens{0}, completion_tokens{0};
   std::atomic<uint64_t> decode_steps{0}, decode_rows{0};  // batched steps and the rows they carried
+  // Speculative decoding: rows that verified drafts, drafts fed, drafts accepted (delivered as drawn).
+  std::atomic<uint64_t> spec_rows{0}, spec_drafted{0}, spec_accepted{0};
   // State memory, published by the worker at every step (bytes).
   std::atomic<uint64_t> mem_reserved{0};  // running requests: max(projection, state held), pending forks' projections
   std::atomic<uint64_t> mem_running{0};   // held by running requests' states

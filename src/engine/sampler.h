@@ -66,9 +66,10 @@ class Sampler {
   // way. Its penalties point into this sampler and `allowed` stays the caller's: both valid until
   // the next accept(). Call accept() with the drawn id after.
   DrawSpec device_spec(std::span<const uint64_t> allowed = {});
+  // Whether every draw is the argmax (temperature 0 or top_k 1): no uniform is taken.
+  bool greedy() const;
 
  private:
-  bool greedy() const;  // argmax: temperature 0 or top_k 1
   DrawPenalty& penalty_entry(int32_t id);
 
   SamplingParams p_;

@@ -178,4 +178,9 @@ bool Sequence::deliver(GenToken tok) {
   return true;
 }
 
+std::vector<int32_t> Sequence::draft(int max_len, int max_ngram) {
+  if (phase_ != Phase::kDecode) return {};
+  return lookup_.draft(entry_.tokens, next_, max_len, max_ngram);
+}
+
 }  // namespace lily

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/ngram_lookup.h"
 #include "engine/prefix_cache.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
@@ -95,6 +96,15 @@ class Sequence {
     return device_drawable() && !feeding_tail() && !(req_->inject_after && !injected_) && req_->step_delay_ms == 0 &&
            !req_->constraint && !sampler_.penalized();
   }
+  // Whether the next decode step may verify drafts (speculative decoding): a reply token is next, it
+  // is greedy with nothing that depends on the drawn tokens (penalties, a constraint, a token to
+  // inject, forced tokens, forks), so each verified position is drawn as plain decoding draws it.
+  bool speculable() const {
+    return phase_ == Phase::kDecode && pending_.empty() && !forced_ && sampler_.greedy() && !sampler_.penalized() &&
+           !req_->constraint && !(req_->inject_after && !injected_) && !fork_pending() && req_->step_delay_ms == 0;
+  }
+  // Prompt lookup over prompt + reply and the pending token (NgramLookup; valid while decoding).
+  std::vector<int32_t> draft(int max_len, int max_ngram);
   // n > 1: the logits this request's first reply token was chosen from, kept for its forks (the
   // engine starts them from a copy of the state: Engine::make_forks).
   bool fork_ready() const { return !fork_logits_.empty(); }
@@ -132,6 +142,7 @@ class Sequence {
   std::vector<float> fork_logits_;  // see fork_ready()
   bool forked_ = false;
   std::string stop_string_;         // the stop string that ended the reply
+  NgramLookup lookup_;              // draft()'s index
   GenUsage usage_;
 };
 

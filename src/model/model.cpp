@@ -64,6 +64,13 @@ Result<std::unique_ptr<SeqState>> Model::new_state(int max_seq) { return impl_->
 StateMemory Model::state_memory(int max_seq) const { return impl_->backend->state_memory(max_seq); }
 Result<DeviceMemory> Model::device_memory() { return impl_->backend->device_memory(); }
 bool Model::pipelines() const { return impl_->backend->pipelines(); }
+bool Model::speculates() const { return impl_->backend->speculates(); }
+Status Model::rewind(SeqState& state, int n_tokens) {
+  if (n_tokens < 0 || n_tokens > state.n_tokens())
+    return errorf("rewind: to {} tokens, the state holds {}", n_tokens, state.n_tokens());
+  if (n_tokens == state.n_tokens()) return Status::ok();
+  return impl_->backend->rewind(state, n_tokens);
+}
 int Model::default_prefill_chunk() const { return impl_->backend->default_prefill_chunk(); }
 Status Model::wait(StepTicket ticket) { return impl_->backend->wait(ticket); }
 double Model::copy_bandwidth_gbps() { return impl_->backend->copy_bandwidth_gbps(); }
@@ -89,6 +96,11 @@ Result<StepTicket> Model::launch(std::span<const StepFeed> feeds) {
     if (!f.state || f.tokens.empty()) return errorf("launch: feed {} has no state or no tokens", i);
     if (f.draw && (!f.drawn || f.logits)) return errorf("launch: feed {} asks for a draw without a Drawn, or for logits too", i);
     if (f.drawn && !f.draw) return errorf("launch: feed {} has a Drawn but no draw spec", i);
+    if (f.outputs < 1 || size_t(f.outputs) > f.tokens.size())
+      return errorf("launch: feed {} asks for {} outputs of {} tokens", i, f.outputs, f.tokens.size());
+    if ((f.outputs > 1 || f.rewindable) && !speculates())
+      return errorf("launch: feed {} is a verify feed (outputs {}, rewindable {}); backend {} does not speculate", i,
+                    f.outputs, f.rewindable, backend_name());
     if (f.draw && !spec_ok(*f.draw))
       return errorf("launch: feed {} has a bad draw spec (inv_t {}, u {}, top_logprobs {})", i, f.draw->inv_t, f.draw->u,
                     f.draw->top_logprobs);

@@ -72,16 +72,24 @@ class SeqState {
 };
 
 // One sequence's part of a serving step (Model::launch): tokens appended to *state at positions
-// state->n_tokens()..., and what comes back for the last of them: nothing, its logits (host fp32
-// [vocab] at `logits`), or a token drawn where the logits are (*draw → *drawn; model/draw.h).
-// A decode row feeds one token; a newcomer's prompt segment feeds several. The feed and its draw
-// spec need to live only during launch; the outputs are written by the step's wait.
+// state->n_tokens()..., and what comes back for the last `outputs` of them: nothing, their logits
+// (host fp32 [outputs, vocab] at `logits`), or a token drawn where the logits are for each (*draw →
+// drawn[0..outputs); model/draw.h). A decode row feeds one token; a newcomer's prompt segment feeds
+// several. The feed and its draw spec need to live only during launch; the outputs are written by
+// the step's wait.
+//
+// Speculative decoding (Model::speculates): a verify feed is a decode row's token followed by draft
+// tokens, with outputs == tokens.size() and `rewindable`; each token is computed as a decode row
+// (its outputs are what plain decoding would give at that position), and until the state's next
+// step Model::rewind may drop the rejected drafts from it.
 struct StepFeed {
   SeqState* state = nullptr;
   std::span<const int32_t> tokens;
   float* logits = nullptr;
   const DrawSpec* draw = nullptr;
   Drawn* drawn = nullptr;
+  int outputs = 1;         // 1..tokens.size(); more than 1 only where Model::speculates
+  bool rewindable = false;  // only where Model::speculates
 };
 
 // A lone drawn feed's token on a backend that pipelines (Model::pipelines): the id the previous
@@ -128,6 +136,12 @@ class Model {
   Result<StepTicket> launch(std::span<const StepFeed> feeds);
   Status wait(StepTicket ticket);
   bool pipelines() const;
+  // Whether the backend takes verify feeds (StepFeed::outputs > 1, rewindable) and rewind.
+  bool speculates() const;
+  // Drops the tokens at positions n_tokens.. from a state whose last step fed it a rewindable feed
+  // that started at or before n_tokens: the state is as if only its first n_tokens tokens had been
+  // fed. An error (the state unchanged) otherwise, or where the backend does not speculate.
+  Status rewind(SeqState& state, int n_tokens);
   // The backend's default prompt segment for a server (Backend::default_prefill_chunk).
   int default_prefill_chunk() const;
   // Conveniences over launch + wait. step: one step, waited for. forward: `tokens` appended to

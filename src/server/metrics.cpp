@@ -80,6 +80,13 @@ std::string Metrics::render(const Engine& engine) const {
                      "# HELP lily_decode_rows_total Sequences advanced by those steps (rows / steps = mean batch).\n"
                      "# TYPE lily_decode_rows_total counter\nlily_decode_rows_total {}\n",
                      st.decode_steps.load(), st.decode_rows.load());
+  out += fmt::format("# HELP lily_spec_rows_total Decode rows that verified prompt-lookup drafts (--spec-draft).\n"
+                     "# TYPE lily_spec_rows_total counter\nlily_spec_rows_total {}\n"
+                     "# HELP lily_spec_draft_tokens_total Draft tokens verified.\n"
+                     "# TYPE lily_spec_draft_tokens_total counter\nlily_spec_draft_tokens_total {}\n"
+                     "# HELP lily_spec_accepted_tokens_total Draft tokens that matched the drawn token (delivered).\n"
+                     "# TYPE lily_spec_accepted_tokens_total counter\nlily_spec_accepted_tokens_total {}\n",
+                     st.spec_rows.load(), st.spec_drafted.load(), st.spec_accepted.load());
   {
     // Resident set size of the whole process (Prometheus' standard name), from /proc/self/statm.
     long pages = 0, resident = 0;

@@ -86,6 +86,7 @@ std::unique_ptr<SeqState> CpuSeqState::clone() const {
 
 void CpuSeqState::reset() {
   n = 0;
+  undo.pos0 = -1;
   for (auto& l : layers) {
     l.k.clear();
     l.v.clear();

@@ -34,8 +34,22 @@ struct CpuSeqState final : SeqState {
     std::vector<float> conv;     // GDN: [conv_dim, K-1] pre-conv inputs, oldest first
     std::vector<float> S;        // GDN: [n_v_heads, dk, dv] fp32
   };
+  // What the fast backend keeps of a rewindable step (StepFeed::rewindable) to drop its tokens again
+  // (Backend::rewind): it fed positions pos0 .. pos0 + len - 1; per DeltaNet layer, the state S and
+  // conv window before them and each row's pre-conv input u [len, conv_dim] and the recurrent step's
+  // inputs (q, k [len, key_dim], v [len, value_dim], decay, beta [len, n_v_heads]). pos0 < 0: nothing
+  // to undo (any later step, reset and clone forget it). Held while the state speculates: a DeltaNet
+  // state's size (the fixed part) plus ~33 KB per row and layer, outside bytes() and the meter.
+  struct Undo {
+    struct Layer {
+      std::vector<float> S, conv, u, q, k, v, alpha, beta;
+    };
+    int pos0 = -1, len = 0;
+    std::vector<Layer> layers;  // [num_hidden_layers]; attention layers' stay empty
+  };
   int n = 0;
   int cap = 0;                   // max_seq
+  Undo undo;
   size_t kv_row = 0;             // floats per position in each K or V cache (n_kv_heads * head_dim)
   std::vector<Layer> layers;
   std::shared_ptr<StateMeter> meter;

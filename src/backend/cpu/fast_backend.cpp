@@ -96,26 +96,98 @@ class FastCpuBackend final : public Backend {
     return run_rows({&seg, 1}, tokens, logits, /*all_logits=*/false);
   }
 
-  // One decode token for each of B sequences: every projection and expert runs once over the B
-  // rows (the int16 matvec of decode, which computes each row as it does alone, so a row's result
-  // does not depend on the batch); conv, DeltaNet and attention run per sequence on its own state.
-  Status forward_batch(std::span<SeqState* const> states, std::span<const int32_t> tokens,
-                       std::span<float> logits) override {
-    const int B = int(states.size());
-    if (tokens.size() != size_t(B)) return errorf("forward_batch: {} states but {} tokens", B, tokens.size());
-    if (B == 0) return Status::ok();
-    if (logits.size() != size_t(B) * size_t(cfg_.vocab_size))
-      return errorf("forward_batch: logits span has {} entries, expected {} rows x vocab {}", logits.size(), B, cfg_.vocab_size);
-    std::vector<Seg> segs;
-    for (int b = 0; b < B; ++b) {
-      if (!states[b]) return errorf("forward_batch: row {} has no state", b);
-      LILY_ASSIGN_OR_RETURN(CpuSeqState* st, check_forward_args(cfg_, *states[b], tokens.subspan(size_t(b), 1), {}));
-      for (const Seg& o : segs)
-        if (o.st == st) return errorf("forward_batch: rows {} and {} share one state", o.row0, b);
-      segs.push_back(Seg{st, b, 1, st->n});
+  // A serving step: each prompt segment by forward() (the prefill path), then the decode rows and
+  // verify feeds as one decode pass: every projection and expert runs once over their rows with the
+  // int16 matvec of decode, which computes each row as it does alone (a row's result depends neither
+  // on the batch nor on whether it came as a decode row or in a verify feed); conv, DeltaNet (the
+  // recurrent step, token by token) and attention per sequence on its own state.
+  Status step(std::span<const StepFeed> feeds) override {
+    std::vector<const StepFeed*> rows;
+    for (const StepFeed& f : feeds) {
+      if (f.tokens.size() >= 2 && f.outputs == 1 && !f.rewindable) LILY_TRY(step_segment(f));
+      else rows.push_back(&f);
     }
+    if (rows.empty()) return Status::ok();
+    std::vector<Seg> segs;
+    std::vector<int32_t> toks;
+    for (const StepFeed* f : rows) {
+      LILY_ASSIGN_OR_RETURN(CpuSeqState* st, check_forward_args(cfg_, *f->state, f->tokens, {}));
+      segs.push_back(Seg{st, int(toks.size()), int(f->tokens.size()), st->n, f->rewindable});
+      toks.insert(toks.end(), f->tokens.begin(), f->tokens.end());
+    }
+    const size_t V = size_t(cfg_.vocab_size), M = toks.size();
+    std::vector<float> logits(M * V);
     gemm_ = false, prep_ = true;
-    return run_rows(segs, tokens, logits, /*all_logits=*/true);
+    LILY_TRY(run_rows(segs, toks, logits, /*all_logits=*/true));
+    // Outputs: the last `outputs` rows of each feed, copied or drawn on the host (rows in parallel).
+    struct Out {
+      const float* row;
+      const StepFeed* f;
+      int o;
+    };
+    std::vector<Out> outs;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const StepFeed* f = rows[i];
+      for (int o = 0; o < f->outputs; ++o) {
+        const float* row = logits.data() + size_t(segs[i].row0 + segs[i].len - f->outputs + o) * V;
+        if (f->logits) std::copy(row, row + V, f->logits + size_t(o) * V);
+        else if (f->draw) outs.push_back({row, f, o});
+      }
+    }
+    auto draw = [&](size_t a, size_t b) {
+      std::vector<float> w;
+      std::vector<double> sums;
+      for (size_t i = a; i < b; ++i)
+        draw_row(std::span<const float>(outs[i].row, V), *outs[i].f->draw, outs[i].f->drawn[outs[i].o], w, sums);
+    };
+    if (outs.size() >= 2 && ThreadPool::global().size() > 1) ThreadPool::global().parallel_for(outs.size(), 1, draw);
+    else draw(0, outs.size());
+    return Status::ok();
+  }
+
+  bool speculates() const override { return true; }
+
+  // Back to n tokens after a rewindable step (Undo in cpu_state.h): each DeltaNet layer's state and
+  // conv window from before the step, advanced through the kept rows' saved inputs by the same
+  // recurrent step (so the state is bit for bit what feeding only those rows gives); the K/V caches
+  // cut to n positions.
+  Status rewind(SeqState& state, int n) override {
+    auto* st = dynamic_cast<CpuSeqState*>(&state);
+    if (!st) return errorf("rewind: the state belongs to another backend");
+    CpuSeqState::Undo& u = st->undo;
+    if (u.pos0 < 0 || st->n != u.pos0 + u.len || n < u.pos0 || n > st->n)
+      return errorf("rewind: to {} tokens, but the state's last step was not a rewindable one ending at {} (it holds {})", n,
+                    u.pos0 < 0 ? -1 : u.pos0 + u.len, st->n);
+    const int keep = n - u.pos0, K = cfg_.linear_conv_kernel_dim, C = cfg_.gdn_conv_dim();
+    const int nk = cfg_.linear_num_key_heads, nv = cfg_.linear_num_value_heads;
+    const int dk = cfg_.linear_key_head_dim, dv = cfg_.linear_value_head_dim, ratio = nv / nk;
+    const fast::KernelTable& kt = fast::kernels();
+    for (size_t li = 0; li < st->layers.size(); ++li) {
+      CpuSeqState::Layer& L = st->layers[li];
+      if (L.attention) {
+        L.k.resize(size_t(n) * st->kv_row), L.v.resize(size_t(n) * st->kv_row);
+        continue;
+      }
+      const CpuSeqState::Undo::Layer& U = u.layers[li];
+      L.S = U.S;
+      fast::parallel_dynamic(nv, [&](int hh) {
+        std::vector<float> o(static_cast<size_t>(dv));
+        float* Sh = L.S.data() + size_t(hh) * dk * dv;
+        const int kh = hh / ratio;
+        for (int t = 0; t < keep; ++t)
+          kt.gdn_step(Sh, &U.q[(size_t(t) * nk + kh) * dk], &U.k[(size_t(t) * nk + kh) * dk], &U.v[(size_t(t) * nv + hh) * dv],
+                      U.alpha[size_t(t) * nv + hh], U.beta[size_t(t) * nv + hh], o.data(), dk, dv, dv);
+      });
+      // Window [C, K-1], oldest first: the last K-1 of (the old window, the kept rows' inputs).
+      for (int c = 0; c < C; ++c)
+        for (int j = 0; j < K - 1; ++j) {
+          const int at = keep + j;  // index into (old window ++ kept rows), of length K-1 + keep
+          L.conv[size_t(c) * (K - 1) + j] = at < K - 1 ? U.conv[size_t(c) * (K - 1) + at] : U.u[size_t(at - (K - 1)) * C + c];
+        }
+    }
+    st->n = n;
+    u.pos0 = -1;
+    return Status::ok();
   }
 
  private:
@@ -123,6 +195,7 @@ class FastCpuBackend final : public Backend {
   struct Seg {
     CpuSeqState* st;
     int row0, len, pos0;
+    bool undo = false;  // a rewindable feed: DeltaNet by the recurrent step, its inputs kept (CpuSeqState::Undo)
   };
 
   // The forward pass over M rows made of segments (one segment: a prefill or decode of one
@@ -132,6 +205,11 @@ class FastCpuBackend final : public Backend {
 
     const int H = cfg_.hidden_size;
     ensure_iota(std::max(M * cfg_.num_experts_per_tok, M));
+    for (const Seg& sg : segs) {  // a step forgets the state's last undo; a rewindable one keeps its own
+      CpuSeqState::Undo& u = sg.st->undo;
+      u.pos0 = sg.undo ? sg.pos0 : -1, u.len = sg.len;
+      if (sg.undo) u.layers.resize(size_t(cfg_.num_hidden_layers));
+    }
     std::vector<float> x(size_t(M) * H), h(size_t(M) * H), mix(size_t(M) * H);
     {
       ProfileScope p(Op::kEmbed, double(M) * w_.embed.nbytes() / w_.embed.rows);
@@ -275,19 +353,37 @@ class FastCpuBackend final : public Backend {
     ProfileScope prof(Op::kGdn, 0);
     std::vector<float> c(size_t(M) * C);
     for (const Seg& sg : segs)
+      if (sg.undo) {
+        CpuSeqState::Undo::Layer& U = sg.st->undo.layers[size_t(li)];
+        U.conv = sg.st->layers[size_t(li)].conv;
+        U.S = sg.st->layers[size_t(li)].S;
+        U.u.assign(u.begin() + ptrdiff_t(sg.row0) * C, u.begin() + ptrdiff_t(sg.row0 + sg.len) * C);
+      }
+    for (const Seg& sg : segs)
       fast::conv_silu(u.data() + size_t(sg.row0) * C, sg.len, C, C, cfg_.linear_conv_kernel_dim, G.conv1d,
                 sg.st->layers[size_t(li)].conv.data(), c.data() + size_t(sg.row0) * C);
     std::vector<float> q(size_t(M) * kd), k(size_t(M) * kd), v(size_t(M) * vd);
     gdn_split_qkv(GdnDims{nk, nv, dk, dv}, M, c.data(), q.data(), k.data(), v.data());
     std::vector<float> g(size_t(M) * nv), beta(size_t(M) * nv);
     gdn_gates(M, nv, a.data(), b.data(), G.A_log.data(), G.dt_bias, g.data(), beta.data());
+    for (const Seg& sg : segs)
+      if (sg.undo) {
+        CpuSeqState::Undo::Layer& U = sg.st->undo.layers[size_t(li)];
+        const size_t r0 = size_t(sg.row0), r1 = r0 + size_t(sg.len);
+        U.q.assign(q.begin() + ptrdiff_t(r0 * kd), q.begin() + ptrdiff_t(r1 * kd));
+        U.k.assign(k.begin() + ptrdiff_t(r0 * kd), k.begin() + ptrdiff_t(r1 * kd));
+        U.v.assign(v.begin() + ptrdiff_t(r0 * vd), v.begin() + ptrdiff_t(r1 * vd));
+        U.beta.assign(beta.begin() + ptrdiff_t(r0 * nv), beta.begin() + ptrdiff_t(r1 * nv));
+        U.alpha.resize((r1 - r0) * nv);
+        for (size_t j = 0; j < U.alpha.size(); ++j) U.alpha[j] = std::exp(g[r0 * nv + j]);
+      }
     std::vector<float> o(size_t(M) * vd);
     const GdnDims dims{nk, nv, dk, dv};
     // A prefill (segment of ≥ 2 rows): the chunked (WY) form, chunk 64, key heads over the pool
     // (fast_gdn.h). Decode rows: the fused recurrent step.
     std::vector<const Seg*> step_segs;
     for (const Seg& sg : segs) {
-      if (sg.len >= 2 && fast::gdn_chunked_ok(dims)) {
+      if (sg.len >= 2 && !sg.undo && gemm_ && fast::gdn_chunked_ok(dims)) {
         const size_t r = size_t(sg.row0);
         fast::gdn_chunked(dims, sg.len, &q[r * kd], &k[r * kd], &v[r * vd], &g[r * nv], &beta[r * nv],
                           sg.st->layers[size_t(li)].S.data(), &o[r * vd]);

@@ -1,0 +1,245 @@
+// Speculative decoding (EngineOptions::spec_draft) on a tiny synthetic checkpoint (fast CPU backend):
+// every reply equals plain decoding's, token for token (ids, logprobs, text, finish reason, usage),
+// alone and with several requests in one step, at several draft lengths, under max_tokens and stop
+// strings, and a follow-up continued from a state that was rewound equals the same follow-up without
+// drafts. A random checkpoint's replies never repeat, so prompt lookup finds nothing to draft: the
+// drafts come from the test hook (EngineOptions::spec_drafter), made from the plain replies with
+// wrong tokens at moving places, so steps accept all, some and none of their drafts (the engine's
+// counters say both happened). Prompt lookup itself is ngram_lookup_test's. One engine runs at a time
+// (engines share the model and its thread pool; a reply's last event comes before its step ends).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <future>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
+#include "tiny_checkpoint.h"
+
+namespace lily {
+namespace {
+
+struct Reply {
+  std::vector<GenToken> tokens;
+  std::string text;
+  GenEvent last;
+};
+
+class SpecDecode : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { load_tiny("spec-decode", 5, false, dir_, model_, tok_); }
+  static void TearDownTestSuite() { unload_tiny(dir_, model_, tok_); }
+
+  // A known reply: prompt, then the plain reply's ids.
+  using Run = std::pair<std::vector<int32_t>, std::vector<int32_t>>;
+
+  // Drafts from the plain replies: for the run whose prompt and reply so far are the fed tokens (the
+  // longest such prompt), with the pending token at reply position m, the reply's next tokens; by a
+  // hash h of m: wrong at index 0 when h % 3 == 1 (none accepted), at index (h / 3) % max_len when
+  // h % 3 == 2 (some), right when h % 3 == 0 (all); past the reply's end, token 3. No run: no drafts.
+  static EngineOptions opts(int spec_draft, std::vector<Run> runs = {}) {
+    EngineOptions eo;
+    eo.max_seq = 512;
+    eo.max_batch = 8;
+    eo.spec_draft = spec_draft;
+    eo.spec_ngram = 3;
+    const int V = model_->config().vocab_size;
+    eo.spec_drafter = [runs = std::move(runs), V](std::span<const int32_t> fed, int32_t next, int max_len) {
+      const Run* best = nullptr;
+      for (const Run& r : runs) {
+        const auto& [p, reply] = r;
+        if (fed.size() < p.size() || fed.size() - p.size() >= reply.size() + 1) continue;
+        if (!std::equal(p.begin(), p.end(), fed.begin())) continue;
+        if (!std::equal(fed.begin() + ptrdiff_t(p.size()), fed.end(), reply.begin())) continue;
+        if (!best || p.size() > best->first.size()) best = &r;
+      }
+      std::vector<int32_t> d;
+      if (!best) return d;
+      const auto& reply = best->second;
+      const size_t m = fed.size() - best->first.size();
+      if (m >= reply.size() || reply[m] != next) return d;
+      for (int i = 0; i < max_len; ++i) d.push_back(m + 1 + size_t(i) < reply.size() ? reply[m + 1 + size_t(i)] : 3);
+      const uint32_t h = uint32_t(m * 2654435761u) >> 7;  // a position's case, not periodic in m
+      const int wrong = h % 3 == 1 ? 0 : h % 3 == 2 ? int(h / 3) % std::max(1, max_len) : -1;
+      if (wrong >= 0 && wrong < max_len) d[size_t(wrong)] = (d[size_t(wrong)] + 1) % V;
+      return d;
+    };
+    return eo;
+  }
+
+  static std::vector<Run> runs_of(const std::vector<std::vector<int32_t>>& prompts, const std::vector<Reply>& replies) {
+    std::vector<Run> v;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      std::vector<int32_t> ids;
+      for (const GenToken& t : replies[i].tokens) ids.push_back(t.id);
+      v.emplace_back(prompts[i], ids);
+    }
+    return v;
+  }
+
+  static std::shared_ptr<GenRequest> greedy(const std::string& prompt, int max_tokens) {
+    auto r = std::make_shared<GenRequest>();
+    r->prompt = tok_->encode(prompt);
+    r->max_tokens = max_tokens;
+    r->sampling.temperature = 0;
+    r->sampling.top_logprobs = 2;
+    return r;
+  }
+
+  // Submits every request at once (they share steps) and waits for all replies.
+  static std::vector<Reply> run_all(Engine& e, const std::vector<std::shared_ptr<GenRequest>>& reqs) {
+    std::vector<std::shared_ptr<Reply>> out;
+    std::vector<std::future<void>> done;
+    for (const auto& r : reqs) {
+      auto rep = std::make_shared<Reply>();
+      auto p = std::make_shared<std::promise<void>>();
+      done.push_back(p->get_future());
+      r->on_event = [rep, p](GenEvent&& ev) {
+        rep->text += ev.text;
+        for (auto& t : ev.tokens) rep->tokens.push_back(t);
+        if (ev.done) rep->last = std::move(ev), p->set_value();
+      };
+      out.push_back(rep);
+      EXPECT_TRUE(e.submit(r));
+    }
+    for (auto& d : done) d.wait();
+    std::vector<Reply> v;
+    for (auto& r : out) v.push_back(*r);
+    return v;
+  }
+  static Reply run_one(Engine& e, std::shared_ptr<GenRequest> r) { return run_all(e, {std::move(r)})[0]; }
+
+  static void expect_same(const Reply& a, const Reply& b, const std::string& what) {
+    ASSERT_EQ(a.tokens.size(), b.tokens.size()) << what;
+    for (size_t i = 0; i < a.tokens.size(); ++i) {
+      EXPECT_EQ(a.tokens[i].id, b.tokens[i].id) << what << ", token " << i;
+      EXPECT_EQ(a.tokens[i].logprob, b.tokens[i].logprob) << what << ", token " << i;
+      ASSERT_EQ(a.tokens[i].top.size(), b.tokens[i].top.size()) << what << ", token " << i;
+      for (size_t j = 0; j < a.tokens[i].top.size(); ++j)
+        EXPECT_EQ(a.tokens[i].top[j].id, b.tokens[i].top[j].id) << what << ", token " << i;
+    }
+    EXPECT_EQ(a.text, b.text) << what;
+    EXPECT_EQ(a.last.finish, b.last.finish) << what;
+    EXPECT_EQ(a.last.usage.completion_tokens, b.last.usage.completion_tokens) << what;
+    EXPECT_EQ(a.last.stop_string, b.last.stop_string) << what;
+  }
+
+  static inline const std::vector<std::string> kPrompts = {
+      "one two three four one two three four one two three four one two",
+      "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n\ndef",
+      "The quick brown fox jumps over the lazy dog. The quick brown fox",
+      "Hello",
+      "a b a b a b a b a b a b",
+  };
+
+  static inline std::string dir_;
+  static inline Model* model_ = nullptr;
+  static inline Tokenizer* tok_ = nullptr;
+};
+
+TEST_F(SpecDecode, SameRepliesAsPlainDecoding) {
+  ASSERT_TRUE(model_->speculates());
+  std::vector<Reply> want;
+  std::vector<std::vector<int32_t>> prompts;
+  {
+    Engine plain(*model_, *tok_, opts(0));
+    for (const auto& p : kPrompts) want.push_back(run_one(plain, greedy(p, 40))), prompts.push_back(tok_->encode(p));
+    EXPECT_EQ(plain.stats().spec_rows.load(), 0u);
+  }
+  {  // Prompt lookup on its own finds nothing in these random replies: no drafts, the same replies.
+    Engine lookup(*model_, *tok_, [] { auto o = opts(4); o.spec_drafter = nullptr; return o; }());
+    for (size_t i = 0; i < kPrompts.size(); ++i) expect_same(run_one(lookup, greedy(kPrompts[i], 40)), want[i], "lookup");
+  }
+  uint64_t accepted = 0, drafted = 0;
+  for (int k : {1, 3, 6}) {
+    Engine spec(*model_, *tok_, opts(k, runs_of(prompts, want)));
+    for (size_t i = 0; i < kPrompts.size(); ++i)
+      expect_same(run_one(spec, greedy(kPrompts[i], 40)), want[i], "alone, draft " + std::to_string(k) + ", prompt " + std::to_string(i));
+    // All at once: verify feeds beside each other's decode rows and prompt segments.
+    std::vector<std::shared_ptr<GenRequest>> reqs;
+    for (const auto& p : kPrompts) reqs.push_back(greedy(p, 40));
+    const std::vector<Reply> got = run_all(spec, reqs);
+    for (size_t i = 0; i < kPrompts.size(); ++i)
+      expect_same(got[i], want[i], "batched, draft " + std::to_string(k) + ", prompt " + std::to_string(i));
+    accepted += spec.stats().spec_accepted, drafted += spec.stats().spec_drafted;
+    EXPECT_LE(spec.stats().spec_accepted.load(), spec.stats().spec_drafted.load());
+    // Fewer steps than tokens: drafts were delivered.
+    EXPECT_LT(spec.stats().decode_steps.load(), 2 * 40 * kPrompts.size()) << "draft " << k;
+  }
+  // The comparison covered both outcomes of a draft.
+  EXPECT_GT(accepted, 0u) << "no draft was accepted: the test did not exercise speculation";
+  EXPECT_GT(drafted, accepted) << "no draft was rejected: the test did not exercise a rewind";
+  std::printf("spec decode: %llu of %llu drafts accepted\n", (unsigned long long)accepted, (unsigned long long)drafted);
+}
+
+TEST_F(SpecDecode, MaxTokensAndStopStringsAsPlain) {
+  const std::string p = kPrompts[0];
+  // The requests: max_tokens 1..9, then stop strings taken from inside the plain reply (they end it
+  // mid-way, where a draft may be in flight), then a seeded sampled one (which does not speculate).
+  std::vector<std::shared_ptr<GenRequest>> reqs;
+  std::vector<std::string> what;
+  for (int n = 1; n <= 9; ++n) reqs.push_back(greedy(p, n)), what.push_back("max_tokens " + std::to_string(n));
+  Reply full;
+  std::vector<Reply> want;
+  auto copy = [](const std::shared_ptr<GenRequest>& r) {
+    auto c = greedy("", r->max_tokens);
+    c->prompt = r->prompt, c->stop = r->stop, c->sampling = r->sampling;
+    return c;
+  };
+  {
+    Engine plain(*model_, *tok_, opts(0));
+    full = run_one(plain, greedy(p, 40));
+    ASSERT_GE(full.text.size(), 12u);
+    for (size_t at : {size_t(3), full.text.size() / 2, full.text.size() - 4}) {
+      reqs.push_back(greedy(p, 40)), reqs.back()->stop = {full.text.substr(at, 3)};
+      what.push_back("stop string at " + std::to_string(at));
+    }
+    reqs.push_back(greedy(p, 20)), reqs.back()->sampling.temperature = 0.8f, reqs.back()->sampling.seed = 7;
+    what.push_back("seeded");
+    for (const auto& r : reqs) want.push_back(run_one(plain, copy(r)));
+  }
+  Engine spec(*model_, *tok_, opts(4, runs_of({tok_->encode(p)}, {full})));
+  for (size_t i = 0; i + 1 < reqs.size(); ++i) expect_same(run_one(spec, copy(reqs[i])), want[i], what[i]);
+  const uint64_t rows = spec.stats().spec_rows;
+  EXPECT_GT(rows, 0u);
+  expect_same(run_one(spec, copy(reqs.back())), want.back(), what.back());
+  EXPECT_EQ(spec.stats().spec_rows.load(), rows) << "a sampled request speculated";
+}
+
+TEST_F(SpecDecode, FollowUpFromARewoundStateAsPlain) {
+  // The same two turns with and without drafts; the second continues the first's cached state, which
+  // the speculating engine rewound along the way: same replies, bit for bit.
+  std::vector<int32_t> p2;
+  auto conversation = [&](Engine& e) {
+    auto first = greedy(kPrompts[1], 30);
+    first->cache_key = "conv";
+    const Reply a = run_one(e, first);
+    p2 = tok_->encode(kPrompts[1]);
+    for (const GenToken& t : a.tokens) p2.push_back(t.id);
+    for (int32_t id : tok_->encode(" more words")) p2.push_back(id);
+    auto second = std::make_shared<GenRequest>();
+    second->prompt = p2, second->max_tokens = 20, second->sampling.temperature = 0, second->sampling.top_logprobs = 2;
+    second->cache_key = "conv";
+    return std::make_pair(a, run_one(e, second));
+  };
+  std::pair<Reply, Reply> plain_turns;
+  {
+    Engine plain(*model_, *tok_, opts(0));
+    plain_turns = conversation(plain);
+  }
+  const auto& [pa, pb] = plain_turns;
+  Engine spec(*model_, *tok_, opts(5, runs_of({tok_->encode(kPrompts[1]), p2}, {pa, pb})));
+  const auto [sa, sb] = conversation(spec);
+  ASSERT_GT(spec.stats().spec_drafted.load(), spec.stats().spec_accepted.load()) << "no rewind happened";
+  EXPECT_GT(sb.last.usage.cached_tokens, 0) << "the follow-up did not continue the cached state";
+  EXPECT_EQ(sb.last.usage.cached_tokens, pb.last.usage.cached_tokens);
+  expect_same(sa, pa, "first turn");
+  expect_same(sb, pb, "follow-up");
+}
+
+}  // namespace
+}  // namespace lily
