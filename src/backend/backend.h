@@ -66,6 +66,9 @@ class Backend {
   // Verify feeds (StepFeed::outputs > 1, rewindable; Model::launch refuses them elsewhere) and
   // rewind (Model::rewind, which has checked 0 <= n_tokens < state.n_tokens()). Default: neither.
   virtual bool speculates() const { return false; }
+  // What one more row of a verify feed costs, as a fraction of a one-token decode step's time (the
+  // engine verifies only drafts that pay for that). Default: 1 (a row costs a step).
+  virtual double spec_row_cost() const { return 1.0; }
   virtual Status rewind(SeqState& state, int n_tokens);
   // A server's default prompt segment, in tokens (EngineOptions::prefill_chunk): a segment's time
   // bounds the running streams' inter-token latency, its length the prefill rate. CPU: 512 (a

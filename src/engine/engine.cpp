@@ -432,7 +432,9 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
   std::vector<std::vector<int32_t>> in(B);
   std::vector<char> silent(B);  // rows feeding a prompt tail token: nothing drawn, nothing delivered
   std::vector<int> pos0(B);     // each row's position before the step (a rewind's base)
+  std::vector<int32_t> shadow(B, -1);  // the first of drafts not fed: checked against the token drawn
   const bool spec = opts_.spec_draft > 0 && model_.speculates();
+  const double row_cost = opts_.spec_row_cost > 0 ? opts_.spec_row_cost : model_.spec_row_cost();
   for (size_t b = 0; b < B; ++b) {
     Sequence* s = rows[b];
     in[b] = {s->next_token()}, silent[b] = s->silent_step(), pos0[b] = s->state().n_tokens();
@@ -441,9 +443,16 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
     std::vector<int32_t> d = opts_.spec_drafter ? opts_.spec_drafter(s->entry().tokens, s->next_token(), max_len)
                                                 : s->draft(max_len, opts_.spec_ngram);
     if (d.size() > size_t(std::max(0, max_len))) d.resize(size_t(std::max(0, max_len)));
+    if (d.empty()) continue;
+    const int32_t first_draft = d[0];
+    d.resize(size_t(s->spec_len(int(d.size()), row_cost)));
+    if (d.empty()) {
+      shadow[b] = first_draft;
+      continue;
+    }
     // Room for them within the request's projection (drafts stop before its last token); none if the
     // state cannot grow now.
-    if (d.empty() || !grow(*s, pos0[b] + 1 + int(d.size()))) continue;
+    if (!grow(*s, pos0[b] + 1 + int(d.size()))) continue;
     in[b].insert(in[b].end(), d.begin(), d.end());
     stats_.spec_rows++, stats_.spec_drafted += d.size();
   }
@@ -543,15 +552,18 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
     // it (so every delivered token is the one plain decoding draws), up to the first mismatch, which
     // is delivered too and becomes the next token. The state keeps the fed tokens that were verified.
     size_t o = 0;
-    bool alive = true;
+    bool alive = true, missed = false;
     for (GenToken t = std::move(first[b]);; t = take(b, o)) {
       const int32_t id = t.id;
+      if (o == 0 && shadow[b] >= 0) s->spec_observe(id == shadow[b] ? 1 : 0, id != shadow[b]);
       s->fed(std::span<const int32_t>(&in[b][o], 1));
       alive = s->deliver(std::move(t));
-      if (!alive || o + 1 == in[b].size() || id != in[b][o + 1]) break;
+      if (!alive || o + 1 == in[b].size()) break;
+      if ((missed = id != in[b][o + 1])) break;
       ++o;
     }
     if (in[b].size() > 1) {
+      s->spec_observe(int(o), missed);
       stats_.spec_accepted += o;
       if (o + 1 < in[b].size())
         if (Status r = model_.rewind(s->state(), pos0[b] + int(o) + 1); !r) {

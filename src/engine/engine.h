@@ -119,6 +119,10 @@ struct EngineOptions {
   // the last verified one. Every delivered token is the one plain decoding draws. 0: off.
   int spec_draft = 0;
   int spec_ngram = 3;
+  // A verified row's time over a plain decode step's: a request verifies only as many of its drafts
+  // as pay for themselves at its acceptance so far (Sequence::spec_len). 0: the backend's
+  // (Model::spec_row_cost).
+  double spec_row_cost = 0;
   // Drafts from elsewhere (tests, lily bench --spec-draft): a request's drafts (at most max_len) from
   // its fed tokens and the pending one, instead of prompt lookup (which finds nothing in the random
   // replies of a synthetic checkpoint).

@@ -65,6 +65,7 @@ StateMemory Model::state_memory(int max_seq) const { return impl_->backend->stat
 Result<DeviceMemory> Model::device_memory() { return impl_->backend->device_memory(); }
 bool Model::pipelines() const { return impl_->backend->pipelines(); }
 bool Model::speculates() const { return impl_->backend->speculates(); }
+double Model::spec_row_cost() const { return impl_->backend->spec_row_cost(); }
 Status Model::rewind(SeqState& state, int n_tokens) {
   if (n_tokens < 0 || n_tokens > state.n_tokens())
     return errorf("rewind: to {} tokens, the state holds {}", n_tokens, state.n_tokens());

@@ -5,7 +5,8 @@
 // drafts. A random checkpoint's replies never repeat, so prompt lookup finds nothing to draft: the
 // drafts come from the test hook (EngineOptions::spec_drafter), made from the plain replies with
 // wrong tokens at moving places, so steps accept all, some and none of their drafts (the engine's
-// counters say both happened). Prompt lookup itself is ngram_lookup_test's. One engine runs at a time
+// counters say both happened; a near-zero row cost makes every step verify what it is offered, and
+// one test checks the choice of draft length at the backend's cost). Prompt lookup itself is ngram_lookup_test's. One engine runs at a time
 // (engines share the model and its thread pool; a reply's last event comes before its step ends).
 #include <gtest/gtest.h>
 
@@ -47,6 +48,7 @@ class SpecDecode : public ::testing::Test {
     eo.max_batch = 8;
     eo.spec_draft = spec_draft;
     eo.spec_ngram = 3;
+    eo.spec_row_cost = 0.01;  // verify nearly every draft offered (SpecDecode.DraftLengthFollowsAcceptance tests the choice)
     const int V = model_->config().vocab_size;
     eo.spec_drafter = [runs = std::move(runs), V](std::span<const int32_t> fed, int32_t next, int max_len) {
       const Run* best = nullptr;
@@ -208,6 +210,44 @@ TEST_F(SpecDecode, MaxTokensAndStopStringsAsPlain) {
   EXPECT_GT(rows, 0u);
   expect_same(run_one(spec, copy(reqs.back())), want.back(), what.back());
   EXPECT_EQ(spec.stats().spec_rows.load(), rows) << "a sampled request speculated";
+}
+
+TEST_F(SpecDecode, DraftLengthFollowsAcceptance) {
+  // At a backend's row cost (the fast CPU's 0.75), drafts that are always right are verified in full;
+  // drafts whose first token is always wrong stop being fed after the first misses (their first token
+  // is still checked against the token drawn); the replies stay plain decoding's.
+  const std::string p = kPrompts[2];
+  Reply want;
+  {
+    Engine plain(*model_, *tok_, opts(0));
+    want = run_one(plain, greedy(p, 40));
+  }
+  ASSERT_EQ(want.tokens.size(), 40u);
+  std::vector<int32_t> ids;
+  for (const GenToken& t : want.tokens) ids.push_back(t.id);
+  const size_t plen = tok_->encode(p).size();
+  const int V = model_->config().vocab_size;
+  for (bool right : {true, false}) {
+    EngineOptions eo = opts(4);
+    eo.spec_row_cost = 0;  // the backend's
+    eo.spec_drafter = [&, right](std::span<const int32_t> fed, int32_t, int max_len) {
+      std::vector<int32_t> d;
+      for (size_t i = fed.size() - plen + 1; i < ids.size() && int(d.size()) < max_len; ++i) d.push_back(ids[i]);
+      if (!right && !d.empty()) d[0] = (d[0] + 1) % V;
+      return d;
+    };
+    Engine spec(*model_, *tok_, eo);
+    expect_same(run_one(spec, greedy(p, 40)), want, right ? "right drafts" : "wrong drafts");
+    const auto& st = spec.stats();
+    if (right) {
+      EXPECT_EQ(st.spec_accepted.load(), st.spec_drafted.load());
+      EXPECT_LE(st.decode_steps.load(), 20u) << "39 decode tokens, in steps of up to 5 once the estimate has risen";
+    } else {
+      EXPECT_EQ(st.spec_accepted.load(), 0u);
+      EXPECT_LE(st.spec_drafted.load(), 8u) << "wrong drafts kept being fed";
+      EXPECT_GE(st.decode_steps.load(), 39u);
+    }
+  }
 }
 
 TEST_F(SpecDecode, FollowUpFromARewoundStateAsPlain) {
