@@ -256,19 +256,23 @@ int run_bench(const BenchArgs& a) {
         so.spec_draft = a.spec_draft;
         so.spec_drafter = oracle(prompt, gen, cfg.vocab_size, wrong);
         Engine spec(model, **tok, so);
-        Timed w = run_request(spec, warm_prompt, kDecodeSteps + 1, nullptr);  // the same state allocation warm
+        (void)run_request(spec, warm_prompt, kDecodeSteps + 1, nullptr);  // the same state allocation warm
+        const uint64_t drafted0 = spec.stats().spec_drafted, accepted0 = spec.stats().spec_accepted,
+                       steps0 = spec.stats().decode_steps;
         Timed s = run_request(spec, prompt, kDecodeSteps + 1, nullptr);
         if (!s.error.empty()) {
           std::fprintf(stderr, "error: --spec-draft at context %d: %s\n", P, s.error.c_str());
           return 1;
         }
         const double ds = s.at_s.back() - s.at_s[0];
-        const double acc = spec.stats().spec_drafted ? double(spec.stats().spec_accepted) / double(spec.stats().spec_drafted) : 0.0;
+        const uint64_t drafted = spec.stats().spec_drafted - drafted0, accepted = spec.stats().spec_accepted - accepted0,
+                       steps = spec.stats().decode_steps - steps0;
         const bool same = s.ids == gen;
-        sj.push_back({{"drafts", wrong ? "first wrong" : "right"}, {"decode_tok_s", kDecodeSteps / ds}, {"accepted", acc},
-                      {"steps", spec.stats().decode_steps.load()}, {"same_tokens", same}});
-        std::fprintf(stderr, "|   spec %d drafts, %s | | %.1f | | | accepted %.2f | %s |\n", a.spec_draft,
-                     wrong ? "first wrong" : "all right", kDecodeSteps / ds, acc, same ? "same tokens" : "TOKENS DIFFER");
+        sj.push_back({{"drafts", wrong ? "first wrong" : "right"}, {"decode_tok_s", kDecodeSteps / ds}, {"drafted", drafted},
+                      {"accepted", accepted}, {"decode_steps", steps}, {"same_tokens", same}});
+        std::fprintf(stderr, "|   spec %d drafts, %s | | %.1f | | | %llu of %llu drafts accepted, %llu steps | %s |\n", a.spec_draft,
+                     wrong ? "first wrong" : "all right", kDecodeSteps / ds, (unsigned long long)accepted,
+                     (unsigned long long)drafted, (unsigned long long)steps, same ? "same tokens" : "TOKENS DIFFER");
         if (!same) {
           std::fprintf(stderr, "error: --spec-draft at context %d: the tokens differ from plain decoding\n", P);
           return 1;
