@@ -561,10 +561,10 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
       if (!alive || o + 1 == in[b].size()) break;
       if ((missed = id != in[b][o + 1])) break;
       ++o;
+      stats_.spec_accepted++;  // counted before the next token's event, so a reply's last event sees every count
     }
     if (in[b].size() > 1) {
       s->spec_observe(int(o), missed);
-      stats_.spec_accepted += o;
       if (o + 1 < in[b].size())
         if (Status r = model_.rewind(s->state(), pos0[b] + int(o) + 1); !r) {
           spdlog::error("rewinding a verify step failed: {}", r.message());
