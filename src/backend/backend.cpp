@@ -50,15 +50,20 @@ Status Backend::decode_draw(std::span<SeqState* const> states, std::span<const i
   std::vector<float> logits(B * V);
   if (B == 1) LILY_TRY(forward(*states[0], tokens, logits));
   else LILY_TRY(forward_batch(states, tokens, logits));
-  // Rows drawn in parallel (each reads its own 1 MB row).
-  auto draw = [&](size_t b0, size_t b1) {
+  std::vector<HostDraw> rows(B);
+  for (size_t b = 0; b < B; ++b) rows[b] = {logits.data() + b * V, &spec[b], &out[b]};
+  draw_on_host(rows, V);
+  return Status::ok();
+}
+
+void draw_on_host(std::span<const HostDraw> rows, size_t vocab) {
+  auto draw = [&](size_t a, size_t b) {
     std::vector<float> w;
     std::vector<double> sums;
-    for (size_t b = b0; b < b1; ++b) draw_row(std::span<const float>(logits.data() + b * V, V), spec[b], out[b], w, sums);
+    for (size_t i = a; i < b; ++i) draw_row(std::span<const float>(rows[i].logits, vocab), *rows[i].spec, *rows[i].out, w, sums);
   };
-  if (B >= 2 && ThreadPool::global().size() > 1) ThreadPool::global().parallel_for(B, 1, draw);
-  else draw(0, B);
-  return Status::ok();
+  if (rows.size() >= 2 && ThreadPool::global().size() > 1) ThreadPool::global().parallel_for(rows.size(), 1, draw);
+  else draw(0, rows.size());
 }
 
 Status Backend::step_segment(const StepFeed& f) {

@@ -123,6 +123,15 @@ class Backend {
 // The host's memory (MemTotal, MemAvailable of /proc/meminfo).
 Result<DeviceMemory> host_memory();
 
+// A row drawn on the host (draw_row): its logits [vocab] fp32, its spec, where the token goes.
+struct HostDraw {
+  const float* logits;
+  const DrawSpec* spec;
+  Drawn* out;
+};
+// Every row's draw, rows in parallel on the global pool (each reads its own 1 MB row).
+void draw_on_host(std::span<const HostDraw> rows, size_t vocab);
+
 // weights must outlive the backend. state_limit_bytes (a test hook, ModelOptions::cpu_state_limit_bytes):
 // the states' memory limit, as a small device's; 0: none.
 Result<std::unique_ptr<Backend>> make_cpu_backend(const ModelWeights& weights, size_t state_limit_bytes = 0);

@@ -92,16 +92,13 @@ class Sequence {
   // Whether the next step may be launched before this one's token reaches the host (the engine's
   // depth-2 pipeline): drawn on the device, no token can be injected after the next draw, and the
   // next draw's spec does not depend on this one's token (penalties).
-  bool pipelinable() const {
-    return device_drawable() && !feeding_tail() && !(req_->inject_after && !injected_) && req_->step_delay_ms == 0 &&
-           !req_->constraint && !sampler_.penalized();
-  }
+  bool pipelinable() const { return device_drawable() && !feeding_tail() && draws_independent(); }
   // Whether the next decode step may verify drafts (speculative decoding): a reply token is next, it
   // is greedy with nothing that depends on the drawn tokens (penalties, a constraint, a token to
   // inject, forced tokens, forks), so each verified position is drawn as plain decoding draws it.
   bool speculable() const {
-    return phase_ == Phase::kDecode && pending_.empty() && !forced_ && sampler_.greedy() && !sampler_.penalized() &&
-           !req_->constraint && !(req_->inject_after && !injected_) && !fork_pending() && req_->step_delay_ms == 0;
+    return phase_ == Phase::kDecode && pending_.empty() && !forced_ && !fork_pending() && sampler_.greedy() &&
+           draws_independent();
   }
   // Prompt lookup over prompt + reply and the pending token (NgramLookup; valid while decoding).
   std::vector<int32_t> draft(int max_len, int max_ngram);
@@ -134,6 +131,11 @@ class Sequence {
 
  private:
   void sampled(int32_t id);  // after a draw: the test hook that injects tokens
+  // Whether the next draw is made as the one before it was, whatever that one's token: no penalties, no
+  // constraint, no token to inject after it, no per-step delay (what pipelining and speculation need).
+  bool draws_independent() const {
+    return !sampler_.penalized() && !req_->constraint && !(req_->inject_after && !injected_) && req_->step_delay_ms == 0;
+  }
   bool constrained() const { return req_->constraint && req_->constraint->constrains(tokens_left()); }
   bool fork_pending() const { return !req_->forks.empty() && !forked_; }
   std::shared_ptr<GenRequest> req_;

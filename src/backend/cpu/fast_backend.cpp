@@ -119,29 +119,17 @@ class FastCpuBackend final : public Backend {
     std::vector<float> logits(M * V);
     gemm_ = false, prep_ = true;
     LILY_TRY(run_rows(segs, toks, logits, /*all_logits=*/true));
-    // Outputs: the last `outputs` rows of each feed, copied or drawn on the host (rows in parallel).
-    struct Out {
-      const float* row;
-      const StepFeed* f;
-      int o;
-    };
-    std::vector<Out> outs;
+    // Outputs: the last `outputs` rows of each feed, copied or drawn on the host.
+    std::vector<HostDraw> draws;
     for (size_t i = 0; i < rows.size(); ++i) {
       const StepFeed* f = rows[i];
       for (int o = 0; o < f->outputs; ++o) {
         const float* row = logits.data() + size_t(segs[i].row0 + segs[i].len - f->outputs + o) * V;
         if (f->logits) std::copy(row, row + V, f->logits + size_t(o) * V);
-        else if (f->draw) outs.push_back({row, f, o});
+        else if (f->draw) draws.push_back({row, f->draw, &f->drawn[o]});
       }
     }
-    auto draw = [&](size_t a, size_t b) {
-      std::vector<float> w;
-      std::vector<double> sums;
-      for (size_t i = a; i < b; ++i)
-        draw_row(std::span<const float>(outs[i].row, V), *outs[i].f->draw, outs[i].f->drawn[outs[i].o], w, sums);
-    };
-    if (outs.size() >= 2 && ThreadPool::global().size() > 1) ThreadPool::global().parallel_for(outs.size(), 1, draw);
-    else draw(0, outs.size());
+    draw_on_host(draws, V);
     return Status::ok();
   }
 
