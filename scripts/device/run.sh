@@ -52,7 +52,7 @@
 #                         slowest engine steps and the prefill chunks go to the summary)
 #           SERVE_AB      ';'-separated settings, each words of VAR=x (server env; LOGPROBS=0|1 for the clients)
 #                         and --flag value (serve options), at SERVE_AB_CLIENTS [16],
-#                         e.g. 'LILY_PREFILL_TERMS=2;LOGPROBS=1 --step-tokens 1024' ['']
+#                         e.g. 'LILY_QGEMM_TERMS=1;LOGPROBS=1 --step-tokens 1024' ['']
 #   cpu:    THREADS ["1 2 4 8 16"]  PROMPT [256]
 #   golden-envelope: GOLDENS (golden folders) [tests/data/golden/*]
 #   llama:  LLAMA_SRC (a carried llama.cpp checkout) [.llama/llama.cpp]  LLAMA_MODEL (a .gguf on the device)

@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "core/act_round.h"
 #include "core/thread_pool.h"
 
 namespace lily::cpu {
@@ -22,12 +21,6 @@ static bool& bf16_storage_flag() {
 }
 void set_bf16_storage(bool on) { bf16_storage_flag() = on; }
 bool bf16_storage() { return bf16_storage_flag(); }
-static bool& round_gemm_flag() {
-  static bool flag = false;
-  return flag;
-}
-void set_round_gemm_inputs(bool on) { round_gemm_flag() = on; }
-bool round_gemm_inputs() { return round_gemm_flag(); }
 
 void qmatmul(const QWeight& w, const float* x, int M, int ldx, float* y, int ldy, bool round) {
   const int gs = w.group_size, G = w.groups_per_row(), K = w.cols;
@@ -38,14 +31,6 @@ void qmatmul(const QWeight& w, const float* x, int M, int ldx, float* y, int ldy
       for (int c = 0; c < gs; ++c) s += x[size_t(m) * ldx + g * gs + c];
       xsum[size_t(m) * G + g] = s;
     }
-  std::vector<float> xr;  // the rounded inputs (round_gemm_inputs())
-  if (round_gemm_inputs()) {
-    xr.resize(size_t(M) * K);
-    for (int m = 0; m < M; ++m)
-      for (int c = 0; c < K; ++c) xr[size_t(m) * K + c] = round_act(x[size_t(m) * ldx + c]);
-  }
-  const float* xq = xr.empty() ? x : xr.data();
-  const size_t ldq = xr.empty() ? size_t(ldx) : size_t(K);
   const int per_word = 32 / w.bits;
   const uint32_t mask = (1u << w.bits) - 1;
   ThreadPool::global().parallel_for(w.rows, 8, [&](size_t r0, size_t r1) {
@@ -56,7 +41,7 @@ void qmatmul(const QWeight& w, const float* x, int M, int ldx, float* y, int ldy
       const bf16* sc = w.scales + r * G;
       const bf16* bi = w.biases + r * G;
       for (int m = 0; m < M; ++m) {
-        const float* xm = xq + size_t(m) * ldq;
+        const float* xm = x + size_t(m) * ldx;
         float acc = 0;
         for (int g = 0; g < G; ++g) {
           float d = 0;

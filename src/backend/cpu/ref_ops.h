@@ -19,14 +19,9 @@ void set_bf16_storage(bool on);
 bool bf16_storage();
 // A value at a bf16 storage point of model-spec §1.5: rounded in bf16 mode, kept otherwise.
 inline float store(float v) { return bf16_storage() ? round_bf16(v) : v; }
-// GEMM inputs rounded as the CUDA kernels round them (core/act_round.h), for comparing kernels with
-// a reference that rounds where they do (process-wide; default off: the reference stays fp32).
-void set_round_gemm_inputs(bool on);
-bool round_gemm_inputs();
 
 // y[m, r] = Σ_g scale[r,g]·Σ_{c∈g} q[r,c]·x[m,c] + bias[r,g]·Σ_{c∈g} x[m,c]   (fp32)
 // x: [M, w.cols] (row stride ldx), y: [M, w.rows] (row stride ldy). round: pass through store().
-// With round_gemm_inputs(), q·x takes round_act(x) (Σx the unrounded x).
 void qmatmul(const QWeight& w, const float* x, int M, int ldx, float* y, int ldy, bool round);
 
 // out[i, :] = store(scale·q + bias) of row ids[i]. out: [n, H]

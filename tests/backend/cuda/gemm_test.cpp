@@ -32,28 +32,23 @@ namespace {
 
 // split: A pre-split (split_rows), as the prefill runs its GEMMs: 4-bit weights on the Hopper wgmma
 // kernel (gemm_wg.cu), 8-bit ones on the pipelined mma.sync kernel (gemm_q4_pipe.cu); else (4-bit,
-// the lm_head) the register-prefetch kernel (gemm_q4.cu); terms 0: the fp32 reference kernel. The
-// split is made with the call's terms, as the prefill makes it: under terms 1 its lo plane stays
-// unwritten (the test buffers' NaN poison), so a kernel that read it would fail.
-// Single-pass results (terms 1) are compared with the reference rounding its GEMM inputs the same
-// way (core/act_round.h) at the fp32 tolerance; two-pass and fp32 ones with the fp32 reference.
+// the lm_head) the register-prefetch kernel (gemm_q4.cu); terms 0: the fp32 reference kernel.
+// Every result against the fp32 reference: two-pass (the default) at 2e-4, fp32 at 1e-4, single
+// pass (terms 1, the LILY_PREFILL_TERMS=1 A/B) at the one-term tolerance 4e-3.
 void gemm_case(int M, int N, int K, int bits, int terms, bool split = false) {
-  const bool single = terms == 1;
   HostQ W(N, K, bits);
   DevQ D(W.w);
   auto x = randv(size_t(M) * K);
   std::vector<float> ref(size_t(M) * N);
-  cpu::set_round_gemm_inputs(single);
   cpu::qmatmul(W.w, x.data(), M, K, ref.data(), N, false);
-  cpu::set_round_gemm_inputs(false);
   DBuf<float> dx(x), dy(size_t(M) * N);
   cuda::pf::GemmArgs a{};
   a.w = D.q, a.n_out = N, a.a = dx.p, a.lda = K, a.M = M, a.y = dy.p, a.ldy = N, a.terms = terms;
   std::unique_ptr<DevSplit> sp;
-  if (split) sp = std::make_unique<DevSplit>(dx.p, K, M, K, terms), sp->use(a);
+  if (split) sp = std::make_unique<DevSplit>(dx.p, K, M, K), sp->use(a);
   ASSERT_TRUE(cuda::pf::gemm(a, nullptr).is_ok());
-  const float tol = terms == 0 ? 1e-4f : 2e-4f;
-  check(fmt::format("gemm q{} x{}{}", bits, terms == 0 ? "f32 ref" : single ? "f16" : "f16 hi+lo",
+  const float tol = terms == 0 ? 1e-4f : terms == 2 ? 2e-4f : 4e-3f;
+  check(fmt::format("gemm q{} x{}{}", bits, terms == 0 ? "f32 ref" : terms == 2 ? "f16 hi+lo" : "f16",
                     !split || terms == 0 ? "" : bits == 4 ? " wgmma" : " pipe"),
         dims({M, N, K}), dy.down(), ref, tol, tol);
 }
@@ -71,9 +66,7 @@ TEST(CudaPrefill, Gemm) {
   for (int M : {1, 2, 7, 63, 64, 65, 129}) gemm_case(M, 200, 512, 8, 2, true);
   gemm_case(65, 257, 2048, 8, 2, true);     // router + shared gate (8-bit)
   gemm_case(9, 136, 64, 8, 2, true);        // one k tile, 8-bit
-  gemm_case(65, 257, 2048, 8, 1, true);     // the router in prefill: single pass (the default)
-  gemm_case(9, 136, 64, 8, 1, true);
-  for (int M : {1, 7, 64, 129}) gemm_case(M, 200, 512, 8, 1, true);
+  gemm_case(4097, 256, 256, 8, 2, true);    // a whole chunk (+1)
   gemm_case(65, 257, 2048, 8, 0);  // fp32 reference path (A/B knob LILY_PREFILL_TERMS=0)
   gemm_case(130, 2048, 512, 4, 0);
 }
@@ -88,7 +81,7 @@ TEST(CudaPrefill, GemmWgmma) {
   gemm_case(130, 9216, 2048, 4, 2, true);   // attention [q|gate|k|v]
   gemm_case(130, 2048, 512, 4, 2, true);    // down
   gemm_case(4097, 3000, 2048, 4, 2, true);  // a whole prefill chunk (+1) at the real K
-  // Single-pass fp16 x (terms 1, x_hi only; the default), against the reference rounding as it does.
+  // Single-pass fp16 x (terms 1, x_hi only; the LILY_PREFILL_TERMS=1 A/B), at the one-term tolerance.
   for (int M : {1, 9, 64, 65, 129, 4097}) gemm_case(M, 300, 256, 4, 1, true);
   gemm_case(257, 12352, 2048, 4, 1, true);
   gemm_case(130, 2048, 4096, 4, 1, true);
@@ -210,8 +203,8 @@ std::vector<float> tc_dense(const QW& w, const std::vector<float>& xh, int R, bo
   return v;
 }
 
-// qgemm (gemm/qgemm.h) against the model's CPU reference (cpu::qmatmul; for one pass, rounding its
-// inputs as the kernels do), one and two passes, and batch invariant (the same source row at B = 64 and at other B / positions: |Δ| = 0).
+// qgemm (gemm/qgemm.h) against the model's CPU reference (cpu::qmatmul on fp32 activations), one and
+// two passes, and batch invariant (the same source row at B = 64 and at other B / positions: |Δ| = 0).
 TEST(CudaBatchTc, GemmMatchesCpuAndIsBatchInvariant) {
   LILY_REQUIRE_GPU();
   cpu::set_bf16_storage(false);
@@ -222,22 +215,20 @@ TEST(CudaBatchTc, GemmMatchesCpuAndIsBatchInvariant) {
     const int R = 64;
     const auto xh = act_rows(R, s.K);
     std::vector<float> ref(size_t(R) * s.rows);
-    cpu::set_round_gemm_inputs(!two);  // one pass: the reference rounds its inputs as the kernel does
     cpu::qmatmul(w.w, xh.data(), R, s.K, ref.data(), s.rows, false);
-    cpu::set_round_gemm_inputs(false);
     const auto y64 = tc_dense(w.q, xh, R, two, 1);  // the mma.sync tiles (rows below qgemm_wg_rows())
     const std::string shape = std::to_string(s.bits) + "-bit " + std::to_string(s.rows) + "x" + std::to_string(s.K) +
                               (two ? " two-pass" : " one pass");
     NormErr ne;
     for (int r = 0; r < R; ++r) ne.add(&y64[size_t(r) * s.rows], &ref[size_t(r) * s.rows], s.rows);
     row("qgemm vs cpu (normwise)", shape, R, float(ne.worst));
-    EXPECT_LE(ne.worst, kTolGemm) << shape;
+    EXPECT_LE(ne.worst, two ? kTolGemm : kTolGemm1) << shape;
     if (s.bits == 4) {  // the dense wgmma tile (many rows)
       const auto yw = tc_dense(w.q, xh, R, two, 2);
       NormErr nw;
       for (int r = 0; r < R; ++r) nw.add(&yw[size_t(r) * s.rows], &ref[size_t(r) * s.rows], s.rows);
       row("qgemm wgmma vs cpu (normwise)", shape, R, float(nw.worst));
-      EXPECT_LE(nw.worst, kTolGemm) << shape;
+      EXPECT_LE(nw.worst, two ? kTolGemm : kTolGemm1) << shape;
     }
     for (int B : kBs) {
       if (B == 64) continue;

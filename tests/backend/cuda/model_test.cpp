@@ -41,7 +41,6 @@ double margin(const std::vector<float>& l) {
 void compare_models(const ModelWeights& w, int prompt_len, int steps, double max_tol, double rms_tol) {
   const bool prev = cpu::bf16_storage();
   cpu::set_bf16_storage(false);
-  cpu::set_round_gemm_inputs(true);  // the reference rounds GEMM inputs where the CUDA kernels do
   auto cpu_be = make_cpu_backend(w);
   auto gpu_be = make_cuda_backend(w, true);
   ASSERT_TRUE(cpu_be.is_ok()) << cpu_be.message();
@@ -109,7 +108,6 @@ void compare_models(const ModelWeights& w, int prompt_len, int steps, double max
   EXPECT_EQ(pipe, seq) << "decode_greedy (pipelined device draws) differs from forward+argmax";
   std::printf("decode_greedy pipeline == forward+argmax over %d steps: %s\n", steps, pipe == seq ? "yes" : "NO");
   cpu::set_bf16_storage(prev);
-  cpu::set_round_gemm_inputs(false);
 }
 
 TEST(CudaModel, TinySyntheticMatchesCpuReference) {
@@ -164,7 +162,6 @@ TEST(CudaModel, FullSizeLayerBisect) {
   ASSERT_TRUE(w.is_ok()) << w.message();
   const bool prev = cpu::bf16_storage();
   cpu::set_bf16_storage(false);
-  cpu::set_round_gemm_inputs(true);  // the reference rounds GEMM inputs where the CUDA kernels do
   const int V = w->cfg.vocab_size, L = w->cfg.num_hidden_layers;
   std::vector<int32_t> prompt(9);
   for (int i = 0; i < 9; ++i) prompt[i] = int32_t((uint64_t(i) * 2654435761ull % 4294967296ull) % uint64_t(V));
@@ -195,7 +192,6 @@ TEST(CudaModel, FullSizeLayerBisect) {
     std::fflush(stdout);
   }
   cpu::set_bf16_storage(prev);
-  cpu::set_round_gemm_inputs(false);
 }
 
 }  // namespace

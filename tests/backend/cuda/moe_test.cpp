@@ -221,13 +221,10 @@ TEST(CudaOps, MoeTc) {
 namespace lily::test_prefill {
 namespace {
 
-// As CudaBackend::pf_chunk runs it: terms 1 or 2, the GEMM inputs pre-split (4-bit GEMMs on the wgmma
-// kernel, the 8-bit router on the pipe kernel); terms 1 (the default): single pass everywhere (the
-// splits' lo planes left unwritten), and the reference rounds its GEMM inputs as the kernels do
-// (core/act_round.h). terms 0: no split, the fp32 reference GEMMs.
-void moe_case(int M, int H, int E, int k, int I, int terms = 1) {
+// As CudaBackend::pf_chunk runs it by default (terms 2): the GEMM inputs pre-split, the 4-bit GEMMs on
+// the wgmma kernel, the 8-bit router on the pipe kernel; terms 0: no split, the fp32 reference GEMMs.
+void moe_case(int M, int H, int E, int k, int I, int terms = 2) {
   const bool pipe = terms != 0;
-  cpu::set_round_gemm_inputs(terms == 1);
   HostQ gate(E * I, H, 4), up(E * I, H, 4), down(E * H, I, 4), shgu(2 * I, H, 4), shd(H, I, 4), router(E + 1, H, 8, 3.f);
   DevQ dg(gate.w), du(up.w), dd(down.w), dsgu(shgu.w), dsd(shd.w), dr(router.w);
   auto x = randv(size_t(M) * H);
@@ -271,7 +268,6 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 1) {
     const float sig = 1.f / (1.f + std::exp(-rl[size_t(m) * (E + 1) + E]));
     for (int c = 0; c < H; ++c) ref[size_t(m) * H + c] = acc[c] + sig * y[c];
   }
-  cpu::set_round_gemm_inputs(false);
   // GPU, as CudaBackend::pf_chunk runs it.
   const int S = M * k, T = cuda::pf::moe_max_tiles(M, E, k);
   DBuf<float> dx(x), drl(size_t(M) * (E + 1)), dtw(size_t(M) * (k + 1)), dact(size_t(S) * I), dyd(size_t(S) * H);
@@ -280,7 +276,7 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 1) {
   cuda::pf::GemmArgs ra{};
   ra.w = dr.q, ra.n_out = E + 1, ra.a = dx.p, ra.lda = H, ra.M = M, ra.y = drl.p, ra.ldy = E + 1, ra.terms = terms;
   std::unique_ptr<DevSplit> sx;
-  if (pipe) sx = std::make_unique<DevSplit>(dx.p, H, M, H, terms), sx->use(ra);
+  if (pipe) sx = std::make_unique<DevSplit>(dx.p, H, M, H), sx->use(ra);
   ASSERT_TRUE(cuda::pf::gemm(ra, nullptr).is_ok());
   cuda::pf::RouteArgs r{};
   r.logits = drl.p, r.M = M, r.E = E, r.top_k = k, r.topk_ids = dids.p, r.topk_w = dtw.p, r.slot_tok = dslot_tok.p;
@@ -294,7 +290,7 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 1) {
   cuda::pf::GemmArgs dn{};
   dn.w = dd.q, dn.n_out = H, dn.a = dact.p, dn.lda = I, dn.y = dyd.p, dn.ldy = H, dn.tiles = dtiles.p, dn.max_tiles = T, dn.terms = terms;
   std::unique_ptr<DevSplit> sa;
-  if (pipe) sa = std::make_unique<DevSplit>(dact.p, I, S, I, terms), sa->use(dn);
+  if (pipe) sa = std::make_unique<DevSplit>(dact.p, I, S, I), sa->use(dn);
   ASSERT_TRUE(cuda::pf::gemm(dn, nullptr).is_ok());
   cuda::pf::GemmArgs sg{};
   sg.w = dsgu.q, sg.w2 = dsgu.q, sg.row0_2 = I, sg.n_out = I, sg.a = dx.p, sg.lda = H, sg.M = M, sg.y = dsact.p, sg.ldy = I;
@@ -304,7 +300,7 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 1) {
   cuda::pf::GemmArgs sd{};
   sd.w = dsd.q, sd.n_out = H, sd.a = dsact.p, sd.lda = I, sd.M = M, sd.y = dsy.p, sd.ldy = H, sd.terms = terms;
   std::unique_ptr<DevSplit> ss;
-  if (pipe) ss = std::make_unique<DevSplit>(dsact.p, I, M, I, terms), ss->use(sd);
+  if (pipe) ss = std::make_unique<DevSplit>(dsact.p, I, M, I), ss->use(sd);
   ASSERT_TRUE(cuda::pf::gemm(sd, nullptr).is_ok());
   ASSERT_TRUE(cuda::pf::moe_combine(dyd.p, dsy.p, dslot_of.p, dtw.p, M, H, k, dout.p, nullptr).is_ok());
   // Routing: ids must match except at near-ties of the reference (those tokens are skipped).
@@ -320,18 +316,16 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 1) {
     }
   }
   std::printf("| moe routing              | %-34s | %d of %d tokens differ (all near-ties) |\n", dims({M, E, k}).c_str(), flips, M);
-  check(fmt::format("moe (router..comb.) {}", terms == 0 ? "f32 ref" : terms == 1 ? "f16" : "f16 hi+lo"),
+  check(fmt::format("moe (router..comb.) {}", terms == 0 ? "f32 ref" : "f16 hi+lo"),
         dims({M, H, E, k, I}), dout.down(), ref, 5e-4f, 1e-3f, &skip, H);
 }
 TEST(CudaPrefill, Moe) {
   LILY_PREFILL_REQUIRE_GPU();
-  // The default: single-pass activations on the wgmma GEMMs (the router on the pipe kernel); then
-  // two-pass (LILY_PREFILL_TERMS=2) and the fp32 reference GEMMs (=0, grouped + SwiGLU).
-  for (int terms : {1, 2}) {
-    for (int M : {1, 2, 9, 65, 129}) moe_case(M, 256, 16, 4, 256, terms);
-    moe_case(300, 2048, 256, 8, 512, terms);  // real shapes
-    moe_case(4097, 256, 64, 8, 128, terms);   // many tiles, skewed counts
-  }
+  // The default (two-pass activations on the split GEMMs), then the fp32 reference GEMMs
+  // (LILY_PREFILL_TERMS=0, grouped + SwiGLU).
+  for (int M : {1, 2, 9, 65, 129}) moe_case(M, 256, 16, 4, 256);
+  moe_case(300, 2048, 256, 8, 512);  // real shapes
+  moe_case(4097, 256, 64, 8, 128);   // many tiles, skewed counts
   moe_case(129, 256, 16, 4, 256, /*terms=*/0);
 }
 

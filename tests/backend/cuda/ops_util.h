@@ -3,9 +3,8 @@
 // references in the tests for the pieces that live inside the CPU forward), on seeded random inputs,
 // at the real Qwen3.6-35B-A3B shapes, at the golden checkpoints' shapes (expert width 64, shared width ≠
 // expert width, GDN head dims 32/64, GQA group 3, K = 320) and at edge shapes. Activations are
-// fp32 on both sides (the reference's default storage) with GEMM inputs rounded to fp16's mantissa on
-// both sides (core/act_round.h), so tolerances are fp32-summation-order tight (a bf16 rounding anywhere,
-// or a rounding on one side only, would exceed them). Each check prints one table row: op, shape,
+// fp32 on both sides (the reference's default storage), so tolerances are fp32-summation-order
+// tight (a bf16 rounding anywhere would exceed them). Each check prints one table row: op, shape,
 // max |err|, tolerance (atol + rtol·|ref|), first bad index. Skips loudly without a GPU.
 // Only for translation units built with CUDA.
 #pragma once
@@ -33,12 +32,11 @@ using testcuda::dims;
 using testcuda::from_bits;
 using testcuda::to_bits;
 
-// The reference keeps activations in fp32, as the kernels do, and rounds GEMM inputs where they do
-// (core/act_round.h).
+// The reference keeps activations in fp32, as the kernels do.
 struct Fp32Storage {
   bool prev = cpu::bf16_storage();
-  Fp32Storage() { cpu::set_bf16_storage(false), cpu::set_round_gemm_inputs(true); }
-  ~Fp32Storage() { cpu::set_bf16_storage(prev), cpu::set_round_gemm_inputs(false); }
+  Fp32Storage() { cpu::set_bf16_storage(false); }
+  ~Fp32Storage() { cpu::set_bf16_storage(prev); }
 };
 // Skips without a GPU; the reference keeps fp32 activations for the rest of the test.
 #define LILY_OPS_REQUIRE_GPU()                                                \

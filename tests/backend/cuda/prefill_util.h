@@ -117,9 +117,9 @@ inline bool check(const std::string& op, const std::string& shape, const std::ve
 struct DevSplit {
   DBuf<uint16_t> hi, lo;
   DBuf<float> xs;
-  DevSplit(const float* a, int lda, int rows, int K, int terms = 2)
+  DevSplit(const float* a, int lda, int rows, int K)
       : hi(size_t(rows) * K), lo(size_t(rows) * K), xs(size_t(rows) * K / 64) {
-    EXPECT_TRUE(cuda::pf::split_rows(a, lda, rows, K, hi.p, lo.p, xs.p, nullptr, terms).is_ok());
+    EXPECT_TRUE(cuda::pf::split_rows(a, lda, rows, K, hi.p, lo.p, xs.p, nullptr).is_ok());
   }
   void use(cuda::pf::GemmArgs& g) const { g.ah = hi.p, g.al = lo.p, g.axs = xs.p; }
 };

@@ -49,11 +49,6 @@ size_t device_free_bytes() {
 int32_t tok_at(int i, int V) { return int32_t((uint64_t(i) * 2654435761ull % 4294967296ull) % uint64_t(V)); }
 
 struct Rig {
-  // The reference rounds GEMM inputs where the CUDA kernels do (core/act_round.h), for this rig's life.
-  struct Rounding {
-    Rounding() { cpu::set_round_gemm_inputs(true); }
-    ~Rounding() { cpu::set_round_gemm_inputs(false); }
-  } rounding;
   std::unique_ptr<SyntheticWeights> sw;
   std::unique_ptr<Model> cpu, gpu;  // over the CPU reference and the CUDA backend
   int V = 0;

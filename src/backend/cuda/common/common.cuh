@@ -14,7 +14,6 @@
 #include <string>
 #include <utility>
 
-#include "core/act_round.h"
 #include "backend/cuda/common/ops.h"
 
 namespace lily::cuda {
@@ -143,8 +142,7 @@ __device__ __forceinline__ uint4 load_chunk(const QW& w, int r, int c, int nch) 
   return __ldg(reinterpret_cast<const uint4*>(w.codes) + size_t(r) * nch + c);
 }
 
-// Stage fp32 x [K] (K a multiple of 32) into padded shared memory xs (rounded by round_act, as every
-// path rounds GEMM inputs) and per-chunk sums xcs of the unrounded x
+// Stage fp32 x [K] (K a multiple of 32) into padded shared memory xs and per-chunk sums xcs
 // (whole block). Each thread issues its (up to 8) loads before the first use (L2, not L1: x was
 // written by an earlier kernel), so the staging costs one load latency, not K/blockDim of them.
 template <int BITS> __device__ __forceinline__ void stage_plain(const float* __restrict__ x, int K, float* xs, float* xcs) {
@@ -158,7 +156,7 @@ template <int BITS> __device__ __forceinline__ void stage_plain(const float* __r
     for (int u = 0; u < U; ++u) {
       const int e = e0 + u * nt;  // warp-uniform bound: K and nt are multiples of 32
       if (e - lane < K) {
-        xs[xs_index<BITS>(e)] = round_act(v[u]);  // the products' input (core/act_round.h); Σx unrounded
+        xs[xs_index<BITS>(e)] = v[u];
         float s = v[u];
 #pragma unroll
         for (int o = CC / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);

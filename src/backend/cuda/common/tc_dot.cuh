@@ -170,7 +170,7 @@ __device__ __forceinline__ float tc_stage(const float* in, const float* mix, con
       if ((o & 7) == 0) xs_g[o / 8] = gs * S;
       float y[8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) y[i] = round_act(v[j][i]) * S;  // core/act_round.h; Σx (gs) unrounded
+      for (int i = 0; i < 8; ++i) y[i] = v[j][i] * S;
       const int G = o / 8, t = (o & 7) >> 1;
       tc_put_limbs(y, bs + (G * 4 + t) * 4 * 16, o & 1);
     }

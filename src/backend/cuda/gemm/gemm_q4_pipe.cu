@@ -1,8 +1,8 @@
 // Pipelined tensor-core GEMM over the packed MLX 8-bit layout: the prefill's router (+ shared-expert
-// gate row), the one 8-bit weight (the 4-bit ones run gemm_wg.cu). A enters as fp16 hi (+ lo: two
-// passes, TERMS 2) planes with per-group sums Σx, made once per activation by split_rows() and shared
-// by every GEMM that reads it; a block streams raw tiles (A planes, packed codes, scale/bias, Σx)
-// through a 3-deep cp.async ring and
+// gate row), the one 8-bit weight (the 4-bit ones run gemm_wg.cu). A enters as fp16 hi + lo planes
+// with per-group sums Σx, made once per activation by split_rows() and shared by every GEMM that
+// reads it (under single-pass activations the lo plane is zero: the single-pass products); a block
+// streams raw tiles (A planes, packed codes, scale/bias, Σx) through a 3-deep cp.async ring and
 // dequantizes the codes when it loads the B fragments (no conversion pass, one barrier per k tile).
 // Block 64×128, 8 warps of 32×32, mma.sync m16n8k16 f16 → f32; plain output (grouped tiles with
 // gathered A rows supported).
@@ -57,7 +57,7 @@ __device__ __forceinline__ uint32_t q2h(uint32_t q0, uint32_t q1) {
   return *reinterpret_cast<uint32_t*>(&h);
 }
 
-template <int TERMS> __global__ void __launch_bounds__(kThreads, 2) gemm_pipe_kernel(GemmArgs p) {
+__global__ void __launch_bounds__(kThreads, 2) gemm_pipe_kernel(GemmArgs p) {
   using Lo = Layout;
   constexpr int S = Lo::kStages, LDB = Lo::LDB;
   extern __shared__ __align__(16) unsigned char smraw[];
@@ -115,10 +115,8 @@ template <int TERMS> __global__ void __launch_bounds__(kThreads, 2) gemm_pipe_ke
       const size_t k0 = size_t(kt) * BK;
       cp16(ah + ar * LDA + ac, p.ah + ao0 + k0, av0);
       cp16(ah + (ar + 32) * LDA + ac, p.ah + ao1 + k0, av1);
-      if constexpr (TERMS == 2) {
-        cp16(al + ar * LDA + ac, p.al + ao0 + k0, av0);
-        cp16(al + (ar + 32) * LDA + ac, p.al + ao1 + k0, av1);
-      }
+      cp16(al + ar * LDA + ac, p.al + ao0 + k0, av0);
+      cp16(al + (ar + 32) * LDA + ac, p.al + ao1 + k0, av1);
 #pragma unroll
       for (int c = 0; c < BCH; ++c)
         cp16(bq + br * LDB + (bc0 + c) * 16, bsrc + k0 * BITS / 8 + (bc0 + c) * 16, bvalid);
@@ -162,7 +160,7 @@ template <int TERMS> __global__ void __launch_bounds__(kThreads, 2) gemm_pipe_ke
       for (int mt = 0; mt < 2; ++mt) {
         const int r = wm * 32 + mt * 16 + (lane & 15), c = ks * 16 + (lane >> 4) * 8;
         ldsm_x4(fa[mt], ah + r * LDA + c);
-        if constexpr (TERMS == 2) ldsm_x4(fl[mt], al + r * LDA + c);
+        ldsm_x4(fl[mt], al + r * LDA + c);
       }
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
@@ -174,7 +172,7 @@ template <int TERMS> __global__ void __launch_bounds__(kThreads, 2) gemm_pipe_ke
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           mma_f16(part[mt][nt], fa[mt], b0, b1);
-          if constexpr (TERMS == 2) mma_f16(part[mt][nt], fl[mt], b0, b1);
+          mma_f16(part[mt][nt], fl[mt], b0, b1);
         }
       }
     }
@@ -213,8 +211,8 @@ template <int TERMS> __global__ void __launch_bounds__(kThreads, 2) gemm_pipe_ke
     }
 }
 
-// One warp per 64-column group of a row: hi = fp16(x), lo = fp16(x − hi) (two only), xs = Σx (fp32).
-__global__ void split_rows_kernel(const float* a, int lda, int M, int K, __half* hi, __half* lo, float* xs, bool two) {
+// One warp per 64-column group of a row: hi = fp16(x), lo = fp16(x − hi), xs = Σx (fp32).
+__global__ void split_rows_kernel(const float* a, int lda, int M, int K, __half* hi, __half* lo, float* xs) {
   const int lane = threadIdx.x & 31, G = K / 64;
   const long gi = long(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (gi >= long(M) * G) return;
@@ -222,46 +220,45 @@ __global__ void split_rows_kernel(const float* a, int lda, int M, int K, __half*
   const float2 x = *reinterpret_cast<const float2*>(a + size_t(m) * lda + gr * 64 + 2 * lane);
   const __half2 h = __floats2half2_rn(x.x, x.y);
   const float2 hf = __half22float2(h);
+  const __half2 l = __floats2half2_rn(x.x - hf.x, x.y - hf.y);
   const size_t o = size_t(m) * K + gr * 64 + 2 * lane;
   *reinterpret_cast<__half2*>(hi + o) = h;
-  if (two) *reinterpret_cast<__half2*>(lo + o) = __floats2half2_rn(x.x - hf.x, x.y - hf.y);
+  *reinterpret_cast<__half2*>(lo + o) = l;
   float s = x.x + x.y;
 #pragma unroll
   for (int d = 16; d > 0; d >>= 1) s += __shfl_xor_sync(0xffffffffu, s, d);
   if (lane == 0) xs[size_t(m) * G + gr] = s;
 }
 
-template <int TERMS> Status launch(const GemmArgs& a, cudaStream_t s) {
+Status launch(const GemmArgs& a, cudaStream_t s) {
   constexpr int smem = Layout::kSmem;
   static bool attr = false;
   if (!attr) {
-    LILY_CU_TRY(cudaFuncSetAttribute(gemm_pipe_kernel<TERMS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    LILY_CU_TRY(cudaFuncSetAttribute(gemm_pipe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     attr = true;
   }
   dim3 grid((a.n_out + BN - 1) / BN, a.tiles ? a.max_tiles : (a.M + BM - 1) / BM);
-  gemm_pipe_kernel<TERMS><<<grid, kThreads, smem, s>>>(a);
+  gemm_pipe_kernel<<<grid, kThreads, smem, s>>>(a);
   return launch_status("pf::gemm_pipe");
 }
 
 }  // namespace
 
-Status split_rows(const float* a, int lda, int M, int K, uint16_t* hi, uint16_t* lo, float* xs, Stream stream,
-                  int terms) {
+Status split_rows(const float* a, int lda, int M, int K, uint16_t* hi, uint16_t* lo, float* xs, Stream stream) {
   if (K % 64 != 0 || lda % 2 != 0) return cu_err("pf::split_rows: K={} must be a multiple of 64, lda even", K);
-  if (terms != 1 && terms != 2) return cu_err("pf::split_rows: terms {} (1 or 2)", terms);
   if (M <= 0) return Status::ok();
   const long groups = long(M) * (K / 64);
   split_rows_kernel<<<unsigned((groups + 7) / 8), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      a, lda, M, K, reinterpret_cast<__half*>(hi), reinterpret_cast<__half*>(lo), xs, terms == 2);
+      a, lda, M, K, reinterpret_cast<__half*>(hi), reinterpret_cast<__half*>(lo), xs);
   return launch_status("pf::split_rows");
 }
 
 Status gemm_pipe(const GemmArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (!a.ah || (a.terms == 2 && !a.al) || !a.axs) return cu_err("pf::gemm_pipe: needs the split A planes");
-  if (a.w.bits != 8 || a.swiglu || (a.terms != 1 && a.terms != 2))
-    return cu_err("pf::gemm_pipe: 8-bit plain, terms 1 or 2 only; {} bits, terms {}", a.w.bits, a.terms);
-  return a.terms == 2 ? launch<2>(a, s) : launch<1>(a, s);
+  if (!a.ah || !a.al || !a.axs) return cu_err("pf::gemm_pipe: needs the split A planes");
+  if (a.w.bits != 8 || a.swiglu || a.terms != 2)
+    return cu_err("pf::gemm_pipe: 8-bit plain, two-pass (terms 2) only; {} bits, terms {}", a.w.bits, a.terms);
+  return launch(a, s);
 }
 
 }  // namespace lily::cuda::pf

@@ -252,7 +252,7 @@ template <bool SWIGLU> Status launch(const GemmArgs& a, cudaStream_t s) {
 
 Status gemm_wg(const GemmArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (!a.ah || (a.terms != 1 && !a.al) || !a.axs) return cu_err("pf::gemm_wg: needs the split A planes");
+  if (!a.ah || !a.al || !a.axs) return cu_err("pf::gemm_wg: needs the split A planes");
   if (a.terms != 1 && a.terms != 2) return cu_err("pf::gemm_wg: terms {} (1 or 2)", a.terms);
   if (a.w.bits != 4) return cu_err("pf::gemm_wg: {} bits unsupported (4 only)", a.w.bits);
   return a.swiglu ? launch<true>(a, s) : launch<false>(a, s);

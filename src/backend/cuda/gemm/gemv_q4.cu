@@ -44,7 +44,7 @@ template <Pro PRO, int kU> __device__ __forceinline__ void stage_pre(const GemvA
 template <int BITS> __device__ __forceinline__ void put_x(int e, float x, float* xs, float* xcs) {
   constexpr int CC = Chunk<BITS>::kCodes;
   const int lane = threadIdx.x & 31;
-  xs[xs_index<BITS>(e)] = round_act(x);  // the products' input (core/act_round.h); Σx unrounded
+  xs[xs_index<BITS>(e)] = x;
   float s = x;
 #pragma unroll
   for (int o = CC / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);

@@ -5,9 +5,8 @@
 // (deltanet/batch_gdn.cu, attention/batch_attn.cu).
 // Per-row state pointers, positions and tokens live in one device table uploaded per step (one
 // H2D copy), so the step is captured once per batch size as a CUDA graph and replayed for any set
-// of sequences. Each row's result depends only on that row (batch invariant). qgemm reads single-pass
-// fp16 activations, the values the batch-1 kernels round theirs to (core/act_round.h), so a row stays
-// within fp32 summation order of what forward() gives the sequence alone. Rows fall back to
+// of sequences. Each row's result depends only on that row (batch invariant); with qgemm's two-pass
+// activations it stays within ~1e-5 of what forward() gives the sequence alone. Rows fall back to
 // the per-row loop where the batched kernels do not apply (bf16 K/V states, the A/B env knob that
 // changes the batch-1 arithmetic, LILY_GDN_FUSED_NORM=0). B = 1 runs forward() (the batch-1 graph).
 #include <algorithm>
@@ -40,6 +39,13 @@ bool tc_on() {
 }
 namespace {
 bool graphs_on() { return !env_is("LILY_BATCH_GRAPH", "0"); }
+// qgemm's activations in two passes (fp16 hi + lo, ~22 bits: the batch-1 step's precision class, so a
+// row batched stays within ~1e-5 of the row decoded alone) unless LILY_QGEMM_TERMS=1 (single pass, the
+// A/B until one row runs the batched step too: +7..16% at 16..256 rows on the H200, 2026-12-04).
+bool qgemm_two() {
+  static const bool on = !env_is("LILY_QGEMM_TERMS", "1");
+  return on;
+}
 // From this many rows, top-k runs per row over the grid (brouter_topk) before the one-block routing
 // table (broute); below it one launch does both (broute_topk: its 32 warps take the rows in turn).
 // H200, 2026-12-04 (bench-batch, qgemm step): 16 rows 1,740 vs 1,746 tok/s (fused / split), 64 rows
@@ -88,6 +94,8 @@ Status CudaBackend::batch_alloc(int B) {
     x.ent = dalloc<int32_t>(nent, x.owned);
     x.X_a = dalloc<uint16_t>(Bc * kmax, x.owned);
     x.X_b = dalloc<uint16_t>(nent * I, x.owned);
+    x.Xl_a = dalloc<uint16_t>(Bc * kmax, x.owned);
+    x.Xl_b = dalloc<uint16_t>(nent * I, x.owned);
     size_t wsf = 0, nc = 0;
     const int qkv_rows = qrows, in_rows = C + vd + 2 * nv;
     for (auto [r, k] : {std::pair{in_rows, H}, {H, vd}, {qkv_rows, H}, {H, c.num_attention_heads * c.head_dim},
@@ -98,7 +106,7 @@ Status CudaBackend::batch_alloc(int B) {
     x.ws = dalloc<float>(std::max<size_t>(wsf, 1), x.owned);
     x.cnt = dalloc<int32_t>(std::max<size_t>(nc, 1), x.owned);
     if (x.cnt) cudaMemset(x.cnt, 0, std::max<size_t>(nc, 1) * sizeof(int32_t));
-    if (!x.yd || !x.ent || !x.XS_a || !x.XS_b || !x.X_a || !x.X_b || !x.ws || !x.cnt) {
+    if (!x.yd || !x.ent || !x.XS_a || !x.XS_b || !x.X_a || !x.X_b || !x.Xl_a || !x.Xl_b || !x.ws || !x.cnt) {
       x.release();
       return cu_err("cuda forward_batch: out of device memory for {} rows", cap);
     }
@@ -111,8 +119,9 @@ Status CudaBackend::batch_alloc(int B) {
   x.mtab_bytes = x.mtab_ptr_off + Bc * sizeof(void*);
   x.mtab_dev = dalloc<char>(x.mtab_bytes, x.owned);
   x.Gx = dalloc<uint16_t>(Bc * H, x.owned);
+  x.Gxl = dalloc<uint16_t>(Bc * H, x.owned);
   x.Gxs = dalloc<float>(Bc * H / 32, x.owned);
-  if (!x.tab_dev || !x.partial || !x.logits || !x.act || !x.mtab_dev || !x.Gx || !x.Gxs || !x.gprep) {
+  if (!x.tab_dev || !x.partial || !x.logits || !x.act || !x.mtab_dev || !x.Gx || !x.Gxl || !x.Gxs || !x.gprep) {
     x.release();
     return cu_err("cuda forward_batch: out of device memory for {} rows", cap);
   }
@@ -133,15 +142,17 @@ static Status gemv_rows(const QW& w, const float* x, int ldx, float* y, int ldy,
   return Status::ok();
 }
 
-// The MoE block of the qgemm step on B rows packed in x.X_a / x.XS_a: router GEMM, routing
+// The MoE block of the qgemm step on B rows packed in x.X_a (+ x.Xl_a) / x.XS_a: router GEMM, routing
 // table, gate+up+SwiGLU (packed for down by its epilogue) and down, expert-major, into x.yd [B·k + B][H]
 // with the weights in x.topk_w (the combine is the caller's: folded into the next add + norm, or
 // bmoe_combine).
 template <typename Mk>
 static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, int B, cudaStream_t s, Mk&& mk) {
   const int H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
+  uint16_t* la = qgemm_two() ? x.Xl_a : nullptr;
+  uint16_t* lb = qgemm_two() ? x.Xl_b : nullptr;
   QGemmArgs r{};
-  r.w = L.router, r.x = x.X_a, r.xs = x.XS_a, r.ldx = H, r.M = B, r.y = x.rl, r.ldy = E + 1, r.ws = x.ws,
+  r.w = L.router, r.x = x.X_a, r.xs = x.XS_a, r.xlo = la, r.ldx = H, r.M = B, r.y = x.rl, r.ldy = E + 1, r.ws = x.ws,
   r.cnt = x.cnt;
   LILY_TRY(qgemm(r, s));
   mk("router gemm");
@@ -154,13 +165,13 @@ static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, int B
   }
   mk("top-k + route");
   QGemmArgs m{};
-  m.w = L.gate, m.w2 = L.up, m.sh = L.sh_gate_up, m.x = x.X_a, m.xs = x.XS_a, m.ldx = H, m.swiglu = true;
-  m.yx = x.X_b, m.yxs = x.XS_b, m.n_out = I, m.items = x.items, m.n_items = x.n_items;
+  m.w = L.gate, m.w2 = L.up, m.sh = L.sh_gate_up, m.x = x.X_a, m.xs = x.XS_a, m.xlo = la, m.ldx = H, m.swiglu = true;
+  m.yx = x.X_b, m.yxs = x.XS_b, m.yxlo = lb, m.n_out = I, m.items = x.items, m.n_items = x.n_items;
   m.max_items = std::min(B * k, E) + 1, m.E = E, m.xrow = x.rowb, m.yrow = x.ent, m.ent_hint = B * k;
   LILY_TRY(qgemm(m, s));
   mk("moe gate+up (experts)");
-  m.w = L.down, m.w2 = QW{}, m.sh = L.sh_down, m.x = x.X_b, m.xs = x.XS_b, m.ldx = I, m.swiglu = false;
-  m.yx = nullptr, m.yxs = nullptr, m.y = x.yd, m.ldy = H, m.n_out = H, m.xrow = x.ent;
+  m.w = L.down, m.w2 = QW{}, m.sh = L.sh_down, m.x = x.X_b, m.xs = x.XS_b, m.xlo = lb, m.ldx = I, m.swiglu = false;
+  m.yx = nullptr, m.yxs = nullptr, m.yxlo = nullptr, m.y = x.yd, m.ldy = H, m.n_out = H, m.xrow = x.ent;
   LILY_TRY(qgemm(m, s));
   mk("moe down (experts)");
   return Status::ok();
@@ -177,16 +188,17 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
   const int H = c.hidden_size, vd = c.gdn_value_dim(), k = c.num_experts_per_tok;
   const int nhd = c.num_attention_heads * c.head_dim;
   const float eps = c.rms_norm_eps;
+  uint16_t* la = qgemm_two() ? x.Xl_a : nullptr;
   auto dense = [&](const QW& w, float* y, int ldy) {
     QGemmArgs g{};
-    g.w = w, g.x = x.X_a, g.xs = x.XS_a, g.ldx = w.cols, g.M = B, g.y = y, g.ldy = ldy, g.ws = x.ws, g.cnt = x.cnt;
+    g.w = w, g.x = x.X_a, g.xs = x.XS_a, g.xlo = la, g.ldx = w.cols, g.M = B, g.y = y, g.ldy = ldy, g.ws = x.ws, g.cnt = x.cnt;
     return qgemm(g, s);
   };
   // add + norm (+ the previous layer's MoE combine when moe) → packed X_a.
   auto norm = [&](const float* in, const float* mix, bool moe, const void* gain, float* res_out) {
     BNormArgs n{};
     n.in = in, n.mix = moe ? nullptr : mix, n.yd = moe ? x.yd : nullptr, n.tw = x.topk_w, n.top_k = k;
-    n.gain = gain, n.H = H, n.B = B, n.eps = eps, n.res_out = res_out, n.XS = x.XS_a, n.X16 = x.X_a;
+    n.gain = gain, n.H = H, n.B = B, n.eps = eps, n.res_out = res_out, n.XS = x.XS_a, n.X16 = x.X_a, n.X16lo = la;
     return bnorm_pack(n, s);
   };
   LILY_TRY(bembed(d.embed, x.tok(), x.xres[0], B, s));
@@ -208,7 +220,7 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
       if (Bd > 0) LILY_TRY(bgdn_step(g, s));
       if (mp) LILY_TRY(mp->seg_mixers(i, false));
       mk("gdn step");
-      LILY_TRY(xpack16(x.og, vd, vd, B, x.X_a, x.XS_a, nullptr, s));
+      LILY_TRY(xpack16(x.og, vd, vd, B, x.X_a, x.XS_a, la, s));
       mk("pack");
       LILY_TRY(dense(L.out_proj, x.mix, H));
       mk("gdn out_proj gemm");
@@ -224,7 +236,7 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
       if (Bd > 0) LILY_TRY(battn(a, s));
       if (mp) LILY_TRY(mp->seg_mixers(i, true));
       mk("attn prep+decode+merge");
-      LILY_TRY(xpack16(x.o, nhd, nhd, B, x.X_a, x.XS_a, nullptr, s));
+      LILY_TRY(xpack16(x.o, nhd, nhd, B, x.X_a, x.XS_a, la, s));
       mk("pack");
       LILY_TRY(dense(L.o_proj, x.mix, H));
       mk("attn o_proj gemm");
@@ -245,9 +257,10 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
   // The rows that need logits, gathered (packed) for the lm_head.
   const int32_t* idx = x.out_idx(x.mtab_dev);
   LILY_TRY(brow_gather(x.X_a, size_t(H) * 2, idx, mp->n_out, x.Gx, s));
+  if (la) LILY_TRY(brow_gather(la, size_t(H) * 2, idx, mp->n_out, x.Gxl, s));
   LILY_TRY(brow_gather(x.XS_a, size_t(H / 64) * 2 * sizeof(float), idx, mp->n_out, x.Gxs, s));
   QGemmArgs g{};
-  g.w = d.lm_head, g.x = x.Gx, g.xs = x.Gxs, g.ldx = H, g.M = mp->n_out, g.y = x.logits;
+  g.w = d.lm_head, g.x = x.Gx, g.xs = x.Gxs, g.xlo = la ? x.Gxl : nullptr, g.ldx = H, g.M = mp->n_out, g.y = x.logits;
   g.ldy = c.vocab_size, g.ws = x.ws, g.cnt = x.cnt;
   if (mp->n_out > 0) LILY_TRY(qgemm(g, s));
   mk("final norm+lm_head");
@@ -377,7 +390,7 @@ Status CudaBackend::moe_rows(const DevLayer& L, const float* hn, int M, float* m
   const ModelConfig& c = cfg_;
   BatchCtx& x = *batch_;
   const int H = c.hidden_size;
-  LILY_TRY(xpack16(hn, H, H, M, x.X_a, x.XS_a, nullptr, s));
+  LILY_TRY(xpack16(hn, H, H, M, x.X_a, x.XS_a, qgemm_two() ? x.Xl_a : nullptr, s));
   LILY_TRY(moe_tc(x, c, L, M, s, [](const char*) {}));
   return bmoe_combine(x.yd, x.topk_w, c.num_experts_per_tok, H, M, mix, s);
 }

@@ -30,10 +30,10 @@ struct BatchCtx {
   int32_t* topk_ids = nullptr;
   int urows = 0;
   // qgemm step (LILY_BATCH_TC, default on): packed GEMM inputs (gemm/qgemm.h: X_a the normed rows, og,
-  // o; X_b the MoE activations per entry, single-pass fp16 (core/act_round.h); XS_* the group sums and
+  // o; X_b the MoE activations per entry; Xl_* their two-pass remainders; XS_* the group sums and
   // scales), per-entry MoE outputs (entries: B·k routed + B shared), the routing table, and the dense
   // k split's workspace and counters.
-  uint16_t *X_a = nullptr, *X_b = nullptr;
+  uint16_t *X_a = nullptr, *X_b = nullptr, *Xl_a = nullptr, *Xl_b = nullptr;
   float *XS_a = nullptr, *XS_b = nullptr, *yd = nullptr;
   int32_t *items = nullptr, *n_items = nullptr, *rowb = nullptr, *ent = nullptr;
   float* ws = nullptr;
@@ -42,9 +42,9 @@ struct BatchCtx {
   char* tab_dev = nullptr;
   char* tab_host = nullptr;
   // Mixed steps (CudaBackend::step): the rows whose logits the step computes, gathered packed for the
-  // lm_head (Gx / Gxs, [cap] rows); their table: out_idx [cap], fin_pos [cap] int32, then
+  // lm_head (Gx / Gxl / Gxs, [cap] rows); their table: out_idx [cap], fin_pos [cap] int32, then
   // fin_ctl [cap] (the state of each decode row and each segment's last row, and that row's position).
-  uint16_t *Gx = nullptr;
+  uint16_t *Gx = nullptr, *Gxl = nullptr;
   float* Gxs = nullptr;
   char* mtab_dev = nullptr;
   char* mtab_host = nullptr;

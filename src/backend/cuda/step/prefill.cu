@@ -99,10 +99,9 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   const int E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
   const int pos0 = st.n + t0;
   const float eps = c.rms_norm_eps;
-  // GEMM activations single-pass fp16 (core/act_round.h: the rounding the decode kernels and the batched
-  // step share); A/B knobs (numerics): LILY_PREFILL_TERMS (2: fp16 hi+lo, 0: fp32 CUDA-core reference),
+  // A/B knobs (numerics): LILY_PREFILL_TERMS (GEMM x: 2 fp16 hi+lo, 1 fp16, 0 fp32 CUDA-core reference),
   // LILY_PREFILL_ATTN_TERMS (3: q/K/V/P as bf16 hi+lo, 1: bf16).
-  const int terms = env_int("LILY_PREFILL_TERMS", 1, 0, 2);
+  const int terms = env_int("LILY_PREFILL_TERMS", 2, 0, 2), t2 = terms == 0 ? 0 : 2;
   // LILY_PREFILL_ATTN_TERMS=0 runs the decode attention kernels token by token (slow; A/B only).
   int attn_terms = env_int("LILY_PREFILL_ATTN_TERMS", 3, 0, 3);
   if (attn_terms == 2 || (attn_terms == 3 && !st.f32)) attn_terms = 1;
@@ -112,10 +111,10 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   // warpgroups per block; terms 1 reads x_hi only); 8-bit (router) the mma.sync pipe kernel (gemm_q4_pipe.cu).
   const bool pipe = terms != 0;
   // A short chunk (default numerics) runs its MoE on the batched step's expert kernels (moe_rows).
-  const bool small_moe = terms == 1 && moe_rows_ok(M);
+  const bool small_moe = terms == 2 && moe_rows_ok(M);
   auto split = [&](const float* a, int lda, int rows, int K) -> Status {
     if (!pipe) return Status::ok();
-    LILY_TRY(pf::split_rows(a, lda, rows, K, p.ah, p.al, p.axs, s, terms));
+    LILY_TRY(pf::split_rows(a, lda, rows, K, p.ah, p.al, p.axs, s));
     mark("gemm A split (fp16 hi/lo + sums)", s);
     return Status::ok();
   };
@@ -208,7 +207,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     }
     // MoE: router (8-bit, + shared gate row) → device routing → grouped gate/up+SwiGLU → down.
     LILY_TRY(split(p.hn, H, M, H));  // router, expert gate/up and shared gate/up read this split
-    LILY_TRY(gemm(L.router, p.hn, H, M, p.rl, E + 1, terms));
+    LILY_TRY(gemm(L.router, p.hn, H, M, p.rl, E + 1, t2));
     mark("moe: router gemm (q8)", s);
     pf::RouteArgs r{};
     r.logits = p.rl, r.M = M, r.E = E, r.top_k = k, r.norm_topk = c.norm_topk_prob, r.topk_ids = p.topk_ids;
@@ -248,7 +247,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     // Final add + norm of the last row only, then the lm_head (fp32 logits).
     const size_t off = size_t(M - 1) * H;
     LILY_TRY(pf::add_rmsnorm_rows(p.x + off, p.mix + off, d_.final_norm, 1, H, eps, p.hn, s));
-    LILY_TRY(gemm(d_.lm_head, p.hn, H, 1, logits_, c.vocab_size, terms, /*use_split=*/false));
+    LILY_TRY(gemm(d_.lm_head, p.hn, H, 1, logits_, c.vocab_size, t2, /*use_split=*/false));
     mark("final norm+lm_head", s);
   }
   return Status::ok();

@@ -31,19 +31,16 @@ struct GemmArgs {
   int max_tiles = 0;
   int terms = 2;
   // Pre-split A (split_rows): fp16 hi/lo planes [rows, K] and Σx [rows, K/64], indexed like a's rows.
-  // When set (terms 1 or 2), gemm() runs 4-bit weights on the Hopper wgmma kernel (gemm_wg.cu) and
-  // 8-bit ones on the mma.sync pipelined kernel (gemm_q4_pipe.cu: plain); terms 1 reads hi only (al
-  // may be null). Unset (terms 1 or 2): the
-  // register-prefetch kernel (gemm_q4.cu: 4-bit, plain; the lm_head's one row).
+  // When set (terms 1 or 2), gemm() runs 4-bit weights on the Hopper wgmma kernel (gemm_wg.cu; terms 1
+  // reads hi only) and 8-bit ones on the mma.sync pipelined kernel (gemm_q4_pipe.cu, both planes).
+  // Unset: the register-prefetch kernel (gemm_q4.cu; the lm_head's one row).
   const uint16_t* ah = nullptr;
   const uint16_t* al = nullptr;
   const float* axs = nullptr;
 };
 Status gemm(const GemmArgs& a, Stream s);
-// hi = fp16(a), lo = fp16(a − hi) (terms 2 only; terms 1, single-pass activations (core/act_round.h),
-// leaves lo unwritten) (row-compact [M, K]) and xs = Σ a per 64-group [M, K/64].
-Status split_rows(const float* a, int lda, int M, int K, uint16_t* hi, uint16_t* lo, float* xs, Stream s,
-                  int terms = 2);
+// hi = fp16(a), lo = fp16(a − hi) (row-compact [M, K]) and xs = Σ a per 64-group [M, K/64].
+Status split_rows(const float* a, int lda, int M, int K, uint16_t* hi, uint16_t* lo, float* xs, Stream s);
 Status gemm_pipe(const GemmArgs& a, Stream s);
 Status gemm_wg(const GemmArgs& a, Stream s);
 constexpr int kGemmBM = 64;  // rows per tile (grouped tiles must use this)
