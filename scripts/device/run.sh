@@ -136,7 +136,7 @@ mode_model() {
   local n=0 e
   gtest model_tiny 200 'CudaModel.Tiny*'
   grep -E '^\| step|greedy|pipeline' "$LOGS/model_tiny.txt" | tail -12 | say
-  gtest engine 300 "${ENGINE_TESTS:-ForwardBatch.*:BatchingTest.*:Engine*:*Golden*:PrefixCache*:Service*}" LILY_BACKEND=cuda
+  gtest engine 300 "${ENGINE_TESTS:-ForwardBatch.*:BatchingTest.*:Engine*:*Golden*:PrefixCache*:Service*:ModelStep.*:Spec*}" LILY_BACKEND=cuda
   grep -E '^\[golden\]|^\[forward-batch\]' "$LOGS/engine.txt" | head -20 | say
   split "${GOLDEN_ENV-LILY_PREFILL_MIN=1000000}"
   for e in "${SPLIT[@]}"; do

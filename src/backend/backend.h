@@ -69,6 +69,9 @@ class Backend {
   // What one more row of a verify feed costs, as a fraction of a one-token decode step's time (the
   // engine verifies only drafts that pay for that). Default: 1 (a row costs a step).
   virtual double spec_row_cost() const { return 1.0; }
+  // The most verify feeds one step may hold (the engine verifies drafts on at most that many rows a
+  // step). Default: no limit.
+  virtual int spec_max_feeds() const { return 1 << 30; }
   virtual Status rewind(SeqState& state, int n_tokens);
   // A server's default prompt segment, in tokens (EngineOptions::prefill_chunk): a segment's time
   // bounds the running streams' inter-token latency, its length the prefill rate. CPU: 512 (a

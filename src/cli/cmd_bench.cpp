@@ -270,9 +270,18 @@ int run_bench(const BenchArgs& a) {
         const bool same = s.ids == gen;
         sj.push_back({{"drafts", wrong ? "first wrong" : "right"}, {"decode_tok_s", kDecodeSteps / ds}, {"drafted", drafted},
                       {"accepted", accepted}, {"decode_steps", steps}, {"same_tokens", same}});
-        std::fprintf(stderr, "|   spec %d drafts, %s | | %.1f | | | %llu of %llu drafts accepted, %llu steps | %s |\n", a.spec_draft,
-                     wrong ? "first wrong" : "all right", kDecodeSteps / ds, (unsigned long long)accepted,
-                     (unsigned long long)drafted, (unsigned long long)steps, same ? "same tokens" : "TOKENS DIFFER");
+        // A step's time against plain decoding's, and what each verified draft row added to it (the
+        // backend's spec_row_cost is this, measured with all-right drafts).
+        const double step_ms = steps ? 1e3 * ds / double(steps) : 0.0, plain_ms = 1e3 * decode_s / kDecodeSteps;
+        const double per_step = steps ? double(drafted) / double(steps) : 0.0;
+        const double row_cost = per_step > 0 ? (step_ms / plain_ms - 1.0) / per_step : 0.0;
+        sj.back()["step_ms"] = step_ms, sj.back()["row_cost"] = row_cost;
+        std::fprintf(stderr,
+                     "|   spec %d drafts, %s | | %.1f | | | %llu of %llu drafts accepted, %llu steps; %.3f ms a step (plain %.3f), "
+                     "%.2f drafts a step: %.3f of a step per draft row | %s |\n",
+                     a.spec_draft, wrong ? "first wrong" : "all right", kDecodeSteps / ds, (unsigned long long)accepted,
+                     (unsigned long long)drafted, (unsigned long long)steps, step_ms, plain_ms, per_step, row_cost,
+                     same ? "same tokens" : "TOKENS DIFFER");
         if (!same) {
           std::fprintf(stderr, "error: --spec-draft at context %d: the tokens differ from plain decoding\n", P);
           return 1;

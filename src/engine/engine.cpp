@@ -253,8 +253,11 @@ void Engine::step() {
   const std::vector<Sequence*> rows = decode_rows();
   size_t seg_tokens = 0;
   for (const Segment& g : segs) seg_tokens += g.tokens.size();
+  // A lone request keeps two steps in flight unless it speculates (a verify step's next feed
+  // depends on what it accepted).
+  const bool speculates = opts_.spec_draft > 0 && model_.speculates() && rows.size() == 1 && rows[0]->speculable();
   if (segs.empty() && rows.size() == 1 && active_.size() == 1 &&
-      rows[0]->pipelinable() && model_.pipelines())
+      rows[0]->pipelinable() && model_.pipelines() && !speculates)
     decode_pipelined(*rows[0]);
   else if (!segs.empty() || !rows.empty())
     run_step(segs, rows);
@@ -435,10 +438,11 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
   std::vector<int32_t> shadow(B, -1);  // the first of drafts not fed: checked against the token drawn
   const bool spec = opts_.spec_draft > 0 && model_.speculates();
   const double row_cost = opts_.spec_row_cost > 0 ? opts_.spec_row_cost : model_.spec_row_cost();
+  int verify_left = spec ? model_.spec_max_feeds() : 0;  // verify feeds the step may still take
   for (size_t b = 0; b < B; ++b) {
     Sequence* s = rows[b];
     in[b] = {s->next_token()}, silent[b] = s->silent_step(), pos0[b] = s->state().n_tokens();
-    if (!spec || silent[b] || !s->speculable()) continue;
+    if (!spec || silent[b] || !s->speculable() || verify_left == 0) continue;
     const int max_len = std::min(opts_.spec_draft, s->tokens_left() - 1);
     std::vector<int32_t> d = opts_.spec_drafter ? opts_.spec_drafter(s->entry().tokens, s->next_token(), max_len)
                                                 : s->draft(max_len, opts_.spec_ngram);
@@ -454,6 +458,7 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
     // state cannot grow now.
     if (!grow(*s, pos0[b] + 1 + int(d.size()))) continue;
     in[b].insert(in[b].end(), d.begin(), d.end());
+    --verify_left;
     stats_.spec_rows++, stats_.spec_drafted += d.size();
   }
   bool all_drawable = true;

@@ -1,5 +1,6 @@
 // Model: checkpoint → weight views → backend. The forward pass itself lives in the backend
 // (cpu: src/backend/cpu/cpu_backend.cpp, the reference; cuda: src/backend/cuda/).
+#include <algorithm>
 #include "model/model.h"
 
 #include <spdlog/spdlog.h>
@@ -66,6 +67,7 @@ Result<DeviceMemory> Model::device_memory() { return impl_->backend->device_memo
 bool Model::pipelines() const { return impl_->backend->pipelines(); }
 bool Model::speculates() const { return impl_->backend->speculates(); }
 double Model::spec_row_cost() const { return impl_->backend->spec_row_cost(); }
+int Model::spec_max_feeds() const { return impl_->backend->spec_max_feeds(); }
 Status Model::rewind(SeqState& state, int n_tokens) {
   if (n_tokens < 0 || n_tokens > state.n_tokens())
     return errorf("rewind: to {} tokens, the state holds {}", n_tokens, state.n_tokens());
@@ -114,6 +116,9 @@ Result<StepTicket> Model::launch(std::span<const StepFeed> feeds) {
     for (size_t j = 0; j < i; ++j)
       if (feeds[j].state == f.state) return errorf("launch: feeds {} and {} share one state", j, i);
   }
+  const auto n_verify = std::count_if(feeds.begin(), feeds.end(), [](const StepFeed& f) { return f.outputs > 1 || f.rewindable; });
+  if (n_verify > spec_max_feeds())
+    return errorf("launch: {} verify feeds; backend {} takes at most {} a step", n_verify, backend_name(), spec_max_feeds());
   for (const StepFeed& f : feeds) LILY_TRY(f.state->reserve(f.state->n_tokens() + int(f.tokens.size())));
   return impl_->backend->launch(feeds);
 }

@@ -140,6 +140,8 @@ class Model {
   bool speculates() const;
   // A verified row's time over a plain decode step's, on this backend (EngineOptions::spec_row_cost).
   double spec_row_cost() const;
+  // The most verify feeds one step may hold (Backend::spec_max_feeds).
+  int spec_max_feeds() const;
   // Drops the tokens at positions n_tokens.. from a state whose last step fed it a rewindable feed
   // that started at or before n_tokens: the state is as if only its first n_tokens tokens had been
   // fed. An error (the state unchanged) otherwise, or where the backend does not speculate.

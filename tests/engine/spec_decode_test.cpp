@@ -1,4 +1,6 @@
-// Speculative decoding (EngineOptions::spec_draft) on a tiny synthetic checkpoint (fast CPU backend):
+// Speculative decoding (EngineOptions::spec_draft) on a tiny synthetic checkpoint (fast CPU backend, or
+// LILY_BACKEND's: on CUDA a verify step is the mixed step and plain decoding the batch-1 graph, so
+// logprobs agree within 1e-4 as batching_test's do, ids exactly):
 // every reply equals plain decoding's, token for token (ids, logprobs, text, finish reason, usage),
 // alone and with several requests in one step, at several draft lengths, under max_tokens and stop
 // strings, and a follow-up continued from a state that was rewound equals the same follow-up without
@@ -32,7 +34,7 @@ struct Reply {
 
 class SpecDecode : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { load_tiny("spec-decode", 5, false, dir_, model_, tok_); }
+  static void SetUpTestSuite() { load_tiny("spec-decode", 5, true, dir_, model_, tok_); }
   static void TearDownTestSuite() { unload_tiny(dir_, model_, tok_); }
 
   // A known reply: prompt, then the plain reply's ids.
@@ -119,7 +121,12 @@ class SpecDecode : public ::testing::Test {
     ASSERT_EQ(a.tokens.size(), b.tokens.size()) << what;
     for (size_t i = 0; i < a.tokens.size(); ++i) {
       EXPECT_EQ(a.tokens[i].id, b.tokens[i].id) << what << ", token " << i;
-      EXPECT_EQ(a.tokens[i].logprob, b.tokens[i].logprob) << what << ", token " << i;
+      if (std::string(model_->backend_name()) == "cuda") {
+        ASSERT_TRUE(a.tokens[i].logprob && b.tokens[i].logprob) << what << ", token " << i;
+        EXPECT_NEAR(*a.tokens[i].logprob, *b.tokens[i].logprob, 1e-4) << what << ", token " << i;
+      } else {
+        EXPECT_EQ(a.tokens[i].logprob, b.tokens[i].logprob) << what << ", token " << i;
+      }
       ASSERT_EQ(a.tokens[i].top.size(), b.tokens[i].top.size()) << what << ", token " << i;
       for (size_t j = 0; j < a.tokens[i].top.size(); ++j)
         EXPECT_EQ(a.tokens[i].top[j].id, b.tokens[i].top[j].id) << what << ", token " << i;
@@ -244,7 +251,9 @@ TEST_F(SpecDecode, DraftLengthFollowsAcceptance) {
       EXPECT_LE(st.decode_steps.load(), 20u) << "39 decode tokens, in steps of up to 5 once the estimate has risen";
     } else {
       EXPECT_EQ(st.spec_accepted.load(), 0u);
-      EXPECT_LE(st.spec_drafted.load(), 8u) << "wrong drafts kept being fed";
+      // The decayed acceptance estimate falls below the row cost after a few steps: 1 draft fed at the
+      // fast CPU's 0.75, 8 at 0.33, 13 at 0.2; 156 if they were never stopped.
+      EXPECT_LE(st.spec_drafted.load(), 16u) << "wrong drafts kept being fed";
       EXPECT_GE(st.decode_steps.load(), 39u);
     }
   }

@@ -151,6 +151,15 @@ class CudaBackend final : public Backend {
   Result<StepTicket> launch(std::span<const StepFeed> feeds) override;
   Status wait(StepTicket ticket) override;
   bool pipelines() const override { return true; }
+  // Speculative decoding (step/spec.cu): verify feeds run as segments of the mixed step, an output per
+  // token; rewind restores the DeltaNet states copied aside before the step and re-runs the DeltaNet
+  // recurrence over the kept tokens. At most kSpecFeeds verify feeds a step (each copies its ~63 MB of
+  // DeltaNet state aside at full size).
+  static constexpr int kSpecFeeds = 8;
+  bool speculates() const override;  // not with LILY_CUDA_KV=bf16: the mixed step takes fp32 states
+  int spec_max_feeds() const override { return kSpecFeeds; }
+  double spec_row_cost() const override;
+  Status rewind(SeqState& state, int n_tokens) override;
   // 2048: on the H200 an 8k prompt prefills at 19.4k tok/s in 2048-token segments, 10.6k in 512-token
   // ones (docs/perf/2026-12-05-gpu-verify.md).
   int default_prefill_chunk() const override { return 2048; }
@@ -352,6 +361,25 @@ class CudaBackend final : public Backend {
   // Collects the steps in flight launched up to `upto`, in launch order, each draw into its Drawn and
   // each status into done_ (for wait); returns the first failure.
   Status collect_in_flight(StepTicket upto);
+  // Speculative decoding (step/spec.cu). A verify feed of the last step: its state, the state's tokens
+  // before the step, its length, its first row among the step's verify rows (spec_u_), its slot in
+  // spec_snap_ (the copy of the state's DeltaNet states and conv windows: the fixed arena up to its
+  // StepCtl). spec_u_: the step's DeltaNet projections u of the verify rows, [n_gdn][spec_rows_][spec_ldu_].
+  struct SpecUndo {
+    const CudaSeqState* st;
+    int n0, L, row0, slot;
+  };
+  std::vector<SpecUndo> spec_undo_;
+  char* spec_snap_ = nullptr;
+  size_t spec_snap_cap_ = 0;  // bytes
+  float* spec_u_ = nullptr;
+  size_t spec_u_cap_ = 0;  // floats
+  int spec_rows_ = 0, spec_ldu_ = 0;
+  // Before a mixed step: forgets the last step's verify feeds, copies aside each rewindable feed's
+  // DeltaNet states and records it; undo[j] = its record's index for feeds[j] (-1: not rewindable).
+  Status spec_begin(std::span<const StepFeed> feeds, int ldu, std::vector<int>& undo);
+  // In the step, DeltaNet layer gi (of the DeltaNet layers): the rows of record r, at u (stride spec_ldu_), saved.
+  Status spec_save_u(int gi, int r, const float* u);
   // Prefill scratch (step/prefill.cu), allocated on first use for chunks of up to pf_cap_ tokens.
   struct PfScratch {
     int32_t *tok = nullptr, *topk_ids = nullptr, *slot_tok = nullptr, *slot_of = nullptr, *tiles = nullptr, *rscratch = nullptr;

@@ -18,6 +18,9 @@ namespace cuda {
 // the prefill kernels (chunked DeltaNet, causal flash attention over the cache) on each segment's
 // rows. A step with no segment (or a lone feed, or a shape or state the batched kernels do not take)
 // is Backend::step: the captured decode graphs, or the prefill path for a lone prompt.
+// A verify feed (speculative decoding: a token and its drafts, an output for each, step/spec.cu) is a
+// segment with an output row per token, alone or beside other rows; a rewindable one has its DeltaNet
+// states copied aside before the step and its rows' DeltaNet projections saved (spec_begin, spec_save_u).
 //
 // A long segment (kOwnPrefillRows tokens or more) is compute-bound, and the prefill path's GEMMs run it
 // faster on its own than the batched step does beside decode rows (H200, full size: a 2048-token
@@ -35,7 +38,8 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
   const ModelConfig& c = cfg_;
   int D = 0, R = 0;
   size_t wy_need = 0;  // the segments' chunked-DeltaNet scratch (floats)
-  bool any_seg = false, ok = feeds.size() >= 2;
+  const bool verify = std::any_of(feeds.begin(), feeds.end(), [](const StepFeed& f) { return f.outputs > 1 || f.rewindable; });
+  bool any_seg = false, ok = feeds.size() >= 2 || verify;
   for (const StepFeed& f : feeds) {
     auto* st = dynamic_cast<CudaSeqState*>(f.state);
     if (!st || st->be != this) return cu_err("step: a state belongs to another backend");
@@ -50,7 +54,10 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
        c.shared_expert_intermediate_size == c.moe_intermediate_size && prefill_shapes_ok(c);
   if (ok && pf_cap_ == 0) LILY_TRY(pf_alloc(prefill_chunk_cap()));
   // The segments' mixers share the prefill scratch, each at its own rows.
-  if (!ok || R - D > pf_cap_ || wy_need > pf::gdn_wy_floats(pf_cap_, c.linear_num_value_heads)) return Backend::step(feeds);
+  if (!ok || R - D > pf_cap_ || wy_need > pf::gdn_wy_floats(pf_cap_, c.linear_num_value_heads)) {
+    if (verify) return cu_err("step: verify feeds need fp32 states and the mixed step (default numerics, fitting its scratch)");
+    return Backend::step(feeds);
+  }
   LILY_TRY(batch_alloc(R));
   BatchCtx& x = *batch_;
   const int C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nhd = c.num_attention_heads * c.head_dim;
@@ -59,22 +66,31 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
   struct Seg {
     CudaSeqState* st;
     int row0, L;
+    int undo;  // its spec_undo_ record (a rewindable feed), else -1
   };
+  struct Out {
+    const StepFeed* f;
+    int j;  // which of the feed's outputs
+  };
+  std::vector<int> undo;
+  LILY_TRY(spec_begin(feeds, x.urows, undo));
   std::vector<Seg> segs;
-  std::vector<const StepFeed*> outs;
+  std::vector<Out> outs;
   int32_t* oi = x.out_idx(x.mtab_host);
   int32_t* fp = x.fin_pos(x.mtab_host);
   StepCtl** fc = x.fin_ctl(x.mtab_host);
   int r = 0, nfin = 0;
   for (int pass = 0; pass < 2; ++pass)
-    for (const StepFeed& f : feeds) {
+    for (size_t i = 0; i < feeds.size(); ++i) {
+      const StepFeed& f = feeds[i];
       const int L = int(f.tokens.size());
       if ((L == 1) != (pass == 0)) continue;
       auto& st = *static_cast<CudaSeqState*>(f.state);
-      if (L > 1) segs.push_back({&st, r, L});
+      if (L > 1) segs.push_back({&st, r, L, undo[i]});
       for (int j = 0; j < L; ++j, ++r) x.put_row(r, st, f.tokens[size_t(j)], st.n + j);
       fc[nfin] = st.ctl, fp[nfin] = st.n + L - 1, ++nfin;
-      if (f.logits || f.draw) oi[outs.size()] = r - 1, outs.push_back(&f);
+      if (f.logits || f.draw)
+        for (int j = 0; j < f.outputs; ++j) oi[outs.size()] = r - f.outputs + j, outs.push_back({&f, j});
     }
   LILY_CU_TRY(cudaMemcpyAsync(x.tab_dev, x.tab_host, x.tab_bytes, cudaMemcpyHostToDevice, stream_));
   LILY_CU_TRY(cudaMemcpyAsync(x.mtab_dev, x.mtab_host, x.mtab_bytes, cudaMemcpyHostToDevice, stream_));
@@ -131,6 +147,8 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
     const DevLayer& Lw = d_.layers[size_t(i)];
     if (!attn) {
       const int gi = gdn_idx[size_t(i)];
+      for (const Seg& sg : segs)
+        if (sg.undo >= 0) LILY_TRY(spec_save_u(gi, sg.undo, x.u + size_t(sg.row0) * x.urows));
       return pf::gdn_prefill_segments(gargs[size_t(gi) * S + longest], seg_dev + size_t(gi) * S, S, stream_);
     }
     for (const Seg& sg : segs) {
@@ -160,18 +178,19 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
   const size_t V = size_t(c.vocab_size);
   bool any_draw = false;
   for (size_t o = 0; o < outs.size(); ++o) {
-    any_draw |= outs[o]->draw != nullptr;
-    if (outs[o]->logits)
-      LILY_CU_TRY(cudaMemcpyAsync(outs[o]->logits, x.logits + o * V, V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    const StepFeed& f = *outs[o].f;
+    any_draw |= f.draw != nullptr;
+    if (f.logits)
+      LILY_CU_TRY(cudaMemcpyAsync(f.logits + size_t(outs[o].j) * V, x.logits + o * V, V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   }
   if (any_draw) {
     std::vector<DrawSpec> spec(outs.size());
     std::vector<Drawn> got(outs.size());
     for (size_t o = 0; o < outs.size(); ++o)
-      if (outs[o]->draw) spec[o] = *outs[o]->draw;
+      if (outs[o].f->draw) spec[o] = *outs[o].f->draw;
     LILY_TRY(draw_device(x.logits, int(outs.size()), spec, got));
     for (size_t o = 0; o < outs.size(); ++o)
-      if (outs[o]->draw) *outs[o]->drawn = got[o];
+      if (outs[o].f->draw) outs[o].f->drawn[outs[o].j] = got[o];
   }
   LILY_CU_TRY(cudaStreamSynchronize(stream_));
   for (const StepFeed& f : feeds) static_cast<CudaSeqState*>(f.state)->n += int(f.tokens.size());
