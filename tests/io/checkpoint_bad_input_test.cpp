@@ -194,8 +194,8 @@ TEST(CheckpointBad, VisionAndMtpIgnored) {
 TEST(CheckpointBad, WrongShape) {
   // conv1d in the HF layout [C, 1, K] instead of MLX's [C, K, 1].
   const std::string name = kL0 + "linear_attn.conv1d.weight";
-  std::string d = tiny_with_tensors("shape", [&](auto& ts) { find_tensor(ts, name)->entry.shape = {256, 1, 4}; });
-  expect_contains(open_error(d), {d + "/model.safetensors", "tensor '" + name + "'", "shape: [256, 1, 4], expected [256, 4, 1]"});
+  std::string d = tiny_with_tensors("shape", [&](auto& ts) { find_tensor(ts, name)->entry.shape = {1024, 1, 4}; });
+  expect_contains(open_error(d), {d + "/model.safetensors", "tensor '" + name + "'", "shape: [1024, 1, 4], expected [1024, 4, 1]"});
   const std::string sc = kL3 + "self_attn.q_proj.scales";  // q_proj without the output gate
   d = tiny_with_tensors("shape2", [&](auto& ts) {
     OwnedTensor* t = find_tensor(ts, sc);

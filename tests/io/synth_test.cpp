@@ -75,8 +75,8 @@ TEST(Synth, TinyRoundTripsThroughCheckpointOpen) {
   EXPECT_EQ(c.head_dim, 64);
   EXPECT_EQ(c.linear_num_key_heads, 2);
   EXPECT_EQ(c.linear_num_value_heads, 4);
-  EXPECT_EQ(c.linear_key_head_dim, 32);
-  EXPECT_EQ(c.linear_value_head_dim, 32);
+  EXPECT_EQ(c.linear_key_head_dim, 128);
+  EXPECT_EQ(c.linear_value_head_dim, 128);
   EXPECT_EQ(c.num_experts, 8);
   EXPECT_EQ(c.num_experts_per_tok, 2);
   EXPECT_EQ(c.moe_intermediate_size, 64);

@@ -28,6 +28,11 @@ namespace cuda {
 // are even, 56 vs 54 ms; docs/perf/2026-12-05-gpu-verify.md). Such segments run first, each alone.
 constexpr size_t kOwnPrefillRows = 1024;
 
+bool mixed_step_ok(const ModelConfig& c) {
+  return batch_knobs_ok() && tc_on() && c.linear_value_head_dim <= 256 &&
+         c.shared_expert_intermediate_size == c.moe_intermediate_size && prefill_shapes_ok(c);
+}
+
 Status CudaBackend::step(std::span<const StepFeed> feeds) {
   if (feeds.size() >= 2 && std::any_of(feeds.begin(), feeds.end(), [](const StepFeed& f) { return f.tokens.size() >= kOwnPrefillRows; })) {
     std::vector<StepFeed> own, rest;
@@ -50,8 +55,7 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
     else any_seg = true, wy_need += pf::gdn_wy_floats(L, c.linear_num_value_heads);
     R += L;
   }
-  ok = ok && any_seg && batch_knobs_ok() && tc_on() && c.linear_value_head_dim <= 256 &&
-       c.shared_expert_intermediate_size == c.moe_intermediate_size && prefill_shapes_ok(c);
+  ok = ok && any_seg && mixed_step_ok(c);
   if (ok && pf_cap_ == 0) LILY_TRY(pf_alloc(prefill_chunk_cap()));
   // The segments' mixers share the prefill scratch, each at its own rows.
   if (!ok || R - D > pf_cap_ || wy_need > pf::gdn_wy_floats(pf_cap_, c.linear_num_value_heads)) {
