@@ -1,6 +1,6 @@
 // The engine under a memory budget (EngineOptions::memory_budget_bytes) and on a backend that runs
 // out of memory (the CPU backend's state limit, ModelOptions::cpu_state_limit_bytes), on a tiny
-// synthetic checkpoint (a state: 58,368 B of DeltaNet states and conv windows + 1,024 B of K/V
+// synthetic checkpoint (a state: 823,296 B of DeltaNet states and conv windows + 1,024 B of K/V
 // per position):
 // - a budget that holds three requests' states admits three at a time, never more: the others wait
 //   in the queue (counted), every one finishes with the tokens it gets alone, and the prefix cache

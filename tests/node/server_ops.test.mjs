@@ -162,15 +162,15 @@ test('a request without max_tokens gets --max-tokens-default at most', { skip },
   }
 });
 
-// The tiny checkpoint's state: 58,368 B + 1,024 B per position. With --max-seq 1024 a request of
-// prompt + max_tokens ~ 1,012 projects ~1.04 MiB: two fit in --state-mb 3, three do not.
+// The tiny checkpoint's state: 823,296 B + 1,024 B per position. With --max-seq 1024 a request of
+// prompt + max_tokens ~ 1,012 projects ~1.77 MiB: two fit in --state-mb 5, three do not.
 test('--state-mb holds two requests: a third waits for memory, then all finish', { skip }, async () => {
-  const s = await startServer(dir, ['--test-hooks', '--parallel', '8', '--max-seq', '1024', '--state-mb', '3']);
+  const s = await startServer(dir, ['--test-hooks', '--parallel', '8', '--max-seq', '1024', '--state-mb', '5']);
   try {
-    assert.match(s.stderr(), /memory: .* 3\.0 MiB for sequence states/);
-    assert.equal(await metric(s.base, 'lily_state_memory_budget_bytes'), 3 << 20);
+    assert.match(s.stderr(), /memory: .* 5\.0 MiB for sequence states/);
+    assert.equal(await metric(s.base, 'lily_state_memory_budget_bytes'), 5 << 20);
     assert.equal(await metric(s.base, 'lily_requests_running_max'), 8);
-    assert.equal(await metric(s.base, 'lily_state_memory_max_seq_bytes'), 58368 + 1024 * 1024);
+    assert.equal(await metric(s.base, 'lily_state_memory_max_seq_bytes'), 823296 + 1024 * 1024);
     const slow = () => rawPost(s.port, '/v1/chat/completions', chatBody({ max_tokens: 1000, lily_step_delay_ms: 40,
                                                                           lily_forced_output: 'a b c d e f g h i j k l m n o p' }));
     const reqs = [slow(), slow(), slow()];
@@ -182,7 +182,7 @@ test('--state-mb holds two requests: a third waits for memory, then all finish',
     }
     assert.deepEqual([h.running, h.queue_depth], [2, 1], 'two run, the third waits for memory');
     const reserved = await metric(s.base, 'lily_state_memory_reserved_bytes');
-    assert.ok(reserved > 2 * 1000 * 1024 && reserved <= 3 << 20, `reserved ${reserved}`);
+    assert.ok(reserved > 2 * (823296 + 1000 * 1024) && reserved <= 5 << 20, `reserved ${reserved}`);
     const done = await Promise.all(reqs);
     assert.deepEqual(done.map((r) => r.status), [200, 200, 200]);
     assert.ok((await metric(s.base, 'lily_memory_waits_total')) >= 1);

@@ -185,6 +185,7 @@ static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, int B
 Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B, cudaStream_t s, const Marker& mk,
                   const MixedPlan* mp) {
   const int Bd = mp ? mp->D : B;  // rows on the batched (decode) mixers
+  const int Ba = mp && mp->Da >= 0 ? mp->Da : Bd;  // rows on the batched decode attention
   const int H = c.hidden_size, vd = c.gdn_value_dim(), k = c.num_experts_per_tok;
   const int nhd = c.num_attention_heads * c.head_dim;
   const float eps = c.rms_norm_eps;
@@ -231,9 +232,9 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
       a.qkv = x.u, a.ldqkv = x.urows, a.q_norm = L.q_norm, a.k_norm = L.k_norm, a.q = x.q, a.kc = x.p0(i), a.vc = x.p1(i);
       a.cap = x.caps(), a.pos = x.pos(), a.out = x.o, a.partial = x.partial, a.nh = c.num_attention_heads;
       a.nkv = c.num_key_value_heads, a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim;
-      a.rot = c.rotary_dim(), a.n_split = attn_max_splits(), a.B = Bd;
+      a.rot = c.rotary_dim(), a.n_split = attn_max_splits(), a.B = Ba;
       a.theta = c.rope_theta, a.eps = eps;
-      if (Bd > 0) LILY_TRY(battn(a, s));
+      if (Ba > 0) LILY_TRY(battn(a, s));
       if (mp) LILY_TRY(mp->seg_mixers(i, true));
       mk("attn prep+decode+merge");
       LILY_TRY(xpack16(x.o, nhd, nhd, B, x.X_a, x.XS_a, la, s));

@@ -110,14 +110,17 @@ struct BatchCtx {
 // lm_head runs on the n_out rows listed in the mixed table (out_idx), gathered.
 struct MixedPlan {
   int D = 0, n_out = 0;
+  // Rows [0, Da) take the batched decode attention (battn, each row over its cache up to its position):
+  // the D decode rows, then the rows of short verify feeds (step_mixed.cu); -1: D.
+  int Da = -1;
   std::function<Status(int layer, bool attn)> seg_mixers;
 };
 
 // Profiling marker of enqueue_tc: called after each op with the op kind's name.
 using Marker = std::function<void(const char*)>;
 // The qgemm step over B rows (batch.cu): embedding, every layer, final norm and lm_head, reading the rows
-// from x's row table; with mp, a mixed step (batched mixers on rows [0, mp->D), seg_mixers for the rest,
-// the lm_head on the gathered output rows).
+// from x's row table; with mp, a mixed step (batched mixers on rows [0, mp->D) (attention: [0, mp->Da)),
+// seg_mixers for the rest, the lm_head on the gathered output rows).
 Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B, cudaStream_t s, const Marker& mk,
                   const MixedPlan* mp);
 // The environment knobs the batched steps read (batch.cu).

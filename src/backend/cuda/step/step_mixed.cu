@@ -70,7 +70,8 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
   struct Seg {
     CudaSeqState* st;
     int row0, L;
-    int undo;  // its spec_undo_ record (a rewindable feed), else -1
+    int undo;       // its spec_undo_ record (a rewindable feed), else -1
+    bool dec_attn;  // a verify feed: its rows take the decode attention with the decode rows
   };
   struct Out {
     const StepFeed* f;
@@ -84,13 +85,19 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
   int32_t* fp = x.fin_pos(x.mtab_host);
   StepCtl** fc = x.fin_ctl(x.mtab_host);
   int r = 0, nfin = 0;
-  for (int pass = 0; pass < 2; ++pass)
+  // Rows: decode rows, then verify feeds (their attention is the decode rows', each row over the cache
+  // up to its own position: a few query rows over a long cache are what the split decode kernel is for;
+  // the causal flash kernel took 0.63 ms a layer for 5 rows at 4k context on an H100), then segments.
+  auto is_verify = [](const StepFeed& f) { return f.tokens.size() > 1 && (f.outputs > 1 || f.rewindable); };
+  int Da = 0;
+  for (int pass = 0; pass < 3; ++pass)
     for (size_t i = 0; i < feeds.size(); ++i) {
       const StepFeed& f = feeds[i];
       const int L = int(f.tokens.size());
-      if ((L == 1) != (pass == 0)) continue;
+      if (pass != (L == 1 ? 0 : is_verify(f) ? 1 : 2)) continue;
       auto& st = *static_cast<CudaSeqState*>(f.state);
-      if (L > 1) segs.push_back({&st, r, L, undo[i]});
+      if (L > 1) segs.push_back({&st, r, L, undo[i], pass == 1});
+      if (pass < 2) Da += L;
       for (int j = 0; j < L; ++j, ++r) x.put_row(r, st, f.tokens[size_t(j)], st.n + j);
       fc[nfin] = st.ctl, fp[nfin] = st.n + L - 1, ++nfin;
       if (f.logits || f.draw)
@@ -102,7 +109,7 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
   auto& p = pf_;
   const float eps = c.rms_norm_eps;
   MixedPlan mp;
-  mp.D = D, mp.n_out = int(outs.size());
+  mp.D = D, mp.Da = Da, mp.n_out = int(outs.size());
   // The segments' DeltaNet args of every layer, uploaded once: one launch per kernel and layer covers
   // every segment (pf::gdn_prefill_segments; segment j's scratch rows start at its prompt-row offset,
   // its WY scratch after the previous segments'). Fits the prefill scratch when the step's prompt rows
@@ -156,6 +163,7 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
       return pf::gdn_prefill_segments(gargs[size_t(gi) * S + longest], seg_dev + size_t(gi) * S, S, stream_);
     }
     for (const Seg& sg : segs) {
+      if (sg.dec_attn) continue;
       CudaSeqState& st = *sg.st;
       auto& SL = st.layers[size_t(i)];
       const int pos0 = st.n;
