@@ -66,9 +66,11 @@ class Backend {
   // Verify feeds (StepFeed::outputs > 1, rewindable; Model::launch refuses them elsewhere) and
   // rewind (Model::rewind, which has checked 0 <= n_tokens < state.n_tokens()). Default: neither.
   virtual bool speculates() const { return false; }
-  // What one more row of a verify feed costs, as a fraction of a one-token decode step's time (the
-  // engine verifies only drafts that pay for that). Default: 1 (a row costs a step).
+  // What a verify step costs, as a fraction of a one-token decode step's time: spec_step_cost() once
+  // (a step that verifies any drafts), plus spec_row_cost() for each draft row (the engine verifies only
+  // drafts that pay for that). Default: 1 a row, nothing fixed.
   virtual double spec_row_cost() const { return 1.0; }
+  virtual double spec_step_cost() const { return 0.0; }
   // The most verify feeds one step may hold (the engine verifies drafts on at most that many rows a
   // step). Default: no limit.
   virtual int spec_max_feeds() const { return 1 << 30; }

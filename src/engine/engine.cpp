@@ -253,11 +253,10 @@ void Engine::step() {
   const std::vector<Sequence*> rows = decode_rows();
   size_t seg_tokens = 0;
   for (const Segment& g : segs) seg_tokens += g.tokens.size();
-  // A lone request keeps two steps in flight unless it speculates (a verify step's next feed
-  // depends on what it accepted).
-  const bool speculates = opts_.spec_draft > 0 && model_.speculates() && rows.size() == 1 && rows[0]->speculable();
+  // A lone request keeps two steps in flight unless its next step should verify drafts (a verify
+  // step's next feed depends on what it accepted).
   if (segs.empty() && rows.size() == 1 && active_.size() == 1 &&
-      rows[0]->pipelinable() && model_.pipelines() && !speculates)
+      rows[0]->pipelinable() && model_.pipelines() && !wants_verify(*rows[0]))
     decode_pipelined(*rows[0]);
   else if (!segs.empty() || !rows.empty())
     run_step(segs, rows);
@@ -437,19 +436,16 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
   std::vector<int> pos0(B);     // each row's position before the step (a rewind's base)
   std::vector<int32_t> shadow(B, -1);  // the first of drafts not fed: checked against the token drawn
   const bool spec = opts_.spec_draft > 0 && model_.speculates();
-  const double row_cost = opts_.spec_row_cost > 0 ? opts_.spec_row_cost : model_.spec_row_cost();
+  const double row_cost = spec_row_cost(), step_cost = spec_step_cost();
   int verify_left = spec ? model_.spec_max_feeds() : 0;  // verify feeds the step may still take
   for (size_t b = 0; b < B; ++b) {
     Sequence* s = rows[b];
     in[b] = {s->next_token()}, silent[b] = s->silent_step(), pos0[b] = s->state().n_tokens();
     if (!spec || silent[b] || !s->speculable() || verify_left == 0) continue;
-    const int max_len = std::min(opts_.spec_draft, s->tokens_left() - 1);
-    std::vector<int32_t> d = opts_.spec_drafter ? opts_.spec_drafter(s->entry().tokens, s->next_token(), max_len)
-                                                : s->draft(max_len, opts_.spec_ngram);
-    if (d.size() > size_t(std::max(0, max_len))) d.resize(size_t(std::max(0, max_len)));
+    std::vector<int32_t> d = drafts_of(*s);
     if (d.empty()) continue;
     const int32_t first_draft = d[0];
-    d.resize(size_t(s->spec_len(int(d.size()), row_cost)));
+    d.resize(size_t(s->spec_len(int(d.size()), row_cost, step_cost)));
     if (d.empty()) {
       shadow[b] = first_draft;
       continue;
@@ -588,6 +584,22 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
 // until the request ends, is cancelled, or another request waits to be admitted; then the step in
 // flight is collected and the normal loop resumes. Tokens and seeds are those of decode_all: each
 // step takes one uniform from the request's generator, in order.
+std::vector<int32_t> Engine::drafts_of(Sequence& s) const {
+  if (opts_.spec_draft <= 0 || !model_.speculates() || !s.speculable()) return {};
+  const int max_len = std::min(opts_.spec_draft, s.tokens_left() - 1);
+  if (max_len <= 0) return {};
+  std::vector<int32_t> d = opts_.spec_drafter ? opts_.spec_drafter(s.entry().tokens, s.next_token(), max_len)
+                                              : s.draft(max_len, opts_.spec_ngram);
+  if (d.size() > size_t(max_len)) d.resize(size_t(max_len));
+  return d;
+}
+double Engine::spec_row_cost() const { return opts_.spec_row_cost > 0 ? opts_.spec_row_cost : model_.spec_row_cost(); }
+double Engine::spec_step_cost() const { return opts_.spec_step_cost >= 0 ? opts_.spec_step_cost : model_.spec_step_cost(); }
+bool Engine::wants_verify(Sequence& s) const {
+  const std::vector<int32_t> d = drafts_of(s);
+  return !d.empty() && s.spec_len(int(d.size()), spec_row_cost(), spec_step_cost()) > 0;
+}
+
 void Engine::decode_pipelined(Sequence& s) {
   bool oom = false;  // the state could not grow
   auto fail = [&](const Status& st) {
@@ -609,6 +621,11 @@ void Engine::decode_pipelined(Sequence& s) {
   auto collect = [&](Drawn& d) { return steps.collect(d); };
   int32_t in = s.next_token();  // the input of the oldest step in flight
   if (Status st = launch(in); !st) return fail(st);
+  // Speculative decoding (EngineOptions::spec_draft): after each token, the drafts that would follow the
+  // token in flight; their first is checked against what that step draws (the request's acceptance
+  // estimate), and once verifying them pays, no step is launched ahead: the next one verifies (run_step).
+  int32_t shadow = -1;
+  bool verify_next = false;
   struct Trace {  // LILY_ENGINE_TRACE=1: one line per pipelined run
     bool on;
     const EngineStats& st;
@@ -626,7 +643,8 @@ void Engine::decode_pipelined(Sequence& s) {
     // Launch the next step now if the request may need it. It can still stop at the token in
     // flight: then the extra step's draw is dropped, and its input (that token) stays in the state.
     // A queue that waits for memory waits for this request to end: no reason to stop.
-    const bool ahead = s.tokens_left() > 1 && !s.req().cancelled && (queue_depth() == 0 || mem_blocked_) && s.pipelinable();
+    const bool ahead = s.tokens_left() > 1 && !s.req().cancelled && (queue_depth() == 0 || mem_blocked_) && s.pipelinable() &&
+                       !verify_next;
     Status launched_ok = ahead ? launch(kDrawnToken) : Status::ok();
     Drawn d;
     Status st = collect(d);
@@ -638,6 +656,7 @@ void Engine::decode_pipelined(Sequence& s) {
       return fail(st ? launched_ok : st);
     }
     s.fed(std::span<const int32_t>(&in, 1));
+    if (shadow >= 0) s.spec_observe(d.id == shadow ? 1 : 0, d.id != shadow), shadow = -1;
     const bool alive = s.deliver(s.take_drawn(d));
     if (!ahead) {
       if (!alive) retire(s, true);
@@ -650,6 +669,10 @@ void Engine::decode_pipelined(Sequence& s) {
       if (last) s.fed(std::span<const int32_t>(&in, 1));  // the state holds it: keep the cache entry true
       retire(s, last.is_ok());
       return;
+    }
+    if (const std::vector<int32_t> dr = drafts_of(s); !dr.empty()) {
+      shadow = dr[0];
+      verify_next = s.spec_len(int(dr.size()), spec_row_cost(), spec_step_cost()) > 0;
     }
   }
 }

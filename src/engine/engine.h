@@ -119,10 +119,12 @@ struct EngineOptions {
   // the last verified one. Every delivered token is the one plain decoding draws. 0: off.
   int spec_draft = 0;
   int spec_ngram = 3;
-  // A verified row's time over a plain decode step's: a request verifies only as many of its drafts
-  // as pay for themselves at its acceptance so far (Sequence::spec_len). 0: the backend's
-  // (Model::spec_row_cost).
+  // A verify step's time over a plain decode step's, spec_step_cost once plus spec_row_cost per draft
+  // row: a request verifies only as many of its drafts as pay for themselves at its acceptance so far
+  // (Sequence::spec_len). spec_row_cost 0, spec_step_cost < 0: the backend's (Model::spec_row_cost,
+  // spec_step_cost).
   double spec_row_cost = 0;
+  double spec_step_cost = -1;
   // Drafts from elsewhere (tests, lily bench --spec-draft): a request's drafts (at most max_len) from
   // its fed tokens and the pending one, instead of prompt lookup (which finds nothing in the random
   // replies of a synthetic checkpoint).
@@ -179,6 +181,12 @@ class Engine {
   std::vector<Sequence*> decode_rows();  // the decoding requests, each with room for one more token
   void run_step(const std::vector<Segment>& segs, const std::vector<Sequence*>& rows);  // one Model::step
   void decode_pipelined(Sequence& s);  // one request alone: two device-drawn steps in flight
+  // Speculative decoding: s's drafts now (the drafter hook or prompt lookup; empty where s does not
+  // speculate), the verify step's costs, and whether s's next step should verify its drafts.
+  std::vector<int32_t> drafts_of(Sequence& s) const;
+  double spec_row_cost() const;
+  double spec_step_cost() const;
+  bool wants_verify(Sequence& s) const;
   void retire(Sequence& s, bool ok);  // state back to the cache
   void drop_finished();
   void make_forks(Sequence& s);   // n > 1: the other choices, from s's state after its prompt

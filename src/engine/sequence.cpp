@@ -183,13 +183,13 @@ std::vector<int32_t> Sequence::draft(int max_len, int max_ngram) {
   return lookup_.draft(entry_.tokens, next_, max_len, max_ngram);
 }
 
-int Sequence::spec_len(int avail, double row_cost) const {
+int Sequence::spec_len(int avail, double row_cost, double step_cost) const {
   const double a = spec_hits_ / (spec_hits_ + spec_misses_);
   int best = 0;
   double best_gain = 1.02, tokens = 1.0, p = 1.0;
   for (int k = 1; k <= avail; ++k) {
     p *= a, tokens += p;
-    if (const double g = tokens / (1.0 + row_cost * k); g > best_gain) best = k, best_gain = g;
+    if (const double g = tokens / (1.0 + step_cost + row_cost * k); g > best_gain) best = k, best_gain = g;
   }
   return best;
 }

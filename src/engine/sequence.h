@@ -104,9 +104,9 @@ class Sequence {
   std::vector<int32_t> draft(int max_len, int max_ngram);
   // How many of `avail` drafts to verify this step: the k that maximises the expected tokens a step
   // delivers, 1 + a + … + a^k for a draft token accepted with chance a (this request's estimate),
-  // per cost of the step, 1 + row_cost·k (row_cost: a verified row's time over a decode step's); 0
-  // when no k gains 2%.
-  int spec_len(int avail, double row_cost) const;
+  // per cost of the step, 1 + step_cost + row_cost·k (over a decode step's time: a verify step's fixed
+  // part and each draft row's); 0 when no k gains 2%.
+  int spec_len(int avail, double row_cost, double step_cost = 0.0) const;
   // Records the outcome of drafts: `accepted` matched, then one did not (`missed`). The estimate of
   // a decays (weight 0.9 a step), so it follows the reply from quoting to free text and back. Drafts
   // not fed count too: the engine checks their first token against the token drawn.

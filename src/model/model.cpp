@@ -67,6 +67,7 @@ Result<DeviceMemory> Model::device_memory() { return impl_->backend->device_memo
 bool Model::pipelines() const { return impl_->backend->pipelines(); }
 bool Model::speculates() const { return impl_->backend->speculates(); }
 double Model::spec_row_cost() const { return impl_->backend->spec_row_cost(); }
+double Model::spec_step_cost() const { return impl_->backend->spec_step_cost(); }
 int Model::spec_max_feeds() const { return impl_->backend->spec_max_feeds(); }
 Status Model::rewind(SeqState& state, int n_tokens) {
   if (n_tokens < 0 || n_tokens > state.n_tokens())

@@ -138,8 +138,10 @@ class Model {
   bool pipelines() const;
   // Whether the backend takes verify feeds (StepFeed::outputs > 1, rewindable) and rewind.
   bool speculates() const;
-  // A verified row's time over a plain decode step's, on this backend (EngineOptions::spec_row_cost).
+  // A verify step's time over a plain decode step's, on this backend: spec_step_cost() once, plus
+  // spec_row_cost() per draft row (EngineOptions::spec_row_cost, spec_step_cost).
   double spec_row_cost() const;
+  double spec_step_cost() const;
   // The most verify feeds one step may hold (Backend::spec_max_feeds).
   int spec_max_feeds() const;
   // Drops the tokens at positions n_tokens.. from a state whose last step fed it a rewindable feed

@@ -51,6 +51,7 @@ class SpecDecode : public ::testing::Test {
     eo.spec_draft = spec_draft;
     eo.spec_ngram = 3;
     eo.spec_row_cost = 0.01;  // verify nearly every draft offered (SpecDecode.DraftLengthFollowsAcceptance tests the choice)
+    eo.spec_step_cost = 0;
     const int V = model_->config().vocab_size;
     eo.spec_drafter = [runs = std::move(runs), V](std::span<const int32_t> fed, int32_t next, int max_len) {
       const Run* best = nullptr;
@@ -223,9 +224,11 @@ TEST_F(SpecDecode, MaxTokensAndStopStringsAsPlain) {
 
 TEST_F(SpecDecode, DraftLengthFollowsAcceptance) {
   if (!model_->speculates()) GTEST_SKIP() << "backend " << model_->backend_name() << " does not speculate on this checkpoint";
-  // At a backend's row cost (the fast CPU's 0.75), drafts that are always right are verified in full;
-  // drafts whose first token is always wrong stop being fed after the first misses (their first token
-  // is still checked against the token drawn); the replies stay plain decoding's.
+  // At a backend's costs (the fast CPU's 0.75 a row; CUDA's 1.8 a verify step + 0.2 a row), and at
+  // CUDA's on any backend, drafts that are always right are verified in full once the acceptance
+  // estimate has risen; drafts whose first token is always wrong stop being fed after the first misses,
+  // or are never fed where a verify step costs more than the estimate's first drafts bring (their first
+  // token is still checked against the token drawn); the replies stay plain decoding's.
   const std::string p = kPrompts[2];
   Reply want;
   {
@@ -237,9 +240,12 @@ TEST_F(SpecDecode, DraftLengthFollowsAcceptance) {
   for (const GenToken& t : want.tokens) ids.push_back(t.id);
   const size_t plen = tok_->encode(p).size();
   const int V = model_->config().vocab_size;
-  for (bool right : {true, false}) {
+  for (int costs = 0; costs < 4; ++costs) {
+    const bool right = costs % 2 == 0;
+    SCOPED_TRACE(costs < 2 ? "the backend's costs" : "1.8 a step + 0.2 a row");
     EngineOptions eo = opts(4);
-    eo.spec_row_cost = 0;  // the backend's
+    if (costs < 2) eo.spec_row_cost = 0, eo.spec_step_cost = -1;  // the backend's
+    else eo.spec_row_cost = 0.2, eo.spec_step_cost = 1.8;
     eo.spec_drafter = [&, right](std::span<const int32_t> fed, int32_t, int max_len) {
       std::vector<int32_t> d;
       for (size_t i = fed.size() - plen + 1; i < ids.size() && int(d.size()) < max_len; ++i) d.push_back(ids[i]);
@@ -255,8 +261,9 @@ TEST_F(SpecDecode, DraftLengthFollowsAcceptance) {
     } else {
       EXPECT_EQ(st.spec_accepted.load(), 0u);
       // The decayed acceptance estimate falls below the row cost after a few steps: 1 draft fed at the
-      // fast CPU's 0.75, 8 at 0.33, 13 at 0.2; 156 if they were never stopped.
+      // fast CPU's costs (0.75 a row), 8 at 0.33 a row, none at CUDA's (1.8 a step + 0.2 a row); 156 if never stopped.
       EXPECT_LE(st.spec_drafted.load(), 16u) << "wrong drafts kept being fed";
+      if (costs >= 2) EXPECT_EQ(st.spec_drafted.load(), 0u) << "a verify step that never pays was run";
       EXPECT_GE(st.decode_steps.load(), 39u);
     }
   }

@@ -159,6 +159,7 @@ class CudaBackend final : public Backend {
   bool speculates() const override;  // not with LILY_CUDA_KV=bf16: the mixed step takes fp32 states
   int spec_max_feeds() const override { return kSpecFeeds; }
   double spec_row_cost() const override;
+  double spec_step_cost() const override;
   Status rewind(SeqState& state, int n_tokens) override;
   // 2048: on the H200 an 8k prompt prefills at 19.4k tok/s in 2048-token segments, 10.6k in 512-token
   // ones (docs/perf/2026-12-05-gpu-verify.md).

@@ -39,10 +39,13 @@ template <typename T> Status grow(T*& p, size_t& cap, size_t n, const char* what
 }
 }  // namespace
 
-// H200 / H100, full size: to be measured (docs/perf); until then the cost of one more row of a
-// lone verify feed is taken as a third of a decode step (the expert bytes of its 8 more experts
-// out of ~45 MB read per layer).
-double CudaBackend::spec_row_cost() const { return 0.33; }
+// A lone verify feed's step over a plain decode step (H100, full size, lily bench --spec-draft, all drafts
+// right; docs/perf/2026-12-05-spec-cuda.md): 3.44x with 3.9 drafts and 3.89x with 6.1 at context 256,
+// 3.52x / 4.01x at 4k, 4.03x / 4.90x at 32k: about 1 + 1.8 + 0.2 a draft row. The fixed part is the
+// mixed step's (not captured as a graph, its GEMMs on qgemm, the segment's chunked DeltaNet: 1.9 ms of
+// 7.7), the per-row part the experts each row adds.
+double CudaBackend::spec_row_cost() const { return 0.2; }
+double CudaBackend::spec_step_cost() const { return 1.8; }
 
 // Verify feeds run on the mixed step: fp32 states (not LILY_CUDA_KV=bf16) and a model it takes.
 bool CudaBackend::speculates() const { return !env_is("LILY_CUDA_KV", "bf16") && mixed_step_ok(cfg_); }
