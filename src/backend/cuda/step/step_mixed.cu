@@ -27,6 +27,10 @@ namespace cuda {
 // segment with 16 decode rows took 160 ms as one mixed step, 98 + 10 ms apart; at 512 tokens the two
 // are even, 56 vs 54 ms; docs/perf/2026-12-05-gpu-verify.md). Such segments run first, each alone.
 constexpr size_t kOwnPrefillRows = 1024;
+// A verify feed of at most this many tokens runs its DeltaNet as that many decode-step launches (the
+// batched decode kernel on its row, one token after the other) instead of the chunked prefill form, whose
+// fixed cost for a short segment was 1.9 ms of a 7.7 ms verify step of 5 tokens (H100, full size).
+constexpr int kRecurrentRows = 16;
 
 bool mixed_step_ok(const ModelConfig& c) {
   return batch_knobs_ok() && tc_on() && c.linear_value_head_dim <= 256 &&
@@ -72,6 +76,7 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
     int row0, L;
     int undo;       // its spec_undo_ record (a rewindable feed), else -1
     bool dec_attn;  // a verify feed: its rows take the decode attention with the decode rows
+    bool recurrent() const { return dec_attn && L <= kRecurrentRows; }  // DeltaNet: decode steps, token by token
   };
   struct Out {
     const StepFeed* f;
@@ -115,7 +120,10 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
   // its WY scratch after the previous segments'). Fits the prefill scratch when the step's prompt rows
   // do (checked above).
   const int n_gdn = c.num_hidden_layers - int(std::count_if(d_.layers.begin(), d_.layers.end(), [](const DevLayer& l) { return l.attn; }));
-  const int S = int(segs.size());
+  std::vector<size_t> chunked;  // the segments on the chunked form (the others: Seg::recurrent)
+  for (size_t j = 0; j < segs.size(); ++j)
+    if (!segs[j].recurrent()) chunked.push_back(j);
+  const int S = int(chunked.size());
   std::vector<pf::GdnPrefillArgs> gargs(size_t(n_gdn) * size_t(S));
   std::vector<int> gdn_idx(size_t(c.num_hidden_layers), -1);
   size_t longest = 0;
@@ -125,7 +133,7 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
     gdn_idx[size_t(i)] = gi;
     size_t wy_off = 0;
     for (int j = 0; j < S; ++j) {
-      const Seg& sg = segs[size_t(j)];
+      const Seg& sg = segs[chunked[size_t(j)]];
       CudaSeqState& st = *sg.st;
       auto& SL = st.layers[size_t(i)];
       const int pos0 = st.n;
@@ -158,8 +166,21 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
     const DevLayer& Lw = d_.layers[size_t(i)];
     if (!attn) {
       const int gi = gdn_idx[size_t(i)];
-      for (const Seg& sg : segs)
+      for (const Seg& sg : segs) {
         if (sg.undo >= 0) LILY_TRY(spec_save_u(gi, sg.undo, x.u + size_t(sg.row0) * x.urows));
+        if (!sg.recurrent()) continue;
+        for (int j = 0; j < sg.L; ++j) {  // row r = row0 + j: its state, position and projections in the row table
+          const size_t r = size_t(sg.row0 + j);
+          BGdnArgs g{};
+          g.u = x.u + r * x.urows, g.ldu = x.urows, g.conv_w = Lw.conv_w, g.conv = x.p0(i) + r;
+          g.S = reinterpret_cast<float* const*>(x.p1(i)) + r, g.pos = x.pos() + r, g.A_log = Lw.A_log;
+          g.dt_bias = Lw.dt_bias, g.gnorm = Lw.gnorm, g.og = x.og + r * size_t(vd), g.ldo = vd;
+          g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.dk = c.linear_key_head_dim;
+          g.dv = c.linear_value_head_dim, g.prep = x.gprep, g.K = c.linear_conv_kernel_dim, g.B = 1, g.eps = eps;
+          LILY_TRY(bgdn_step(g, stream_));
+        }
+      }
+      if (S == 0) return Status::ok();
       return pf::gdn_prefill_segments(gargs[size_t(gi) * S + longest], seg_dev + size_t(gi) * S, S, stream_);
     }
     for (const Seg& sg : segs) {
