@@ -224,8 +224,8 @@ TEST_F(SpecDecode, MaxTokensAndStopStringsAsPlain) {
 
 TEST_F(SpecDecode, DraftLengthFollowsAcceptance) {
   if (!model_->speculates()) GTEST_SKIP() << "backend " << model_->backend_name() << " does not speculate on this checkpoint";
-  // At a backend's costs (the fast CPU's 0.75 a row; CUDA's 1.8 a verify step + 0.2 a row), and at
-  // CUDA's on any backend, drafts that are always right are verified in full once the acceptance
+  // At a backend's costs (the fast CPU's 0.75 a row; CUDA's 0.9 a verify step + 0.25 a row), and at
+  // costly verify steps (1.8 + 0.2 a row) on any backend, drafts that are always right are verified in full once the acceptance
   // estimate has risen; drafts whose first token is always wrong stop being fed after the first misses,
   // or are never fed where a verify step costs more than the estimate's first drafts bring (their first
   // token is still checked against the token drawn); the replies stay plain decoding's.
@@ -261,7 +261,7 @@ TEST_F(SpecDecode, DraftLengthFollowsAcceptance) {
     } else {
       EXPECT_EQ(st.spec_accepted.load(), 0u);
       // The decayed acceptance estimate falls below the row cost after a few steps: 1 draft fed at the
-      // fast CPU's costs (0.75 a row), 8 at 0.33 a row, none at CUDA's (1.8 a step + 0.2 a row); 156 if never stopped.
+      // fast CPU's costs (0.75 a row), 4 at CUDA's (0.9 + 0.25 a row), none at 1.8 + 0.2 a row; 156 if never stopped.
       EXPECT_LE(st.spec_drafted.load(), 16u) << "wrong drafts kept being fed";
       if (costs >= 2) EXPECT_EQ(st.spec_drafted.load(), 0u) << "a verify step that never pays was run";
       EXPECT_GE(st.decode_steps.load(), 39u);

@@ -40,12 +40,12 @@ template <typename T> Status grow(T*& p, size_t& cap, size_t n, const char* what
 }  // namespace
 
 // A lone verify feed's step over a plain decode step (H100, full size, lily bench --spec-draft, all drafts
-// right; docs/perf/2026-12-05-spec-cuda.md): 3.44x with 3.9 drafts and 3.89x with 6.1 at context 256,
-// 3.52x / 4.01x at 4k, 4.03x / 4.90x at 32k: about 1 + 1.8 + 0.2 a draft row. The fixed part is the
-// mixed step's (not captured as a graph, its GEMMs on qgemm, the segment's chunked DeltaNet: 1.9 ms of
-// 7.7), the per-row part the experts each row adds.
-double CudaBackend::spec_row_cost() const { return 0.2; }
-double CudaBackend::spec_step_cost() const { return 1.8; }
+// right, commit 45d1531; docs/perf/2026-12-05-spec-cuda.md): 2.66x with 3 drafts and 3.21x with 5.4 at
+// context 256, 2.71x / 3.40x at 4k (4.26x with 5.4 at 32k, where each row's decode attention adds): about
+// 1 + 0.9 + 0.25 a draft row. The fixed part is the mixed step's (not captured as a graph, its GEMMs on
+// qgemm), the per-row part the experts each row adds and its DeltaNet decode step.
+double CudaBackend::spec_row_cost() const { return 0.25; }
+double CudaBackend::spec_step_cost() const { return 0.9; }
 
 // Verify feeds run on the mixed step: fp32 states (not LILY_CUDA_KV=bf16) and a model it takes.
 bool CudaBackend::speculates() const { return !env_is("LILY_CUDA_KV", "bf16") && mixed_step_ok(cfg_); }
