@@ -194,7 +194,10 @@ bool Engine::make_room(size_t need, std::vector<std::unique_ptr<SeqState>>* free
   const size_t running = running_bytes(true);
   std::vector<uint64_t> keep = kept ? *kept : std::vector<uint64_t>();
   // The entry the request continues from (a shared head is copied, not taken: no credit, but kept).
-  if (const CacheEntry* e = for_req ? cache_.peek(for_req->prompt, for_req->cache_key) : nullptr) {
+  // (No credit for an entry an earlier admission of this round continues from: it takes the state.)
+  const CacheEntry* e = for_req ? cache_.peek(for_req->prompt, for_req->cache_key) : nullptr;
+  if (e && std::find(keep.begin(), keep.end(), e->id) != keep.end()) e = nullptr;
+  if (e) {
     const size_t own = e->shared ? 0 : std::min({need, projected_bytes(*for_req), e->state->bytes()});
     keep.push_back(e->id);
     bool fits = true;
