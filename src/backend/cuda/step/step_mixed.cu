@@ -69,8 +69,9 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
   LILY_TRY(batch_alloc(R));
   BatchCtx& x = *batch_;
   const int C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nhd = c.num_attention_heads * c.head_dim;
-  // Row table: decode rows first (feed order), then each segment's tokens; the mixed table: rows that
-  // need logits (out_idx, with the feed each serves) and the rows that leave each state's position.
+  // Row table: decode rows first (feed order), then verify feeds' tokens, then the other segments' (the
+  // order is set below); the mixed table: rows that need outputs (out_idx, with the feed and output each
+  // serves) and the rows that leave each state's position.
   struct Seg {
     CudaSeqState* st;
     int row0, L;
