@@ -7,7 +7,8 @@
 #
 # Modes (several may be given; `all` = ops model bench serve; not yet timed on the H200: if the summary says
 # "skipped ...: past HARD_S", split it into two calls, `ops model` and `bench serve`):
-#   ops              CUDA op tables: every kernel against the CPU reference (lily_tests, filter OPS)
+#   ops              CUDA op tables: every kernel against the CPU reference (lily_tests, filter OPS); the
+#                    decode kernels' loads before their PDL wait in the SASS (prewait.py)
 #   model            tiny CUDA-vs-CPU models; engine, batching, golden, prefix-cache and service tests with
 #                    LILY_BACKEND=cuda; the goldens again under each GOLDEN_ENV; the full-size synthetic
 #                    checkpoint, CUDA vs the CPU reference (a per-depth bisect when it fails)
@@ -44,7 +45,9 @@
 #           NCU=1         ncu: per-kernel time table of one batched step (graphs off) at each of NCU_BATCHES
 #                         [1,64], context NCU_CTX [1: ncu also times every context prefill, so at 256 the
 #                         table runs past the time limit], NCU_TABLE_ARGS (more ncu options); with NCU_KERNEL
-#                         (regex) also that kernel's sections at NCU_SECTION_BATCH [64]
+#                         (regex) also that kernel's sections at NCU_SECTION_BATCH [64], of its launch after
+#                         NCU_SKIP [20] earlier ones, NCU_COUNT [1] launches; NCU_BASE [function]: what the regex
+#                         matches (demangled: with template arguments, e.g. 'qgemm_kernel<4, 1, [12], 2>')
 #   serve:  CLIENTS       rows of concurrent streaming clients; "16s": 16 sharing a SYSTEM_WORDS [300] system
 #                         prompt ["1 16 64"]      REQ_PER_CLIENT [4] (1 client: REQ1 [4])
 #           MAX_TOKENS [128]  PROMPT_WORDS [48]  LOGPROBS=1 (per-token ITL too)  PARALLEL [64]  MAX_SEQ [2048]
@@ -85,6 +88,13 @@ trap finish EXIT
 mode_ops() {
   local n=0 e f
   gtest ops 300 "${OPS:-Cuda*-CudaModel.*}"
+  # The decode kernels' weight loads issued before their PDL wait, in the SASS (scripts/device/prewait.py).
+  if command -v cuobjdump > /dev/null && in_time prewait; then
+    log "pre-wait loads: cuobjdump -sass lily | prewait.py"
+    cuobjdump -sass "$LILY" 2> /dev/null | python3 "$REPO/scripts/device/prewait.py" > "$LOGS/prewait.txt"
+    (( PIPESTATUS[1] == 0 )) || fail prewait "a decode kernel issues no load before its PDL wait ($LOGS/prewait.txt)"
+    grep -E 'MISSING|^pre-wait' "$LOGS/prewait.txt" | head -20 | say
+  fi
   split "${OPS_AB:-}"
   for e in "${SPLIT[@]}"; do
     n=$((n + 1)); f=${OPS:-Cuda*-CudaModel.*}
@@ -224,23 +234,25 @@ mode_bench() {
   done
   if [[ -n ${BASE:-} ]]; then  # a baseline build, same commands at its defaults
     [[ $BASE == /* ]] || BASE=$REPO/$BASE
-    mkdir -p /tmp/lily-device-base && tar -C /tmp/lily-device-base -xJf "$BASE/dev.tar.xz"
-    log "baseline build: $(cat /tmp/lily-device-base/commit 2>/dev/null)"
-    [[ -n ${AB_CTXS-256} ]] && LD_LIBRARY_PATH=/tmp/lily-device-base/rt EXE=/tmp/lily-device-base/lily bench1 base_bench "${AB_CTXS-256}"
-    [[ -n ${AB_BATCHES-16,64} ]] && LD_LIBRARY_PATH=/tmp/lily-device-base/rt EXE=/tmp/lily-device-base/lily \
-      benchb base_batch "${AB_BATCHES-16,64}" "${BATCH_STEPS:-8}"
+    # Unpacked inside this checkout: a build of another commit finds the assets (chat template) above its
+    # executable, since its compiled-in source folder need not exist here.
+    local bd=$REPO/build/device-base
+    rm -rf "$bd" && mkdir -p "$bd" && tar -C "$bd" -xJf "$BASE/dev.tar.xz"
+    log "baseline build: $(cat "$bd/commit" 2>/dev/null)"
+    [[ -n ${AB_CTXS-256} ]] && LD_LIBRARY_PATH=$bd/rt EXE=$bd/lily bench1 base_bench "${AB_CTXS-256}"
+    [[ -n ${AB_BATCHES-16,64} ]] && LD_LIBRARY_PATH=$bd/rt EXE=$bd/lily benchb base_batch "${AB_BATCHES-16,64}" "${BATCH_STEPS:-8}"
   fi
   if [[ ${NCU:-0} == 1 ]]; then
     command -v ncu > /dev/null || { fail ncu "no ncu on the PATH"; return 1; }
     for e in $(tr , " " <<< "${NCU_BATCHES:-1,64}"); do ncu_table "$e"; done
     if [[ -n ${NCU_KERNEL:-} ]] && in_time ncu_sections; then
       log "ncu sections of kernels matching '$NCU_KERNEL', bench-batch at ${NCU_SECTION_BATCH:-64} rows"
-      LILY_BATCH_GRAPH=0 timeout "$(cap 200)" ncu --clock-control none --kernel-name "regex:$NCU_KERNEL" --launch-skip 20 \
-        --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      LILY_BATCH_GRAPH=0 timeout "$(cap 200)" ncu --clock-control none --kernel-name-base "${NCU_BASE:-function}" --kernel-name "regex:$NCU_KERNEL" --launch-skip "${NCU_SKIP:-20}" \
+        --launch-count "${NCU_COUNT:-1}" --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
         --section MemoryWorkloadAnalysis "$LILY" bench-batch --model "$CK" --backend cuda --batches "${NCU_SECTION_BATCH:-64}" \
         --context 1 --steps 1 > "$LOGS/ncu_sections.txt" 2>&1
       grep -E 'Duration|Throughput|Registers|Occupancy|Block Limit|Stall|Warp Cycles|Eligible|L2 Hit|DRAM' \
-        "$LOGS/ncu_sections.txt" | head -60 | say
+        "$LOGS/ncu_sections.txt" | head -120 | say
     fi
   fi
 }

@@ -258,11 +258,12 @@ void Engine::step() {
   for (const Segment& g : segs) seg_tokens += g.tokens.size();
   // A lone request keeps two steps in flight unless its next step should verify drafts (a verify
   // step's next feed depends on what it accepted).
-  if (segs.empty() && rows.size() == 1 && active_.size() == 1 &&
-      rows[0]->pipelinable() && model_.pipelines() && !wants_verify(*rows[0]))
+  const bool lone = segs.empty() && rows.size() == 1 && active_.size() == 1;
+  const std::vector<int32_t> lone_drafts = lone ? drafts_of(*rows[0]) : std::vector<int32_t>{};
+  if (lone && rows[0]->pipelinable() && model_.pipelines() && !wants_verify(*rows[0], lone_drafts))
     decode_pipelined(*rows[0]);
   else if (!segs.empty() || !rows.empty())
-    run_step(segs, rows);
+    run_step(segs, rows, lone ? &lone_drafts : nullptr);
   adopt_forks();
   drop_finished();
   publish_memory();
@@ -427,7 +428,8 @@ std::vector<Sequence*> Engine::decode_rows() {
   return rows;
 }
 
-void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequence*>& rows) {
+void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequence*>& rows,
+                      const std::vector<int32_t>* drafts0) {
   const size_t V = size_t(model_.config().vocab_size), B = rows.size(), S = segs.size();
   // Rows whose requests need nothing but the raw logits are drawn by the backend where the logits
   // are (a GPU returns a few bytes per row); a step with any other row takes whole logits rows. A
@@ -445,7 +447,7 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
     Sequence* s = rows[b];
     in[b] = {s->next_token()}, silent[b] = s->silent_step(), pos0[b] = s->state().n_tokens();
     if (!spec || silent[b] || !s->speculable() || verify_left == 0) continue;
-    std::vector<int32_t> d = drafts_of(*s);
+    std::vector<int32_t> d = b == 0 && drafts0 ? *drafts0 : drafts_of(*s);
     if (d.empty()) continue;
     const int32_t first_draft = d[0];
     d.resize(size_t(s->spec_len(int(d.size()), row_cost, step_cost)));
@@ -598,8 +600,7 @@ std::vector<int32_t> Engine::drafts_of(Sequence& s) const {
 }
 double Engine::spec_row_cost() const { return opts_.spec_row_cost > 0 ? opts_.spec_row_cost : model_.spec_row_cost(); }
 double Engine::spec_step_cost() const { return opts_.spec_step_cost >= 0 ? opts_.spec_step_cost : model_.spec_step_cost(); }
-bool Engine::wants_verify(Sequence& s) const {
-  const std::vector<int32_t> d = drafts_of(s);
+bool Engine::wants_verify(Sequence& s, const std::vector<int32_t>& d) const {
   return !d.empty() && s.spec_len(int(d.size()), spec_row_cost(), spec_step_cost()) > 0;
 }
 

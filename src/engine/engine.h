@@ -179,14 +179,16 @@ class Engine {
   void step();                     // one scheduling step over the running batch
   std::vector<Segment> plan_segments();  // the newcomers' segments of this step, within step_tokens
   std::vector<Sequence*> decode_rows();  // the decoding requests, each with room for one more token
-  void run_step(const std::vector<Segment>& segs, const std::vector<Sequence*>& rows);  // one Model::step
+  // One Model::step; drafts0: row 0's drafts when the caller looked them up already (a lone request).
+  void run_step(const std::vector<Segment>& segs, const std::vector<Sequence*>& rows,
+                const std::vector<int32_t>* drafts0 = nullptr);
   void decode_pipelined(Sequence& s);  // one request alone: two device-drawn steps in flight
   // Speculative decoding: s's drafts now (the drafter hook or prompt lookup; empty where s does not
-  // speculate), the verify step's costs, and whether s's next step should verify its drafts.
+  // speculate), the verify step's costs, and whether s's next step should verify its drafts d.
   std::vector<int32_t> drafts_of(Sequence& s) const;
   double spec_row_cost() const;
   double spec_step_cost() const;
-  bool wants_verify(Sequence& s) const;
+  bool wants_verify(Sequence& s, const std::vector<int32_t>& d) const;
   void retire(Sequence& s, bool ok);  // state back to the cache
   void drop_finished();
   void make_forks(Sequence& s);   // n > 1: the other choices, from s's state after its prompt

@@ -20,6 +20,9 @@
 
 namespace lily {
 namespace cuda {
+namespace pf {
+struct GdnPrefillArgs;
+}
 
 using clock_type = std::chrono::steady_clock;
 
@@ -396,6 +399,12 @@ class CudaBackend final : public Backend {
   } pf_;
   int pf_cap_ = 0;
   Status pf_alloc(int chunk);
+  // The prefill DeltaNet arguments (pf::gdn_prefill) of layer i for M tokens of st from position pos0, their
+  // projections at u [M][ldu]: the layer's weights, the state's S and its conv windows (double-buffered by
+  // position parity); the prefill scratch from its row pr on, the readout o [M][value dim], the WY scratch wy.
+  pf::GdnPrefillArgs gdn_args(int i, CudaSeqState& st, int pos0, int M, const float* u, int ldu, size_t pr, float* o,
+                              float* wy) const;
+  int n_gdn_layers() const;  // the DeltaNet layers
   int prefill_chunk_cap() const;  // the prefill scratch's chunk (LILY_PREFILL_CHUNK, default 4096)
   BatchCtx* batch_ = nullptr;  // step/batch.cu
   Status batch_alloc(int B);

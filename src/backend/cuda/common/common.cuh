@@ -180,6 +180,18 @@ inline int sm_count() {
 // Wait until the previous kernel in the stream has completed and its writes are visible (a no-op
 // when launched without the PDL attribute). Everything before it may read weights only.
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+// pdl_wait for a kernel that issues loads of weights (registers) before it, to overlap them with the
+// previous kernel. ptxas schedules griddepcontrol.wait (SASS ACQBULK) as early as it can: with only
+// independent instructions before it in its basic block it hoists the wait above those loads, so they
+// start only after the previous kernel ends. Seen in the SASS of 73da090 (ACQBULK first, then all 44
+// LDGs of the add+norm tensor-core GEMV; the pruned L2-prefetch code had been a block boundary between
+// them), it cost the batch-1 step 2.13 → 2.32–2.42 ms on one H100. A loop ptxas cannot count is a block
+// boundary it does not move the wait across: n is any runtime value ≥ 0 (a shape from the kernel's
+// arguments), so the loop never runs.
+__device__ __forceinline__ void pdl_wait_after_loads(int n) {
+  for (int i = n; i < 0; ++i) asm volatile("nanosleep.u32 1;");
+  pdl_wait();
+}
 // Let the next kernel's blocks be scheduled (they run up to their own pdl_wait). Called right
 // after pdl_wait, so at most one kernel prefetches ahead of the running one.
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }

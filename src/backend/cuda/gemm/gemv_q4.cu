@@ -186,7 +186,7 @@ template <int BITS, int CPL, int R, Pro PRO, Epi EPI> __global__ void __launch_b
   StageRegs<stage_u<BITS, CPL>()> sr;
   load_tile(rb);  // weights only: may overlap the previous kernel
   stage_pre<PRO>(a, K, sr);  // (K ≤ 32·CPL·128/BITS = stage_u·256 by the dispatch)
-  pdl_wait();
+  pdl_wait_after_loads(a.w.rows);
   pdl_trigger();
   stage_x<BITS, PRO>(a, K, xs, xcs, red, hs, sr);
   __syncthreads();

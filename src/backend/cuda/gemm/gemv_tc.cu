@@ -70,7 +70,7 @@ template <Pro PRO, Epi EPI, int K, int T> __global__ void __launch_bounds__(256,
 #pragma unroll
     for (int i = 0; i < 8; ++i)
       gn[j][i] = PRO == Pro::kAddNorm ? bf(__ldg(static_cast<const uint16_t*>(a.gain) + 8 * (threadIdx.x + 256 * j) + i)) : 1.f;
-  pdl_wait();
+  pdl_wait_after_loads(a.w.rows);
   pdl_trigger();
   const float invS = tc_stage<PRO == Pro::kAddNorm, NO>(a.in, a.mix, gn, K, a.eps, a.res_out, a.n_out, bs, xs_g, red);
   __syncthreads();

@@ -133,6 +133,17 @@ Status CudaBackend::batch_alloc(int B) {
   return Status::ok();
 }
 
+BGdnArgs bgdn_args(const BatchCtx& x, const ModelConfig& c, const DevLayer& L, int i, size_t r0, int B) {
+  const int vd = c.gdn_value_dim();
+  BGdnArgs g{};
+  g.u = x.u + r0 * x.urows, g.ldu = x.urows, g.conv_w = L.conv_w, g.conv = x.p0(i) + r0;
+  g.S = reinterpret_cast<float* const*>(x.p1(i)) + r0, g.pos = x.pos() + r0, g.A_log = L.A_log, g.dt_bias = L.dt_bias;
+  g.gnorm = L.gnorm, g.og = x.og + r0 * size_t(vd), g.ldo = vd;
+  g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.dk = c.linear_key_head_dim;
+  g.dv = c.linear_value_head_dim, g.prep = x.gprep, g.K = c.linear_conv_kernel_dim, g.B = B, g.eps = c.rms_norm_eps;
+  return g;
+}
+
 // Rows of B in staging groups (each bgemv launch takes at most bgemv_group_rows(w) rows).
 static Status gemv_rows(const QW& w, const float* x, int ldx, float* y, int ldy, int B, cudaStream_t s) {
   const int G = bgemv_group_rows(w);
@@ -213,12 +224,7 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
     if (!L.attn) {
       LILY_TRY(dense(L.in_proj, x.u, x.urows));
       mk("gdn in_proj gemm");
-      BGdnArgs g{};
-      g.u = x.u, g.ldu = x.urows, g.conv_w = L.conv_w, g.conv = x.p0(i), g.S = reinterpret_cast<float* const*>(x.p1(i));
-      g.pos = x.pos(), g.A_log = L.A_log, g.dt_bias = L.dt_bias, g.gnorm = L.gnorm, g.og = x.og, g.ldo = vd;
-      g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.dk = c.linear_key_head_dim;
-      g.dv = c.linear_value_head_dim, g.prep = x.gprep, g.K = c.linear_conv_kernel_dim, g.B = Bd, g.eps = eps;
-      if (Bd > 0) LILY_TRY(bgdn_step(g, s));
+      if (Bd > 0) LILY_TRY(bgdn_step(bgdn_args(x, c, L, i, 0, Bd), s));
       if (mp) LILY_TRY(mp->seg_mixers(i, false));
       mk("gdn step");
       LILY_TRY(xpack16(x.og, vd, vd, B, x.X_a, x.XS_a, la, s));
@@ -291,12 +297,7 @@ Status CudaBackend::enqueue_batch(int B, cudaStream_t s) {
     if (!L.attn) {
       LILY_TRY(gemv_rows(L.in_proj, x.xn, H, x.u, x.urows, B, s));
       mk("gdn in_proj gemv");
-      BGdnArgs g{};
-      g.u = x.u, g.ldu = x.urows, g.conv_w = L.conv_w, g.conv = x.p0(i), g.S = reinterpret_cast<float* const*>(x.p1(i));
-      g.pos = x.pos(), g.A_log = L.A_log, g.dt_bias = L.dt_bias, g.gnorm = L.gnorm, g.og = x.og, g.ldo = vd;
-      g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.dk = c.linear_key_head_dim;
-      g.dv = c.linear_value_head_dim, g.prep = x.gprep, g.K = c.linear_conv_kernel_dim, g.B = B, g.eps = eps;
-      LILY_TRY(bgdn_step(g, s));
+      LILY_TRY(bgdn_step(bgdn_args(x, c, L, i, 0, B), s));
       mk("gdn step");
       LILY_TRY(gemv_rows(L.out_proj, x.og, vd, x.mix, H, B, s));
       mk("gdn out_proj gemv");

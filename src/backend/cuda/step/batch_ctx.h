@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/step/batch_ops.h"
 
 namespace lily {
 namespace cuda {
@@ -123,6 +124,9 @@ using Marker = std::function<void(const char*)>;
 // seg_mixers for the rest, the lm_head on the gathered output rows).
 Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B, cudaStream_t s, const Marker& mk,
                   const MixedPlan* mp);
+// The batched DeltaNet step's arguments (bgdn_step) of layer i, weights L, over B rows of the row table
+// from row r0 (their states, positions and projections; readout into x.og's rows, prep scratch from row 0).
+BGdnArgs bgdn_args(const BatchCtx& x, const ModelConfig& c, const DevLayer& L, int i, size_t r0, int B);
 // The environment knobs the batched steps read (batch.cu).
 bool env_is(const char* name, const char* val);
 bool batch_knobs_ok();  // the batch-1 arithmetic is the default one (no A/B knob changes it)

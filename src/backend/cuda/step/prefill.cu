@@ -90,12 +90,35 @@ Status CudaBackend::pf_alloc(int chunk) {
   return Status::ok();
 }
 
+pf::GdnPrefillArgs CudaBackend::gdn_args(int i, CudaSeqState& st, int pos0, int M, const float* u, int ldu, size_t pr,
+                                         float* o, float* wy) const {
+  const ModelConfig& c = cfg_;
+  const DevLayer& L = d_.layers[size_t(i)];
+  auto& SL = st.layers[size_t(i)];
+  const auto& p = pf_;
+  pf::GdnPrefillArgs g{};
+  g.u = u, g.ldu = ldu, g.M = M;
+  // Conv window: [2, C, K-1] double-buffered by position parity, fp32 or bf16 (st.f32).
+  const size_t wn = size_t(c.gdn_conv_dim()) * (c.linear_conv_kernel_dim - 1) * (st.f32 ? 2 : 1);  // uint16 units
+  g.win_in = SL.conv + size_t(pos0 & 1) * wn, g.win_out = SL.conv + size_t((pos0 + M) & 1) * wn, g.win_f32 = st.f32;
+  g.conv_w = L.conv_w, g.A_log = L.A_log, g.dt_bias = L.dt_bias, g.gnorm = L.gnorm, g.S = SL.S;
+  g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.K = c.linear_conv_kernel_dim, g.eps = c.rms_norm_eps;
+  const size_t kd = size_t(c.gdn_key_dim()), vd = size_t(c.gdn_value_dim()), nv = size_t(c.linear_num_value_heads);
+  g.qn = p.qn + pr * kd, g.kn = p.kn + pr * kd, g.v = p.v + pr * vd, g.g = p.g + pr * nv, g.beta = p.beta + pr * nv;
+  g.o_raw = p.o_raw + pr * vd, g.o = o, g.wy = wy;
+  return g;
+}
+
+int CudaBackend::n_gdn_layers() const {
+  return int(std::count_if(d_.layers.begin(), d_.layers.end(), [](const DevLayer& l) { return !l.attn; }));
+}
+
 // One chunk: tokens t0..t0+M of the prompt (already in pf_.tok), state position st.n + t0.
 Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool want_logits) {
   const ModelConfig& c = cfg_;
   auto& p = pf_;
   cudaStream_t s = stream_;
-  const int H = c.hidden_size, C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nv = c.linear_num_value_heads;
+  const int H = c.hidden_size, vd = c.gdn_value_dim();
   const int E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
   const int pos0 = st.n + t0;
   const float eps = c.rms_norm_eps;
@@ -145,15 +168,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
       LILY_TRY(split(p.hn, H, M, H));
       LILY_TRY(gemm(L.in_proj, p.hn, H, M, p.u, ldu, terms));
       mark("gdn: [qkv|z|a|b] gemm", s);
-      pf::GdnPrefillArgs g{};
-      g.u = p.u, g.ldu = ldu, g.M = M;
-      // Conv window: [2, C, K-1] double-buffered by position parity, fp32 or bf16 (st.f32).
-      const size_t wn = size_t(C) * (c.linear_conv_kernel_dim - 1) * (st.f32 ? 2 : 1);  // in uint16 units
-      g.win_in = SL.conv + size_t(pos0 & 1) * wn, g.win_out = SL.conv + size_t((pos0 + M) & 1) * wn, g.win_f32 = st.f32;
-      g.conv_w = L.conv_w, g.A_log = L.A_log, g.dt_bias = L.dt_bias, g.gnorm = L.gnorm, g.S = SL.S;
-      g.nk = c.linear_num_key_heads, g.nv = nv, g.K = c.linear_conv_kernel_dim, g.eps = eps;
-      g.qn = p.qn, g.kn = p.kn, g.v = p.v, g.g = p.g, g.beta = p.beta, g.o_raw = p.o_raw, g.o = p.o;
-      g.wy = p.wy;
+      pf::GdnPrefillArgs g = gdn_args(i, st, pos0, M, p.u, ldu, 0, p.o, p.wy);
       g.prof = prof_cb, g.prof_ctx = this;
       LILY_TRY(pf::gdn_prefill(g, s));
       LILY_TRY(split(p.o, vd, M, vd));

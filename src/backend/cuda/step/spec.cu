@@ -59,8 +59,7 @@ Status CudaBackend::spec_begin(std::span<const StepFeed> feeds, int ldu, std::ve
     if (f.rewindable) ++n, rows += int(f.tokens.size()), snap = snap_bytes(*static_cast<const CudaSeqState*>(f.state));
   if (n == 0) return Status::ok();
   if (n > kSpecFeeds) return cu_err("step: {} verify feeds, at most {}", n, kSpecFeeds);
-  int n_gdn = 0;
-  for (const DevLayer& l : d_.layers) n_gdn += l.attn ? 0 : 1;
+  const int n_gdn = n_gdn_layers();
   LILY_TRY(grow(spec_snap_, spec_snap_cap_, size_t(n) * snap, "the DeltaNet states of verify feeds"));
   LILY_TRY(grow(spec_u_, spec_u_cap_, size_t(n_gdn) * size_t(rows) * size_t(ldu), "the DeltaNet inputs of verify feeds"));
   spec_rows_ = rows, spec_ldu_ = ldu;
@@ -97,25 +96,12 @@ Status CudaBackend::rewind(SeqState& state, int n_tokens) {
   const int keep = n_tokens - u.n0;
   const size_t snap = snap_bytes(*st);
   LILY_CU_TRY(cudaMemcpyAsync(st->fixed_arena, spec_snap_ + size_t(u.slot) * snap, snap, cudaMemcpyDeviceToDevice, stream_));
-  if (keep > 0) {
-    const ModelConfig& c = cfg_;
-    const int C = c.gdn_conv_dim();
-    auto& p = pf_;
-    for (int i = 0, gi = 0; i < c.num_hidden_layers; ++i) {
-      const DevLayer& Lw = d_.layers[size_t(i)];
-      if (Lw.attn) continue;
-      auto& SL = st->layers[size_t(i)];
-      pf::GdnPrefillArgs g{};
-      g.u = spec_u_ + (size_t(gi) * size_t(spec_rows_) + size_t(u.row0)) * size_t(spec_ldu_), g.ldu = spec_ldu_, g.M = keep;
-      const size_t wn = size_t(C) * (c.linear_conv_kernel_dim - 1) * (st->f32 ? 2 : 1);  // uint16 units
-      g.win_in = SL.conv + size_t(u.n0 & 1) * wn, g.win_out = SL.conv + size_t((u.n0 + keep) & 1) * wn, g.win_f32 = st->f32;
-      g.conv_w = Lw.conv_w, g.A_log = Lw.A_log, g.dt_bias = Lw.dt_bias, g.gnorm = Lw.gnorm, g.S = SL.S;
-      g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.K = c.linear_conv_kernel_dim, g.eps = c.rms_norm_eps;
-      g.qn = p.qn, g.kn = p.kn, g.v = p.v, g.g = p.g, g.beta = p.beta, g.o_raw = p.o_raw, g.o = p.o, g.wy = p.wy;
-      LILY_TRY(pf::gdn_prefill(g, stream_));
-      ++gi;
+  if (keep > 0)
+    for (int i = 0, gi = 0; i < cfg_.num_hidden_layers; ++i) {
+      if (d_.layers[size_t(i)].attn) continue;
+      const float* uu = spec_u_ + (size_t(gi++) * size_t(spec_rows_) + size_t(u.row0)) * size_t(spec_ldu_);
+      LILY_TRY(pf::gdn_prefill(gdn_args(i, *st, u.n0, keep, uu, spec_ldu_, 0, pf_.o, pf_.wy), stream_));
     }
-  }
   // The decode graph reads the next position from the StepCtl; a token drawn in flight for this state
   // (the pipeline's input) is stale.
   const int32_t pos = n_tokens;

@@ -68,7 +68,7 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
   }
   LILY_TRY(batch_alloc(R));
   BatchCtx& x = *batch_;
-  const int C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nhd = c.num_attention_heads * c.head_dim;
+  const int vd = c.gdn_value_dim(), nhd = c.num_attention_heads * c.head_dim;
   // Row table: decode rows first (feed order), then verify feeds' tokens, then the other segments' (the
   // order is set below); the mixed table: rows that need outputs (out_idx, with the feed and output each
   // serves) and the rows that leave each state's position.
@@ -120,7 +120,7 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
   // every segment (pf::gdn_prefill_segments; segment j's scratch rows start at its prompt-row offset,
   // its WY scratch after the previous segments'). Fits the prefill scratch when the step's prompt rows
   // do (checked above).
-  const int n_gdn = c.num_hidden_layers - int(std::count_if(d_.layers.begin(), d_.layers.end(), [](const DevLayer& l) { return l.attn; }));
+  const int n_gdn = n_gdn_layers();
   std::vector<size_t> chunked;  // the segments on the chunked form (the others: Seg::recurrent)
   for (size_t j = 0; j < segs.size(); ++j)
     if (!segs[j].recurrent()) chunked.push_back(j);
@@ -128,28 +128,19 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
   std::vector<pf::GdnPrefillArgs> gargs(size_t(n_gdn) * size_t(S));
   std::vector<int> gdn_idx(size_t(c.num_hidden_layers), -1);
   size_t longest = 0;
+  for (int j = 1; j < S; ++j)
+    if (segs[chunked[size_t(j)]].L > segs[chunked[longest]].L) longest = size_t(j);
   for (int i = 0, gi = 0; i < c.num_hidden_layers; ++i) {
-    const DevLayer& Lw = d_.layers[size_t(i)];
-    if (Lw.attn) continue;
+    if (d_.layers[size_t(i)].attn) continue;
     gdn_idx[size_t(i)] = gi;
     size_t wy_off = 0;
     for (int j = 0; j < S; ++j) {
       const Seg& sg = segs[chunked[size_t(j)]];
-      CudaSeqState& st = *sg.st;
-      auto& SL = st.layers[size_t(i)];
-      const int pos0 = st.n;
-      const size_t pr = size_t(sg.row0 - D);  // the segment's first prompt row: its scratch rows
-      pf::GdnPrefillArgs& g = gargs[size_t(gi) * S + j];
-      g.u = x.u + size_t(sg.row0) * x.urows, g.ldu = x.urows, g.M = sg.L;
-      const size_t wn = size_t(C) * (c.linear_conv_kernel_dim - 1) * (st.f32 ? 2 : 1);  // uint16 units
-      g.win_in = SL.conv + size_t(pos0 & 1) * wn, g.win_out = SL.conv + size_t((pos0 + sg.L) & 1) * wn, g.win_f32 = st.f32;
-      g.conv_w = Lw.conv_w, g.A_log = Lw.A_log, g.dt_bias = Lw.dt_bias, g.gnorm = Lw.gnorm, g.S = SL.S;
-      g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.K = c.linear_conv_kernel_dim, g.eps = eps;
-      const size_t kd = size_t(c.gdn_key_dim()), nv = size_t(c.linear_num_value_heads);
-      g.qn = p.qn + pr * kd, g.kn = p.kn + pr * kd, g.v = p.v + pr * vd, g.g = p.g + pr * nv, g.beta = p.beta + pr * nv;
-      g.o_raw = p.o_raw + pr * vd, g.o = x.og + size_t(sg.row0) * vd, g.wy = p.wy + wy_off;
+      // Segment j's scratch rows start at its first prompt row (sg.row0 - D); its WY scratch after the
+      // previous segments'.
+      gargs[size_t(gi) * S + j] = gdn_args(i, *sg.st, sg.st->n, sg.L, x.u + size_t(sg.row0) * x.urows, x.urows,
+                                           size_t(sg.row0 - D), x.og + size_t(sg.row0) * vd, p.wy + wy_off);
       wy_off += pf::gdn_wy_floats(sg.L, c.linear_num_value_heads);
-      if (gi == 0 && size_t(sg.L) > size_t(gargs[longest].M)) longest = size_t(j);
     }
     ++gi;
   }
@@ -170,16 +161,8 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
       for (const Seg& sg : segs) {
         if (sg.undo >= 0) LILY_TRY(spec_save_u(gi, sg.undo, x.u + size_t(sg.row0) * x.urows));
         if (!sg.recurrent()) continue;
-        for (int j = 0; j < sg.L; ++j) {  // row r = row0 + j: its state, position and projections in the row table
-          const size_t r = size_t(sg.row0 + j);
-          BGdnArgs g{};
-          g.u = x.u + r * x.urows, g.ldu = x.urows, g.conv_w = Lw.conv_w, g.conv = x.p0(i) + r;
-          g.S = reinterpret_cast<float* const*>(x.p1(i)) + r, g.pos = x.pos() + r, g.A_log = Lw.A_log;
-          g.dt_bias = Lw.dt_bias, g.gnorm = Lw.gnorm, g.og = x.og + r * size_t(vd), g.ldo = vd;
-          g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.dk = c.linear_key_head_dim;
-          g.dv = c.linear_value_head_dim, g.prep = x.gprep, g.K = c.linear_conv_kernel_dim, g.B = 1, g.eps = eps;
-          LILY_TRY(bgdn_step(g, stream_));
-        }
+        for (int j = 0; j < sg.L; ++j)  // row row0 + j: its state, position and projections in the row table
+          LILY_TRY(bgdn_step(bgdn_args(x, c, Lw, i, size_t(sg.row0 + j), 1), stream_));
       }
       if (S == 0) return Status::ok();
       return pf::gdn_prefill_segments(gargs[size_t(gi) * S + longest], seg_dev + size_t(gi) * S, S, stream_);
