@@ -12,8 +12,10 @@ exits 1 when a kernel listed in MUST has none before its wait.
 import re
 import sys
 
-# Kernels that must issue loads before their PDL wait (mangled-name pieces).
-MUST = ["gemv_tc_kernel", "gemv_q4_cu", "gate_up_kernel", "down_tc_kernel", "gate_up_tc_kernel"]
+# Kernels that must issue loads before their PDL wait (regexes on the mangled name): the batch-1 GEMVs and
+# expert kernels, and qgemm's dense tiles (mma.sync: MODE 0 in qgemm_kernel<BITS, NT, MODE, TERMS>; wgmma).
+MUST = [re.compile(p) for p in [r"gemv_tc_kernel", r"gemv_q4_cu", r"gate_up_kernel", r"down_tc_kernel",
+                                 r"gate_up_tc_kernel", r"qgemm_kernelILi\d+ELi\d+ELi0E", r"qgemm_wg_kernel"]]
 
 INSTR = re.compile(r"\s*/\*[0-9a-f]{4,}\*/\s*(.*?);")
 LOAD = re.compile(r"\b(LDG|LDGSTS)\b")
@@ -43,7 +45,7 @@ def main():
             continue
         before = sum(1 for x in ins[:wait] if LOAD.search(x))
         total = sum(1 for x in ins if LOAD.search(x))
-        must = any(k in name for k in MUST) and total > 0
+        must = any(k.search(name) for k in MUST) and total > 0
         flag = "MISSING" if must and before == 0 else ""
         bad += flag != ""
         rows.append((flag, before, total, len(ins), name))

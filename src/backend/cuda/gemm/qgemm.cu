@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT, TERMS>::BPS) qgemm_ker
       if (lu < n_units) advance_load();
     }
     cp_commit();
-    pdl_wait();
+    pdl_wait_after_loads(n_units);
     pdl_trigger();
     lu = u0, lks = ks0, lt = t0;
     load_unit();
@@ -648,10 +648,13 @@ int nt_for(double rows) {
 // 389.6; out_proj 2048×4096 (split 8 ways) at 64 / 128 / 256 30.8 → 43.3 / 61.3 → 50.2 / 122.4 → 66.4.
 int qgemm_wg_rows(int rows) { return rows >= 4096 ? 64 : 128; }
 
+// Splits so that the tiles × splits fill about two units per SM, at most 8 and one 256-k stage each. Only
+// the router (257 × 2048, 3 tiles) is bound by the stages: 8 splits, 24 units (it had 12 with at least two
+// stages a split: 22 µs a call at 16 rows on an H100, latency-bound on 12 SMs).
 int qgemm_splits(int rows, int cols) {
   const int T = tiles_of(rows), nks = (cols + kBK - 1) / kBK;
   int S = (2 * sm_count()) / std::max(T, 1);
-  S = std::min({S, 8, nks / 2});
+  S = std::min({S, 8, nks});
   return std::max(S, 1);
 }
 size_t qgemm_ws_floats(int rows, int cols, int M) {
