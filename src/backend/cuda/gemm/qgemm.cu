@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT, TERMS>::BPS) qgemm_ker
       if (lu < n_units) advance_load();
     }
     cp_commit();
-    pdl_wait_after_loads(n_units);
+    pdl_wait();
     pdl_trigger();
     lu = u0, lks = ks0, lt = t0;
     load_unit();

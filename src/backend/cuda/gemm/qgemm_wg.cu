@@ -96,7 +96,7 @@ template <bool TWO> __global__ void __launch_bounds__(kThreads, 2) qgemm_wg_kern
   // Prologue: the first stages' weights, then (after the previous kernel) their activations.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue_w(kt0 + s);
-  pdl_wait_after_loads(g.N);
+  pdl_wait();
   pdl_trigger();
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
