@@ -10,7 +10,11 @@
 
 // Every product and sum separately rounded (no FMA contraction where the target has FMA), as the
 // CUDA draw kernel computes them with __fmul_rn / __fadd_rn.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
 #pragma GCC optimize("fp-contract=off")
+#endif
 
 namespace lily {
 namespace {

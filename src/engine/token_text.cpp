@@ -3,7 +3,7 @@
 
 namespace lily {
 
-TokenText::TokenText(const Tokenizer& tok) : tok_(tok), dec_(tok, /*skip_special_tokens=*/true) {
+TokenText::TokenText(const Tokenizer& tok) : dec_(tok, /*skip_special_tokens=*/true) {
   const auto& m = tok.markers();
   for (auto id : {m.think_open, m.think_close, m.tool_call_open, m.tool_call_close})
     if (id) markers_.push_back({*id, tok.decode(std::span<const int32_t>(&*id, 1), false)});

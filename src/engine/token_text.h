@@ -18,7 +18,6 @@ class TokenText {
   std::string flush();
 
  private:
-  const Tokenizer& tok_;
   StreamDecoder dec_;
   std::vector<std::pair<int32_t, std::string>> markers_;  // id → literal text
 };

@@ -65,7 +65,9 @@ void run_chat_goldens(const std::string& file) {
     if (c.contains("context")) {  // the conversion must give Python's context, key order included
       auto ctx = chat_template_context(c["request"], opts);
       EXPECT_TRUE(ctx.is_ok()) << c["name"] << ": " << ctx.message();
-      if (ctx.is_ok()) EXPECT_EQ(ctx.value().dump(), c["context"].dump()) << c["name"];
+      if (ctx.is_ok()) {
+        EXPECT_EQ(ctx.value().dump(), c["context"].dump()) << c["name"];
+      }
     }
     std::string diff = check(got, expect);
     EXPECT_EQ(diff, "") << file << " case " << c["name"].get<std::string>();

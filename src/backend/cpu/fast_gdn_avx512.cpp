@@ -2,7 +2,9 @@
 // 64 columns = 24 zmm accumulators), with a vector expf (Cephes polynomial, ~1 ulp, vscalefps).
 // GCC 12's avx512 headers trip -W(maybe-)uninitialized on their own _mm512_undefined_* helpers.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // GCC only (clang has no such group)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>

@@ -6,7 +6,9 @@
 // activations instead. k runs in blocks of 512 so the packed tokens stay in L1, with the partial
 // sums of the task's rows parked between blocks; each (row, token) sum is reduced once at the end.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // GCC only (clang has no such group)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>

@@ -5,7 +5,9 @@
 // the pair order of PreparedX, so two vpdpwssd per group and row give the exact integer dot product.
 // GCC 12's avx512 headers trip -W(maybe-)uninitialized on their own _mm512_undefined_* helpers.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // GCC only (clang has no such group)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstdint>
