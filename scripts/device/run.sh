@@ -47,7 +47,8 @@
 #                         table runs past the time limit], NCU_TABLE_ARGS (more ncu options); with NCU_KERNEL
 #                         (regex) also that kernel's sections at NCU_SECTION_BATCH [64], of its launch after
 #                         NCU_SKIP [20] earlier ones, NCU_COUNT [1] launches; NCU_BASE [function]: what the regex
-#                         matches (demangled: with template arguments, e.g. 'qgemm_kernel<4, 1, [12], 2>')
+#                         matches (demangled: with template arguments as ncu prints them, '(int)4', so e.g.
+#                         'qgemm_kernel<.int.4, .int.1, .int.[12], .int.2>')
 #   serve:  CLIENTS       rows of concurrent streaming clients; "16s": 16 sharing a SYSTEM_WORDS [300] system
 #                         prompt ["1 16 64"]      REQ_PER_CLIENT [4] (1 client: REQ1 [4])
 #           MAX_TOKENS [128]  PROMPT_WORDS [48]  LOGPROBS=1 (per-token ITL too)  PARALLEL [64]  MAX_SEQ [2048]
