@@ -16,6 +16,7 @@
 #include "backend/cuda/common/common.cuh"
 #include "backend/cuda_state_layout.h"
 #include "backend/cuda/common/dev_weights.h"
+#include "backend/cuda/moe/xgemm.h"
 #include "backend/cuda/common/ops.h"
 
 namespace lily {
@@ -132,6 +133,12 @@ class CudaBackend final : public Backend {
     for (auto& ev : ev_) LILY_CU_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming | cudaEventBlockingSync));
     LILY_TRY(attn_init());
     LILY_TRY(upload_weights(w_, verbose_, &arena_, d_, &upload_gbps_));
+    if (const char* x = std::getenv("LILY_XGEMM"); x && std::string(x) == "1") {  // A/B: the experts' fragment copies
+      void* mem = nullptr;
+      size_t bytes = 0;
+      LILY_TRY(frag_experts(d_, cfg_.num_experts, cfg_.moe_intermediate_size, cfg_.hidden_size, &mem, &bytes, stream_));
+      owned_.push_back(mem);
+    }
     return alloc_scratch();
   }
 

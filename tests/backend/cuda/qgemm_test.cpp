@@ -2,7 +2,9 @@
 // from the same packed fp16 rows (the kernel's only rounding point besides its fp32 sums), on seeded
 // random inputs: 4- and 8-bit, K with a half stage (5 groups), matrices with a partial last tile,
 // split and unsplit k, rows on both sides of every tile height (1..130), every forced tile height,
-// and the expert-major MoE (gate+up+SwiGLU packed for down, down per entry) on routings from broute.
+// and the expert-major MoE (gate+up+SwiGLU packed for down, down per entry) on routings from broute, by
+// qgemm and, where K allows, by xgemm (moe/xgemm.h) on fragment copies of the same experts (against the
+// same reference, and equal to qgemm's outputs bit for bit).
 // Tolerance per output: 1e-5 · Σ|terms| (fp32 sums over K ≤ 4096; a wrong k order or fragment is
 // O(Σ|terms|)). Batch invariance: a row's outputs are bit-identical at every row count and tile
 // height of one kernel (the mma.sync tiles, or the dense wgmma tile from qgemm_wg_rows(N) rows), and the
@@ -17,6 +19,7 @@
 #ifdef LILY_HAVE_CUDA
 #include "backend/cuda/step/batch_ops.h"
 #include "backend/cuda/gemm/qgemm.h"
+#include "backend/cuda/moe/xgemm.h"
 #include "device_util.h"
 
 namespace lily::testcuda {
@@ -222,7 +225,7 @@ struct MoeCase {
 
 TEST(CudaQgemm, MoeMatchesCpuAndIsBatchInvariant) {
   LILY_REQUIRE_GPU();
-  const MoeCase cases[] = {{320, 128, 16, 4}, {256, 64, 8, 2}, {2048, 512, 256, 8}};
+  const MoeCase cases[] = {{320, 128, 16, 4}, {256, 64, 8, 2}, {1024, 512, 32, 4}, {2048, 512, 256, 8}};
   for (int terms : {1, 2})
   for (const MoeCase& c : cases) {
     if (terms == 2 && c.H >= 2048) continue;  // the real shape once, single pass (its CPU reference is the slow part)
@@ -237,6 +240,23 @@ TEST(CudaQgemm, MoeMatchesCpuAndIsBatchInvariant) {
     ASSERT_EQ(bad, 0);
     const std::string shape = "H" + std::to_string(c.H) + " I" + std::to_string(c.I) + " E" + std::to_string(c.E) + " k" +
                               std::to_string(c.k) + (terms == 2 ? " two-pass" : "");
+    // xgemm (moe/xgemm.h) where K allows (gate+up K = H, down K = I, both multiples of 256): its fragment
+    // copies of the experts, made once per case.
+    const bool xcase = c.H % 256 == 0 && c.I % 256 == 0;
+    cuda::FragW fgu, fsgu, fdn, fsdn;
+    D<uint8_t> fr(xcase ? cuda::frag_bytes(c.E * c.I / 8, c.H) + cuda::frag_bytes(c.I / 8, c.H) +
+                              cuda::frag_bytes(c.E * c.H / 16, c.I) + cuda::frag_bytes(c.H / 16, c.I)
+                        : 1);
+    if (xcase) {
+      uint8_t* p = fr.p;
+      ASSERT_TRUE(cuda::frag_pack(gate.q, up.q, 8, 0, 8, 0, c.E * c.I / 8, p, &fgu, nullptr).is_ok());
+      p += cuda::frag_bytes(c.E * c.I / 8, c.H);
+      ASSERT_TRUE(cuda::frag_pack(shgu.q, shgu.q, 8, 0, 8, c.I, c.I / 8, p, &fsgu, nullptr).is_ok());
+      p += cuda::frag_bytes(c.I / 8, c.H);
+      ASSERT_TRUE(cuda::frag_pack(down.q, down.q, 16, 0, 16, 8, c.E * c.H / 16, p, &fdn, nullptr).is_ok());
+      p += cuda::frag_bytes(c.E * c.H / 16, c.I);
+      ASSERT_TRUE(cuda::frag_pack(shd.q, shd.q, 16, 0, 16, 8, c.H / 16, p, &fsdn, nullptr).is_ok());
+    }
     // Rows 0..2 keep their routing at every B (the routing's first rows are drawn first from a reset seed).
     std::vector<float> base_act, base_y;  // rows 0..2's entries at the first B
     for (int B : {3, 1, 17, kMaxB}) {
@@ -258,8 +278,12 @@ TEST(CudaQgemm, MoeMatchesCpuAndIsBatchInvariant) {
             ref_act[size_t(en) * c.I + o] = silu(gv) * uv;
           }
         }
+        std::vector<uint16_t> q_act;  // qgemm's packed act and y at nt = 0, for xgemm's exact check
+        std::vector<float> q_y;
+        for (int kern : {0, 1})
         for (int nt : {0, 1, 2, 8}) {
           if (nt && B != kMaxB) continue;
+          if (kern == 1 && (!xcase || nt > 2)) continue;
           D<uint16_t> act(size_t(nent) * c.I), actlo(size_t(nent) * c.I);
           D<float> acts(size_t(nent) * c.I / 64 * 2);
           D<float> y(size_t(nent) * c.H);
@@ -267,13 +291,14 @@ TEST(CudaQgemm, MoeMatchesCpuAndIsBatchInvariant) {
           a.w = gate.q, a.w2 = up.q, a.sh = shgu.q, a.x = dX.p, a.xs = dXS.p, a.ldx = c.H, a.swiglu = true, a.yx = act.p,
           a.yxs = acts.p, a.n_out = c.I, a.xlo = terms == 2 ? dXlo.p : nullptr, a.yxlo = terms == 2 ? actlo.p : nullptr, a.items = rt.items.p, a.n_items = rt.n_items.p, a.max_items = std::min(B * c.k, c.E) + 1,
           a.E = c.E, a.xrow = rt.rowb.p, a.yrow = rt.ent.p, a.ent_hint = B * c.k, a.nt = nt;
-          Status st = cuda::qgemm(a, nullptr);
+          if (kern == 1 && !cuda::xgemm_fits(a)) continue;
+          Status st = kern == 0 ? cuda::qgemm(a, nullptr) : cuda::xgemm(a, fgu, fsgu, nullptr);
           ASSERT_TRUE(st.is_ok()) << st.message();
           cuda::QGemmArgs d = a;
           d.w = down.q, d.w2 = {}, d.sh = shd.q, d.x = act.p, d.xs = acts.p, d.ldx = c.I, d.swiglu = false, d.yx = nullptr,
           d.yxs = nullptr, d.yxlo = nullptr, d.xlo = terms == 2 ? actlo.p : nullptr, d.y = y.p, d.ldy = c.H, d.n_out = c.H,
           d.xrow = rt.ent.p;
-          st = cuda::qgemm(d, nullptr);
+          st = kern == 0 ? cuda::qgemm(d, nullptr) : cuda::xgemm(d, fdn, fsdn, nullptr);
           ASSERT_TRUE(st.is_ok()) << st.message();
           const std::vector<uint16_t> lo_host = actlo.get();
           Packed pa{act.get(), acts.get(), nent, c.I, terms == 2 ? &lo_host : nullptr};
@@ -311,7 +336,16 @@ TEST(CudaQgemm, MoeMatchesCpuAndIsBatchInvariant) {
               fails += !(r2 <= 1.0);
             }
           }
-          const std::string rows = "B=" + std::to_string(B) + (skew ? " skewed" : "") + " nt=" + (nt ? std::to_string(nt) : "auto");
+          const std::string rows = std::string(kern ? "xgemm " : "") + "B=" + std::to_string(B) + (skew ? " skewed" : "") +
+                                   " nt=" + (nt ? std::to_string(nt) : "auto");
+          if (nt == 0 && kern == 0) q_act = pa.X, q_y = gy;
+          if (nt == 0 && kern == 1) {  // the same arithmetic as qgemm's: equal bit for bit
+            float dq = 0;
+            for (size_t i = 0; i < q_y.size() && i < gy.size(); ++i) dq = std::max(dq, std::fabs(gy[i] - q_y[i]));
+            const bool same = pa.X == q_act && dq == 0.f;
+            table("moe xgemm = qgemm", shape, rows, dq, same);
+            EXPECT_TRUE(same) << shape << " " << rows << ": xgemm differs from qgemm (y by " << dq << ")";
+          }
           table("moe gate+up", shape, rows, std::max(worst_a, worst_s), worst_a <= 1 && worst_s <= 1);
           table("moe down", shape, rows, worst_y, worst_y <= 1);
           EXPECT_EQ(fails, 0) << shape << " " << rows;
@@ -396,6 +430,20 @@ TEST(CudaQgemm, Bench) {
   }
   QMat gate(E * I, H, 4), up(E * I, H, 4), down(E * H, I, 4), shgu(2 * I, H, 4), shd(H, I, 4);
   const int Bm[] = {1, 16, 64, 256, 736};  // 736: a mixed step's rows (256 decode + 480 prompt)
+  // xgemm's fragment copies of the same experts.
+  cuda::FragW fgu, fsgu, fdn, fsdn;
+  D<uint8_t> fr(cuda::frag_bytes(E * I / 8, H) + cuda::frag_bytes(I / 8, H) + cuda::frag_bytes(E * H / 16, I) +
+                cuda::frag_bytes(H / 16, I));
+  {
+    uint8_t* p = fr.p;
+    (void)cuda::frag_pack(gate.q, up.q, 8, 0, 8, 0, E * I / 8, p, &fgu, nullptr);
+    p += cuda::frag_bytes(E * I / 8, H);
+    (void)cuda::frag_pack(shgu.q, shgu.q, 8, 0, 8, I, I / 8, p, &fsgu, nullptr);
+    p += cuda::frag_bytes(I / 8, H);
+    (void)cuda::frag_pack(down.q, down.q, 16, 0, 16, 8, E * H / 16, p, &fdn, nullptr);
+    p += cuda::frag_bytes(E * H / 16, I);
+    (void)cuda::frag_pack(shd.q, shd.q, 16, 0, 16, 8, H / 16, p, &fsdn, nullptr);
+  }
   for (int terms : {1, 2})
   for (int B : Bm)
   for (int nt : {0, 2, 4, 8}) {
@@ -422,6 +470,12 @@ TEST(CudaQgemm, Bench) {
     const char* tp = terms == 2 ? " two-pass" : "";
     std::printf("[qgemm-bench] | moe gate+up%s (%d experts) nt=%d | %d | %.1f | %.0f |\n", tp, n_items, nt, B, us_gu, gu_bytes / us_gu * 1e-3);
     std::printf("[qgemm-bench] | moe down%s (%d experts) nt=%d | %d | %.1f | %.0f |\n", tp, n_items, nt, B, us_dn, dn_bytes / us_dn * 1e-3);
+    if (cuda::xgemm_fits(a) && cuda::xgemm_fits(d)) {
+      const double xs_gu = time_us([&](cudaStream_t t) { (void)cuda::xgemm(a, fgu, fsgu, t); });
+      const double xs_dn = time_us([&](cudaStream_t t) { (void)cuda::xgemm(d, fdn, fsdn, t); });
+      std::printf("[qgemm-bench] | xgemm gate+up%s (%d experts) nt=%d | %d | %.1f | %.0f |\n", tp, n_items, nt, B, xs_gu, gu_bytes / xs_gu * 1e-3);
+      std::printf("[qgemm-bench] | xgemm down%s (%d experts) nt=%d | %d | %.1f | %.0f |\n", tp, n_items, nt, B, xs_dn, dn_bytes / xs_dn * 1e-3);
+    }
     (void)items;
   }
   cudaEventDestroy(e0), cudaEventDestroy(e1);

@@ -24,6 +24,12 @@ struct QW {
   const uint16_t* sb = nullptr;     // [rows, cols/64, 2] bf16 (scale, bias)
   int rows = 0, cols = 0, bits = 4;
 };
+// A 4-bit matrix's copy in the MMA's fragment order (moe/xgemm.h says which rows form a block).
+struct FragW {
+  const uint32_t* codes = nullptr;  // [blocks][K/64][32 lanes][4] u32
+  const uint32_t* sb = nullptr;     // [blocks][K/64][8][2] u32
+  int blocks = 0, K = 0;
+};
 
 // Per-sequence control block in device memory: the step reads pos/tok here and the last
 // kernel of a step writes the next tok and advances pos, so the host never feeds the loop.

@@ -20,9 +20,11 @@
 #include "backend/cuda/common/common.cuh"
 #include "backend/cuda/gemm/qgemm.h"
 #include "backend/cuda/gemm/qgemm_wg.h"
+#include "backend/cuda/gemm/q4_mma.cuh"
 
 namespace lily::cuda {
 namespace {
+using namespace q4;
 
 constexpr int kThreads = 256, kWarps = 8, kBN = 128, kBK = 256, kGS = kBK / 64, kMaxItems = 1024;
 
@@ -53,44 +55,6 @@ template <int BITS, int NT, int TERMS> struct Cfg {
   static_assert(NS >= 2, "qgemm: stage too large for the ring");
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void cp16(uint32_t dst, const void* src, bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp8(uint32_t dst, const void* src, int bytes) {  // bytes 8, 4 (zero the rest) or 0
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void cp4(uint32_t dst, const void* src, bool ok) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(ok ? 4 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
-__device__ __forceinline__ void mma(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t lop_or(uint32_t a, uint32_t m, uint32_t c) {  // (a & m) | c
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(m), "r"(c));
-  return r;
-}
-__device__ __forceinline__ uint32_t h2u(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
-__device__ __forceinline__ __half2 u2h(uint32_t u) { return *reinterpret_cast<__half2*>(&u); }
-// 4-bit word → two fp16 pairs of exact integers: p = 0: (n0, n4), (n1, n5); p = 1: (n2, n6), (n3, n7).
-__device__ __forceinline__ void cvt4(uint32_t w, int p, uint32_t& lo, uint32_t& hi) {
-  const uint32_t v = p ? w >> 8 : w;
-  const uint32_t a = lop_or(v, 0x000F000Fu, 0x64006400u), b = lop_or(v, 0x00F000F0u, 0x64006400u);
-  lo = h2u(__hsub2(u2h(a), u2h(0x64006400u)));                     // 1024 + n − 1024
-  hi = h2u(__hfma2(u2h(b), u2h(0x2C002C00u), u2h(0xD400D400u)));   // (1024 + 16n)/16 − 64
-}
-// 8-bit word (b0..b3) → (b0, b2), (b1, b3).
-__device__ __forceinline__ void cvt8(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  lo = h2u(__hsub2(u2h(lop_or(w, 0x00FF00FFu, 0x64006400u)), u2h(0x64006400u)));
-  hi = h2u(__hsub2(u2h(lop_or(w >> 8, 0x00FF00FFu, 0x64006400u)), u2h(0x64006400u)));
-}
-
 struct Args {
   QGemmArgs a;
   int mode, N, K, nG, nks, T, S, C, n_units;  // N: weight rows of a dense matrix; T tiles; S splits; C chunks
@@ -101,17 +65,6 @@ struct Unit {
   int tile, chunk, split, ks0, ks1;  // k stages [ks0, ks1)
   int expert, e0, m_cnt;             // items: expert (E = shared), first entry; rows in this chunk
 };
-
-// Items: the item of unit u (prefix pu: units before item i), binary search over n items.
-__device__ __forceinline__ int item_of(const int* pu, int n, int u) {
-  int lo = 0, hi = n - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (pu[mid] <= u) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
 
 template <int BM>
 __device__ __forceinline__ Unit unit_of(const Args& g, int u, const int4* its, const int* pu, int n_items) {
@@ -472,15 +425,8 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT, TERMS>::BPS) qgemm_ker
           }
       __syncthreads();
       if (tid < BM && tid < ct.m_cnt) {
-        float mx = 0.f, sum = 0.f;
-        for (int q = 0; q < kWarps; ++q) mx = fmaxf(mx, red[q * BM + tid].x), sum += red[q * BM + tid].y;
-        int E2 = 0;
-        frexpf(mx, &E2);
-        int e = mx > 0.f ? 15 - E2 : 0;
-        e = e < -120 ? -120 : e > 120 ? 120 : e;
-        rsc[tid] = ldexpf(1.f, e);
-        const int yr = __ldg(a.yrow + ct.e0 + tid);
-        reinterpret_cast<float2*>(a.yxs)[size_t(yr) * (a.n_out / 64) + ct.tile] = make_float2(sum, ldexpf(1.f, -e));
+        const float2 r = swiglu_row_scale(red, kWarps, BM, tid, &rsc[tid]);
+        reinterpret_cast<float2*>(a.yxs)[size_t(__ldg(a.yrow + ct.e0 + tid)) * (a.n_out / 64) + ct.tile] = r;
       }
       __syncthreads();
 #pragma unroll
@@ -494,13 +440,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT, TERMS>::BPS) qgemm_ker
             const int m = 8 * (wt * NW + n) + 2 * tq + u;
             if (m < ct.m_cnt && o < a.n_out) {
               const int yr = __ldg(a.yrow + ct.e0 + m);
-              const float v = act[mt][n][u] * rsc[m];
-              const __half h = __float2half_rn(v);
-              a.yx[size_t(yr) * a.n_out + opos] = *reinterpret_cast<const uint16_t*>(&h);
-              if constexpr (TERMS == 2) {
-                const __half l = __float2half_rn(v - __half2float(h));
-                a.yxlo[size_t(yr) * a.n_out + opos] = *reinterpret_cast<const uint16_t*>(&l);
-              }
+              put_act<TERMS>(a.yx, a.yxlo, size_t(yr) * a.n_out + opos, act[mt][n][u] * rsc[m]);
             }
           }
       }

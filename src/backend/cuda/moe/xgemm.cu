@@ -1,0 +1,405 @@
+// xgemm (contract in xgemm.h): persistent blocks of 8 warps walk the work units of qgemm's items mode
+// (unit = one item × one tile of 8 warp blocks × one chunk of BM = 8·NT activation rows). Per unit the
+// block stages its activation rows (all K, fp16 hi [+ lo], and the group sums) in shared memory (where
+// two buffers fit, the next unit's while this one computes); each warp streams its 16-row weight block's
+// groups from HBM into a ring of kD register slots, kD groups ahead, the ring running on into the warp's
+// block of the next unit, so the weight loads never stop at a unit boundary.
+// Per group: four k-steps of m16n8k16 (weights as A, activation rows as B) into a zeroed partial, then
+// y += (scale·2^-e)·part + bias·Σx, exactly as qgemm.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/common/common.cuh"
+#include "backend/cuda/gemm/q4_mma.cuh"
+#include "backend/cuda/moe/xgemm.h"
+
+namespace lily::cuda {
+namespace {
+using namespace q4;
+
+constexpr int kThreads = 256, kWarps = 8, kD = 4, kMaxItems = 1024;
+enum Mode : int { kItems = 1, kSwiglu = 2 };
+
+struct XArgs {
+  QGemmArgs a;
+  FragW w, sh;
+  int K, nG, T, bpe;  // bpe: weight blocks per expert (swiglu n_out/8, plain n_out/16)
+  int nbuf;           // activation buffers: 2 stage the next unit's rows while this one computes
+};
+
+// ---- the fragment copy ----
+// Thread per (block, group, lane): four code words, and (lanes with tq == 0) the {sb(r0), sb(r1)} pair.
+__global__ void frag_pack_kernel(QW a, QW b, int ra, int oa, int rb, int ob, int blocks, uint32_t* codes, uint32_t* sb) {
+  const int nG = a.cols / 64, wpr = a.cols / 8;
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x, n = size_t(blocks) * nG * 32;
+  if (i >= n) return;
+  const int lane = int(i & 31), G = int((i >> 5) % size_t(nG));
+  const size_t blk = (i >> 5) / size_t(nG);
+  const int gq = lane >> 2, tq = lane & 3;
+  const size_t r0 = size_t(ra) * blk + size_t(oa) + gq, r1 = size_t(rb) * blk + size_t(ob) + gq;
+  const uint32_t* c0 = a.codes + r0 * wpr + size_t(G) * 8 + 2 * tq;
+  const uint32_t* c1 = b.codes + r1 * wpr + size_t(G) * 8 + 2 * tq;
+  reinterpret_cast<uint4*>(codes)[i] = make_uint4(c0[0], c0[1], c1[0], c1[1]);
+  if (tq == 0) {
+    const uint32_t* s0 = reinterpret_cast<const uint32_t*>(a.sb) + r0 * nG + G;
+    const uint32_t* s1 = reinterpret_cast<const uint32_t*>(b.sb) + r1 * nG + G;
+    reinterpret_cast<uint2*>(sb)[(i >> 5) * 8 + gq] = make_uint2(*s0, *s1);
+  }
+}
+
+// ---- the GEMM ----
+struct Unit {
+  int tile, expert, e0, m_cnt;
+};
+
+template <int BM> __device__ __forceinline__ Unit unit_of(const XArgs& g, int u, const int4* its, const int* pu, int n_items) {
+  const int i = item_of(pu, n_items, u);
+  const int4 it = its[i];
+  const int c = (it.y + BM - 1) / BM, rr = u - pu[i];
+  Unit r;
+  r.tile = rr / c;
+  const int chunk = rr - r.tile * c;
+  r.expert = it.x, r.e0 = it.z + chunk * BM, r.m_cnt = min(BM, it.y - chunk * BM);
+  return r;
+}
+
+// The warp's weight stream: unit u's block of this warp, group by group, then the next unit's.
+struct Stream4 {
+  const uint4* c;  // this lane's code words of group 0 of the block
+  const uint2* s;  // this lane's {sb(r0), sb(r1)} of group 0
+};
+__device__ __forceinline__ Stream4 stream_of(const XArgs& g, const Unit& t, int warp, int lane) {
+  const bool shared = t.expert == g.a.E;
+  const FragW& f = shared ? g.sh : g.w;
+  const size_t blk = size_t(shared ? 0 : t.expert) * g.bpe + size_t(t.tile) * kWarps + warp;
+  Stream4 r;
+  r.c = reinterpret_cast<const uint4*>(f.codes) + blk * g.nG * 32 + lane;
+  r.s = reinterpret_cast<const uint2*>(f.sb) + blk * g.nG * 8 + (lane >> 2);
+  return r;
+}
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint2 ld_stream2(const uint2* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+template <int NT, int MODE, int TERMS>
+__global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
+  constexpr int BM = 8 * NT;
+  extern __shared__ __align__(16) uint8_t sm[];
+  const QGemmArgs& a = g.a;
+  const int K = g.K, nG = g.nG;
+  // Shared memory: nbuf activation buffers, each x hi [BM][K] fp16 (16-byte chunk q of row m at
+  // ((q ^ (m & 1)) << 4)), x lo the same, {Σx, 2^-e} [BM][nG]; then the swiglu epilogue's [kWarps][BM]
+  // {max, sum} and [BM] scales, the items and their unit prefix.
+  const size_t plane = size_t(BM) * K * 2, xbytes = plane * TERMS + size_t(BM) * nG * 8;
+  float2* red = reinterpret_cast<float2*>(sm + xbytes * g.nbuf);
+  float* rsc = reinterpret_cast<float*>(red + kWarps * BM);
+  int4* its = reinterpret_cast<int4*>(rsc + BM);
+  int* pu = reinterpret_cast<int*>(its + a.max_items);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
+
+  pdl_wait();
+  pdl_trigger();
+  const int n_items = min(__ldcg(a.n_items), a.max_items);
+  for (int i = tid; i < n_items; i += kThreads) its[i] = reinterpret_cast<const int4*>(a.items)[i];
+  __syncthreads();
+  {  // units before each item (its tiles × its row chunks): an exclusive scan over the threads' item runs
+    const int per = (n_items + kThreads - 1) / kThreads, i0 = tid * per, i1 = min(i0 + per, n_items);
+    int own = 0;
+    for (int i = i0; i < i1; ++i) own += g.T * ((its[i].y + BM - 1) / BM);
+    int inc = own;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, inc, off);
+      if (lane >= off) inc += v;
+    }
+    int* wsum = reinterpret_cast<int*>(red);
+    if (lane == 31) wsum[warp] = inc;
+    __syncthreads();
+    int s = inc - own;
+    for (int w = 0; w < warp; ++w) s += wsum[w];
+    for (int i = i0; i < i1; ++i) pu[i] = s, s += g.T * ((its[i].y + BM - 1) / BM);
+    if (tid == kThreads - 1) pu[n_items] = s;
+  }
+  __syncthreads();
+  const int n_units = pu[n_items];
+  if (int(blockIdx.x) >= n_units) return;
+
+  // The ring: slot d holds the stream's group ≡ d (mod kD) (nG % kD == 0, so a unit starts at slot 0).
+  // kD = 4: 4 × 528 bytes in flight a warp, 34 KB an SM at two blocks (kD = 8 spilled at 128 registers).
+  uint4 rc[kD];
+  uint2 rs[kD];
+  int lu = blockIdx.x, lg = 0;  // the load cursor: unit, group
+  Stream4 ls = stream_of(g, unit_of<BM>(g, lu, its, pu, n_items), warp, lane);
+  auto load = [&](int d) {
+    if (lu >= n_units) return;
+    rc[d] = ld_stream(ls.c + size_t(lg) * 32);
+    rs[d] = ld_stream2(ls.s + size_t(lg) * 8);
+    if (++lg == nG) {
+      lg = 0;
+      lu += gridDim.x;
+      if (lu < n_units) ls = stream_of(g, unit_of<BM>(g, lu, its, pu, n_items), warp, lane);
+    }
+  };
+#pragma unroll
+  for (int d = 0; d < kD; ++d) load(d);
+
+  // The activation rows of unit t into buffer b (rows past m_cnt zero), as one cp.async group.
+  auto stage_x = [&](const Unit& t, int b) {
+    uint8_t* bx = sm + xbytes * b;
+    const int cpr = K / 8;  // 16-byte chunks per row
+    for (int c = tid; c < BM * cpr; c += kThreads) {
+      const int m = c / cpr, q = c - m * cpr;
+      const bool ok = m < t.m_cnt;
+      const size_t row = ok ? size_t(__ldg(a.xrow + t.e0 + m)) : 0;
+      const uint32_t dst = smem_u32(bx + size_t(m) * K * 2 + ((q ^ (m & 1)) << 4));
+      cp16(dst, a.x + row * a.ldx + q * 8, ok);
+      if constexpr (TERMS == 2) cp16(dst + uint32_t(plane), a.xlo + row * a.ldx + q * 8, ok);
+    }
+    float2* bxs = reinterpret_cast<float2*>(bx + plane * TERMS);
+    for (int c = tid; c < BM * nG; c += kThreads) {
+      const int m = c / nG, G = c - m * nG;
+      const bool ok = m < t.m_cnt;
+      const size_t row = ok ? size_t(__ldg(a.xrow + t.e0 + m)) : 0;
+      cp8(smem_u32(bxs + c), a.xs + (row * nG + G) * 2, ok ? 8 : 0);
+    }
+    cp_commit();
+  };
+
+  Unit ct = unit_of<BM>(g, blockIdx.x, its, pu, n_items);
+  int buf = 0;
+  stage_x(ct, 0);
+  for (int cu = blockIdx.x; cu < n_units; cu += gridDim.x) {
+    // This unit's rows are in buffer buf; every warp is done with the last unit (so the other buffer is
+    // free for the next unit's rows).
+    cp_wait<0>();
+    __syncthreads();
+    const int nx = cu + int(gridDim.x);
+    Unit nt{};
+    if (g.nbuf == 2 && nx < n_units) {
+      nt = unit_of<BM>(g, nx, its, pu, n_items);
+      stage_x(nt, buf ^ 1);
+    }
+    const uint8_t* sx = sm + xbytes * buf;
+    const float2* sxs = reinterpret_cast<const float2*>(sx + plane * TERMS);
+
+    float acc[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
+    for (int G0 = 0; G0 < nG; G0 += kD) {
+#pragma unroll
+      for (int d = 0; d < kD; ++d) {
+        const int G = G0 + d;
+        const uint4 c = rc[d];
+        const uint2 q = rs[d];
+        load(d);  // the slot's next group (kD ahead), while this one computes
+        float part[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) part[n][i] = 0.f;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {  // 16-byte x chunk j of the lane's 32 bytes per group: k-steps 2j, 2j+1
+          uint4 xv[NT][TERMS];
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            const int m = 8 * n + gq;
+            const uint8_t* px = sx + size_t(m) * K * 2 + (((G * 8 + 2 * tq + j) ^ (m & 1)) << 4);
+#pragma unroll
+            for (int h = 0; h < TERMS; ++h) xv[n][h] = *reinterpret_cast<const uint4*>(px + h * plane);
+          }
+#pragma unroll
+          for (int p = 0; p < 2; ++p) {
+            uint32_t a0, a1, a2, a3;
+            cvt4(j ? c.y : c.x, p, a0, a2);
+            cvt4(j ? c.w : c.z, p, a1, a3);
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+              for (int h = 0; h < TERMS; ++h) {
+                const uint4 v = xv[n][h];
+                mma(part[n], a0, a1, a2, a3, p ? v.z : v.x, p ? v.w : v.y);
+              }
+          }
+        }
+        const float s0 = __uint_as_float(q.x << 16), b0 = __uint_as_float(q.x & 0xFFFF0000u);
+        const float s1 = __uint_as_float(q.y << 16), b1 = __uint_as_float(q.y & 0xFFFF0000u);
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          const int m = 8 * n + 2 * tq;
+          const float2 xa = sxs[m * nG + G], xb = sxs[(m + 1) * nG + G];
+          float* cc = acc[n];
+          const float* pp = part[n];
+          cc[0] = fmaf(s0 * xa.y, pp[0], fmaf(b0, xa.x, cc[0]));
+          cc[1] = fmaf(s0 * xb.y, pp[1], fmaf(b0, xb.x, cc[1]));
+          cc[2] = fmaf(s1 * xa.y, pp[2], fmaf(b1, xa.x, cc[2]));
+          cc[3] = fmaf(s1 * xb.y, pp[3], fmaf(b1, xb.x, cc[3]));
+        }
+      }
+    }
+
+    // ---- the unit's epilogue (as qgemm's, one m-tile a warp) ----
+    // Lane values: acc[n][u] = weight row r0 (block row gq), activation row 8n + 2t + u; acc[n][2 + u] row r1.
+    if constexpr (MODE == kSwiglu) {
+      // Warp w's block: outputs tile·64 + 8w + gq, gate in acc[..][0..1], up in acc[..][2..3].
+      float act[NT][2];
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const float v = silu(acc[n][u]) * acc[n][2 + u];
+          act[n][u] = v;
+          float mx = fabsf(v), sum = v;
+#pragma unroll
+          for (int off = 4; off < 32; off <<= 1) {
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            sum += __shfl_xor_sync(0xffffffffu, sum, off);
+          }
+          if (gq == 0) red[warp * BM + 8 * n + 2 * tq + u] = make_float2(mx, sum);
+        }
+      __syncthreads();
+      if (tid < BM && tid < ct.m_cnt) {
+        const float2 r = swiglu_row_scale(red, kWarps, BM, tid, &rsc[tid]);
+        reinterpret_cast<float2*>(a.yxs)[size_t(__ldg(a.yrow + ct.e0 + tid)) * (a.n_out / 64) + ct.tile] = r;
+      }
+      __syncthreads();
+      const int opos = ct.tile * 64 + 8 * warp + 2 * (gq & 3) + (gq >> 2);
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int m = 8 * n + 2 * tq + u;
+          if (m < ct.m_cnt) {
+            const int yr = __ldg(a.yrow + ct.e0 + m);
+            put_act<TERMS>(a.yx, a.yxlo, size_t(yr) * a.n_out + opos, act[n][u] * rsc[m]);
+          }
+        }
+    } else {
+      const int n0 = ct.tile * 128 + 16 * warp + gq;
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int m = 8 * n + 2 * tq + u;
+          if (m < ct.m_cnt) {
+            float* y = a.y + size_t(__ldg(a.yrow + ct.e0 + m)) * a.ldy;
+            y[n0] = acc[n][u];
+            y[n0 + 8] = acc[n][2 + u];
+          }
+        }
+    }
+    if (g.nbuf == 2) {
+      buf ^= 1;
+      ct = nt;
+    } else if (nx < n_units) {  // one buffer: the next unit's rows once every warp is done with these
+      __syncthreads();
+      ct = unit_of<BM>(g, nx, its, pu, n_items);
+      stage_x(ct, 0);
+    }
+  }
+}
+
+template <int NT, int MODE, int TERMS> Status launch(const XArgs& g, cudaStream_t s) {
+  constexpr int BM = 8 * NT;
+  auto k = xgemm_kernel<NT, MODE, TERMS>;
+  const size_t xbytes = size_t(BM) * g.K * 2 * TERMS + size_t(BM) * g.nG * 8,
+               rest = size_t(kWarps) * BM * 8 + BM * 4 + size_t(g.a.max_items) * 20 + 16;
+  // Two activation buffers where two blocks an SM still fit (down's K = 512), else one (gate+up's 2048).
+  XArgs h = g;
+  h.nbuf = 2 * xbytes + rest <= 110 * 1024 ? 2 : 1;
+  const size_t smem = xbytes * h.nbuf + rest;
+  static size_t attr = 0;
+  if (smem > attr) {
+    LILY_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    attr = smem;
+  }
+  return launch_k("xgemm", k, dim3(2 * sm_count()), dim3(kThreads), smem, s, h);
+}
+template <int MODE> Status launch_nt(int nt, const XArgs& g, cudaStream_t s) {
+  const bool two = g.a.xlo != nullptr;
+  if (nt == 1) return two ? launch<1, MODE, 2>(g, s) : launch<1, MODE, 1>(g, s);
+  return two ? launch<2, MODE, 2>(g, s) : launch<2, MODE, 1>(g, s);
+}
+
+// qgemm's tile height rule (gemm/qgemm.cu): room for 1.25× the mean rows per item.
+int nt_of(const QGemmArgs& a) {
+  if (a.nt) return a.nt;
+  const double ent = double(std::max(a.ent_hint, 1)), rows = 1.25 * ent / std::min(ent, double(a.E));
+  int nt = 1;
+  while (nt < 8 && 8.0 * nt < rows) nt *= 2;
+  return nt;
+}
+
+}  // namespace
+
+size_t frag_bytes(int blocks, int K) { return size_t(blocks) * (K / 64) * (32 * 16 + 8 * 8); }
+
+Status frag_pack(const QW& a, const QW& b, int ra, int oa, int rb, int ob, int blocks, void* dst, FragW* out, Stream s) {
+  if (a.bits != 4 || b.bits != 4 || a.cols != b.cols || a.cols % 64 != 0 || blocks < 1 || !dst)
+    return cu_err("frag_pack: 4-bit matrices of one K (a multiple of 64) and a destination (K {} / {})", a.cols, b.cols);
+  if (size_t(ra) * (blocks - 1) + oa + 8 > size_t(a.rows) || size_t(rb) * (blocks - 1) + ob + 8 > size_t(b.rows))
+    return cu_err("frag_pack: {} blocks run past the matrices ({} / {} rows)", blocks, a.rows, b.rows);
+  const int nG = a.cols / 64;
+  uint32_t* codes = static_cast<uint32_t*>(dst);
+  uint32_t* sb = codes + size_t(blocks) * nG * 32 * 4;
+  const size_t n = size_t(blocks) * nG * 32;
+  frag_pack_kernel<<<unsigned((n + 255) / 256), 256, 0, static_cast<cudaStream_t>(s)>>>(a, b, ra, oa, rb, ob, blocks, codes, sb);
+  LILY_TRY(launch_status("frag_pack"));
+  out->codes = codes, out->sb = sb, out->blocks = blocks, out->K = a.cols;
+  return Status::ok();
+}
+
+Status frag_experts(DevWeights& d, int E, int I, int H, void** mem, size_t* bytes, Stream s) {
+  const size_t per = frag_bytes(E * I / 8, H) + frag_bytes(I / 8, H) + frag_bytes(E * H / 16, I) + frag_bytes(H / 16, I);
+  *bytes = per * d.layers.size();
+  LILY_CU_TRY(cudaMalloc(mem, *bytes));
+  uint8_t* p = static_cast<uint8_t*>(*mem);
+  for (DevLayer& L : d.layers) {
+    LILY_TRY(frag_pack(L.gate, L.up, 8, 0, 8, 0, E * I / 8, p, &L.fgu, s));
+    p += frag_bytes(E * I / 8, H);
+    LILY_TRY(frag_pack(L.sh_gate_up, L.sh_gate_up, 8, 0, 8, I, I / 8, p, &L.fsgu, s));
+    p += frag_bytes(I / 8, H);
+    LILY_TRY(frag_pack(L.down, L.down, 16, 0, 16, 8, E * H / 16, p, &L.fdn, s));
+    p += frag_bytes(E * H / 16, I);
+    LILY_TRY(frag_pack(L.sh_down, L.sh_down, 16, 0, 16, 8, H / 16, p, &L.fsdn, s));
+    p += frag_bytes(H / 16, I);
+  }
+  LILY_CU_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(s)));
+  return Status::ok();
+}
+
+bool xgemm_fits(const QGemmArgs& a) {
+  const int nt = nt_of(a);
+  return a.items && a.w.cols % (64 * kD) == 0 && (nt == 1 || nt == 2) && (a.swiglu ? a.n_out % 64 == 0 : a.n_out % 128 == 0);
+}
+
+Status xgemm(const QGemmArgs& a, const FragW& w, const FragW& sh, Stream stream) {
+  if (!xgemm_fits(a)) return cu_err("xgemm: needs items, K % {} == 0 (K {}), a tile of 8 or 16 rows and whole tiles", 64 * kD, a.w.cols);
+  if (!w.codes || !sh.codes || w.K != a.w.cols || sh.K != a.w.cols) return cu_err("xgemm: fragment copies of K {} needed", a.w.cols);
+  if (!a.x || !a.xs || !a.xrow || !a.yrow || a.max_items < 1 || a.max_items > kMaxItems || a.E < 1)
+    return cu_err("xgemm: items mode needs x, xs, xrow, yrow, max_items (1..{}) and E", kMaxItems);
+  XArgs g{};
+  g.a = a, g.w = w, g.sh = sh, g.K = a.w.cols, g.nG = a.w.cols / 64;
+  if (a.swiglu) {
+    if (!a.yx || !a.yxs || !a.xlo != !a.yxlo) return cu_err("xgemm: swiglu writes packed rows (yx, yxs; yxlo with xlo)");
+    g.T = a.n_out / 64, g.bpe = a.n_out / 8;
+  } else {
+    if (!a.y || a.ldy < a.n_out) return cu_err("xgemm: items output y needs ldy >= n_out");
+    g.T = a.n_out / 128, g.bpe = a.n_out / 16;
+  }
+  if (w.blocks < a.E * g.bpe || sh.blocks < g.bpe) return cu_err("xgemm: fragment copies hold {} / {} blocks, fewer than the experts' {}", w.blocks, sh.blocks, g.bpe);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int nt = nt_of(a);
+  return a.swiglu ? launch_nt<kSwiglu>(nt, g, s) : launch_nt<kItems>(nt, g, s);
+}
+
+}  // namespace lily::cuda
