@@ -137,7 +137,7 @@ class CudaBackend final : public Backend {
       void* mem = nullptr;
       size_t bytes = 0;
       LILY_TRY(frag_experts(d_, cfg_.num_experts, cfg_.moe_intermediate_size, cfg_.hidden_size, &mem, &bytes, stream_));
-      owned_.push_back(mem);
+      if (mem) owned_.push_back(mem);
     }
     return alloc_scratch();
   }

@@ -359,6 +359,8 @@ Status frag_pack(const QW& a, const QW& b, int ra, int oa, int rb, int ob, int b
 }
 
 Status frag_experts(DevWeights& d, int E, int I, int H, void** mem, size_t* bytes, Stream s) {
+  *mem = nullptr, *bytes = 0;
+  if (H % (64 * kD) != 0 || I % (64 * kD) != 0) return Status::ok();  // no xgemm at these K: no copies
   const size_t per = frag_bytes(E * I / 8, H) + frag_bytes(I / 8, H) + frag_bytes(E * H / 16, I) + frag_bytes(H / 16, I);
   *bytes = per * d.layers.size();
   LILY_CU_TRY(cudaMalloc(mem, *bytes));

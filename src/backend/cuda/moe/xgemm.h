@@ -35,7 +35,8 @@ Status frag_pack(const QW& a, const QW& b, int ra, int oa, int rb, int ob, int b
 // would take a taller tile returns an error: xgemm_fits tells before).
 bool xgemm_fits(const QGemmArgs& a);
 // The fragment copies of every layer's experts (gate+up, down, shared) in one device allocation (*mem,
-// owned by the caller), set in d.layers[i].fgu / fsgu / fdn / fsdn; *bytes its size.
+// owned by the caller), set in d.layers[i].fgu / fsgu / fdn / fsdn; *bytes its size. None (null, 0) where
+// H or I is no multiple of 256 (xgemm never runs there).
 Status frag_experts(DevWeights& d, int E, int I, int H, void** mem, size_t* bytes, Stream s);
 Status xgemm(const QGemmArgs& a, const FragW& w, const FragW& sh, Stream s);
 
