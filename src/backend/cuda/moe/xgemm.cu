@@ -1,9 +1,9 @@
 // xgemm (contract in xgemm.h): persistent blocks of 8 warps walk the work units of qgemm's items mode
-// (unit = one item × one tile of 8 warp blocks × one chunk of BM = 8·NT activation rows). Per unit the
-// block stages its activation rows (all K, fp16 hi [+ lo], and the group sums) in shared memory (where
-// two buffers fit, the next unit's while this one computes); each warp streams its 16-row weight block's
-// groups from HBM into a ring of kD register slots, kD groups ahead, the ring running on into the warp's
-// block of the next unit, so the weight loads never stop at a unit boundary.
+// (unit = one item × one tile of 8 warp blocks × one chunk of BM = 8·NT activation rows). The block stages
+// the unit's activation rows (fp16 hi [+ lo], and the group sums) in shared memory in chunks of KC columns
+// through two buffers, the next chunk (or the next unit's first) loading while one computes; each warp
+// streams its 16-row weight block's groups from HBM into a ring of kD register slots, kD groups ahead, the
+// ring running on into the warp's block of the next unit, so the weight loads never stop at a unit boundary.
 // Per group: four k-steps of m16n8k16 (weights as A, activation rows as B) into a zeroed partial, then
 // y += (scale·2^-e)·part + bias·Σx, exactly as qgemm.
 #include <cuda_fp16.h>
@@ -25,7 +25,7 @@ struct XArgs {
   QGemmArgs a;
   FragW w, sh;
   int K, nG, T, bpe;  // bpe: weight blocks per expert (swiglu n_out/8, plain n_out/16)
-  int nbuf;           // activation buffers: 2 stage the next unit's rows while this one computes
+  int KC;             // activation columns a shared-memory buffer holds (K / KC chunks a unit, two buffers)
 };
 
 // ---- the fragment copy ----
@@ -95,11 +95,12 @@ __global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
   extern __shared__ __align__(16) uint8_t sm[];
   const QGemmArgs& a = g.a;
   const int K = g.K, nG = g.nG;
-  // Shared memory: nbuf activation buffers, each x hi [BM][K] fp16 (16-byte chunk q of row m at
-  // ((q ^ (m & 1)) << 4)), x lo the same, {Σx, 2^-e} [BM][nG]; then the swiglu epilogue's [kWarps][BM]
-  // {max, sum} and [BM] scales, the items and their unit prefix.
-  const size_t plane = size_t(BM) * K * 2, xbytes = plane * TERMS + size_t(BM) * nG * 8;
-  float2* red = reinterpret_cast<float2*>(sm + xbytes * g.nbuf);
+  // Shared memory: two activation buffers, each one chunk of KC columns of the unit's rows: x hi [BM][KC]
+  // fp16 (16-byte chunk q of row m at ((q ^ (m & 1)) << 4)), x lo the same, {Σx, 2^-e} [BM][KC/64]; then
+  // the swiglu epilogue's [kWarps][BM] {max, sum} and [BM] scales, the items and their unit prefix.
+  const int KC = g.KC, gpc = KC / 64, nC = K / KC;  // groups a chunk, chunks a unit
+  const size_t plane = size_t(BM) * KC * 2, xbytes = plane * TERMS + size_t(BM) * gpc * 8;
+  float2* red = reinterpret_cast<float2*>(sm + xbytes * 2);
   float* rsc = reinterpret_cast<float*>(red + kWarps * BM);
   int4* its = reinterpret_cast<int4*>(rsc + BM);
   int* pu = reinterpret_cast<int*>(its + a.max_items);
@@ -151,98 +152,103 @@ __global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
 #pragma unroll
   for (int d = 0; d < kD; ++d) load(d);
 
-  // The activation rows of unit t into buffer b (rows past m_cnt zero), as one cp.async group.
-  auto stage_x = [&](const Unit& t, int b) {
+  // Chunk h (columns [h·KC, +KC)) of unit t's activation rows into buffer b (rows past m_cnt zero), as one
+  // cp.async group.
+  auto stage_x = [&](const Unit& t, int h, int b) {
     uint8_t* bx = sm + xbytes * b;
-    const int cpr = K / 8;  // 16-byte chunks per row
+    const int cpr = KC / 8;  // 16-byte chunks per row
     for (int c = tid; c < BM * cpr; c += kThreads) {
       const int m = c / cpr, q = c - m * cpr;
       const bool ok = m < t.m_cnt;
-      const size_t row = ok ? size_t(__ldg(a.xrow + t.e0 + m)) : 0;
-      const uint32_t dst = smem_u32(bx + size_t(m) * K * 2 + ((q ^ (m & 1)) << 4));
-      cp16(dst, a.x + row * a.ldx + q * 8, ok);
-      if constexpr (TERMS == 2) cp16(dst + uint32_t(plane), a.xlo + row * a.ldx + q * 8, ok);
+      const size_t src = (ok ? size_t(__ldg(a.xrow + t.e0 + m)) * a.ldx : 0) + size_t(h) * KC + q * 8;
+      const uint32_t dst = smem_u32(bx + size_t(m) * KC * 2 + ((q ^ (m & 1)) << 4));
+      cp16(dst, a.x + src, ok);
+      if constexpr (TERMS == 2) cp16(dst + uint32_t(plane), a.xlo + src, ok);
     }
     float2* bxs = reinterpret_cast<float2*>(bx + plane * TERMS);
-    for (int c = tid; c < BM * nG; c += kThreads) {
-      const int m = c / nG, G = c - m * nG;
+    for (int c = tid; c < BM * gpc; c += kThreads) {
+      const int m = c / gpc, G = c - m * gpc;
       const bool ok = m < t.m_cnt;
       const size_t row = ok ? size_t(__ldg(a.xrow + t.e0 + m)) : 0;
-      cp8(smem_u32(bxs + c), a.xs + (row * nG + G) * 2, ok ? 8 : 0);
+      cp8(smem_u32(bxs + c), a.xs + (row * nG + size_t(h) * gpc + G) * 2, ok ? 8 : 0);
     }
     cp_commit();
   };
 
   Unit ct = unit_of<BM>(g, blockIdx.x, its, pu, n_items);
   int buf = 0;
-  stage_x(ct, 0);
+  stage_x(ct, 0, 0);
   for (int cu = blockIdx.x; cu < n_units; cu += gridDim.x) {
-    // This unit's rows are in buffer buf; every warp is done with the last unit (so the other buffer is
-    // free for the next unit's rows).
-    cp_wait<0>();
-    __syncthreads();
     const int nx = cu + int(gridDim.x);
     Unit nt{};
-    if (g.nbuf == 2 && nx < n_units) {
-      nt = unit_of<BM>(g, nx, its, pu, n_items);
-      stage_x(nt, buf ^ 1);
-    }
-    const uint8_t* sx = sm + xbytes * buf;
-    const float2* sxs = reinterpret_cast<const float2*>(sx + plane * TERMS);
-
     float acc[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
-    for (int G0 = 0; G0 < nG; G0 += kD) {
+    for (int hc = 0; hc < nC; ++hc) {
+      // Chunk hc is in buffer buf; every warp is done with the last chunk, so the other buffer takes the
+      // next one (this unit's, or the next unit's first) while this one computes.
+      cp_wait<0>();
+      __syncthreads();
+      if (hc + 1 < nC) {
+        stage_x(ct, hc + 1, buf ^ 1);
+      } else if (nx < n_units) {
+        nt = unit_of<BM>(g, nx, its, pu, n_items);
+        stage_x(nt, 0, buf ^ 1);
+      }
+      const uint8_t* sx = sm + xbytes * buf;
+      const float2* sxs = reinterpret_cast<const float2*>(sx + plane * TERMS);
+      buf ^= 1;
+      for (int G0 = hc * gpc; G0 < (hc + 1) * gpc; G0 += kD) {
 #pragma unroll
-      for (int d = 0; d < kD; ++d) {
-        const int G = G0 + d;
-        const uint4 c = rc[d];
-        const uint2 q = rs[d];
-        load(d);  // the slot's next group (kD ahead), while this one computes
-        float part[NT][4];
+        for (int d = 0; d < kD; ++d) {
+          const int G = G0 + d, Gl = G - hc * gpc;  // the weights' group, the chunk's
+          const uint4 c = rc[d];
+          const uint2 q = rs[d];
+          load(d);  // the slot's next group (kD ahead), while this one computes
+          float part[NT][4];
 #pragma unroll
-        for (int n = 0; n < NT; ++n)
+          for (int n = 0; n < NT; ++n)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) part[n][i] = 0.f;
+            for (int i = 0; i < 4; ++i) part[n][i] = 0.f;
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {  // 16-byte x chunk j of the lane's 32 bytes per group: k-steps 2j, 2j+1
-          uint4 xv[NT][TERMS];
+          for (int j = 0; j < 2; ++j) {  // 16-byte x chunk j of the lane's 32 bytes per group: k-steps 2j, 2j+1
+            uint4 xv[NT][TERMS];
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+              const int m = 8 * n + gq;
+              const uint8_t* px = sx + size_t(m) * KC * 2 + (((Gl * 8 + 2 * tq + j) ^ (m & 1)) << 4);
+#pragma unroll
+              for (int h = 0; h < TERMS; ++h) xv[n][h] = *reinterpret_cast<const uint4*>(px + h * plane);
+            }
+#pragma unroll
+            for (int p = 0; p < 2; ++p) {
+              uint32_t a0, a1, a2, a3;
+              cvt4(j ? c.y : c.x, p, a0, a2);
+              cvt4(j ? c.w : c.z, p, a1, a3);
+#pragma unroll
+              for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int h = 0; h < TERMS; ++h) {
+                  const uint4 v = xv[n][h];
+                  mma(part[n], a0, a1, a2, a3, p ? v.z : v.x, p ? v.w : v.y);
+                }
+            }
+          }
+          const float s0 = __uint_as_float(q.x << 16), b0 = __uint_as_float(q.x & 0xFFFF0000u);
+          const float s1 = __uint_as_float(q.y << 16), b1 = __uint_as_float(q.y & 0xFFFF0000u);
 #pragma unroll
           for (int n = 0; n < NT; ++n) {
-            const int m = 8 * n + gq;
-            const uint8_t* px = sx + size_t(m) * K * 2 + (((G * 8 + 2 * tq + j) ^ (m & 1)) << 4);
-#pragma unroll
-            for (int h = 0; h < TERMS; ++h) xv[n][h] = *reinterpret_cast<const uint4*>(px + h * plane);
+            const int m = 8 * n + 2 * tq;
+            const float2 xa = sxs[m * gpc + Gl], xb = sxs[(m + 1) * gpc + Gl];
+            float* cc = acc[n];
+            const float* pp = part[n];
+            cc[0] = fmaf(s0 * xa.y, pp[0], fmaf(b0, xa.x, cc[0]));
+            cc[1] = fmaf(s0 * xb.y, pp[1], fmaf(b0, xb.x, cc[1]));
+            cc[2] = fmaf(s1 * xa.y, pp[2], fmaf(b1, xa.x, cc[2]));
+            cc[3] = fmaf(s1 * xb.y, pp[3], fmaf(b1, xb.x, cc[3]));
           }
-#pragma unroll
-          for (int p = 0; p < 2; ++p) {
-            uint32_t a0, a1, a2, a3;
-            cvt4(j ? c.y : c.x, p, a0, a2);
-            cvt4(j ? c.w : c.z, p, a1, a3);
-#pragma unroll
-            for (int n = 0; n < NT; ++n)
-#pragma unroll
-              for (int h = 0; h < TERMS; ++h) {
-                const uint4 v = xv[n][h];
-                mma(part[n], a0, a1, a2, a3, p ? v.z : v.x, p ? v.w : v.y);
-              }
-          }
-        }
-        const float s0 = __uint_as_float(q.x << 16), b0 = __uint_as_float(q.x & 0xFFFF0000u);
-        const float s1 = __uint_as_float(q.y << 16), b1 = __uint_as_float(q.y & 0xFFFF0000u);
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-          const int m = 8 * n + 2 * tq;
-          const float2 xa = sxs[m * nG + G], xb = sxs[(m + 1) * nG + G];
-          float* cc = acc[n];
-          const float* pp = part[n];
-          cc[0] = fmaf(s0 * xa.y, pp[0], fmaf(b0, xa.x, cc[0]));
-          cc[1] = fmaf(s0 * xb.y, pp[1], fmaf(b0, xb.x, cc[1]));
-          cc[2] = fmaf(s1 * xa.y, pp[2], fmaf(b1, xa.x, cc[2]));
-          cc[3] = fmaf(s1 * xb.y, pp[3], fmaf(b1, xb.x, cc[3]));
         }
       }
     }
@@ -297,26 +303,21 @@ __global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
           }
         }
     }
-    if (g.nbuf == 2) {
-      buf ^= 1;
-      ct = nt;
-    } else if (nx < n_units) {  // one buffer: the next unit's rows once every warp is done with these
-      __syncthreads();
-      ct = unit_of<BM>(g, nx, its, pu, n_items);
-      stage_x(ct, 0);
-    }
+    ct = nt;
   }
 }
 
 template <int NT, int MODE, int TERMS> Status launch(const XArgs& g, cudaStream_t s) {
   constexpr int BM = 8 * NT;
   auto k = xgemm_kernel<NT, MODE, TERMS>;
-  const size_t xbytes = size_t(BM) * g.K * 2 * TERMS + size_t(BM) * g.nG * 8,
-               rest = size_t(kWarps) * BM * 8 + BM * 4 + size_t(g.a.max_items) * 20 + 16;
-  // Two activation buffers where two blocks an SM still fit (down's K = 512), else one (gate+up's 2048).
+  const size_t rest = size_t(kWarps) * BM * 8 + BM * 4 + size_t(g.a.max_items) * 20 + 16;
+  // Activation chunks: the widest KC (K / 2^i, a multiple of 64·kD) whose two buffers leave two blocks an SM
+  // (K = 2048 at 8 rows, two passes: 1,024; K = 512: all of it).
+  auto xbytes = [&](int kc) { return size_t(BM) * kc * 2 * TERMS + size_t(BM) * (kc / 64) * 8; };
   XArgs h = g;
-  h.nbuf = 2 * xbytes + rest <= 110 * 1024 ? 2 : 1;
-  const size_t smem = xbytes * h.nbuf + rest;
+  h.KC = g.K;
+  while (2 * xbytes(h.KC) + rest > 110 * 1024 && h.KC % 2 == 0 && (h.KC / 2) % (64 * kD) == 0) h.KC /= 2;
+  const size_t smem = 2 * xbytes(h.KC) + rest;
   static size_t attr = 0;
   if (smem > attr) {
     LILY_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
