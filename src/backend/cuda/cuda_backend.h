@@ -135,8 +135,7 @@ class CudaBackend final : public Backend {
     LILY_TRY(upload_weights(w_, verbose_, &arena_, d_, &upload_gbps_));
     if (const char* x = std::getenv("LILY_XGEMM"); x && std::string(x) == "1") {  // A/B: the experts' fragment copies
       void* mem = nullptr;
-      size_t bytes = 0;
-      LILY_TRY(frag_experts(d_, cfg_.num_experts, cfg_.moe_intermediate_size, cfg_.hidden_size, &mem, &bytes, stream_));
+      LILY_TRY(frag_experts(d_, cfg_.num_experts, cfg_.moe_intermediate_size, cfg_.hidden_size, &mem, stream_));
       if (mem) owned_.push_back(mem);
     }
     return alloc_scratch();

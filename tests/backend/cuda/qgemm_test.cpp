@@ -243,19 +243,10 @@ TEST(CudaQgemm, MoeMatchesCpuAndIsBatchInvariant) {
     // xgemm (moe/xgemm.h) where K allows (gate+up K = H, down K = I, both multiples of 256): its fragment
     // copies of the experts, made once per case.
     const bool xcase = c.H % 256 == 0 && c.I % 256 == 0;
-    cuda::FragW fgu, fsgu, fdn, fsdn;
-    D<uint8_t> fr(xcase ? cuda::frag_bytes(c.E * c.I / 8, c.H) + cuda::frag_bytes(c.I / 8, c.H) +
-                              cuda::frag_bytes(c.E * c.H / 16, c.I) + cuda::frag_bytes(c.H / 16, c.I)
-                        : 1);
+    cuda::FragExperts fx;
+    D<uint8_t> fr(xcase ? cuda::frag_expert_bytes(c.E, c.I, c.H) : 1);
     if (xcase) {
-      uint8_t* p = fr.p;
-      ASSERT_TRUE(cuda::frag_pack(gate.q, up.q, 8, 0, 8, 0, c.E * c.I / 8, p, &fgu, nullptr).is_ok());
-      p += cuda::frag_bytes(c.E * c.I / 8, c.H);
-      ASSERT_TRUE(cuda::frag_pack(shgu.q, shgu.q, 8, 0, 8, c.I, c.I / 8, p, &fsgu, nullptr).is_ok());
-      p += cuda::frag_bytes(c.I / 8, c.H);
-      ASSERT_TRUE(cuda::frag_pack(down.q, down.q, 16, 0, 16, 8, c.E * c.H / 16, p, &fdn, nullptr).is_ok());
-      p += cuda::frag_bytes(c.E * c.H / 16, c.I);
-      ASSERT_TRUE(cuda::frag_pack(shd.q, shd.q, 16, 0, 16, 8, c.H / 16, p, &fsdn, nullptr).is_ok());
+      ASSERT_TRUE(cuda::frag_pack_experts(gate.q, up.q, shgu.q, down.q, shd.q, c.E, c.I, c.H, fr.p, &fx, nullptr).is_ok());
     }
     // Rows 0..2 keep their routing at every B (the routing's first rows are drawn first from a reset seed).
     std::vector<float> base_act, base_y;  // rows 0..2's entries at the first B
@@ -292,13 +283,13 @@ TEST(CudaQgemm, MoeMatchesCpuAndIsBatchInvariant) {
           a.yxs = acts.p, a.n_out = c.I, a.xlo = terms == 2 ? dXlo.p : nullptr, a.yxlo = terms == 2 ? actlo.p : nullptr, a.items = rt.items.p, a.n_items = rt.n_items.p, a.max_items = std::min(B * c.k, c.E) + 1,
           a.E = c.E, a.xrow = rt.rowb.p, a.yrow = rt.ent.p, a.ent_hint = B * c.k, a.nt = nt;
           if (kern == 1 && !cuda::xgemm_fits(a)) continue;
-          Status st = kern == 0 ? cuda::qgemm(a, nullptr) : cuda::xgemm(a, fgu, fsgu, nullptr);
+          Status st = kern == 0 ? cuda::qgemm(a, nullptr) : cuda::xgemm(a, fx.gu, fx.sgu, nullptr);
           ASSERT_TRUE(st.is_ok()) << st.message();
           cuda::QGemmArgs d = a;
           d.w = down.q, d.w2 = {}, d.sh = shd.q, d.x = act.p, d.xs = acts.p, d.ldx = c.I, d.swiglu = false, d.yx = nullptr,
           d.yxs = nullptr, d.yxlo = nullptr, d.xlo = terms == 2 ? actlo.p : nullptr, d.y = y.p, d.ldy = c.H, d.n_out = c.H,
           d.xrow = rt.ent.p;
-          st = kern == 0 ? cuda::qgemm(d, nullptr) : cuda::xgemm(d, fdn, fsdn, nullptr);
+          st = kern == 0 ? cuda::qgemm(d, nullptr) : cuda::xgemm(d, fx.dn, fx.sdn, nullptr);
           ASSERT_TRUE(st.is_ok()) << st.message();
           const std::vector<uint16_t> lo_host = actlo.get();
           Packed pa{act.get(), acts.get(), nent, c.I, terms == 2 ? &lo_host : nullptr};
@@ -431,19 +422,9 @@ TEST(CudaQgemm, Bench) {
   QMat gate(E * I, H, 4), up(E * I, H, 4), down(E * H, I, 4), shgu(2 * I, H, 4), shd(H, I, 4);
   const int Bm[] = {1, 16, 64, 256, 736};  // 736: a mixed step's rows (256 decode + 480 prompt)
   // xgemm's fragment copies of the same experts.
-  cuda::FragW fgu, fsgu, fdn, fsdn;
-  D<uint8_t> fr(cuda::frag_bytes(E * I / 8, H) + cuda::frag_bytes(I / 8, H) + cuda::frag_bytes(E * H / 16, I) +
-                cuda::frag_bytes(H / 16, I));
-  {
-    uint8_t* p = fr.p;
-    (void)cuda::frag_pack(gate.q, up.q, 8, 0, 8, 0, E * I / 8, p, &fgu, nullptr);
-    p += cuda::frag_bytes(E * I / 8, H);
-    (void)cuda::frag_pack(shgu.q, shgu.q, 8, 0, 8, I, I / 8, p, &fsgu, nullptr);
-    p += cuda::frag_bytes(I / 8, H);
-    (void)cuda::frag_pack(down.q, down.q, 16, 0, 16, 8, E * H / 16, p, &fdn, nullptr);
-    p += cuda::frag_bytes(E * H / 16, I);
-    (void)cuda::frag_pack(shd.q, shd.q, 16, 0, 16, 8, H / 16, p, &fsdn, nullptr);
-  }
+  cuda::FragExperts fx;
+  D<uint8_t> fr(cuda::frag_expert_bytes(E, I, H));
+  ASSERT_TRUE(cuda::frag_pack_experts(gate.q, up.q, shgu.q, down.q, shd.q, E, I, H, fr.p, &fx, nullptr).is_ok());
   for (int terms : {1, 2})
   for (int B : Bm)
   for (int nt : {0, 2, 4, 8}) {
@@ -471,8 +452,8 @@ TEST(CudaQgemm, Bench) {
     std::printf("[qgemm-bench] | moe gate+up%s (%d experts) nt=%d | %d | %.1f | %.0f |\n", tp, n_items, nt, B, us_gu, gu_bytes / us_gu * 1e-3);
     std::printf("[qgemm-bench] | moe down%s (%d experts) nt=%d | %d | %.1f | %.0f |\n", tp, n_items, nt, B, us_dn, dn_bytes / us_dn * 1e-3);
     if (cuda::xgemm_fits(a) && cuda::xgemm_fits(d)) {
-      const double xs_gu = time_us([&](cudaStream_t t) { (void)cuda::xgemm(a, fgu, fsgu, t); });
-      const double xs_dn = time_us([&](cudaStream_t t) { (void)cuda::xgemm(d, fdn, fsdn, t); });
+      const double xs_gu = time_us([&](cudaStream_t t) { (void)cuda::xgemm(a, fx.gu, fx.sgu, t); });
+      const double xs_dn = time_us([&](cudaStream_t t) { (void)cuda::xgemm(d, fx.dn, fx.sdn, t); });
       std::printf("[qgemm-bench] | xgemm gate+up%s (%d experts) nt=%d | %d | %.1f | %.0f |\n", tp, n_items, nt, B, xs_gu, gu_bytes / xs_gu * 1e-3);
       std::printf("[qgemm-bench] | xgemm down%s (%d experts) nt=%d | %d | %.1f | %.0f |\n", tp, n_items, nt, B, xs_dn, dn_bytes / xs_dn * 1e-3);
     }

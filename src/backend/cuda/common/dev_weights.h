@@ -27,7 +27,7 @@ struct DevLayer {
   // MoE
   QW router;  // [E + 1, H] 8-bit: router rows, then shared_expert_gate
   QW gate, up, down, sh_gate_up, sh_down;
-  FragW fgu, fsgu, fdn, fsdn;  // the experts in fragment order (moe/xgemm.h), when made (LILY_XGEMM=1)
+  FragExperts frag;  // the experts in fragment order (moe/xgemm.h), when made (LILY_XGEMM=1)
 };
 
 struct DevWeights {

@@ -30,6 +30,10 @@ struct FragW {
   const uint32_t* sb = nullptr;     // [blocks][K/64][8][2] u32
   int blocks = 0, K = 0;
 };
+// A layer's experts in fragment order: routed and shared gate+up, routed and shared down.
+struct FragExperts {
+  FragW gu, sgu, dn, sdn;
+};
 
 // Per-sequence control block in device memory: the step reads pos/tok here and the last
 // kernel of a step writes the next tok and advances pos, so the host never feeds the loop.

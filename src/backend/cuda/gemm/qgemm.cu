@@ -606,6 +606,17 @@ size_t qgemm_counters(int rows, int cols, int M) {
   return size_t(tiles_of(rows)) * size_t((M + 7) / 8);
 }
 
+// Rows per item: the step's routed entries over min(entries, E) experts; a tile with room for 1.25× the
+// mean, so most items fit one chunk while few rows waste few MMAs. H200, 2026-12-04 (CudaQgemm.Bench, two
+// passes, 256 experts, 736 rows = 23 per expert): 64-row tiles (room for 2× the mean, the rule before)
+// gate+up 729.6 µs, down 420.6; 32-row 444.4 / 284.3; 16-row 557.5 / 378.7. At 256 rows (8 per expert)
+// the 16-row tile: 292.4 / 189.7, the 32-row 390.6 / 248.9.
+int qgemm_items_nt(const QGemmArgs& a) {
+  if (a.nt) return a.nt;
+  const double ent = double(std::max(a.ent_hint, 1));
+  return nt_for(1.25 * ent / std::min(ent, double(a.E)));
+}
+
 Status qgemm(const QGemmArgs& a, Stream stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const bool items = a.items != nullptr;
@@ -648,15 +659,7 @@ Status qgemm(const QGemmArgs& a, Stream stream) {
     g.mode = kItems, g.T = tiles_of(a.n_out);
   }
   g.S = 1, g.C = 0, g.N = a.n_out;
-  // Rows per item: the step's routed entries over min(entries, E) experts; a tile with room for 1.25× the
-  // mean, so most items fit one chunk while few rows waste few MMAs. H200, 2026-12-04 (CudaQgemm.Bench, two
-  // passes, 256 experts, 736 rows = 23 per expert): 64-row tiles (room for 2× the mean, the rule before)
-  // gate+up 729.6 µs, down 420.6; 32-row 444.4 / 284.3; 16-row 557.5 / 378.7. At 256 rows (8 per expert)
-  // the 16-row tile: 292.4 / 189.7, the 32-row 390.6 / 248.9.
-  if (!nt) {
-    const double ent = double(std::max(a.ent_hint, 1));
-    nt = nt_for(1.25 * ent / std::min(ent, double(a.E)));
-  }
+  nt = qgemm_items_nt(a);
   return g.mode == kSwiglu ? launch_terms<4, kSwiglu>(nt, g, sm_count(), s) : launch_terms<4, kItems>(nt, g, sm_count(), s);
 }
 

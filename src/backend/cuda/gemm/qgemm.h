@@ -86,6 +86,9 @@ struct QGemmArgs {
 
 Status qgemm(const QGemmArgs& a, Stream s);
 
+// Items: the tile height (in 8-row n-tiles: 1, 2, 4 or 8) a call runs, a.nt when forced, else chosen by
+// the routed entries per expert (a.ent_hint, a.E); never changes a row's result.
+int qgemm_items_nt(const QGemmArgs& a);
 // Rows from which a dense 4-bit call of a matrix of `rows` weight rows runs the wgmma tile.
 int qgemm_wg_rows(int rows);
 // The dense k split of a matrix (a function of its shape only, never of the rows).

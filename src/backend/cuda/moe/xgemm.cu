@@ -331,15 +331,6 @@ template <int MODE> Status launch_nt(int nt, const XArgs& g, cudaStream_t s) {
   return two ? launch<2, MODE, 2>(g, s) : launch<2, MODE, 1>(g, s);
 }
 
-// qgemm's tile height rule (gemm/qgemm.cu): room for 1.25× the mean rows per item.
-int nt_of(const QGemmArgs& a) {
-  if (a.nt) return a.nt;
-  const double ent = double(std::max(a.ent_hint, 1)), rows = 1.25 * ent / std::min(ent, double(a.E));
-  int nt = 1;
-  while (nt < 8 && 8.0 * nt < rows) nt *= 2;
-  return nt;
-}
-
 }  // namespace
 
 size_t frag_bytes(int blocks, int K) { return size_t(blocks) * (K / 64) * (32 * 16 + 8 * 8); }
@@ -359,29 +350,38 @@ Status frag_pack(const QW& a, const QW& b, int ra, int oa, int rb, int ob, int b
   return Status::ok();
 }
 
-Status frag_experts(DevWeights& d, int E, int I, int H, void** mem, size_t* bytes, Stream s) {
-  *mem = nullptr, *bytes = 0;
+size_t frag_expert_bytes(int E, int I, int H) {
+  return frag_bytes(E * I / 8, H) + frag_bytes(I / 8, H) + frag_bytes(E * H / 16, I) + frag_bytes(H / 16, I);
+}
+
+Status frag_pack_experts(const QW& gate, const QW& up, const QW& sh_gate_up, const QW& down, const QW& sh_down, int E,
+                         int I, int H, void* dst, FragExperts* out, Stream s) {
+  uint8_t* p = static_cast<uint8_t*>(dst);
+  LILY_TRY(frag_pack(gate, up, 8, 0, 8, 0, E * I / 8, p, &out->gu, s));
+  p += frag_bytes(E * I / 8, H);
+  LILY_TRY(frag_pack(sh_gate_up, sh_gate_up, 8, 0, 8, I, I / 8, p, &out->sgu, s));
+  p += frag_bytes(I / 8, H);
+  LILY_TRY(frag_pack(down, down, 16, 0, 16, 8, E * H / 16, p, &out->dn, s));
+  p += frag_bytes(E * H / 16, I);
+  return frag_pack(sh_down, sh_down, 16, 0, 16, 8, H / 16, p, &out->sdn, s);
+}
+
+Status frag_experts(DevWeights& d, int E, int I, int H, void** mem, Stream s) {
+  *mem = nullptr;
   if (H % (64 * kD) != 0 || I % (64 * kD) != 0) return Status::ok();  // no xgemm at these K: no copies
-  const size_t per = frag_bytes(E * I / 8, H) + frag_bytes(I / 8, H) + frag_bytes(E * H / 16, I) + frag_bytes(H / 16, I);
-  *bytes = per * d.layers.size();
-  LILY_CU_TRY(cudaMalloc(mem, *bytes));
+  const size_t per = frag_expert_bytes(E, I, H);
+  LILY_CU_TRY(cudaMalloc(mem, per * d.layers.size()));
   uint8_t* p = static_cast<uint8_t*>(*mem);
   for (DevLayer& L : d.layers) {
-    LILY_TRY(frag_pack(L.gate, L.up, 8, 0, 8, 0, E * I / 8, p, &L.fgu, s));
-    p += frag_bytes(E * I / 8, H);
-    LILY_TRY(frag_pack(L.sh_gate_up, L.sh_gate_up, 8, 0, 8, I, I / 8, p, &L.fsgu, s));
-    p += frag_bytes(I / 8, H);
-    LILY_TRY(frag_pack(L.down, L.down, 16, 0, 16, 8, E * H / 16, p, &L.fdn, s));
-    p += frag_bytes(E * H / 16, I);
-    LILY_TRY(frag_pack(L.sh_down, L.sh_down, 16, 0, 16, 8, H / 16, p, &L.fsdn, s));
-    p += frag_bytes(H / 16, I);
+    LILY_TRY(frag_pack_experts(L.gate, L.up, L.sh_gate_up, L.down, L.sh_down, E, I, H, p, &L.frag, s));
+    p += per;
   }
   LILY_CU_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(s)));
   return Status::ok();
 }
 
 bool xgemm_fits(const QGemmArgs& a) {
-  const int nt = nt_of(a);
+  const int nt = qgemm_items_nt(a);
   return a.items && a.w.cols % (64 * kD) == 0 && (nt == 1 || nt == 2) && (a.swiglu ? a.n_out % 64 == 0 : a.n_out % 128 == 0);
 }
 
@@ -401,7 +401,7 @@ Status xgemm(const QGemmArgs& a, const FragW& w, const FragW& sh, Stream stream)
   }
   if (w.blocks < a.E * g.bpe || sh.blocks < g.bpe) return cu_err("xgemm: fragment copies hold {} / {} blocks, fewer than the experts' {}", w.blocks, sh.blocks, g.bpe);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const int nt = nt_of(a);
+  const int nt = qgemm_items_nt(a);
   return a.swiglu ? launch_nt<kSwiglu>(nt, g, s) : launch_nt<kItems>(nt, g, s);
 }
 

@@ -34,10 +34,14 @@ Status frag_pack(const QW& a, const QW& b, int ra, int oa, int rb, int ob, int b
 // and a tile height of 8 or 16 rows (a.nt ∈ {0, 1, 2}; 0 chooses as qgemm does, and a call whose rows
 // would take a taller tile returns an error: xgemm_fits tells before).
 bool xgemm_fits(const QGemmArgs& a);
-// The fragment copies of every layer's experts (gate+up, down, shared) in one device allocation (*mem,
-// owned by the caller), set in d.layers[i].fgu / fsgu / fdn / fsdn; *bytes its size. None (null, 0) where
-// H or I is no multiple of 256 (xgemm never runs there).
-Status frag_experts(DevWeights& d, int E, int I, int H, void** mem, size_t* bytes, Stream s);
+// One layer's four fragment copies (routed gate+up, shared gate+up, routed down, shared down; E experts of
+// intermediate size I, hidden H) into dst, frag_expert_bytes(E, I, H) of device memory, in that order.
+size_t frag_expert_bytes(int E, int I, int H);
+Status frag_pack_experts(const QW& gate, const QW& up, const QW& sh_gate_up, const QW& down, const QW& sh_down, int E,
+                         int I, int H, void* dst, FragExperts* out, Stream s);
+// The fragment copies of every layer's experts in one device allocation (*mem, owned by the caller), set in
+// d.layers[i].frag. None (*mem null) where H or I is no multiple of 256 (xgemm never runs there).
+Status frag_experts(DevWeights& d, int E, int I, int H, void** mem, Stream s);
 Status xgemm(const QGemmArgs& a, const FragW& w, const FragW& sh, Stream s);
 
 }  // namespace lily::cuda

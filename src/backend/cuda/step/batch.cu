@@ -181,11 +181,11 @@ static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, int B
   m.yx = x.X_b, m.yxs = x.XS_b, m.yxlo = lb, m.n_out = I, m.items = x.items, m.n_items = x.n_items;
   m.max_items = std::min(B * k, E) + 1, m.E = E, m.xrow = x.rowb, m.yrow = x.ent, m.ent_hint = B * k;
   // The experts' fragment copies where made (LILY_XGEMM=1, the A/B) and the rows fit their tiles.
-  LILY_TRY(L.fgu.codes && xgemm_fits(m) ? xgemm(m, L.fgu, L.fsgu, s) : qgemm(m, s));
+  LILY_TRY(L.frag.gu.codes && xgemm_fits(m) ? xgemm(m, L.frag.gu, L.frag.sgu, s) : qgemm(m, s));
   mk("moe gate+up (experts)");
   m.w = L.down, m.w2 = QW{}, m.sh = L.sh_down, m.x = x.X_b, m.xs = x.XS_b, m.xlo = lb, m.ldx = I, m.swiglu = false;
   m.yx = nullptr, m.yxs = nullptr, m.yxlo = nullptr, m.y = x.yd, m.ldy = H, m.n_out = H, m.xrow = x.ent;
-  LILY_TRY(L.fdn.codes && xgemm_fits(m) ? xgemm(m, L.fdn, L.fsdn, s) : qgemm(m, s));
+  LILY_TRY(L.frag.dn.codes && xgemm_fits(m) ? xgemm(m, L.frag.dn, L.frag.sdn, s) : qgemm(m, s));
   mk("moe down (experts)");
   return Status::ok();
 }
