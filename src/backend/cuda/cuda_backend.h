@@ -133,11 +133,7 @@ class CudaBackend final : public Backend {
     for (auto& ev : ev_) LILY_CU_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming | cudaEventBlockingSync));
     LILY_TRY(attn_init());
     LILY_TRY(upload_weights(w_, verbose_, &arena_, d_, &upload_gbps_));
-    if (const char* x = std::getenv("LILY_XGEMM"); x && std::string(x) == "1") {  // A/B: the experts' fragment copies
-      void* mem = nullptr;
-      LILY_TRY(frag_experts(d_, cfg_.num_experts, cfg_.moe_intermediate_size, cfg_.hidden_size, &mem, stream_));
-      if (mem) owned_.push_back(mem);
-    }
+    LILY_TRY(frag_copies());
     return alloc_scratch();
   }
 
@@ -270,6 +266,28 @@ class CudaBackend final : public Backend {
     if (c.num_attention_heads % std::max(1, c.num_key_value_heads) != 0 || G > 8 || G == 5 || G == 7 || c.num_key_value_heads > 14)
       return cu_err("cuda: {} heads / {} kv heads unsupported (group 1, 2, 3, 4, 6 or 8; ≤ 14 kv heads)", c.num_attention_heads, c.num_key_value_heads);
     if (size_t(c.num_attention_heads) * hd > 4096) return cu_err("cuda: attention output width {} > 4096", c.num_attention_heads * hd);
+    return Status::ok();
+  }
+
+  // The experts' fragment-order copies (moe/xgemm.h) that the batched step's expert GEMMs read: +18.1 GB on
+  // the full model. Made where the device keeps at least a tenth of its memory (and 8 GiB) free after them
+  // for states, K/V and scratch; else the step's experts go through qgemm on the upload's layout.
+  Status frag_copies() {
+    const ModelConfig& c = cfg_;
+    const size_t need = frag_expert_bytes(c.num_experts, c.moe_intermediate_size, c.hidden_size) * d_.layers.size();
+    size_t free_b = 0, total_b = 0;
+    LILY_CU_TRY(cudaMemGetInfo(&free_b, &total_b));
+    const size_t keep = std::max<size_t>(size_t(8) << 30, total_b / 10);
+    if (need + keep > free_b) {
+      if (verbose_)
+        std::fprintf(stderr, "cuda: no fragment copies of the experts (%.1f GB; %.1f GB free): the batched step reads "
+                             "them through qgemm\n", need / 1e9, free_b / 1e9);
+      return Status::ok();
+    }
+    void* mem = nullptr;
+    LILY_TRY(frag_experts(d_, c.num_experts, c.moe_intermediate_size, c.hidden_size, &mem, stream_));
+    if (mem) owned_.push_back(mem);
+    if (mem && verbose_) std::fprintf(stderr, "cuda: fragment copies of the experts: %.2f GB\n", need / 1e9);
     return Status::ok();
   }
 

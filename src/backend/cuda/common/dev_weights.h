@@ -27,7 +27,7 @@ struct DevLayer {
   // MoE
   QW router;  // [E + 1, H] 8-bit: router rows, then shared_expert_gate
   QW gate, up, down, sh_gate_up, sh_down;
-  FragExperts frag;  // the experts in fragment order (moe/xgemm.h), when made (LILY_XGEMM=1)
+  FragExperts frag;  // the experts in fragment order (moe/xgemm.h), where made (CudaBackend::frag_copies)
 };
 
 struct DevWeights {

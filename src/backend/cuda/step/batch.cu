@@ -180,7 +180,7 @@ static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, int B
   m.w = L.gate, m.w2 = L.up, m.sh = L.sh_gate_up, m.x = x.X_a, m.xs = x.XS_a, m.xlo = la, m.ldx = H, m.swiglu = true;
   m.yx = x.X_b, m.yxs = x.XS_b, m.yxlo = lb, m.n_out = I, m.items = x.items, m.n_items = x.n_items;
   m.max_items = std::min(B * k, E) + 1, m.E = E, m.xrow = x.rowb, m.yrow = x.ent, m.ent_hint = B * k;
-  // The experts' fragment copies where made (LILY_XGEMM=1, the A/B) and the rows fit their tiles.
+  // The experts' fragment copies where made (CudaBackend::frag_copies) and the rows fit their tiles.
   LILY_TRY(L.frag.gu.codes && xgemm_fits(m) ? xgemm(m, L.frag.gu, L.frag.sgu, s) : qgemm(m, s));
   mk("moe gate+up (experts)");
   m.w = L.down, m.w2 = QW{}, m.sh = L.sh_down, m.x = x.X_b, m.xs = x.XS_b, m.xlo = lb, m.ldx = I, m.swiglu = false;
