@@ -275,9 +275,34 @@ TEST(CudaBatch, GemvRowsEqualBatch1) {
         ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
       }
       const float e = max_diff(y.get(), y1.get());
-      row("bgemv", std::to_string(s.bits) + "-bit " + std::to_string(s.rows) + "x" + std::to_string(s.K), B, e);
+      const std::string sh = std::to_string(s.bits) + "-bit " + std::to_string(s.rows) + "x" + std::to_string(s.K);
+      row("bgemv", sh, B, e);
       EXPECT_EQ(e, 0.f) << "bits " << s.bits << " K " << s.K << " B " << B;
+      // One launch for every row (blocks of 8 rows × 16-row weight tiles), as the batched step's router.
+      D<float> yg(size_t(B) * s.rows);
+      ASSERT_TRUE(cuda::bgemv_grouped(w.q, x.p, s.K, yg.p, s.rows, B, nullptr).is_ok());
+      const float eg = max_diff(yg.get(), y1.get());
+      row("bgemv_grouped", sh, B, eg);
+      EXPECT_EQ(eg, 0.f) << "grouped: bits " << s.bits << " K " << s.K << " B " << B;
     }
+  }
+}
+
+// The router's shape at the batched step's larger row counts (25 and 32 blocks of 8 rows, a partial last one).
+TEST(CudaBatch, GroupedRouterEqualsBatch1) {
+  LILY_REQUIRE_GPU();
+  Q w(257, 2048, 8);
+  for (int B : {197, 256}) {
+    D<float> x(randv(size_t(B) * 2048)), y(size_t(B) * 257), y1(size_t(B) * 257);
+    ASSERT_TRUE(cuda::bgemv_grouped(w.q, x.p, 2048, y.p, 257, B, nullptr).is_ok());
+    for (int b = 0; b < B; ++b) {
+      cuda::GemvArgs a{};
+      a.w = w.q, a.pro = cuda::Pro::kPlain, a.in = x.p + size_t(b) * 2048, a.y = y1.p + size_t(b) * 257;
+      ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
+    }
+    const float e = max_diff(y.get(), y1.get());
+    row("bgemv_grouped", "8-bit 257x2048", B, e);
+    EXPECT_EQ(e, 0.f) << "B " << B;
   }
 }
 

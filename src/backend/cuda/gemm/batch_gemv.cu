@@ -399,4 +399,31 @@ Status bfinish(StepCtl* const* ctl, const int32_t* pos, int B, Stream s) {
   return launch_k("bfinish", bfinish_kernel, dim3(1), dim3(64), 0, static_cast<cudaStream_t>(s), ctl, pos, B);
 }
 
+Status bgemv_grouped(const QW& w, const float* x, int ldx, float* y, int ldy, int B, Stream stream) {
+  constexpr int G = 8, R = 2;
+  auto s = static_cast<cudaStream_t>(stream);
+  if (w.bits != 4 && w.bits != 8) return cu_err("bgemv_grouped: {} bits unsupported", w.bits);
+  if (w.cols % 64 != 0 || w.cols <= 0 || w.rows <= 0 || B < 1) return cu_err("bgemv_grouped: shape {}x{}, {} rows unsupported", w.rows, w.cols, B);
+  const size_t smem = size_t(G) * (w.bits == 8 ? row_floats<8>(w.cols) : row_floats<4>(w.cols)) * sizeof(float);
+  const int cpl = (w.cols * w.bits / 128 + 31) / 32;
+  if (smem > kSmemCap || cpl > 4) return cu_err("bgemv_grouped: K={} too large for {}-bit", w.cols, w.bits);
+  const dim3 grid((B + G - 1) / G, (w.rows + kWarps * R - 1) / (kWarps * R));
+  auto go = [&](auto kern) -> Status {
+    static bool attr = false;  // per instantiation
+    if (!attr && smem > 48 * 1024) {
+      LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemCap)));
+      attr = true;
+    }
+    return launch_k("bgemv_grouped", kern, grid, dim3(kThreads), smem, s, w, x, ldx, y, ldy, B, G);
+  };
+  if (w.bits == 4) {
+    if (cpl == 1) return go(bgemv2_kernel<4, 1, R, G>);
+    if (cpl == 2) return go(bgemv2_kernel<4, 2, R, G>);
+    return go(bgemv2_kernel<4, 4, R, G>);
+  }
+  if (cpl == 1) return go(bgemv2_kernel<8, 1, R, G>);
+  if (cpl == 2) return go(bgemv2_kernel<8, 2, R, G>);
+  return go(bgemv2_kernel<8, 4, R, G>);
+}
+
 }  // namespace lily::cuda

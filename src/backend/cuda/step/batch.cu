@@ -100,7 +100,7 @@ Status CudaBackend::batch_alloc(int B) {
     size_t wsf = 0, nc = 0;
     const int qkv_rows = qrows, in_rows = C + vd + 2 * nv;
     for (auto [r, k] : {std::pair{in_rows, H}, {H, vd}, {qkv_rows, H}, {H, c.num_attention_heads * c.head_dim},
-                        {c.num_experts + 1, H}, {c.vocab_size, H}}) {
+                        {c.vocab_size, H}}) {
       wsf = std::max(wsf, qgemm_ws_floats(r, k, cap));
       nc = std::max(nc, qgemm_counters(r, k, cap));
     }
@@ -154,20 +154,19 @@ static Status gemv_rows(const QW& w, const float* x, int ldx, float* y, int ldy,
   return Status::ok();
 }
 
-// The MoE block of the qgemm step on B rows packed in x.X_a (+ x.Xl_a) / x.XS_a: router GEMM, routing
+// The MoE block of the qgemm step on B rows packed in x.X_a (+ x.Xl_a) / x.XS_a, the same rows fp32 in hn
+// [B][H]: router (bgemv_grouped on hn: each row's logits bit-identical to the decode GEMV's), routing
 // table, gate+up+SwiGLU (packed for down by its epilogue) and down, expert-major, into x.yd [B·k + B][H]
 // with the weights in x.topk_w (the combine is the caller's: folded into the next add + norm, or
 // bmoe_combine).
 template <typename Mk>
-static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, int B, cudaStream_t s, Mk&& mk) {
+static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, const float* hn, int B, cudaStream_t s,
+                     Mk&& mk) {
   const int H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
   uint16_t* la = qgemm_two() ? x.Xl_a : nullptr;
   uint16_t* lb = qgemm_two() ? x.Xl_b : nullptr;
-  QGemmArgs r{};
-  r.w = L.router, r.x = x.X_a, r.xs = x.XS_a, r.xlo = la, r.ldx = H, r.M = B, r.y = x.rl, r.ldy = E + 1, r.ws = x.ws,
-  r.cnt = x.cnt;
-  LILY_TRY(qgemm(r, s));
-  mk("router gemm");
+  LILY_TRY(bgemv_grouped(L.router, hn, H, x.rl, E + 1, B, s));
+  mk("router gemv");
   if (route_split(B)) {
     LILY_TRY(brouter_topk(x.rl, E + 1, E, k, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, s));
     LILY_TRY(broute(x.topk_ids, B, k, E, x.items, x.n_items, x.rowb, x.ent, s));
@@ -209,10 +208,11 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
     return qgemm(g, s);
   };
   // add + norm (+ the previous layer's MoE combine when moe) → packed X_a.
-  auto norm = [&](const float* in, const float* mix, bool moe, const void* gain, float* res_out) {
+  auto norm = [&](const float* in, const float* mix, bool moe, const void* gain, float* res_out, float* n_out = nullptr) {
     BNormArgs n{};
     n.in = in, n.mix = moe ? nullptr : mix, n.yd = moe ? x.yd : nullptr, n.tw = x.topk_w, n.top_k = k;
-    n.gain = gain, n.H = H, n.B = B, n.eps = eps, n.res_out = res_out, n.XS = x.XS_a, n.X16 = x.X_a, n.X16lo = la;
+    n.gain = gain, n.H = H, n.B = B, n.eps = eps, n.res_out = res_out, n.n_out = n_out, n.XS = x.XS_a, n.X16 = x.X_a;
+    n.X16lo = la;
     return bnorm_pack(n, s);
   };
   LILY_TRY(bembed(d.embed, x.tok(), x.xres[0], B, s));
@@ -251,9 +251,9 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
       mk("attn o_proj gemm");
     }
     p ^= 1;
-    LILY_TRY(norm(x.xres[p], x.mix, false, L.post_norm, x.xres[p ^ 1]));
+    LILY_TRY(norm(x.xres[p], x.mix, false, L.post_norm, x.xres[p ^ 1], x.xn));
     mk("add+norm+pack");
-    LILY_TRY(moe_tc(x, c, L, B, s, mk));
+    LILY_TRY(moe_tc(x, c, L, x.xn, B, s, mk));
     p ^= 1;
     moe_pending = true;
   }
@@ -395,7 +395,7 @@ Status CudaBackend::moe_rows(const DevLayer& L, const float* hn, int M, float* m
   BatchCtx& x = *batch_;
   const int H = c.hidden_size;
   LILY_TRY(xpack16(hn, H, H, M, x.X_a, x.XS_a, qgemm_two() ? x.Xl_a : nullptr, s));
-  LILY_TRY(moe_tc(x, c, L, M, s, [](const char*) {}));
+  LILY_TRY(moe_tc(x, c, L, hn, M, s, [](const char*) {}));
   return bmoe_combine(x.yd, x.topk_w, c.num_experts_per_tok, H, M, mix, s);
 }
 

@@ -17,6 +17,11 @@ int bgemv_group_rows(const QW& w);
 // y[b·ldy + r] = Σ_c scale·Σq·x_b + bias·Σx_b for every row r of w and b < B, x fp32 [B][ldx]
 // (plain input). B ≤ bgemv_group_rows(w). Per (b, r) the same sums as gemv() with Pro::kPlain.
 Status bgemv(const QW& w, const float* x, int ldx, float* y, int ldy, int B, Stream s);
+// bgemv's sums (each (b, r) bit-identical to gemv) for any B ≥ 1 in one launch: blocks of 8 staged rows ×
+// tiles of 16 weight rows, so each block stages only its 8 rows. For small matrices at many rows (the
+// router: 257 × 2048 8-bit), where staging every row in each block would cost more than the sums.
+// 8 staged rows must fit the shared memory (K ≤ 4096 at 4 bits, ≤ 2048 at 8).
+Status bgemv_grouped(const QW& w, const float* x, int ldx, float* y, int ldy, int B, Stream s);
 
 // Per row b (B blocks): r = in_b + mix_b (mix may be null); res_out_b = r; n_out_b = rms(r)·gain
 // (the gemv kAddNorm staging's arithmetic). All fp32 [B][H], gain bf16 [H]; H ≤ 4096.
