@@ -194,22 +194,28 @@ template <bool TWO> __global__ void __launch_bounds__(kThreads, 2) qgemm_wg_kern
     last = flag[0] != 0;
     if (!last) return;
     __threadfence();
+    // Split by split, each split's 32 loads issued together (one L2 round trip a split, not one a value);
+    // the sums in split order as before.
+    float sum[32];
 #pragma unroll
-    for (int hv = 0; hv < 2; ++hv) {
-      const int n = n0 + r0 + 8 * hv;
-      if (n >= g.N) continue;
+    for (int i = 0; i < 32; ++i) sum[i] = 0.f;
+    for (int sp = 0; sp < g.S; ++sp) {
+      const float* p = a.ws + size_t(sp) * a.M * g.N;
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+      for (int hv = 0; hv < 2; ++hv) {
+        const int n = n0 + r0 + 8 * hv;
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int mm = 8 * j + 2 * t + e;
-          if (mm >= m_cnt) continue;
-          float v = 0.f;
-          for (int sp = 0; sp < g.S; ++sp)
-            v += sp == split ? acc[4 * j + 2 * hv + e] : __ldcg(a.ws + (size_t(sp) * a.M + m0 + mm) * g.N + n);
-          acc[4 * j + 2 * hv + e] = v;
-        }
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int mm = 8 * j + 2 * t + e, i = 4 * j + 2 * hv + e;
+            const bool ok = n < g.N && mm < m_cnt;
+            sum[i] += sp == split ? acc[i] : ok ? __ldcg(p + size_t(m0 + mm) * g.N + n) : 0.f;
+          }
+      }
     }
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] = sum[i];  // entries past N or m_cnt are never stored
   }
 #pragma unroll
   for (int hv = 0; hv < 2; ++hv) {
