@@ -242,6 +242,23 @@ Status launch_bgemv2(const QW& w, const float* x, int ldx, float* y, int ldy, in
   return launch_k("bgemv2", kern, dim3(1, need < cap ? need : cap), dim3(kThreads), smem, s, w, x, ldx, y, ldy, B, B);
 }
 
+// bgemv_grouped: blocks of kGroup staged rows (grid x) × tiles of 2 weight rows a warp (grid y), one launch.
+constexpr int kGroup = 8;
+template <int BITS, int CPL>
+Status launch_grouped(const QW& w, const float* x, int ldx, float* y, int ldy, int B, cudaStream_t s) {
+  constexpr int R = 2;
+  auto kern = bgemv2_kernel<BITS, CPL, R, kGroup>;
+  const size_t smem = size_t(kGroup) * row_floats<BITS>(w.cols) * sizeof(float);
+  if (smem > kSmemCap) return cu_err("bgemv_grouped: K={} too large for {}-bit", w.cols, BITS);
+  static bool attr = false;  // per instantiation
+  if (!attr) {
+    LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemCap)));
+    attr = true;
+  }
+  const dim3 grid((B + kGroup - 1) / kGroup, (w.rows + kWarps * R - 1) / (kWarps * R));
+  return launch_k("bgemv_grouped", kern, grid, dim3(kThreads), smem, s, w, x, ldx, y, ldy, B, kGroup);
+}
+
 // v2 (bgemv2_kernel) wherever its staged rows, rounded up to 8, fit the shared memory; else v1. B = 16 / 64
 // aggregate tok/s on the H200 (docs/perf/2026-12-03-batching-cuda.md): 838 / 918 with v2 at 2 weight rows
 // per warp; v1 everywhere 737 / —; one launch of 8-row groups × one weight tile per block (v3) 550 / 647;
@@ -400,30 +417,19 @@ Status bfinish(StepCtl* const* ctl, const int32_t* pos, int B, Stream s) {
 }
 
 Status bgemv_grouped(const QW& w, const float* x, int ldx, float* y, int ldy, int B, Stream stream) {
-  constexpr int G = 8, R = 2;
   auto s = static_cast<cudaStream_t>(stream);
   if (w.bits != 4 && w.bits != 8) return cu_err("bgemv_grouped: {} bits unsupported", w.bits);
   if (w.cols % 64 != 0 || w.cols <= 0 || w.rows <= 0 || B < 1) return cu_err("bgemv_grouped: shape {}x{}, {} rows unsupported", w.rows, w.cols, B);
-  const size_t smem = size_t(G) * (w.bits == 8 ? row_floats<8>(w.cols) : row_floats<4>(w.cols)) * sizeof(float);
   const int cpl = (w.cols * w.bits / 128 + 31) / 32;
-  if (smem > kSmemCap || cpl > 4) return cu_err("bgemv_grouped: K={} too large for {}-bit", w.cols, w.bits);
-  const dim3 grid((B + G - 1) / G, (w.rows + kWarps * R - 1) / (kWarps * R));
-  auto go = [&](auto kern) -> Status {
-    static bool attr = false;  // per instantiation
-    if (!attr && smem > 48 * 1024) {
-      LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemCap)));
-      attr = true;
-    }
-    return launch_k("bgemv_grouped", kern, grid, dim3(kThreads), smem, s, w, x, ldx, y, ldy, B, G);
-  };
+  if (cpl > 4) return cu_err("bgemv_grouped: K={} too large for {}-bit", w.cols, w.bits);
   if (w.bits == 4) {
-    if (cpl == 1) return go(bgemv2_kernel<4, 1, R, G>);
-    if (cpl == 2) return go(bgemv2_kernel<4, 2, R, G>);
-    return go(bgemv2_kernel<4, 4, R, G>);
+    if (cpl == 1) return launch_grouped<4, 1>(w, x, ldx, y, ldy, B, s);
+    if (cpl == 2) return launch_grouped<4, 2>(w, x, ldx, y, ldy, B, s);
+    return launch_grouped<4, 4>(w, x, ldx, y, ldy, B, s);
   }
-  if (cpl == 1) return go(bgemv2_kernel<8, 1, R, G>);
-  if (cpl == 2) return go(bgemv2_kernel<8, 2, R, G>);
-  return go(bgemv2_kernel<8, 4, R, G>);
+  if (cpl == 1) return launch_grouped<8, 1>(w, x, ldx, y, ldy, B, s);
+  if (cpl == 2) return launch_grouped<8, 2>(w, x, ldx, y, ldy, B, s);
+  return launch_grouped<8, 4>(w, x, ldx, y, ldy, B, s);
 }
 
 }  // namespace lily::cuda
