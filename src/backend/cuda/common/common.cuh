@@ -145,25 +145,50 @@ __device__ __forceinline__ uint4 load_chunk(const QW& w, int r, int c, int nch) 
 // Stage fp32 x [K] (K a multiple of 32) into padded shared memory xs and per-chunk sums xcs
 // (whole block). Each thread issues its (up to 8) loads before the first use (L2, not L1: x was
 // written by an earlier kernel), so the staging costs one load latency, not K/blockDim of them.
-template <int BITS> __device__ __forceinline__ void stage_plain(const float* __restrict__ x, int K, float* xs, float* xcs) {
-  constexpr int CC = Chunk<BITS>::kCodes, U = 8;
+// U values of a row (elements e0 + u·blockDim.x) into xs at xs_index, and each chunk's sum into xcs.
+template <int BITS, int U> __device__ __forceinline__ void stage_put(const float (&v)[U], int e0, int K, float* xs, float* xcs) {
+  constexpr int CC = Chunk<BITS>::kCodes;
   const int lane = threadIdx.x & 31, nt = blockDim.x;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int e = e0 + u * nt;  // warp-uniform bound: K and nt are multiples of 32
+    if (e - lane < K) {
+      xs[xs_index<BITS>(e)] = v[u];
+      float s = v[u];
+#pragma unroll
+      for (int o = CC / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      if (lane % CC == 0) xcs[e / CC] = s;
+    }
+  }
+}
+template <int BITS> __device__ __forceinline__ void stage_plain(const float* __restrict__ x, int K, float* xs, float* xcs) {
+  constexpr int U = 8;
+  const int nt = blockDim.x;
   for (int e0 = threadIdx.x; e0 < K; e0 += U * nt) {
     float v[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) v[u] = e0 + u * nt < K ? __ldcg(x + e0 + u * nt) : 0.f;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int e = e0 + u * nt;  // warp-uniform bound: K and nt are multiples of 32
-      if (e - lane < K) {
-        xs[xs_index<BITS>(e)] = v[u];
-        float s = v[u];
-#pragma unroll
-        for (int o = CC / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane % CC == 0) xcs[e / CC] = s;
-      }
-    }
+    stage_put<BITS, U>(v, e0, K, xs, xcs);
   }
+}
+// stage_plain of rows b < B (x [B][ldx]) at sm + b·rf (then its chunk sums at + nch·kStride), the loads of
+// two rows in flight together (one row at a time waited on a memory round trip per row; four spilled).
+template <int BITS>
+__device__ __forceinline__ void stage_plain_rows(const float* __restrict__ x, int ldx, int K, int B, float* sm, int rf) {
+  constexpr int U = 8, RB = 2;
+  const int nt = blockDim.x, xcs_off = K * BITS / 128 * Chunk<BITS>::kStride;
+  for (int e0 = threadIdx.x; e0 < K; e0 += U * nt)
+    for (int b0 = 0; b0 < B; b0 += RB) {
+      float v[RB][U];
+#pragma unroll
+      for (int r = 0; r < RB; ++r)
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          v[r][u] = b0 + r < B && e0 + u * nt < K ? __ldcg(x + size_t(b0 + r) * ldx + e0 + u * nt) : 0.f;
+#pragma unroll
+      for (int r = 0; r < RB; ++r)
+        if (b0 + r < B) stage_put<BITS, U>(v[r], e0, K, sm + (b0 + r) * rf, sm + (b0 + r) * rf + xcs_off);
+    }
 }
 
 // The device's SM count (queried once; 132, the H200's, if the query fails): grids sized per SM.

@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kThreads) bgemv_kernel(QW w, const float* __re
   load_tile(tb + warp * R);  // weights only: may overlap the previous kernel
   pdl_wait();
   pdl_trigger();
-  for (int b = 0; b < B; ++b) stage_plain<BITS>(x + size_t(b) * ldx, K, sm + b * rf, sm + b * rf + nch * CS);
+  stage_plain_rows<BITS>(x, ldx, K, B, sm, rf);
   __syncthreads();
   for (; tb < rows; tb += rstep) {
     const int rb = tb + warp * R;
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kThreads) bgemv2_kernel(QW w, const float* __r
   load_tile(tb + warp * R);
   pdl_wait();
   pdl_trigger();
-  for (int b = 0; b < B; ++b) stage_plain<BITS>(x + size_t(b) * ldx, K, sm + b * rf, sm + b * rf + nch * CS);
+  stage_plain_rows<BITS>(x, ldx, K, B, sm, rf);
   __syncthreads();
   for (; tb < rows; tb += rstep) {
     const int rb = tb + warp * R;
