@@ -264,7 +264,13 @@ TEST(Scheduler, AMemoryBudgetMakesTheNextRequestWaitAndNotFail) {
   Rig rig(eo);
   std::vector<std::shared_ptr<Call>> calls;
   for (int i = 0; i < 3; ++i) calls.push_back(rig.make(200 + i, 60, 40));
-  for (auto& c : calls) rig.submit(c);
+  // The second and third arrive while the first's first step runs (the fake clock is not the wall
+  // clock: submitted from this thread, the first could finish before the third arrives and nothing waits).
+  rig.fake().on_launch = [&](int n) {
+    if (n != 0) return;
+    for (int i = 1; i < 3; ++i) ASSERT_TRUE(rig.engine().submit(calls[i]->req));
+  };
+  rig.submit(calls[0]);
   rig.wait(calls);
   for (auto& c : calls) expect_alone_reply(*c);
   EXPECT_EQ(rig.engine().stats().memory_waits.load(), 1u);
