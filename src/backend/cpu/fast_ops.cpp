@@ -87,8 +87,10 @@ void run_qjobs(std::span<const QJob> jobs) {
     const QJob& jb = jobs[j];
     if (jb.n == 0) continue;
     const int rows = jb.w->rows;
-    // ~128 KiB of codes per task at M = 1 (long sequential streams for the prefetchers; short
-    // rows such as the experts' down_proj, K = 512, otherwise pay per-task ramp-up); 64 rows at M ≥ 16, whose codes stay cached across token blocks.
+    // ~512 KiB of codes per task at M = 1: long sequential streams for the prefetchers (each task
+    // ramps up from cold); the full checkpoint's decode went 10.1 → 10.9 tok/s from 128 KiB tasks at
+    // 2 threads, 12.1 → 12.9 with the linear prefetch (docs/perf/2026-12-06-cpu-decode.md); 1-2 MiB
+    // measured no better and balance worse. 64 rows at M ≥ 16, whose codes stay cached across token blocks.
     const int row_bytes = std::max(1, jb.w->words_per_row() * 4);
     // The fp32 GEMM (no PreparedX) dequantizes 32-row panels once per task: tasks of 32 rows.
     const bool gemm = jb.w->bits == 4 && jb.x == nullptr;
@@ -99,7 +101,7 @@ void run_qjobs(std::span<const QJob> jobs) {
     const int few_rows = std::max(32, ((task_kb << 10) / row_bytes) & ~31);
     const int block = gemm ? (jb.n <= 32 ? few_rows : 32)
                       : jb.n >= 16 ? 64
-                                   : std::clamp((128 << 10) / row_bytes / std::max(1, jb.n), 16, 1024) & ~3;
+                                   : std::clamp((512 << 10) / row_bytes / std::max(1, jb.n), 16, 4096) & ~3;
     for (int r = 0; r < rows; r += block) tasks.push_back({j, r, std::min(rows, r + block)});
   }
   const KernelTable& k = kernels();
