@@ -55,8 +55,66 @@ struct V {
 }  // namespace
 
 LILY_TGT void gdn_chunk_avx512(const GdnChunkArgs& a) { gdn_chunk_impl(a); }
+#define LILY_TGT_BW __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,avx2")))
+
+// One token (decode): conv4_silu_impl's arithmetic, with the [C, 4] taps and the [C, 3] window of 16
+// channels deinterleaved and the window advanced by permutes instead of 112 scalar moves.
+LILY_TGT_BW void conv4_silu_one(const float* u, int c0, int c1, const bf16* w, float* window, float* out) {
+  __m512i tap_idx[4], win_idx[3];
+  for (int t = 0; t < 4; ++t) {
+    alignas(64) int16_t ix[32] = {};
+    for (int l = 0; l < 16; ++l) ix[l] = int16_t(4 * l + t);
+    tap_idx[t] = _mm512_load_si512(ix);
+  }
+  for (int t = 0; t < 3; ++t) {
+    alignas(64) int32_t ix[16];
+    for (int l = 0; l < 16; ++l) ix[l] = 3 * l + t;  // 0..47: below 32 from (W0, W1), else W2
+    win_idx[t] = _mm512_load_si512(ix);
+  }
+  alignas(64) int32_t xl[16];
+  __mmask16 xpos[3] = {0, 0, 0};  // in the advanced window, the slots that take the new input: g % 3 == 2
+  for (int k = 0; k < 3; ++k)
+    for (int j = 0; j < 16; ++j)
+      if ((16 * k + j) % 3 == 2) xpos[k] |= __mmask16(1u << j);
+  __m512i x_idx[3];
+  for (int k = 0; k < 3; ++k) {
+    for (int j = 0; j < 16; ++j) xl[j] = (16 * k + j) / 3;
+    x_idx[k] = _mm512_load_si512(xl);
+  }
+  const __m512i k32 = _mm512_set1_epi32(32);
+  int ch = c0;
+  for (; ch + 16 <= c1; ch += 16) {
+    const __m512i wa = _mm512_loadu_si512(w + size_t(ch) * 4), wb = _mm512_loadu_si512(w + size_t(ch) * 4 + 32);
+    __m512 wt[4];
+    for (int t = 0; t < 4; ++t) {
+      const __m256i b = _mm512_castsi512_si256(_mm512_permutex2var_epi16(wa, tap_idx[t], wb));
+      wt[t] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+    }
+    float* win = window + size_t(ch) * 3;
+    const __m512 W0 = _mm512_loadu_ps(win), W1 = _mm512_loadu_ps(win + 16), W2 = _mm512_loadu_ps(win + 32);
+    __m512 h[3];
+    for (int t = 0; t < 3; ++t) {
+      const __m512 lo = _mm512_permutex2var_ps(W0, win_idx[t], W1);
+      const __mmask16 hi = _mm512_cmpge_epi32_mask(win_idx[t], k32);
+      h[t] = _mm512_mask_permutexvar_ps(lo, hi, _mm512_sub_epi32(win_idx[t], k32), W2);
+    }
+    const __m512 x = _mm512_loadu_ps(u + ch);
+    const __m512 sv = _mm512_fmadd_ps(wt[3], x, _mm512_fmadd_ps(wt[2], h[2], _mm512_fmadd_ps(wt[1], h[1], _mm512_mul_ps(wt[0], h[0]))));
+    _mm512_storeu_ps(out + ch, silu_v(sv));
+    // Advanced window: each channel's (h1, h2, x), i.e. the old window one slot on, every third slot x.
+    const __m512 n0 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(W1), _mm512_castps_si512(W0), 1));
+    const __m512 n1 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(W2), _mm512_castps_si512(W1), 1));
+    const __m512 n2 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(W2), _mm512_castps_si512(W2), 1));
+    _mm512_storeu_ps(win, _mm512_mask_permutexvar_ps(n0, xpos[0], x_idx[0], x));
+    _mm512_storeu_ps(win + 16, _mm512_mask_permutexvar_ps(n1, xpos[1], x_idx[1], x));
+    _mm512_storeu_ps(win + 32, _mm512_mask_permutexvar_ps(n2, xpos[2], x_idx[2], x));
+  }
+  if (ch < c1) conv4_silu_impl(u, 1, 0, ch, c1, 0, w, window, out);
+}
+
 LILY_TGT void conv4_silu_avx512(const float* u, int M, int ldu, int c0, int c1, int C, const bf16* w, float* window,
                                 float* out) {
+  if (M == 1) return conv4_silu_one(u, c0, c1, w, window, out);
   conv4_silu_impl(u, M, ldu, c0, c1, C, w, window, out);
 }
 LILY_TGT void gated_norm_avx512(float* o, const float* z, const bf16* w, int rows, int dv, float eps) {
