@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -29,7 +30,8 @@ void span_of(const QWeight& q, uintptr_t& lo, uintptr_t& hi) {
 
 }  // namespace
 
-size_t advise_huge_pages(const ModelWeights& w) {
+// [a, b): the weights' byte span, 2 MiB aligned inward (empty: a >= b).
+void weight_span(const ModelWeights& w, uintptr_t& a, uintptr_t& b) {
   uintptr_t lo = UINTPTR_MAX, hi = 0;
   span_of(w.embed, lo, hi), span_of(w.lm_head, lo, hi);
   for (const auto& L : w.layers) {
@@ -40,8 +42,14 @@ size_t advise_huge_pages(const ModelWeights& w) {
       span_of(*q, lo, hi);
   }
   constexpr uintptr_t kHuge = uintptr_t(2) << 20;
-  const uintptr_t a = (lo + kHuge - 1) & ~(kHuge - 1), b = hi & ~(kHuge - 1);
-  if (lo >= hi || a >= b) return 0;
+  a = (lo + kHuge - 1) & ~(kHuge - 1), b = hi & ~(kHuge - 1);
+  if (lo >= hi) a = b = 0;
+}
+
+size_t advise_huge_pages(const ModelWeights& w) {
+  uintptr_t a, b;
+  weight_span(w, a, b);
+  if (a >= b) return 0;
 #ifdef MADV_HUGEPAGE
   if (::madvise(reinterpret_cast<void*>(a), b - a, MADV_HUGEPAGE) != 0) {
     spdlog::debug("cpu backend: madvise(MADV_HUGEPAGE) over the weights failed: {}", std::strerror(errno));
@@ -51,6 +59,19 @@ size_t advise_huge_pages(const ModelWeights& w) {
 #else
   return 0;
 #endif
+}
+
+double populate_weights(const ModelWeights& w) {
+  uintptr_t a, b;
+  weight_span(w, a, b);
+  if (a >= b) return -1;
+  constexpr int kPopulateRead = 22;  // MADV_POPULATE_READ (older headers lack it)
+  const auto t0 = std::chrono::steady_clock::now();
+  if (::madvise(reinterpret_cast<void*>(a), b - a, kPopulateRead) != 0) {
+    spdlog::debug("cpu backend: madvise(MADV_POPULATE_READ) over the weights failed: {}", std::strerror(errno));
+    return -1;
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 size_t file_pmd_mapped_bytes() {

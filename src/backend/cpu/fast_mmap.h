@@ -14,6 +14,11 @@ namespace lily::cpu::fast {
 // filesystems). Returns the bytes advised (0: refused).
 size_t advise_huge_pages(const ModelWeights& w);
 
+// Reads the same range into memory now (madvise(MADV_POPULATE_READ), Linux 5.14+), as llama.cpp's load
+// does: the first requests do not wait on the disk, and pages the cache did not hold arrive as 2 MiB
+// folios through the advised mapping. Returns the seconds it took, or -1 if the kernel refused.
+double populate_weights(const ModelWeights& w);
+
 // FilePmdMapped of this process (/proc/self/smaps_rollup), bytes; 0 if unreadable.
 size_t file_pmd_mapped_bytes();
 
