@@ -2,9 +2,10 @@
 // One pool per process (threads never oversubscribe the cores); work is split in contiguous
 // chunks so each thread streams its own range of weight rows.
 //
-// Hand-off: a decode step calls parallel_for ~400 times (40 layers × ~10 ops), tens of µs apart.
+// Hand-off: a decode step calls parallel_for ~270 times (40 layers × 6–7 ops), tens of µs apart.
 // Waking a sleeping thread through a condition variable costs a futex round trip and a
-// reschedule each time (170 µs a call measured on a busy 2-core VM, 4 µs spinning), so both sides
+// reschedule each time (26 µs a call on the quiet 2-core dev VM, 170 µs while a build ran; 5–9 µs
+// spinning; docs/perf/2026-12-06-cpu-decode.md), so both sides
 // first spin on atomics for up to kSpin (workers waiting for the next job, the caller waiting for
 // the last chunk), and only then sleep. An idle pool sleeps. A pool of more threads than the
 // machine has cores never spins: a spinning thread would hold the core a working one needs.

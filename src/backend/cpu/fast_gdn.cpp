@@ -44,9 +44,9 @@ void gdn_chunked(const GdnDims& d, int M, const float* q, const float* k, const 
 
 void conv4_silu(const float* u, int M, int ldu, int C, const bf16* w, float* window, float* out) {
   const KernelTable& kt = kernels();
-  const int kBlock = M == 1 ? 1024 : 64;  // channels per item (one token: a few items, each a few hundred ns)
-  parallel_dynamic((C + kBlock - 1) / kBlock, [&](int b) {
-    const int c0 = b * kBlock, c1 = std::min(C, c0 + kBlock);
+  const int block = M == 1 ? 1024 : 64;  // channels per item (one token: a few items, each a few hundred ns)
+  parallel_dynamic((C + block - 1) / block, [&](int b) {
+    const int c0 = b * block, c1 = std::min(C, c0 + block);
     kt.conv4_silu(u, M, ldu, c0, c1, C, w, window, out);
   });
 }

@@ -59,28 +59,32 @@ LILY_TGT void gdn_chunk_avx512(const GdnChunkArgs& a) { gdn_chunk_impl(a); }
 
 // One token (decode): conv4_silu_impl's arithmetic, with the [C, 4] taps and the [C, 3] window of 16
 // channels deinterleaved and the window advanced by permutes instead of 112 scalar moves.
+// Index tables of conv4_silu_one, built once.
+struct Conv1Tables {
+  alignas(64) int16_t tap[4][32] = {};  // tap t of channel l: word 4l + t of the 16 channels' [16, 4] taps
+  alignas(64) int32_t win[3][16];       // slot t of channel l: 3l + t of the [16, 3] window (0..47)
+  alignas(64) int32_t x[3][16];         // advanced window, vector k, lane j: the channel (16k + j) / 3
+  __mmask16 xpos[3] = {0, 0, 0};        // ... and the lanes that take the new input: (16k + j) % 3 == 2
+  Conv1Tables() {
+    for (int l = 0; l < 16; ++l) {
+      for (int t = 0; t < 4; ++t) tap[t][l] = int16_t(4 * l + t);
+      for (int t = 0; t < 3; ++t) win[t][l] = 3 * l + t;
+    }
+    for (int k = 0; k < 3; ++k)
+      for (int j = 0; j < 16; ++j) {
+        x[k][j] = (16 * k + j) / 3;
+        if ((16 * k + j) % 3 == 2) xpos[k] |= __mmask16(1u << j);
+      }
+  }
+};
+
 LILY_TGT_BW void conv4_silu_one(const float* u, int c0, int c1, const bf16* w, float* window, float* out) {
-  __m512i tap_idx[4], win_idx[3];
-  for (int t = 0; t < 4; ++t) {
-    alignas(64) int16_t ix[32] = {};
-    for (int l = 0; l < 16; ++l) ix[l] = int16_t(4 * l + t);
-    tap_idx[t] = _mm512_load_si512(ix);
-  }
-  for (int t = 0; t < 3; ++t) {
-    alignas(64) int32_t ix[16];
-    for (int l = 0; l < 16; ++l) ix[l] = 3 * l + t;  // 0..47: below 32 from (W0, W1), else W2
-    win_idx[t] = _mm512_load_si512(ix);
-  }
-  alignas(64) int32_t xl[16];
-  __mmask16 xpos[3] = {0, 0, 0};  // in the advanced window, the slots that take the new input: g % 3 == 2
-  for (int k = 0; k < 3; ++k)
-    for (int j = 0; j < 16; ++j)
-      if ((16 * k + j) % 3 == 2) xpos[k] |= __mmask16(1u << j);
-  __m512i x_idx[3];
-  for (int k = 0; k < 3; ++k) {
-    for (int j = 0; j < 16; ++j) xl[j] = (16 * k + j) / 3;
-    x_idx[k] = _mm512_load_si512(xl);
-  }
+  static const Conv1Tables tb;
+  __m512i tap_idx[4], win_idx[3], x_idx[3];
+  for (int t = 0; t < 4; ++t) tap_idx[t] = _mm512_load_si512(tb.tap[t]);
+  for (int t = 0; t < 3; ++t) win_idx[t] = _mm512_load_si512(tb.win[t]);  // below 32 from (W0, W1), else W2
+  for (int k = 0; k < 3; ++k) x_idx[k] = _mm512_load_si512(tb.x[k]);
+  const __mmask16* xpos = tb.xpos;
   const __m512i k32 = _mm512_set1_epi32(32);
   int ch = c0;
   for (; ch + 16 <= c1; ch += 16) {
