@@ -55,7 +55,8 @@
 #           SERVE_BACKEND [cuda]  SERVE_ARGS (more `lily serve` options)  TRACE [1] (LILY_ENGINE_TRACE: the
 #                         slowest engine steps and the prefill chunks go to the summary)
 #           SERVE_AB      ';'-separated settings, each words of VAR=x (server env; LOGPROBS=0|1 for the clients)
-#                         and --flag value (serve options), at SERVE_AB_CLIENTS [16],
+#                         and --flag value (serve options), at SERVE_AB_CLIENTS [16]; LOGPROBS=, PROMPT_WORDS= and
+#                         MAX_TOKENS= there are the clients' settings,
 #                         e.g. 'LILY_QGEMM_TERMS=1;LOGPROBS=1 --step-tokens 1024' ['']
 #   cpu:    THREADS ["1 2 4 8 16"]  PROMPT [256]
 #   golden-envelope: GOLDENS (golden folders) [tests/data/golden/*]
@@ -273,9 +274,11 @@ SRV=""
 serve_run() {
   local name=$1 rows=$2 w port="" row n sys req
   shift 2
-  local envs=() args=() lp=${LOGPROBS:-0}
+  local envs=() args=() lp=${LOGPROBS:-0} pw=${PROMPT_WORDS:-48} mt=${MAX_TOKENS:-128}
   for w in "$@"; do
     if [[ $w == LOGPROBS=* ]]; then lp=${w#LOGPROBS=}
+    elif [[ $w == PROMPT_WORDS=* ]]; then pw=${w#PROMPT_WORDS=}
+    elif [[ $w == MAX_TOKENS=* ]]; then mt=${w#MAX_TOKENS=}
     elif [[ $w =~ ^[A-Z_][A-Z0-9_]*= ]]; then envs+=("$w")
     else args+=("$w"); fi
   done
@@ -301,7 +304,7 @@ serve_run() {
     return 1
   fi
   grep -E 'prepared' "$LOGS/$name.err" | head -2 | say
-  echo "-- replies of ${MAX_TOKENS:-128} tokens, ${PROMPT_WORDS:-48}-word prompts, ${REQ_PER_CLIENT:-4} requests per client (1 client: ${REQ1:-4}); a row 'Ns' shares a ${SYSTEM_WORDS:-300}-word system prompt$([[ $lp == 1 ]] && echo '; with logprobs')" | say
+  echo "-- replies of $mt tokens, $pw-word prompts, ${REQ_PER_CLIENT:-4} requests per client (1 client: ${REQ1:-4}); a row 'Ns' shares a ${SYSTEM_WORDS:-300}-word system prompt$([[ $lp == 1 ]] && echo '; with logprobs')" | say
   echo "| clients | requests | aggregate tok/s | stream tok/s p50 | TPOT p50 ms | ITL p50 / p90 / p99 ms (per event) | per token (LOGPROBS=1) | TTFT p50 / p90 / p99 ms | prefix-cache hits | failed |" | say
   for row in $rows; do  # "16s": 16 clients sharing a system prompt
     n=${row%s}; sys=0
@@ -309,7 +312,7 @@ serve_run() {
     req=$((n * ${REQ_PER_CLIENT:-4})); (( n == 1 )) && req=${REQ1:-4}
     in_time "$name/$row" || break
     timeout "$(cap 240)" "$NODE" "$REPO/bench/load.mjs" --url "http://127.0.0.1:$port" --clients "$n" --requests "$req" \
-      --max-tokens "${MAX_TOKENS:-128}" --prompt-words "${PROMPT_WORDS:-48}" --system-words "$sys" \
+      --max-tokens "$mt" --prompt-words "$pw" --system-words "$sys" \
       "${lpa[@]}" --json "$LOGS/${name}_$row.json" > "$LOGS/${name}_$row.txt" 2>&1
     local rc=$?
     load_row "$LOGS/${name}_$row.json" "$row" | say
