@@ -1,7 +1,11 @@
 // MADV_HUGEPAGE over the weight mapping and the PMD-mapped byte count (see fast_mmap.h).
 #include "backend/cpu/fast_mmap.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <algorithm>
 #include <chrono>
@@ -72,6 +76,64 @@ double populate_weights(const ModelWeights& w) {
     return -1;
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string mapped_file(const void* addr, size_t& offset) {
+  const auto p = reinterpret_cast<uintptr_t>(addr);
+  std::ifstream f("/proc/self/maps");
+  for (std::string line; std::getline(f, line);) {
+    unsigned long lo = 0, hi = 0, off = 0;
+    char perms[8] = {};
+    int path_at = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx %*s %*s %n", &lo, &hi, perms, &off, &path_at) < 4 || path_at == 0) continue;
+    if (p < lo || p >= hi || line[size_t(path_at)] != '/') continue;
+    offset = size_t(off) + size_t(p - lo);
+    return line.substr(size_t(path_at));
+  }
+  return {};
+}
+
+RefaultResult refault_small_folios(const ModelWeights& w) {
+  RefaultResult r;
+  uintptr_t a, b;
+  weight_span(w, a, b);
+  if (a >= b) return r;
+  const size_t span = size_t(b - a);
+  r.pmd_before = r.pmd_after = file_pmd_mapped_bytes();
+  if (r.pmd_before >= span / 10 * 9) return r;  // (nearly) all in 2 MiB folios already
+  size_t off0 = 0;
+  const std::string path = mapped_file(reinterpret_cast<const void*>(a), off0);
+  if (path.empty()) return r;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return r;
+  constexpr int kPopulateRead = 22;  // MADV_POPULATE_READ (5.14+)
+  const auto t0 = std::chrono::steady_clock::now();
+  // Drop [p, p + n) from this mapping and from the page cache (clean pages no other process maps), then
+  // fault it back through the MADV_HUGEPAGE mapping. False if the kernel refused a step.
+  const auto refault = [&](uintptr_t p, size_t n) {
+    return ::madvise(reinterpret_cast<void*>(p), n, MADV_DONTNEED) == 0 &&
+           ::posix_fadvise(fd, off_t(off0 + (p - a)), off_t(n), POSIX_FADV_DONTNEED) == 0 &&
+           ::madvise(reinterpret_cast<void*>(p), n, kPopulateRead) == 0;
+  };
+  // A 64 MiB probe first: where the file system (or a file another process maps) gives small folios again,
+  // re-reading 19 GB would cost seconds for nothing. Its gain is counted from after its eviction.
+  const size_t probe = std::min(span, size_t(64) << 20);
+  if (::madvise(reinterpret_cast<void*>(a), probe, MADV_DONTNEED) != 0 ||
+      ::posix_fadvise(fd, off_t(off0), off_t(probe), POSIX_FADV_DONTNEED) != 0) {
+    ::close(fd);
+    return r;
+  }
+  const size_t evicted = file_pmd_mapped_bytes();
+  const bool ok = ::madvise(reinterpret_cast<void*>(a), probe, kPopulateRead) == 0;
+  if (ok && file_pmd_mapped_bytes() >= evicted + probe / 2) {
+    r.tried = true;
+    if (span > probe && !refault(a + probe, span - probe))
+      spdlog::debug("cpu backend: re-faulting the weights stopped: {}", std::strerror(errno));
+  }
+  ::close(fd);
+  r.pmd_after = file_pmd_mapped_bytes();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
 }
 
 size_t file_pmd_mapped_bytes() {

@@ -4,6 +4,7 @@
 // 4 KiB pages every 512 KiB expert slice costs 128 TLB misses and page walks on cold page tables.
 #pragma once
 #include <cstddef>
+#include <string>
 
 #include "model/weights.h"
 
@@ -18,6 +19,24 @@ size_t advise_huge_pages(const ModelWeights& w);
 // does: the first requests do not wait on the disk, and pages the cache did not hold arrive as 2 MiB
 // folios through the advised mapping. Returns the seconds it took, or -1 if the kernel refused.
 double populate_weights(const ModelWeights& w);
+
+// Pages that were in the page cache before lily mapped them stay in the folios they came in, whatever the
+// mapping asks: a file just copied (or written) gave 14.5-15.7 of 19.5 GB PMD-mapped, run after run, and
+// decode slower by up to ~30% (docs/perf/2026-12-06-cpu-decode.md). After populate_weights: when less than
+// 90% of the weight span is PMD-mapped, drop it from the mapping and the page cache (MADV_DONTNEED, then
+// posix_fadvise(DONTNEED) on the file: clean pages no other process maps) and fault it back through the
+// advised mapping, which reads it in 2 MiB folios (15.7 -> 19.5 GB in 7.7 s on the 2-vCPU dev VM). A
+// 64 MiB probe first, so where the file system gives small folios again only that much is re-read.
+// tried: the whole span was re-read.
+struct RefaultResult {
+  bool tried = false;
+  size_t pmd_before = 0, pmd_after = 0;  // FilePmdMapped bytes
+  double seconds = 0;
+};
+RefaultResult refault_small_folios(const ModelWeights& w);
+
+// The file mapped at addr (/proc/self/maps) and addr's offset in it; empty if no file is mapped there.
+std::string mapped_file(const void* addr, size_t& offset);
 
 // FilePmdMapped of this process (/proc/self/smaps_rollup), bytes; 0 if unreadable.
 size_t file_pmd_mapped_bytes();
