@@ -82,8 +82,8 @@ struct GemvArgs {
   int32_t* tok_out = nullptr;   // [max_seq] host-mapped: tok_out[pos] = argmax
   void* partial = nullptr;      // scratch: [grid] (value, index) pairs
   int max_blocks = 0;           // grid cap (0 = default)
-  // Tensor-core kernel where it applies (gemv_tc.cu; the decode step sets this). LILY_GEMV_TC, when
-  // set, decides for every call (0 = never).
+  // Tensor-core kernel where it applies (gemv_tc.cu; the decode step sets this). Unset: the CUDA-core
+  // kernels, whose sums the batched GEMVs (batch_gemv.cu) repeat bit for bit.
   bool tc = false;
 };
 Status gemv(const GemvArgs& a, Stream s);
