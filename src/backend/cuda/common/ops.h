@@ -119,8 +119,8 @@ struct MoeArgs {
   bool norm_topk = true;
   int32_t* ids_out = nullptr;  // [top_k] or null
   float* w_out = nullptr;      // [top_k + 1] or null
-  // Tensor-core expert kernels where they apply (moe_tc.cu; the decode step sets this). LILY_MOE_TC,
-  // when set, decides for every call (0 = never).
+  // The tensor-core down kernel where it applies (moe_tc.cu; the decode step sets this; gate+up stays on
+  // moe.cu's kernel). Unset: moe.cu's kernels, whose sums the batched ones (batch_moe.cu) repeat bit for bit.
   bool tc = false;
 };
 Status moe_gate_up(const MoeArgs& a, Stream s);
