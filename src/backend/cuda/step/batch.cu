@@ -33,7 +33,8 @@ bool env_is(const char* name, const char* val) {
 }
 // The batch-1 step's arithmetic changes under this knob; the batched kernels copy the default.
 bool batch_knobs_ok() { return !env_is("LILY_GDN_FUSED_NORM", "0"); }
-// The qgemm step unless LILY_BATCH_TC=0 (the exact CUDA-core kernels, bit-identical to the batch-1 step).
+// The qgemm step unless LILY_BATCH_TC=0 (the exact CUDA-core kernels, each bit-identical to the batch-1
+// kernel it copies; the batch-1 step itself runs the tensor-core GEMV and MoE down and the chunked attention).
 bool tc_on() {
   static const bool on = !env_is("LILY_BATCH_TC", "0");
   return on;
