@@ -17,15 +17,6 @@ namespace {
 double qbytes(const QW& w, double rows = -1) {
   return (rows < 0 ? w.rows : rows) * (double(w.cols) * w.bits / 8 + double(w.cols) / 64 * 4);
 }
-// The DeltaNet gated RMSNorm at the end of the GDN step kernel (clusters), out_proj staging a
-// plain input; LILY_GDN_FUSED_NORM=0 keeps it in out_proj's staging.
-bool gdn_fused_norm() {
-  static const bool on = [] {
-    const char* e = std::getenv("LILY_GDN_FUSED_NORM");
-    return !(e && e[0] == '0');
-  }();
-  return on;
-}
 // Router top-k in the MoE kernels (default: the router GEMV writes only logits; every gate_up block of
 // a routed slot and every down block computes the top-k itself) or in the router's last block
 // (LILY_MOE_TOPK=router, the earlier path; also taken when E > 256).
@@ -80,7 +71,11 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
       g.u = u_, g.conv_w = L.conv_w, g.conv = SL.conv, g.S = SL.S, g.A_log = L.A_log, g.dt_bias = L.dt_bias;
       g.o = o_, g.ctl = st.ctl, g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.win_f32 = st.f32;
       g.dk = c.linear_key_head_dim, g.dv = c.linear_value_head_dim, g.K = c.linear_conv_kernel_dim;
-      const bool fuse_gn = gdn_fused_norm() && g.dv <= 256;
+      // The gated RMSNorm at the end of the GDN step kernel (clusters; dv ≤ 256), out_proj staging a plain
+      // input; wider heads keep it in out_proj's staging. H200, 2026-12-03: 440.0 tok/s at 256 against 386.1
+      // with the norm in out_proj's staging (docs/perf/2026-12-03-cuda-decode-2.md, since removed from the
+      // tree: git show 2d7ef65:docs/perf/2026-12-03-cuda-decode-2.md).
+      const bool fuse_gn = g.dv <= 256;
       if (fuse_gn) g.z = u_ + C, g.gnorm = L.gnorm, g.og = og_, g.eps = c.rms_norm_eps;
       const double gb = 2.0 * SL.S_bytes + 1.5 * SL.conv_bytes + double(C) * g.K * 2;
       LILY_TRY(op(fuse_gn ? "gdn: step (conv..readout+gated norm)" : "gdn: step (conv..readout)", gb,
@@ -122,7 +117,7 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
     m.gate = L.gate, m.up = L.up, m.down = L.down, m.sh_gate_up = L.sh_gate_up, m.sh_down = L.sh_down;
     m.topk_ids = topk_ids_, m.topk_w = topk_w_, m.top_k = c.num_experts_per_tok, m.H = H;
     m.I = c.moe_intermediate_size, m.Is = c.shared_expert_intermediate_size, m.x = hn_, m.act = act_, m.out = mix_;
-    m.tc = true;  // tensor-core expert kernels where they apply (moe_tc.cu; LILY_MOE_TC)
+    m.tc = true;  // the tensor-core down kernel where it applies (moe_tc.cu)
     if (topk_here) m.logits = rl_, m.n_experts = c.num_experts, m.norm_topk = c.norm_topk_prob;
     LILY_TRY(op(topk_here ? "moe: add+norm+router q8" : "moe: add+norm+router q8+top-k", qbytes(L.router),
                 [&] { return gemv(r, s); }));

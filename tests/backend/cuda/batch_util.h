@@ -4,8 +4,8 @@
 // Qwen3.6-35B-A3B shapes and edge shapes, B = 1, 2, 3, 8, 16, 17, 64, rows at different positions (one at
 // position 0). The batched kernels copy the batch-1 arithmetic, so the expected difference is 0
 // (bit-identical); the batch-1 kernels are checked against the CPU reference by CudaOps.*. Where the
-// batch-1 path takes another kernel by default (the decode helper's chunked attention), a stated
-// tolerance applies and is printed. Prints one row per check: op, shape, B, max |Δ|. Skips loudly
+// decode step takes another kernel (the chunked attention split kernel), the rows against it have a
+// stated tolerance, printed. Prints one row per check: op, shape, B, max |Δ|. Skips loudly
 // without a GPU. CudaBatchTc.*: the qgemm step (gemm/qgemm.h and the kernels around it, not
 // bit-identical to batch-1) against the scalar CPU reference (cpu::qmatmul, the reference MoE formula)
 // with stated normwise tolerances, and batch invariance (the same source row at B = 64 and at other B /

@@ -1,9 +1,9 @@
 // The Gated DeltaNet family (src/backend/cuda/deltanet/): CudaOps.GdnStep checks the decode step
 // (gdn.cu, with its fused gated RMSNorm) against the CPU reference over several tokens (ops_util.h);
-// CudaPrefill.GdnPrefill* the prefill (gdn_prefill.cu; the chunked WY form of gdn_chunk.cu and the
-// token-by-token scan), in pieces and as independent segments in one launch, against the reference
-// (prefill_util.h); CudaBatch.GdnStepEqualsBatch1 the batched step (batch_gdn.cu) against gdn_step,
-// bit for bit (batch_util.h).
+// CudaPrefill.GdnPrefill* the prefill (gdn_prefill.cu; the chunked WY form of gdn_chunk.cu), in pieces
+// and as independent segments in one launch, against the reference (prefill_util.h);
+// CudaBatch.GdnStepEqualsBatch1 the batched step (batch_gdn.cu) against gdn_step, bit for bit
+// (batch_util.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -138,8 +138,8 @@ struct GdnCase {
   }
 };
 
-// chunk: the chunked WY recurrence (gdn_chunk.cu, the prefill default); else the token-by-token scan.
-void gdn_case(GdnCase& G, std::vector<int> pieces, bool nonzero_state, bool win_f32 = true, bool chunk = true) {
+// The recurrence in the chunked WY form (gdn_chunk.cu).
+void gdn_case(GdnCase& G, std::vector<int> pieces, bool nonzero_state, bool win_f32 = true) {
   const int nk = G.nk, nv = G.nv, C = 2 * nk * 128 + nv * 128, vd = nv * 128, kd = nk * 128, W = G.K - 1;
   const int ldu = C + vd + 2 * nv;
   int Mt = 0;
@@ -157,7 +157,7 @@ void gdn_case(GdnCase& G, std::vector<int> pieces, bool nonzero_state, bool win_
   const int Mmax = *std::max_element(pieces.begin(), pieces.end());
   DBuf<float> qn(size_t(Mmax) * kd), kn(size_t(Mmax) * kd), v(size_t(Mmax) * vd), g(size_t(Mmax) * nv), be(size_t(Mmax) * nv);
   DBuf<float> oraw(size_t(Mmax) * vd), o(size_t(Mt) * vd);
-  DBuf<float> wy(chunk ? cuda::pf::gdn_wy_floats(Mmax, nv) : 0);
+  DBuf<float> wy(cuda::pf::gdn_wy_floats(Mmax, nv));
   int t0 = 0, par = 0;
   for (int M : pieces) {
     cuda::pf::GdnPrefillArgs a{};
@@ -167,7 +167,7 @@ void gdn_case(GdnCase& G, std::vector<int> pieces, bool nonzero_state, bool win_
     a.win_in = bufs[par], a.win_out = bufs[par ^ (M & 1)], a.win_f32 = win_f32;
     a.conv_w = dcw.p, a.A_log = dA.p, a.dt_bias = ddt.p, a.gnorm = dgn.p, a.S = dS.p, a.nk = nk, a.nv = nv, a.K = G.K;
     a.qn = qn.p, a.kn = kn.p, a.v = v.p, a.g = g.p, a.beta = be.p, a.o_raw = oraw.p, a.o = o.p + size_t(t0) * vd;
-    if (chunk) a.wy = wy.p;
+    a.wy = wy.p;
     ASSERT_TRUE(cuda::pf::gdn_prefill(a, nullptr).is_ok());
     par ^= (M & 1);
     t0 += M;
@@ -187,10 +187,10 @@ void gdn_case(GdnCase& G, std::vector<int> pieces, bool nonzero_state, bool win_
   for (size_t i = 0; i < pieces.size(); ++i) shape += (i ? "+" : "") + std::to_string(pieces[i]);
   if (nonzero_state) shape += " S0≠0";
   if (!win_f32) shape += " bf16 win";
-  // The chunked form (3xTF32 products, ~fp32) is held to a tighter bound than the scan's.
-  const float to = chunk ? 5e-4f : 2e-3f, ts = chunk ? 2e-4f : 1e-3f;
-  check(chunk ? "gdn chunk out" : "gdn scan out", shape, o.down(), ref, to, to);
-  check(chunk ? "gdn chunk state" : "gdn scan state", shape, dS.down(), Sref, ts, ts);
+  // The chunked form uses 3xTF32 products (~fp32).
+  const float to = 5e-4f, ts = 2e-4f;
+  check("gdn chunk out", shape, o.down(), ref, to, to);
+  check("gdn chunk state", shape, dS.down(), Sref, ts, ts);
   const DBuf<uint8_t>& wl = par ? wb1 : wb0;
   std::vector<float> wgot(size_t(C) * W);
   auto raw = wl.down();
@@ -212,9 +212,6 @@ TEST(CudaPrefill, GdnPrefill) {
   gdn_case(real, {65, 2, 200}, true);
   gdn_case(real, {4097}, true);
   gdn_case(small, {64, 63, 1, 129, 4096, 5}, true);  // pieces on and off chunk boundaries
-  // The token-by-token scan (LILY_GDN_CHUNK=0, or no scratch) stays tested.
-  for (int M : {1, 65, 4097}) gdn_case(small, {M}, true, true, /*chunk=*/false);
-  gdn_case(real, {65, 2, 200}, true, true, false);
 }
 
 // Several independent sequences in one launch per kernel (pf::gdn_prefill_segments: the mixed serving

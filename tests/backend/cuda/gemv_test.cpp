@@ -1,7 +1,8 @@
 // The decode GEMV family (src/backend/cuda/gemm/gemv_q4.cu, gemv_tc.cu, batch_gemv.cu): CudaOps.* checks
 // gemv() against the CPU reference (plain, add+RMSNorm and gated-norm prologues, the lm_head argmax
-// epilogue; the CUDA-core and the tensor-core kernels; ops_util.h says how), CudaBatch.* the batched
-// GEMV and its add+norm / router top-k kernels against the batch-1 ones, bit for bit (batch_util.h).
+// epilogue; the CUDA-core kernels and, with GemvArgs::tc, the tensor-core ones; ops_util.h says how),
+// CudaBatch.* the batched GEMV and its add+norm / router top-k kernels against the batch-1 (CUDA-core)
+// ones, bit for bit (batch_util.h).
 // The router's top-k epilogue is tested with the MoE (moe_test.cpp).
 #include <gtest/gtest.h>
 
@@ -25,6 +26,10 @@
 namespace lily::test_ops {
 namespace {
 
+// GemvArgs::tc of the cases below: unset, the CUDA-core kernels; the Tc tests set it (the decode step's
+// calls: the tensor-core kernel where it applies).
+bool g_tc = false;
+
 // ---------------------------------------------------------------- GEMV (plain, 4/8 bit)
 void gemv_plain_case(int rows, int cols, int bits) {
   HostQ W(rows, cols, bits);
@@ -34,13 +39,12 @@ void gemv_plain_case(int rows, int cols, int bits) {
   cpu::qmatmul(W.w, x.data(), 1, cols, ref.data(), rows, /*round=*/true);
   DBuf<float> dx(x), dy(rows);
   cuda::GemvArgs a{};
-  a.w = D.q, a.in = dx.p, a.y = dy.p;
+  a.w = D.q, a.in = dx.p, a.y = dy.p, a.tc = g_tc;
   ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
   check(fmt::format("gemv q{} fp32", bits), dims({rows, cols}), dy.down(), ref, 1e-4f, 1e-3f);
 }
 TEST(CudaOps, GemvPlain) {
   LILY_OPS_REQUIRE_GPU();
-  ScopedEnv cuda_cores("LILY_GEMV_TC", "0");  // the CUDA-core kernels (the tensor-core ones: the Tc tests)
   gemv_plain_case(12352, 2048, 4);  // [qkv|z|a|b]
   gemv_plain_case(2048, 4096, 4);   // out_proj / o_proj
   gemv_plain_case(9216, 2048, 4);   // [q|k|v]
@@ -71,7 +75,7 @@ void gemv_addnorm_case(int rows, int cols, bool with_mix) {
   DBuf<uint16_t> dg(to_bits(gain));
   cuda::GemvArgs a{};
   a.w = D.q, a.pro = cuda::Pro::kAddNorm, a.in = dx.p, a.mix = with_mix ? dm.p : nullptr, a.gain = dg.p;
-  a.res_out = dr.p, a.n_out = dn.p, a.y = dy.p;
+  a.res_out = dr.p, a.n_out = dn.p, a.y = dy.p, a.tc = g_tc;
   ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
   const std::string sh = dims({rows, cols}) + (with_mix ? " +mix" : "");
   check("add+rmsnorm→gemv: residual", sh, dr.down(), r, 0, 0);
@@ -80,7 +84,6 @@ void gemv_addnorm_case(int rows, int cols, bool with_mix) {
 }
 TEST(CudaOps, GemvAddNorm) {
   LILY_OPS_REQUIRE_GPU();
-  ScopedEnv cuda_cores("LILY_GEMV_TC", "0");  // the CUDA-core kernels (the tensor-core ones: the Tc tests)
   gemv_addnorm_case(12352, 2048, true);
   gemv_addnorm_case(9216, 2048, false);
   gemv_addnorm_case(7, 256, true);
@@ -104,7 +107,7 @@ void gemv_range_case(int rows, int cols, int lo, int hi, int spike = -2) {
   cpu::qmatmul(W.w, x.data(), 1, cols, ref.data(), rows, true);
   DBuf<float> dx(x), dy(rows);
   cuda::GemvArgs a{};
-  a.w = D.q, a.in = dx.p, a.y = dy.p;
+  a.w = D.q, a.in = dx.p, a.y = dy.p, a.tc = g_tc;
   ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
   const std::string what = spike == -2 ? fmt::format("x·2^[-{},{}]", lo, hi) : spike < 0 ? "x = 0" : "one nonzero x";
   check("gemv q4 " + what, dims({rows, cols}), dy.down(), ref, 1e-4f, 1e-3f);
@@ -128,7 +131,7 @@ void lm_head_addnorm_case(int V, int H) {
   cudaMemcpy(ctl.p, &c0, sizeof(c0), cudaMemcpyHostToDevice);
   cuda::GemvArgs a{};
   a.w = D.q, a.pro = cuda::Pro::kAddNorm, a.in = dx.p, a.mix = dm.p, a.gain = dg.p, a.res_out = dr.p, a.y = dl.p;
-  a.epi = cuda::Epi::kArgmax, a.ctl = ctl.p, a.partial = part.p;
+  a.epi = cuda::Epi::kArgmax, a.ctl = ctl.p, a.partial = part.p, a.tc = g_tc;
   ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
   cudaDeviceSynchronize();
   check("add+norm→lm_head logits", dims({V, H}), dl.down(), ref, 1e-3f, 1e-3f);
@@ -136,11 +139,11 @@ void lm_head_addnorm_case(int V, int H) {
   auto c = ctl.down()[0];
   check("add+norm→lm_head argmax", dims({V, H}), {float(c.tok), float(c.pos)}, {float(want), 1.f}, 0, 0);
 }
-// The same op-table cases with LILY_GEMV_TC=7 (every 4-bit K 2048/4096 GEMV of the plain, add-norm
-// and argmax kinds takes the tensor-core kernel; other K fall back).
+// The same op-table cases as the decode step calls gemv() (GemvArgs::tc: every 4-bit K 2048/4096 GEMV
+// of the plain, add-norm and argmax kinds takes the tensor-core kernel; other K fall back).
 TEST(CudaOps, GemvTc) {
   LILY_OPS_REQUIRE_GPU();
-  ScopedEnv tc("LILY_GEMV_TC", "7");
+  g_tc = true;
   g_tag = " tc";
   gemv_plain_case(12352, 2048, 4);  // [qkv|z|a|b]
   gemv_plain_case(2048, 4096, 4);   // out_proj / o_proj
@@ -165,6 +168,7 @@ TEST(CudaOps, GemvTc) {
   lm_head_addnorm_case(248320, 2048);
   lm_head_addnorm_case(1000, 2048);
   g_tag.clear();
+  g_tc = false;
 }
 
 // ---------------------------------------------------------------- GEMV with gated-norm prologue
@@ -226,6 +230,7 @@ void lm_head_case(int V, int H, bool tie) {
   cudaHostGetDevicePointer(reinterpret_cast<void**>(&td), th, 0);
   cuda::GemvArgs a{};
   a.w = D.q, a.in = dx.p, a.y = dl.p, a.epi = cuda::Epi::kArgmax, a.ctl = ctl.p, a.tok_out = td, a.partial = part.p;
+  a.tc = g_tc;
   for (int rep = 0; rep < 2; ++rep) {
     ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
     cudaDeviceSynchronize();
@@ -239,7 +244,6 @@ void lm_head_case(int V, int H, bool tie) {
 }
 TEST(CudaOps, LmHeadArgmax) {
   LILY_OPS_REQUIRE_GPU();
-  ScopedEnv cuda_cores("LILY_GEMV_TC", "0");  // the CUDA-core kernels (the tensor-core ones: the Tc tests)
   lm_head_case(248320, 2048, false);
   lm_head_case(248320, 2048, true);
   lm_head_case(4096, 256, true);

@@ -102,6 +102,10 @@ void ref_route(const std::vector<float>& l, int E, int k, bool norm, std::vector
   w[k] = 1.0f / (1.0f + std::exp(-l[E]));
 }
 
+// MoeArgs::tc of the cases below: unset, moe.cu's kernels; MoeTc sets it (the decode step's calls: the
+// tensor-core down kernel where it applies).
+bool g_tc = false;
+
 // route: 0 = expert ids and weights given (the router epilogue's path); 1 = routing in the MoE
 // kernels from random router logits; 2 = the same with tied logits (lowest id first) and no
 // renormalization.
@@ -153,6 +157,7 @@ void moe_case(int E, int H, int I, int Is, int k, int route = 0) {
   cuda::MoeArgs a{};
   a.gate = dG.q, a.up = dU.q, a.down = dD.q, a.sh_gate_up = dSGU.q, a.sh_down = dSD.q;
   a.topk_ids = di.p, a.topk_w = dw.p, a.top_k = k, a.H = H, a.I = I, a.Is = Is, a.x = dx.p, a.act = dact.p, a.out = dout.p;
+  a.tc = g_tc;
   if (route) {  // ids/weights buffers poisoned: the kernels must route from the logits
     dl.up(logits);
     cudaMemset(di.p, 0xFF, di.n * 4), cudaMemset(dw.p, 0xFF, dw.n * 4);
@@ -174,7 +179,6 @@ void moe_case(int E, int H, int I, int Is, int k, int route = 0) {
 }
 TEST(CudaOps, Moe) {
   LILY_OPS_REQUIRE_GPU();
-  ScopedEnv cuda_cores("LILY_MOE_TC", "0");  // the CUDA-core kernels (the tensor-core ones: the Tc tests)
   moe_case(256, 2048, 512, 512, 8);
   moe_case(16, 256, 256, 256, 4);
   moe_case(8, 512, 1024, 1024, 1);
@@ -186,7 +190,6 @@ TEST(CudaOps, Moe) {
 // Routing inside the MoE kernels from the router's logits (the decode default).
 TEST(CudaOps, MoeRoutedHere) {
   LILY_OPS_REQUIRE_GPU();
-  ScopedEnv cuda_cores("LILY_MOE_TC", "0");  // the CUDA-core kernels (the tensor-core ones: the Tc tests)
   moe_case(256, 2048, 512, 512, 8, 1);
   moe_case(256, 2048, 512, 512, 8, 2);
   moe_case(256, 256, 64, 64, 10, 1);   // k > warps holding experts: every expert a candidate
@@ -198,11 +201,12 @@ TEST(CudaOps, MoeRoutedHere) {
   moe_case(8, 256, 64, 64, 8, 1);      // k = E
 }
 
-// The MoE expert kernels on tensor cores (moe_tc.cu, LILY_MOE_TC=3): H 2048 shapes take them
-// (routing in the kernels or from ids/weights, several k / I / Is); H 256 falls back to moe.cu.
+// The expert kernels as the decode step calls them (MoeArgs::tc): down on tensor cores (moe_tc.cu) where
+// k·I + Is ≤ 4608 with I, Is multiples of 64 (routing in the kernels or from ids/weights, several k / I /
+// Is), gate+up on moe.cu's kernel; other shapes fall back to moe.cu's down.
 TEST(CudaOps, MoeTc) {
   LILY_OPS_REQUIRE_GPU();
-  ScopedEnv tc("LILY_MOE_TC", "3");
+  g_tc = true;
   g_tag = " tc";
   moe_case(256, 2048, 512, 512, 8, 1);
   moe_case(256, 2048, 512, 512, 8, 2);
@@ -210,8 +214,10 @@ TEST(CudaOps, MoeTc) {
   moe_case(16, 2048, 128, 256, 10, 1);
   moe_case(64, 2048, 64, 192, 16, 2);
   moe_case(200, 2048, 512, 512, 1, 1);
-  moe_case(16, 256, 256, 256, 4, 1);  // fallback
+  moe_case(16, 256, 256, 256, 4, 1);   // H 256 (down on tensor cores too)
+  moe_case(16, 256, 512, 512, 10, 1);  // fallback: k·I + Is = 5632
   g_tag.clear();
+  g_tc = false;
 }
 
 }  // namespace

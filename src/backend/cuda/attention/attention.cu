@@ -4,7 +4,7 @@
 // hd ∈ {64, 128, 256}); pf::attn_prefill (step/prefill_ops.h; attn_prefill.cu, attn_wg.cu: M tokens,
 // causal flash attention on tensor cores, operands bf16 hi + lo (~16 bits; fp32 caches) or bf16,
 // softmax in fp32); battn (step/batch_ops.h; batch_attn.cu: B rows over fp32 caches, per row the
-// arithmetic of attention.cu's per-position split kernel).
+// arithmetic of attention.cu's per-position split kernel, attn_decode_per_position).
 //
 // Attention decode: (1) q/k RMSNorm + partial NeoX RoPE + K/V cache write at pos; (2) split-K
 // flash decoding over positions 0..pos with the GQA group's query heads sharing each K/V row
@@ -91,6 +91,10 @@ __device__ __forceinline__ int n_splits_for(int n, int n_split, int min_per) {
   return want < n_split ? want : n_split;
 }
 
+// Per-position split kernel: each warp takes one position at a time (two rows loaded ahead), one warp
+// sum and one online-softmax update per position. The decode step runs the chunked kernel below; this one
+// is the arithmetic battn repeats per row (batch_attn.cu), kept as its exact reference
+// (attn_decode_per_position).
 template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThreads) attn_decode_kernel(AttnArgs a) {
   extern __shared__ float sm[];  // [kWarps][G][hd + 2]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = DPL * 32;
@@ -167,14 +171,16 @@ template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThread
   }
 }
 
-// Chunked split kernel (default; LILY_ATTN_CHUNK=0 selects the per-position kernel above): each warp
-// takes chunks of P = 4 consecutive positions (K and V rows of all P loaded before the first use).
+// Chunked split kernel (attn_decode's, the decode step's): each warp takes chunks of P = 4 consecutive
+// positions (K and V rows of all P loaded before the first use).
 // The G·P partial dot products of a chunk (lanes over dims, q from shared memory) are summed over
 // the warp by one transposing butterfly (G·P values in 31 shuffles instead of 5 per value; lane l
 // ends up with value l >> SH), the online softmax is updated once per chunk (one rescale of o per
 // head instead of one per position), and the chunk's probabilities go through shared memory to
 // every lane for P·V. Same partial layout and the same fp32 math as the per-position kernel up to
-// summation order.
+// summation order. H200, 2026-12-03, against the per-position kernel: 437.7 vs 435.6 tok/s at 4k,
+// 343.3 vs 330.0 at 32k (attention −7% / −12%; docs/perf/2026-12-03-cuda-decode-3.md, since removed
+// from the tree: git show 7e8cc9c:docs/perf/2026-12-03-cuda-decode-3.md).
 // Transposing warp sum: v[0..C) per lane → lane l holds Σ_lanes v[l >> (5 − log2 C)] in v[0].
 template <int C, int O> __device__ __forceinline__ void xpose_sum(float* v, int lane) {
   if constexpr (O >= 1) {
@@ -327,16 +333,6 @@ template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThread
   }
 }
 
-// Split kernel: chunked (default) or per-position (LILY_ATTN_CHUNK=0, for A/B). The earlier tiled
-// variant (lanes over positions) measured slower than the per-position kernel on the H200 and is gone.
-bool chunk_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("LILY_ATTN_CHUNK");
-    return !(e && e[0] == '0');
-  }();
-  return on;
-}
-
 __device__ __forceinline__ float block_max(float v, float* red) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   v = warp_max(v);
@@ -386,8 +382,8 @@ __global__ void __launch_bounds__(256) attn_merge_kernel(AttnArgs a) {
   a.out[h * hd + d] = val;
 }
 
-template <int DPL, int G, typename KT> Status launch_decode(const AttnArgs& a, cudaStream_t s) {
-  if (chunk_enabled()) {
+template <int DPL, int G, typename KT> Status launch_decode(const AttnArgs& a, bool per_position, cudaStream_t s) {
+  if (!per_position) {
     // Splits capped so that all nkv·splits blocks are resident at once (one wave): measured on the
     // H200 at 32k (fp32 K/V), 66 splits (132 blocks) against 128 (256 blocks, two waves): attention
     // 0.87 → 0.58 ms per step.
@@ -408,14 +404,14 @@ template <int DPL, int G, typename KT> Status launch_decode(const AttnArgs& a, c
   return launch_k("attn_merge", attn_merge_kernel, dim3(a.nh), dim3(a.hd), 0, s, a);
 }
 
-template <int DPL, typename KT> Status dispatch_g(const AttnArgs& a, cudaStream_t s) {
+template <int DPL, typename KT> Status dispatch_g(const AttnArgs& a, bool pp, cudaStream_t s) {
   switch (a.nh / a.nkv) {
-    case 1: return launch_decode<DPL, 1, KT>(a, s);
-    case 2: return launch_decode<DPL, 2, KT>(a, s);
-    case 3: return launch_decode<DPL, 3, KT>(a, s);
-    case 4: return launch_decode<DPL, 4, KT>(a, s);
-    case 6: return launch_decode<DPL, 6, KT>(a, s);
-    case 8: return launch_decode<DPL, 8, KT>(a, s);
+    case 1: return launch_decode<DPL, 1, KT>(a, pp, s);
+    case 2: return launch_decode<DPL, 2, KT>(a, pp, s);
+    case 3: return launch_decode<DPL, 3, KT>(a, pp, s);
+    case 4: return launch_decode<DPL, 4, KT>(a, pp, s);
+    case 6: return launch_decode<DPL, 6, KT>(a, pp, s);
+    case 8: return launch_decode<DPL, 8, KT>(a, pp, s);
     default: return cu_err("attn_decode: GQA group {} unsupported (1, 2, 3, 4, 6, 8)", a.nh / a.nkv);
   }
 }
@@ -467,20 +463,23 @@ Status attn_prep(const AttnArgs& a, Stream s) {
   return launch_k("attn_prep", attn_prep_kernel<uint16_t>, grid, block, a.hd * sizeof(float), st, a);
 }
 
-Status attn_decode(const AttnArgs& a, Stream stream) {
+static Status decode(const AttnArgs& a, bool pp, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (!a.ctl) return cu_err("attn_decode: needs the step control block");
   if (a.nkv > 14 || a.nkv <= 0 || a.nh % a.nkv != 0) return cu_err("attn_decode: {} kv heads unsupported", a.nkv);
   if (a.n_split < 1 || a.n_split > attn_max_splits()) return cu_err("attn_decode: n_split {} out of range", a.n_split);
   switch (a.hd * (a.kv_f32 ? 1 : -1)) {
-    case 64: return dispatch_g<2, float>(a, s);
-    case 128: return dispatch_g<4, float>(a, s);
-    case 256: return dispatch_g<8, float>(a, s);
-    case -64: return dispatch_g<2, uint16_t>(a, s);
-    case -128: return dispatch_g<4, uint16_t>(a, s);
-    case -256: return dispatch_g<8, uint16_t>(a, s);
+    case 64: return dispatch_g<2, float>(a, pp, s);
+    case 128: return dispatch_g<4, float>(a, pp, s);
+    case 256: return dispatch_g<8, float>(a, pp, s);
+    case -64: return dispatch_g<2, uint16_t>(a, pp, s);
+    case -128: return dispatch_g<4, uint16_t>(a, pp, s);
+    case -256: return dispatch_g<8, uint16_t>(a, pp, s);
     default: return cu_err("attn_decode: head dim {} unsupported (64, 128, 256)", a.hd);
   }
 }
+
+Status attn_decode(const AttnArgs& a, Stream s) { return decode(a, false, s); }
+Status attn_decode_per_position(const AttnArgs& a, Stream s) { return decode(a, true, s); }
 
 }  // namespace lily::cuda

@@ -82,8 +82,8 @@ struct GemvArgs {
   int32_t* tok_out = nullptr;   // [max_seq] host-mapped: tok_out[pos] = argmax
   void* partial = nullptr;      // scratch: [grid] (value, index) pairs
   int max_blocks = 0;           // grid cap (0 = default)
-  // Tensor-core kernel where it applies (gemv_tc.cu; the decode step sets this). LILY_GEMV_TC, when
-  // set, decides for every call (0 = never).
+  // Tensor-core kernel where it applies (gemv_tc.cu; the decode step sets this). Unset: the CUDA-core
+  // kernels, whose sums the batched GEMVs (batch_gemv.cu) repeat bit for bit.
   bool tc = false;
 };
 Status gemv(const GemvArgs& a, Stream s);
@@ -119,8 +119,8 @@ struct MoeArgs {
   bool norm_topk = true;
   int32_t* ids_out = nullptr;  // [top_k] or null
   float* w_out = nullptr;      // [top_k + 1] or null
-  // Tensor-core expert kernels where they apply (moe_tc.cu; the decode step sets this). LILY_MOE_TC,
-  // when set, decides for every call (0 = never).
+  // The tensor-core down kernel where it applies (moe_tc.cu; the decode step sets this; gate+up stays on
+  // moe.cu's kernel). Unset: moe.cu's kernels, whose sums the batched ones (batch_moe.cu) repeat bit for bit.
   bool tc = false;
 };
 Status moe_gate_up(const MoeArgs& a, Stream s);
@@ -178,6 +178,10 @@ struct AttnArgs {
 };
 Status attn_prep(const AttnArgs& a, Stream s);
 Status attn_decode(const AttnArgs& a, Stream s);
+// attn_decode with the per-position split kernel instead of the chunked one (same splits and merge, fp32
+// sums in another order, no one-wave split cap): the arithmetic the batched decode (battn) repeats per row,
+// its tests' exact reference. No step calls it.
+Status attn_decode_per_position(const AttnArgs& a, Stream s);
 int attn_max_splits();
 // Raises the dynamic shared-memory limits of the attention kernels (call once, outside capture).
 Status attn_init();

@@ -1,20 +1,17 @@
 // Gated DeltaNet prefill over M tokens: (1) conv + SiLU over the chunk with the carried window,
 // q/k L2 norms and q scale, gates (one block per 16 tokens and 128-channel head for kernel width 4,
-// other widths: one block per token and head); (2) the new conv
-// window (bf16, decode layout); (3) the delta-rule recurrence over all M tokens in one launch:
-// one warp per (value head, 2 value columns), each lane holding 8 state rows of one column in
-// registers (fp32), token inputs staged through shared memory 32 at a time; (4) the gated
-// RMSNorm with SiLU(z), giving the out_proj input. With a.wy set, (3) is the chunked WY form on
-// tensor cores instead (gdn_chunk.cu; LILY_GDN_CHUNK=0 keeps the scan).
-#include <cstdlib>
-
+// other widths: one block per token and head); (2) the new conv window (bf16, decode layout); (3) the
+// delta-rule recurrence in the chunked WY form on tensor cores (gdn_chunk.cu, scratch a.wy); (4) the
+// gated RMSNorm with SiLU(z), giving the out_proj input. The token-by-token scan that (3) replaced took
+// 134.5 ms at 8k against 18.2 + 34.9 ms (H200, docs/perf/2026-12-03-cuda-prefill-2.md, since removed
+// from the tree: git show 0a3ed3e:docs/perf/2026-12-03-cuda-prefill-2.md) and is gone.
 #include "backend/cuda/common/common.cuh"
 #include "backend/cuda/step/prefill_ops.h"
 
 namespace lily::cuda::pf {
 namespace {
 
-constexpr int kD = 128, kT = 32;
+constexpr int kD = 128;
 
 __device__ __forceinline__ float softplus(float v) { return v > 20.f ? v : log1pf(expf(v)); }
 
@@ -147,76 +144,6 @@ __global__ void window_kernel(GdnPrefillArgs a0, int C, const GdnPrefillArgs* se
   for (int tau = 0; tau < W; ++tau) out[size_t(ch) * W + tau] = vals[tau];
 }
 
-// Block: value head h, kCols columns (kWarps warps × CW columns). Lane = rg·CW + c holds rows
-// rg·R .. rg·R+R-1 of column c (R = 128·CW/32): small R keeps the per-token dependency chain
-// short and puts ~16 warps on each SM (the scan is latency-bound, not FLOP-bound).
-constexpr int CW = 2, RG = 32 / CW, R = kD / RG, kWarps = 8, kCols = kWarps * CW, kSlices = kD / kCols;
-__global__ void __launch_bounds__(kWarps * 32) scan_kernel(GdnPrefillArgs a) {
-  __shared__ float ks[kT][RG][R + 1], qs[kT][RG][R + 1], vsm[kT][kCols], as_[kT], bs[kT];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthr = kWarps * 32;
-  const int h = blockIdx.x / kSlices, cs = blockIdx.x % kSlices, kh = h / (a.nv / a.nk);
-  const int rg = lane / CW, c = lane % CW, lc = warp * CW + c, col = cs * kCols + lc;
-  const int kd = a.nk * kD, vd = a.nv * kD;
-  float* Sh = a.S + size_t(h) * kD * kD;
-  float s[R];
-#pragma unroll
-  for (int i = 0; i < R; ++i) s[i] = Sh[(rg * R + i) * kD + col];
-  for (int t0 = 0; t0 < a.M; t0 += kT) {
-    const int n = min(kT, a.M - t0);
-    __syncthreads();
-    for (int idx = tid; idx < n * kD; idx += nthr) {
-      const int tt = idx / kD, i = idx % kD;
-      ks[tt][i / R][i % R] = a.kn[size_t(t0 + tt) * kd + kh * kD + i];
-      qs[tt][i / R][i % R] = a.qn[size_t(t0 + tt) * kd + kh * kD + i];
-    }
-    for (int idx = tid; idx < n * kCols; idx += nthr) {
-      const int tt = idx / kCols, j = idx % kCols;
-      vsm[tt][j] = a.v[size_t(t0 + tt) * vd + h * kD + cs * kCols + j];
-    }
-    if (tid < n) {
-      as_[tid] = expf(a.g[size_t(t0 + tid) * a.nv + h]);
-      bs[tid] = a.beta[size_t(t0 + tid) * a.nv + h];
-    }
-    __syncthreads();
-    for (int tt = 0; tt < n; ++tt) {
-      const float al = as_[tt], be = bs[tt];
-      float kr[R], qr[R];
-#pragma unroll
-      for (int i = 0; i < R; ++i) kr[i] = ks[tt][rg][i], qr[i] = qs[tt][rg][i];
-      float r0 = 0.f, r1 = 0.f, r2 = 0.f, r3 = 0.f;
-#pragma unroll
-      for (int i = 0; i < R; i += 4) {
-        r0 = fmaf(s[i], kr[i], r0);
-        r1 = fmaf(s[i + 1], kr[i + 1], r1);
-        r2 = fmaf(s[i + 2], kr[i + 2], r2);
-        r3 = fmaf(s[i + 3], kr[i + 3], r3);
-      }
-      float r = (r0 + r1) + (r2 + r3);
-#pragma unroll
-      for (int o = CW; o < 32; o <<= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
-      const float delta = be * (vsm[tt][lc] - al * r);
-      float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
-#pragma unroll
-      for (int i = 0; i < R; i += 4) {
-        s[i] = fmaf(kr[i], delta, al * s[i]);
-        s[i + 1] = fmaf(kr[i + 1], delta, al * s[i + 1]);
-        s[i + 2] = fmaf(kr[i + 2], delta, al * s[i + 2]);
-        s[i + 3] = fmaf(kr[i + 3], delta, al * s[i + 3]);
-        o0 = fmaf(s[i], qr[i], o0);
-        o1 = fmaf(s[i + 1], qr[i + 1], o1);
-        o2 = fmaf(s[i + 2], qr[i + 2], o2);
-        o3 = fmaf(s[i + 3], qr[i + 3], o3);
-      }
-      float o = (o0 + o1) + (o2 + o3);
-#pragma unroll
-      for (int sh = CW; sh < 32; sh <<= 1) o += __shfl_xor_sync(0xffffffffu, o, sh);
-      if (rg == 0) a.o_raw[size_t(t0 + tt) * vd + h * kD + col] = o;
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < R; ++i) Sh[(rg * R + i) * kD + col] = s[i];
-}
-
 // One block per token, one warp per head (looping): o = gain ⊙ o_raw·rsqrt(mean o²+eps) ⊙ silu(z).
 template <bool kSeg>
 __global__ void gated_norm_kernel(GdnPrefillArgs a0, int C, const GdnPrefillArgs* segs) {
@@ -244,9 +171,10 @@ __global__ void gated_norm_kernel(GdnPrefillArgs a0, int C, const GdnPrefillArgs
 }  // namespace
 
 // One sequence (segs null) or n_seg segments (segs: their args on the device; a: the longest's, for
-// the grids). Segments take the chunked recurrence only.
+// the grids).
 static Status prefill_launch(const GdnPrefillArgs& a, const GdnPrefillArgs* segs, int n_seg, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
+  if (!a.wy) return cu_err("pf::gdn_prefill: the chunked form's scratch (wy) is required");
   if (a.nk <= 0 || a.nv % a.nk != 0 || a.nv > kD) return cu_err("pf::gdn_prefill: {} value / {} key heads unsupported", a.nv, a.nk);
   if (a.K < 2 || a.K > 9) return cu_err("pf::gdn_prefill: conv kernel {} unsupported", a.K);
   if (a.M <= 0 || n_seg <= 0) return Status::ok();
@@ -270,19 +198,7 @@ static Status prefill_launch(const GdnPrefillArgs& a, const GdnPrefillArgs* segs
   else window_kernel<false><<<(C + 255) / 256, 256, 0, s>>>(a, C, nullptr);
   LILY_TRY(launch_status("pf::gdn_window"));
   prof("gdn: conv window");
-  static const bool chunked = [] {
-    const char* e = std::getenv("LILY_GDN_CHUNK");
-    return !(e && e[0] == '0');
-  }();
-  if (segs) {
-    LILY_TRY(gdn_chunk_scan_segments(a, segs, n_seg, stream));
-  } else if (a.wy && chunked) {
-    LILY_TRY(gdn_chunk_scan(a, stream));
-  } else {
-    scan_kernel<<<a.nv * kSlices, kWarps * 32, 0, s>>>(a);
-    LILY_TRY(launch_status("pf::gdn_scan"));
-    prof("gdn: recurrence scan");
-  }
+  LILY_TRY(segs ? gdn_chunk_scan_segments(a, segs, n_seg, stream) : gdn_chunk_scan(a, stream));
   if (segs) gated_norm_kernel<true><<<dim3(a.M, 1, z), 256, 0, s>>>(a, C, segs);
   else gated_norm_kernel<false><<<a.M, 256, 0, s>>>(a, C, nullptr);
   LILY_TRY(launch_status("pf::gdn_gated_norm"));
@@ -293,7 +209,6 @@ static Status prefill_launch(const GdnPrefillArgs& a, const GdnPrefillArgs* segs
 Status gdn_prefill(const GdnPrefillArgs& a, Stream stream) { return prefill_launch(a, nullptr, 1, stream); }
 
 Status gdn_prefill_segments(const GdnPrefillArgs& longest, const GdnPrefillArgs* segs, int n_seg, Stream stream) {
-  if (!longest.wy) return cu_err("pf::gdn_prefill_segments: the chunked form (wy scratch) is required");
   return prefill_launch(longest, segs, n_seg, stream);
 }
 

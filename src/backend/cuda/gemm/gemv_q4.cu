@@ -344,7 +344,7 @@ Status gemv(const GemvArgs& a, Stream stream) {
   if (a.epi == Epi::kTopK && (a.n_experts > w.cols || a.top_k > 32 || a.top_k > a.n_experts || a.top_k < 1))
     return cu_err("gemv: router top-k needs E ≤ K and 1 ≤ k ≤ 32 (E={}, k={})", a.n_experts, a.top_k);
   if (a.epi == Epi::kArgmax && !a.partial) return cu_err("gemv: argmax needs scratch");
-  if (gemv_tc_eligible(a)) return gemv_tc(a, stream);  // tensor-core path (LILY_GEMV_TC)
+  if (gemv_tc_eligible(a)) return gemv_tc(a, stream);  // tensor-core path (GemvArgs::tc)
   const int nch = w.cols * w.bits / 128;
   const int cpl = (nch + 31) / 32;
   if (w.bits == 4) {

@@ -4,12 +4,10 @@
 // 27 bits below the largest |x|): the limbs are the 4 used columns of B, the weight codes (0..15,
 // exact) are A, and each group of 64 codes gives Σq·L_c exactly; y = (Σ_g s_g·Σq·xS + b_g·Σx·S)/S.
 // Warps split K (8 slices), a block owns 16·T rows per pass; prologues add+RMSNorm or plain,
-// epilogues none or the lm_head argmax (same rules as gemv_q4.cu). Selected by gemv() with
-// LILY_GEMV_TC (bit 1 add-norm, 2 plain, 4 argmax; default 7 for the decode step's calls, GemvArgs::tc;
-// 0 = the CUDA-core kernels of gemv_q4.cu).
+// epilogues none or the lm_head argmax (same rules as gemv_q4.cu). Selected by gemv() for the decode
+// step's calls (GemvArgs::tc) where it applies; other calls and shapes take gemv_q4.cu's CUDA-core kernels.
 #include <cfloat>
 #include <climits>
-#include <cstdlib>
 
 #include "backend/cuda/gemm/gemv_tc.h"
 #include "backend/cuda/common/tc_dot.cuh"
@@ -186,26 +184,17 @@ template <Pro PRO, Epi EPI> Status dispatch_k(const GemvArgs& a, cudaStream_t s)
 
 }  // namespace
 
-// LILY_GEMV_TC when set, else 7 (all three kinds) for calls that ask for it (GemvArgs::tc, the decode
-// step) and 0 for the others. H200, 2026-12-03 (docs/perf/2026-12-03-cuda-decode-5.md), 256 context:
-// 518.8 tok/s with the tensor-core MoE down kernel too (default), 453.6 with both off; GEMV alone
-// (T 2 then) 471.2 vs 452.8.
-int gemv_tc_mode(const GemvArgs& a) {
-  const char* e = std::getenv("LILY_GEMV_TC");  // read per call: GEMVs are launched at graph capture only
-  return e && *e ? std::atoi(e) : (a.tc ? 7 : 0);
-}
-
+// Every kind it takes (add-norm, plain, lm_head argmax) for the calls that ask for it (GemvArgs::tc, the
+// decode step). H200, 2026-12-03 (docs/perf/2026-12-03-cuda-decode-5.md), 256 context: 518.8 tok/s with
+// the tensor-core MoE down kernel too (default), 453.6 with both off; GEMV alone (T 2 then) 471.2 vs 452.8.
 bool gemv_tc_eligible(const GemvArgs& a) {
-  const int mode = gemv_tc_mode(a);
-  if (mode == 0 || a.w.bits != 4 || (a.w.cols != 2048 && a.w.cols != 4096)) return false;
+  if (!a.tc || a.w.bits != 4 || (a.w.cols != 2048 && a.w.cols != 4096)) return false;
   auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
   if (misaligned(a.in) || misaligned(a.mix) || misaligned(a.res_out) || misaligned(a.w.codes) || misaligned(a.w.sb))
     return false;
-  if (a.epi == Epi::kArgmax) return (mode & 4) && (a.pro == Pro::kPlain || a.pro == Pro::kAddNorm);
+  if (a.epi == Epi::kArgmax) return a.pro == Pro::kPlain || a.pro == Pro::kAddNorm;
   if (a.epi != Epi::kNone) return false;
-  if (a.pro == Pro::kAddNorm) return mode & 1;
-  if (a.pro == Pro::kPlain) return mode & 2;
-  return false;
+  return a.pro == Pro::kAddNorm || a.pro == Pro::kPlain;
 }
 
 Status gemv_tc(const GemvArgs& a, Stream stream) {

@@ -163,7 +163,6 @@ Status moe_gate_up(const MoeArgs& a0, Stream stream) {
   const int nch = a.H / 32, cpl = (nch + 31) / 32;
   if (a.logits && (a.n_experts < a.top_k || a.n_experts > kThreads))
     return cu_err("moe_gate_up: routing in the kernel needs top_k ≤ E ≤ {} (E={})", kThreads, a.n_experts);
-  if (moe_gate_up_tc_ok(a)) return moe_gate_up_tc(a, s);  // tensor cores (LILY_MOE_TC bit 1)
   const size_t smem = size_t(nch * Chunk<4>::kStride + nch + (a.logits ? kTopkScratch + 16 + 17 : 0)) * sizeof(float);
   const int wmax = a.I > a.Is ? a.I : a.Is;
   dim3 grid((wmax + kWarps - 1) / kWarps, a.top_k + 1);
@@ -182,7 +181,7 @@ Status moe_down_combine(const MoeArgs& a0, Stream stream) {
   const int n_items = a.top_k * (a.I / 32) + a.Is / 32, P = (n_items + 31) / 32;
   if (a.logits && (a.n_experts < a.top_k || a.n_experts > kThreads))
     return cu_err("moe_down_combine: routing in the kernel needs top_k ≤ E ≤ {} (E={})", kThreads, a.n_experts);
-  if (moe_down_tc_ok(a)) return moe_down_tc(a, s);  // tensor cores (LILY_MOE_TC bit 2)
+  if (moe_down_tc_ok(a)) return moe_down_tc(a, s);  // tensor cores (MoeArgs::tc)
   const size_t smem = size_t(n_items * Chunk<4>::kStride + n_items + (a.logits ? kTopkScratch + 16 + 17 : 0)) * sizeof(float);
   if (smem > 200 * 1024) return cu_err("moe_down_combine: {} chunks per row exceed shared memory", n_items);
   const dim3 grid((a.H + kWarps - 1) / kWarps), block(kThreads);

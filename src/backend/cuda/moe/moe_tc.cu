@@ -1,12 +1,9 @@
-// MoE decode expert kernels on tensor cores (tc_dot.cuh: x as 4 int8 limbs, codes as A of
-// mma.sync m16n8k32 s8 → s32): the same two kernels as moe.cu, same routing (block_router_topk),
-// same PDL placement, selected by moe_gate_up / moe_down_combine with LILY_MOE_TC (bit 1 gate+up,
-// bit 2 down; default 2 for the decode step's calls, MoeArgs::tc) for the shapes below; other shapes
-// take moe.cu's kernels.
-// gate_up: block (16 rows, slot): tile 0 = the 16 gate rows, tile 1 = the 16 up rows, warps split
-// H (H = 2048: 4 groups each); act = silu(g)·u. down: block of 16 output rows, the act vector
-// [k·I + Is] split by groups of 64 over the 8 warps (group G: warp G mod 8), each group's term
-// weighted by its slot's combine weight.
+// The MoE decode down kernel on tensor cores (tc_dot.cuh: x as 4 int8 limbs, codes as A of
+// mma.sync m16n8k32 s8 → s32): moe.cu's down kernel with the same routing (block_router_topk) and
+// PDL placement, selected by moe_down_combine for the decode step's calls (MoeArgs::tc) at the shapes
+// below; other calls and shapes, and gate+up always, take moe.cu's kernels.
+// Block of 16 output rows, the act vector [k·I + Is] split by groups of 64 over the 8 warps (group G:
+// warp G mod 8), each group's term weighted by its slot's combine weight.
 #include "backend/cuda/moe/dec_topk.cuh"
 #include "backend/cuda/moe/moe_tc.h"
 #include "backend/cuda/common/tc_dot.cuh"
@@ -14,98 +11,11 @@
 namespace lily::cuda {
 namespace {
 
-constexpr int kGuH = 2048, kGuGP = kGuH / 512;  // gate_up: H and groups per warp
-constexpr int kDnMaxGPW = 9;                    // down: groups per warp at most (k·I + Is ≤ 4608)
+constexpr int kDnMaxGPW = 9;  // groups per warp at most (k·I + Is ≤ 4608)
 
-// Shared memory after the staged x: partials [8][32], red [64], top-k scratch.
+// Shared memory after the staged x: partials [8][16], red [64], top-k scratch.
 constexpr size_t kTopkBytes = (kTopkScratch + 16 + 17) * 4;
-size_t gu_smem() { return size_t(tc_stage_bytes(kGuH)) + 8 * 32 * 4 + 64 * 4 + kTopkBytes; }
 size_t dn_smem(int K) { return size_t(tc_stage_bytes(K)) + 8 * 16 * 4 + 64 * 4 + kTopkBytes; }
-
-// 3 blocks per SM (80 registers): the (I/16)·(k+1) = 288 blocks of the real shape fit one wave.
-// The top-k (one L2 round trip for the logits + block reductions) runs before the x staging, so the
-// routed rows' DRAM loads are in flight while x is staged (x staged first: 506.2 vs 500.6 / 501.4 tok/s,
-// within run-to-run spread; docs/perf/2026-12-03-cuda-decode-5.md).
-__global__ void __launch_bounds__(256, 3) gate_up_tc_kernel(MoeArgs a) {
-  constexpr int NG = kGuH / 64, GP = kGuGP;
-  extern __shared__ __align__(16) uint8_t smem[];
-  uint8_t* bs = smem;
-  float* xs_g = reinterpret_cast<float*>(smem + NG * 256);
-  float* part = xs_g + NG;  // [8][32]: gate rows 0..15, up rows 16..31
-  float* red = part + 8 * 32;
-  float* sc = red + 64;
-  int* ids = reinterpret_cast<int*>(sc + kTopkScratch);
-  float* tw = reinterpret_cast<float*>(ids + 16);
-  const int I = a.I, Is = a.Is, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int slot = blockIdx.y, r0 = blockIdx.x * 16;
-  const bool shared = slot == a.top_k;
-  const int width = shared ? Is : I;
-  uint2 wa[2][GP][2];
-  uint32_t sba[2][GP][2];
-  auto load = [&](const QW& wg, const QW& wu, int bg, int bu) {  // bg/bu: the matrices' row of local row 0
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int i = 0; i < GP; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = r0 + 8 * h + g, G = warp * GP + i;
-          const QW& w = j ? wu : wg;
-          const size_t row = size_t(j ? bu : bg) + r;
-          if (r < width) {
-            wa[j][i][h] = __ldg(reinterpret_cast<const uint2*>(w.codes) + row * (kGuH / 16) + G * 4 + t);
-            sba[j][i][h] = __ldg(reinterpret_cast<const uint32_t*>(w.sb) + row * NG + G);
-          } else {
-            wa[j][i][h] = make_uint2(0, 0), sba[j][i][h] = 0;
-          }
-        }
-  };
-  if (shared) load(a.sh_gate_up, a.sh_gate_up, 0, Is);
-  pdl_wait();
-  pdl_trigger();
-  const bool route_here = !shared && a.logits;
-  const float lv = route_here && int(threadIdx.x) < a.n_experts ? __ldcg(a.logits + threadIdx.x) : -INFINITY;
-  const float gn[1][8] = {};
-  int e = -1;
-  if (route_here) {
-    block_router_topk(lv, 0.f, a.n_experts, a.top_k, a.norm_topk, sc, ids, tw);
-    e = ids[slot];
-  } else if (!shared) {
-    e = a.topk_ids[slot];
-  }
-  if (!shared) load(a.gate, a.up, e * I, e * I);
-  const float invS = tc_stage<false, 1>(a.x, nullptr, gn, kGuH, 0.f, nullptr, nullptr, bs, xs_g, red);
-  __syncthreads();
-  const TcLane L;
-  float acc[2][2] = {};
-#pragma unroll
-  for (int i = 0; i < GP; ++i) {
-    const int G = warp * GP + i;
-    const uint4 bq = tc_bfrag(bs, G);
-    const float xsb = xs_g[G] * L.cb;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      float v0, v1;
-      tc_group(wa[j][i][0], wa[j][i][1], bq, L, v0, v1);
-      acc[j][0] = tc_fold(acc[j][0], sba[j][i][0], v0, xsb);
-      acc[j][1] = tc_fold(acc[j][1], sba[j][i][1], v1, xsb);
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < 2; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float s = tc_quad_sum(acc[j][h]);
-      if (t == 0) part[warp * 32 + 16 * j + 8 * h + g] = s;
-    }
-  __syncthreads();
-  if (threadIdx.x < 16 && r0 + int(threadIdx.x) < width) {
-    float sg = 0.f, su = 0.f;
-#pragma unroll
-    for (int w = 0; w < 8; ++w) sg += part[w * 32 + threadIdx.x], su += part[w * 32 + 16 + threadIdx.x];
-    a.act[slot * I + r0 + threadIdx.x] = silu(sg * invS) * (su * invS);
-  }
-}
 
 template <int NO> __global__ void __launch_bounds__(256, 1) down_tc_kernel(MoeArgs a) {
   extern __shared__ __align__(16) uint8_t smem[];
@@ -192,32 +102,15 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 }  // namespace
 
-// Default 2 (down only). H200, 2026-12-03 (docs/perf/2026-12-03-cuda-decode-5.md), 256 context, with
-// the tensor-core GEMV: 518.8 tok/s with down only, 500.6 with both (gate+up here: 13.2 µs per launch
-// vs 11.8 for moe.cu's), 453.6 with all tensor-core kernels off. LILY_MOE_TC=3: both; 0: moe.cu's kernels.
-// (LILY_MOE_TC when set, else 2 for calls that ask for it, MoeArgs::tc = the decode step, else 0.)
-int moe_tc_mode(const MoeArgs& a) {
-  const char* e = std::getenv("LILY_MOE_TC");  // read per call: the MoE kernels are launched at graph capture only
-  return e && *e ? std::atoi(e) : (a.tc ? 2 : 0);
-}
-
-bool moe_gate_up_tc_ok(const MoeArgs& a) {
-  return (moe_tc_mode(a) & 1) && a.H == kGuH && a.I % 16 == 0 && a.Is % 16 == 0 && a.gate.bits == 4 &&
-         a.sh_gate_up.bits == 4 && aligned16(a.x) && aligned16(a.gate.codes) && aligned16(a.up.codes) &&
-         aligned16(a.sh_gate_up.codes) && (!a.logits || (a.n_experts >= a.top_k && a.n_experts <= kTopkThreads));
-}
+// Down only, for the calls that ask for it (MoeArgs::tc, the decode step). H200, 2026-12-03
+// (docs/perf/2026-12-03-cuda-decode-5.md), 256 context, with the tensor-core GEMV: 518.8 tok/s with down
+// only, 500.6 with gate+up on tensor cores too (13.2 µs per launch vs 11.8 for moe.cu's; that kernel is
+// gone), 453.6 with all tensor-core kernels off.
 bool moe_down_tc_ok(const MoeArgs& a) {
   const int K = a.top_k * a.I + a.Is;
-  return (moe_tc_mode(a) & 2) && a.I % 64 == 0 && a.Is % 64 == 0 && K <= 8 * 64 * kDnMaxGPW && a.H % 16 == 0 &&
+  return a.tc && a.I % 64 == 0 && a.Is % 64 == 0 && K <= 8 * 64 * kDnMaxGPW && a.H % 16 == 0 &&
          a.down.bits == 4 && a.sh_down.bits == 4 && aligned16(a.act) && aligned16(a.down.codes) &&
          aligned16(a.sh_down.codes) && (!a.logits || (a.n_experts >= a.top_k && a.n_experts <= kTopkThreads));
-}
-
-Status moe_gate_up_tc(const MoeArgs& a, Stream stream) {
-  auto s = static_cast<cudaStream_t>(stream);
-  const int wmax = a.I > a.Is ? a.I : a.Is;
-  const dim3 grid((wmax + 15) / 16, a.top_k + 1);
-  return launch_k("moe_gate_up_tc", gate_up_tc_kernel, grid, dim3(256), gu_smem(), s, a);
 }
 
 Status moe_down_tc(const MoeArgs& a, Stream stream) {

@@ -7,8 +7,8 @@
 // H2D copy), so the step is captured once per batch size as a CUDA graph and replayed for any set
 // of sequences. Each row's result depends only on that row (batch invariant); with qgemm's two-pass
 // activations it stays within ~1e-5 of what forward() gives the sequence alone. Rows fall back to
-// the per-row loop where the batched kernels do not apply (bf16 K/V states, the A/B env knob that
-// changes the batch-1 arithmetic, LILY_GDN_FUSED_NORM=0). B = 1 runs forward() (the batch-1 graph).
+// the per-row loop where the batched kernels do not apply (bf16 K/V states, DeltaNet heads wider than
+// 256). B = 1 runs forward() (the batch-1 graph).
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -31,9 +31,8 @@ bool env_is(const char* name, const char* val) {
   const char* e = std::getenv(name);
   return e && std::strcmp(e, val) == 0;
 }
-// The batch-1 step's arithmetic changes under this knob; the batched kernels copy the default.
-bool batch_knobs_ok() { return !env_is("LILY_GDN_FUSED_NORM", "0"); }
-// The qgemm step unless LILY_BATCH_TC=0 (the exact CUDA-core kernels, bit-identical to the batch-1 step).
+// The qgemm step unless LILY_BATCH_TC=0 (the exact CUDA-core kernels, each bit-identical to the batch-1
+// kernel it copies; the batch-1 step itself runs the tensor-core GEMV and MoE down and the chunked attention).
 bool tc_on() {
   static const bool on = !env_is("LILY_BATCH_TC", "0");
   return on;
@@ -430,7 +429,7 @@ Status CudaBackend::batch_graph(int B, cudaGraphExec_t& out) {
 // serving. Then a throwaway 16-token prefill, two decode steps and one pipelined draw: the first
 // request's TTFT no longer includes the kernels' first use and the batch-1 graph's capture (~50 ms).
 Status CudaBackend::prepare(int max_rows, int step_tokens) {
-  if (max_rows >= 2 && batch_knobs_ok() && cfg_.linear_value_head_dim <= 256 && graphs_on()) {
+  if (max_rows >= 2 && cfg_.linear_value_head_dim <= 256 && graphs_on()) {
     LILY_TRY(batch_alloc(std::max(max_rows + step_tokens, kPfSmallMoeMax)));
     LILY_TRY(ensure_draw(max_rows));
     for (int B = 2; B <= max_rows; ++B) {
@@ -467,7 +466,7 @@ Status CudaBackend::batch_step(std::span<SeqState* const> states, std::span<cons
   if (B == 0) return Status::ok();
   if (!draw && logits.size() != size_t(B) * V) return cu_err("forward_batch: logits must hold {} rows of {}", B, V);
   std::vector<CudaSeqState*> seqs(static_cast<size_t>(B));
-  bool batched = B >= 2 && batch_knobs_ok() && cfg_.linear_value_head_dim <= 256;
+  bool batched = B >= 2 && cfg_.linear_value_head_dim <= 256;
   for (int b = 0; b < B; ++b) {
     seqs[size_t(b)] = dynamic_cast<CudaSeqState*>(states[size_t(b)]);
     CudaSeqState* r = seqs[size_t(b)];

@@ -129,10 +129,9 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
 BGdnArgs bgdn_args(const BatchCtx& x, const ModelConfig& c, const DevLayer& L, int i, size_t r0, int B);
 // The environment knobs the batched steps read (batch.cu).
 bool env_is(const char* name, const char* val);
-bool batch_knobs_ok();  // the batch-1 arithmetic is the default one (no A/B knob changes it)
-bool tc_on();           // the qgemm step (LILY_BATCH_TC, default on)
-// Whether the mixed step (step_mixed.cu) runs this model at today's knobs: the qgemm step, the default
-// batch-1 arithmetic, and shapes the prefill kernels take. Its fp32-state condition is per step.
+bool tc_on();  // the qgemm step (LILY_BATCH_TC, default on)
+// Whether the mixed step (step_mixed.cu) runs this model at today's knobs: the qgemm step and shapes the
+// batched and prefill kernels take. Its fp32-state condition is per step.
 bool mixed_step_ok(const ModelConfig& c);
 
 }  // namespace cuda

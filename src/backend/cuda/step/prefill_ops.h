@@ -99,8 +99,7 @@ struct GdnPrefillArgs {
   // scratch: qn, kn fp32 [M, nk·128]; v fp32 [M, nv·128]; g, beta fp32 [M, nv]; o_raw [M, nv·128]
   float *qn = nullptr, *kn = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr, *o_raw = nullptr;
   float* o = nullptr;
-  // Chunked (WY) recurrence scratch, gdn_wy_floats(M, nv) floats (gdn_chunk.cu); null, or
-  // LILY_GDN_CHUNK=0, runs the token-by-token scan instead.
+  // Chunked (WY) recurrence scratch, gdn_wy_floats(M, nv) floats (gdn_chunk.cu); required.
   float* wy = nullptr;
   // Profiling: called after each kernel launch with its name (prefill's per-op profile).
   void (*prof)(void* ctx, const char* what) = nullptr;
@@ -113,7 +112,7 @@ Status gdn_prefill(const GdnPrefillArgs& a, Stream s);
 // arithmetic is exactly gdn_prefill's on it alone.
 Status gdn_prefill_segments(const GdnPrefillArgs& longest, const GdnPrefillArgs* segs, int n_seg, Stream s);
 // The recurrence alone in the chunked form (chunk 64, tensor cores, fp32 state): reads qn, kn, v,
-// g, beta, updates S, writes o_raw. Called by gdn_prefill when a.wy is set.
+// g, beta, updates S, writes o_raw. Called by gdn_prefill.
 size_t gdn_wy_floats(int M, int nv);
 Status gdn_chunk_scan(const GdnPrefillArgs& a, Stream s);
 Status gdn_chunk_scan_segments(const GdnPrefillArgs& longest, const GdnPrefillArgs* segs, int n_seg, Stream s);

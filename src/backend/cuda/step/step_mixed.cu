@@ -33,7 +33,7 @@ constexpr size_t kOwnPrefillRows = 1024;
 constexpr int kRecurrentRows = 16;
 
 bool mixed_step_ok(const ModelConfig& c) {
-  return batch_knobs_ok() && tc_on() && c.linear_value_head_dim <= 256 &&
+  return tc_on() && c.linear_value_head_dim <= 256 &&
          c.shared_expert_intermediate_size == c.moe_intermediate_size && prefill_shapes_ok(c);
 }
 
