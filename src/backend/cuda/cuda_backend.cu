@@ -17,16 +17,6 @@ namespace {
 double qbytes(const QW& w, double rows = -1) {
   return (rows < 0 ? w.rows : rows) * (double(w.cols) * w.bits / 8 + double(w.cols) / 64 * 4);
 }
-// Router top-k in the MoE kernels (default: the router GEMV writes only logits; every gate_up block of
-// a routed slot and every down block computes the top-k itself) or in the router's last block
-// (LILY_MOE_TOPK=router, the earlier path; also taken when E > 256).
-bool moe_topk_in_consumers() {
-  static const bool on = [] {
-    const char* e = std::getenv("LILY_MOE_TOPK");
-    return !(e && std::strcmp(e, "router") == 0);
-  }();
-  return on;
-}
 // Boundary probe for the profiler: waits for its predecessor (PDL), lets the next one launch, and
 // does nothing else.
 __global__ void empty_pdl_kernel() {
@@ -53,7 +43,9 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
   };
   // No L2 prefetch of later kernels' weights: measured on the H200 (a997e1e, 256 context) 380 / 376 / 243
   // tok/s against 389 without (the GEMVs' own pre-wait loads already overlap their predecessor).
-  const bool topk_here = moe_topk_in_consumers() && c.num_experts <= 256;
+  // Router top-k in the MoE kernels: the router GEMV writes only logits and every gate_up block of a routed
+  // slot and every down block computes the top-k itself; the router's last block does it where E > 256.
+  const bool topk_here = c.num_experts <= 256;
   mark("start", s);
   LILY_TRY(op("embed", qbytes(d_.embed, 1), [&] { return embed_row(d_.embed, st.ctl, 0, xres_[0], s); }));
   int p = 0;
