@@ -37,6 +37,8 @@
 #           FULL_STEPS    decode steps of the full-size check [3]    BISECT=0  no bisect on failure [1]
 #           MODEL_AB      ';'-separated settings: tiny models, goldens and the full-size check again under each ['']
 #   bench:  CTXS [256,4096,8192,32768]  BATCHES [1,16,64]  BATCH_CTX [256]  BATCH_STEPS [8]  LABEL (into the JSON)
+#           BATCH_ARGS    more `lily bench-batch` options for every batched run, e.g. '--prompt-tokens 480 --segment 96'
+#                         (the mixed step: decode rows plus prompt segments) ['']
 #           PROFILE=1     per-op profiles: batch-1 decode graph (lily bench --profile) at PROFILE_CTXS [256],
 #                         prefill (LILY_PREFILL_PROFILE=PF_PROFILE_MODE [1]) at PF_PROFILE_CTX [8192], batched
 #                         step (LILY_BATCH_PROFILE) at PROFILE_BATCHES [16,64]   [0]
@@ -196,9 +198,10 @@ benchb() {
   local name=$1 bs=$2 steps=$3
   shift 3
   in_time "$name" || return 1
-  log "$name: lily bench-batch --backend cuda --batches $bs --context ${BATCH_CTX:-256} --steps $steps${*:+ with $*}"
+  log "$name: lily bench-batch --backend cuda --batches $bs --context ${BATCH_CTX:-256} --steps $steps ${BATCH_ARGS:-}${*:+ with $*}"
+  # shellcheck disable=SC2086  # BATCH_ARGS: more bench-batch options, word-split on purpose
   env "$@" timeout "$(cap 200)" "${EXE:-$LILY}" bench-batch --model "$CK" --backend cuda --batches "$bs" \
-    --context "${BATCH_CTX:-256}" --steps "$steps" --check --label "${LABEL:-}" --json "$LOGS/$name.json" > "$LOGS/$name.txt" 2>&1
+    --context "${BATCH_CTX:-256}" --steps "$steps" ${BATCH_ARGS:-} --check --label "${LABEL:-}" --json "$LOGS/$name.json" > "$LOGS/$name.txt" 2>&1
   local rc=$?
   echo "rc $rc" >> "$LOGS/$name.txt"
   grep -E '^\||^bench-batch:|profile|^check ' "$LOGS/$name.txt" | head -60 | say
