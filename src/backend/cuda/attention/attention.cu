@@ -3,8 +3,8 @@
 // attn_prep / attn_decode (common/ops.h; attention.cu: one token, split-K flash decoding in fp32,
 // hd ∈ {64, 128, 256}); pf::attn_prefill (step/prefill_ops.h; attn_prefill.cu, attn_wg.cu: M tokens,
 // causal flash attention on tensor cores, operands bf16 hi + lo (~16 bits; fp32 caches) or bf16,
-// softmax in fp32); battn (step/batch_ops.h; batch_attn.cu: B rows over fp32 caches, per row the
-// arithmetic of attention.cu's per-position split kernel, attn_decode_per_position).
+// softmax in fp32); battn (step/batch_ops.h; batch_attn.cu: B rows over fp32 caches, per-position
+// split-K, within 1e-5 of attn_decode).
 //
 // Attention decode: (1) q/k RMSNorm + partial NeoX RoPE + K/V cache write at pos; (2) split-K
 // flash decoding over positions 0..pos with the GQA group's query heads sharing each K/V row
@@ -91,94 +91,14 @@ __device__ __forceinline__ int n_splits_for(int n, int n_split, int min_per) {
   return want < n_split ? want : n_split;
 }
 
-// Per-position split kernel: each warp takes one position at a time (two rows loaded ahead), one warp
-// sum and one online-softmax update per position. The decode step runs the chunked kernel below; this one
-// is the arithmetic battn repeats per row (batch_attn.cu), kept as its exact reference
-// (attn_decode_per_position).
-template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThreads) attn_decode_kernel(AttnArgs a) {
-  extern __shared__ float sm[];  // [kWarps][G][hd + 2]
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = DPL * 32;
-  const int split = blockIdx.x, kvh = blockIdx.y;
-  pdl_wait();
-  pdl_trigger();
-  const int n = a.ctl->pos + 1, nse = n_splits_for(n, a.n_split, a.min_per_split > 0 ? a.min_per_split : kMinPerSplit);
-  if (split >= nse) return;
-  const int len = (n + nse - 1) / nse, t0 = split * len, t1 = min(n, t0 + len);
-  const float scale = 1.0f / sqrtf(float(hd));
-
-  float q[G][DPL];
-#pragma unroll
-  for (int g = 0; g < G; ++g) load_row<DPL>(a.q + (kvh * G + g) * hd + lane * DPL, q[g]);
-  float m[G], l[G], o[G][DPL];
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    m[g] = -INFINITY, l[g] = 0.f;
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) o[g][i] = 0.f;
-  }
-  const KT* kbase = static_cast<const KT*>(a.kc) + size_t(kvh) * a.max_seq * hd + lane * DPL;
-  const KT* vbase = static_cast<const KT*>(a.vc) + size_t(kvh) * a.max_seq * hd + lane * DPL;
-  auto process = [&](const float* k, const float* v) {
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float s = 0.f;
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) s += q[g][i] * k[i];
-      s = warp_sum(s) * scale;
-      const float mn = fmaxf(m[g], s), c = expf(m[g] - mn), p = expf(s - mn);
-      l[g] = l[g] * c + p;
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) o[g][i] = o[g][i] * c + p * v[i];
-      m[g] = mn;
-    }
-  };
-  for (int t = t0 + warp; t < t1; t += 2 * kWarps) {
-    const int t2 = t + kWarps;
-    float k0[DPL], v0[DPL], k1[DPL], v1[DPL];
-    load_row<DPL>(kbase + size_t(t) * hd, k0);
-    load_row<DPL>(vbase + size_t(t) * hd, v0);
-    if (t2 < t1) {
-      load_row<DPL>(kbase + size_t(t2) * hd, k1);
-      load_row<DPL>(vbase + size_t(t2) * hd, v1);
-    }
-    process(k0, v0);
-    if (t2 < t1) process(k1, v1);
-  }
-  const int ws = G * (hd + 2);
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    float* dst = sm + warp * ws + g * (hd + 2);
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) dst[lane * DPL + i] = o[g][i];
-    if (lane == 0) dst[hd] = m[g], dst[hd + 1] = l[g];
-  }
-  __syncthreads();
-  float* part = a.partial + (size_t(kvh) * a.n_split + split) * ws;
-  for (int idx = threadIdx.x; idx < G * (hd + 2); idx += kThreads) {
-    const int g = idx / (hd + 2), d = idx % (hd + 2);
-    float M = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm[w * ws + g * (hd + 2) + hd]);
-    float acc = 0.f;
-    if (d == hd) {
-      acc = M;
-    } else {
-      for (int w = 0; w < kWarps; ++w) {
-        const float mw = sm[w * ws + g * (hd + 2) + hd];
-        if (mw != -INFINITY) acc += sm[w * ws + g * (hd + 2) + d] * expf(mw - M);
-      }
-    }
-    part[idx] = acc;
-  }
-}
-
 // Chunked split kernel (attn_decode's, the decode step's): each warp takes chunks of P = 4 consecutive
 // positions (K and V rows of all P loaded before the first use).
 // The G·P partial dot products of a chunk (lanes over dims, q from shared memory) are summed over
 // the warp by one transposing butterfly (G·P values in 31 shuffles instead of 5 per value; lane l
 // ends up with value l >> SH), the online softmax is updated once per chunk (one rescale of o per
 // head instead of one per position), and the chunk's probabilities go through shared memory to
-// every lane for P·V. Same partial layout and the same fp32 math as the per-position kernel up to
-// summation order. H200, 2026-12-03, against the per-position kernel: 437.7 vs 435.6 tok/s at 4k,
+// every lane for P·V. H200, 2026-12-03, against a per-position kernel (one warp sum and one softmax
+// update per position; battn still works so): 437.7 vs 435.6 tok/s at 4k,
 // 343.3 vs 330.0 at 32k (attention −7% / −12%; docs/perf/2026-12-03-cuda-decode-3.md, since removed
 // from the tree: git show 7e8cc9c:docs/perf/2026-12-03-cuda-decode-3.md).
 // Transposing warp sum: v[0..C) per lane → lane l holds Σ_lanes v[l >> (5 − log2 C)] in v[0].
@@ -382,36 +302,31 @@ __global__ void __launch_bounds__(256) attn_merge_kernel(AttnArgs a) {
   a.out[h * hd + d] = val;
 }
 
-template <int DPL, int G, typename KT> Status launch_decode(const AttnArgs& a, bool per_position, cudaStream_t s) {
-  if (!per_position) {
-    // Splits capped so that all nkv·splits blocks are resident at once (one wave): measured on the
-    // H200 at 32k (fp32 K/V), 66 splits (132 blocks) against 128 (256 blocks, two waves): attention
-    // 0.87 → 0.58 ms per step.
-    auto kern = attn_decode_chunk_kernel<DPL, G, KT>;
-    static const int per_sm = [&] {
-      int n = 0;
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, kThreads, chunk_smem<DPL, G>()) != cudaSuccess || n < 1) n = 1;
-      return n;
-    }();
-    AttnArgs b = a;
-    const int cap = sm_count() * per_sm / a.nkv;
-    if (cap >= 1 && cap < b.n_split) b.n_split = cap;
-    LILY_TRY(launch_k("attn_decode", kern, dim3(b.n_split, b.nkv), dim3(kThreads), chunk_smem<DPL, G>(), s, b));
-    return launch_k("attn_merge", attn_merge_kernel, dim3(b.nh), dim3(b.hd), 0, s, b);
-  }
-  const size_t smem = size_t(kWarps) * G * (DPL * 32 + 2) * sizeof(float);
-  LILY_TRY(launch_k("attn_decode", attn_decode_kernel<DPL, G, KT>, dim3(a.n_split, a.nkv), dim3(kThreads), smem, s, a));
-  return launch_k("attn_merge", attn_merge_kernel, dim3(a.nh), dim3(a.hd), 0, s, a);
+template <int DPL, int G, typename KT> Status launch_decode(const AttnArgs& a, cudaStream_t s) {
+  // Splits capped so that all nkv·splits blocks are resident at once (one wave): measured on the
+  // H200 at 32k (fp32 K/V), 66 splits (132 blocks) against 128 (256 blocks, two waves): attention
+  // 0.87 → 0.58 ms per step.
+  auto kern = attn_decode_chunk_kernel<DPL, G, KT>;
+  static const int per_sm = [&] {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, kThreads, chunk_smem<DPL, G>()) != cudaSuccess || n < 1) n = 1;
+    return n;
+  }();
+  AttnArgs b = a;
+  const int cap = sm_count() * per_sm / a.nkv;
+  if (cap >= 1 && cap < b.n_split) b.n_split = cap;
+  LILY_TRY(launch_k("attn_decode", kern, dim3(b.n_split, b.nkv), dim3(kThreads), chunk_smem<DPL, G>(), s, b));
+  return launch_k("attn_merge", attn_merge_kernel, dim3(b.nh), dim3(b.hd), 0, s, b);
 }
 
-template <int DPL, typename KT> Status dispatch_g(const AttnArgs& a, bool pp, cudaStream_t s) {
+template <int DPL, typename KT> Status dispatch_g(const AttnArgs& a, cudaStream_t s) {
   switch (a.nh / a.nkv) {
-    case 1: return launch_decode<DPL, 1, KT>(a, pp, s);
-    case 2: return launch_decode<DPL, 2, KT>(a, pp, s);
-    case 3: return launch_decode<DPL, 3, KT>(a, pp, s);
-    case 4: return launch_decode<DPL, 4, KT>(a, pp, s);
-    case 6: return launch_decode<DPL, 6, KT>(a, pp, s);
-    case 8: return launch_decode<DPL, 8, KT>(a, pp, s);
+    case 1: return launch_decode<DPL, 1, KT>(a, s);
+    case 2: return launch_decode<DPL, 2, KT>(a, s);
+    case 3: return launch_decode<DPL, 3, KT>(a, s);
+    case 4: return launch_decode<DPL, 4, KT>(a, s);
+    case 6: return launch_decode<DPL, 6, KT>(a, s);
+    case 8: return launch_decode<DPL, 8, KT>(a, s);
     default: return cu_err("attn_decode: GQA group {} unsupported (1, 2, 3, 4, 6, 8)", a.nh / a.nkv);
   }
 }
@@ -421,21 +336,10 @@ template <int DPL, typename KT> Status dispatch_g(const AttnArgs& a, bool pp, cu
 int attn_max_splits() { return kMaxSplits; }
 
 template <int DPL, typename KT> static Status init_g() {
-  auto set = [](auto kern, int G) -> Status {
-    const int smem = kWarps * G * (DPL * 32 + 2) * int(sizeof(float));
-    LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    return Status::ok();
-  };
   auto set_t = [](auto kern, size_t smem) -> Status {
     LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return Status::ok();
   };
-  LILY_TRY(set(attn_decode_kernel<DPL, 1, KT>, 1));
-  LILY_TRY(set(attn_decode_kernel<DPL, 2, KT>, 2));
-  LILY_TRY(set(attn_decode_kernel<DPL, 3, KT>, 3));
-  LILY_TRY(set(attn_decode_kernel<DPL, 4, KT>, 4));
-  LILY_TRY(set(attn_decode_kernel<DPL, 6, KT>, 6));
-  LILY_TRY(set(attn_decode_kernel<DPL, 8, KT>, 8));
   LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 1, KT>, chunk_smem<DPL, 1>()));
   LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 2, KT>, chunk_smem<DPL, 2>()));
   LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 3, KT>, chunk_smem<DPL, 3>()));
@@ -463,23 +367,21 @@ Status attn_prep(const AttnArgs& a, Stream s) {
   return launch_k("attn_prep", attn_prep_kernel<uint16_t>, grid, block, a.hd * sizeof(float), st, a);
 }
 
-static Status decode(const AttnArgs& a, bool pp, Stream stream) {
+Status attn_decode(const AttnArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (!a.ctl) return cu_err("attn_decode: needs the step control block");
   if (a.nkv > 14 || a.nkv <= 0 || a.nh % a.nkv != 0) return cu_err("attn_decode: {} kv heads unsupported", a.nkv);
   if (a.n_split < 1 || a.n_split > attn_max_splits()) return cu_err("attn_decode: n_split {} out of range", a.n_split);
   switch (a.hd * (a.kv_f32 ? 1 : -1)) {
-    case 64: return dispatch_g<2, float>(a, pp, s);
-    case 128: return dispatch_g<4, float>(a, pp, s);
-    case 256: return dispatch_g<8, float>(a, pp, s);
-    case -64: return dispatch_g<2, uint16_t>(a, pp, s);
-    case -128: return dispatch_g<4, uint16_t>(a, pp, s);
-    case -256: return dispatch_g<8, uint16_t>(a, pp, s);
+    case 64: return dispatch_g<2, float>(a, s);
+    case 128: return dispatch_g<4, float>(a, s);
+    case 256: return dispatch_g<8, float>(a, s);
+    case -64: return dispatch_g<2, uint16_t>(a, s);
+    case -128: return dispatch_g<4, uint16_t>(a, s);
+    case -256: return dispatch_g<8, uint16_t>(a, s);
     default: return cu_err("attn_decode: head dim {} unsupported (64, 128, 256)", a.hd);
   }
 }
 
-Status attn_decode(const AttnArgs& a, Stream s) { return decode(a, false, s); }
-Status attn_decode_per_position(const AttnArgs& a, Stream s) { return decode(a, true, s); }
 
 }  // namespace lily::cuda

@@ -1,8 +1,7 @@
 // Batched attention decode, each sequence with its own fp32 K/V cache and length through pointer
-// tables (attention.cu's prep, per-position split-K kernel and merge). The arithmetic per row is that of
-// attention.cu's per-position kernel (attn_decode_per_position), bit for bit; the batch-1 step's chunked
-// kernel sums in another order (within 1e-5: CudaBatch.AttentionEqualsBatch1). The batched GDN step,
-// once in the same file, is deltanet/batch_gdn.cu.
+// tables: attention.cu's prep and merge arithmetic, and a split-K kernel taking one position per warp at a
+// time (the batch-1 step's chunked kernel sums in another order: within 1e-5, CudaBatch.AttentionEqualsBatch1).
+// The batched GDN step, once in the same file, is deltanet/batch_gdn.cu.
 #include "backend/cuda/step/batch_ops.h"
 #include "backend/cuda/common/common.cuh"
 

@@ -178,10 +178,6 @@ struct AttnArgs {
 };
 Status attn_prep(const AttnArgs& a, Stream s);
 Status attn_decode(const AttnArgs& a, Stream s);
-// attn_decode with the per-position split kernel instead of the chunked one (same splits and merge, fp32
-// sums in another order, no one-wave split cap): the arithmetic the batched decode (battn) repeats per row,
-// its tests' exact reference. No step calls it.
-Status attn_decode_per_position(const AttnArgs& a, Stream s);
 int attn_max_splits();
 // Raises the dynamic shared-memory limits of the attention kernels (call once, outside capture).
 Status attn_init();
