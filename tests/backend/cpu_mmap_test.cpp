@@ -12,6 +12,9 @@
 #include <gtest/gtest.h>
 
 #include "backend/cpu/fast_mmap.h"
+#include "io/checkpoint.h"
+#include "io/synth.h"
+#include "model/weights.h"
 
 namespace lily {
 namespace {
@@ -38,6 +41,30 @@ TEST(FastMmap, MappedFileGivesPathAndOffset) {
   size_t off2 = 7;
   EXPECT_TRUE(cpu::fast::mapped_file(heap.data(), off2).empty());
   EXPECT_TRUE(cpu::fast::mapped_file(&off2, off2).empty());
+}
+
+// The weight regions of a loaded checkpoint: inside its one file mapping, 2 MiB aligned, with the file
+// offsets of that mapping, and nothing else (the calls that drop pages touch only these ranges).
+TEST(FastMmap, WeightRegionsAreTheCheckpointMapping) {
+  const std::string dir = (std::filesystem::temp_directory_path() / ("lily-mmap-" + std::to_string(::getpid()))).string();
+  ASSERT_TRUE(write_synthetic_checkpoint({"small", 3, dir}).is_ok());
+  auto ck = Checkpoint::open(dir);
+  ASSERT_TRUE(ck) << ck.message();
+  auto w = ModelWeights::from_checkpoint(*ck.value());
+  ASSERT_TRUE(w) << w.message();
+  const auto regions = cpu::fast::weight_regions(w.value());
+  ASSERT_EQ(regions.size(), 1u) << "one safetensors file, one region";
+  const auto& r = regions[0];
+  EXPECT_EQ(std::filesystem::weakly_canonical(r.path), std::filesystem::weakly_canonical(dir + "/model.safetensors"));
+  EXPECT_LT(r.a, r.b);
+  EXPECT_EQ(r.a % (2u << 20), 0u);
+  EXPECT_EQ(r.b % (2u << 20), 0u);
+  size_t off = 0;
+  EXPECT_EQ(cpu::fast::mapped_file(reinterpret_cast<const void*>(r.a), off), r.path);
+  EXPECT_EQ(off, r.file_offset);
+  // The region lies inside the tensors' bytes: the first codes byte is at or before it.
+  EXPECT_LE(reinterpret_cast<uintptr_t>(w.value().embed.codes), r.b);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
