@@ -598,7 +598,8 @@ Result<std::unique_ptr<Backend>> make_fast_cpu_backend(const ModelWeights& w, si
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   // 2 MiB folios and PMD mappings for the weights as they enter the page cache (fast_mmap.h).
-  cpu::fast::advise_huge_pages(w);
+  const auto regions = cpu::fast::weight_regions(w);
+  cpu::fast::advise_huge_pages(regions);
   // Weights are used in place from the mmap; a decode token touches ~1/10 of them, a long prefill all.
   const auto [total, avail] = cpu::meminfo();
   const size_t need = model_weight_bytes(w);
@@ -610,9 +611,9 @@ Result<std::unique_ptr<Backend>> make_fast_cpu_backend(const ModelWeights& w, si
   else if (avail && need > avail)
     spdlog::warn("cpu backend: the weights are {:.1f} GiB and {:.1f} GiB of RAM is available now: until other processes "
                  "release memory, parts of the checkpoint will be re-read from disk", need / gib, avail / gib);
-  else if (const double s = cpu::fast::populate_weights(w); s >= 0) {  // fits: read it all now, not during requests
+  else if (const double s = cpu::fast::populate_weights(regions); s >= 0) {  // fits: read it all now, not during requests
     spdlog::info("cpu backend: weights ({:.1f} GiB) read into memory in {:.1f} s", need / gib, s);
-    const auto rf = cpu::fast::refault_small_folios(w);
+    const auto rf = cpu::fast::refault_small_folios(regions);
     if (rf.tried)
       spdlog::info("cpu backend: the page cache held the weights in small pages ({:.1f} GB in 2 MiB pages): re-read "
                    "in {:.1f} s, now {:.1f} GB in 2 MiB pages", rf.pmd_before / 1e9, rf.seconds, rf.pmd_after / 1e9);

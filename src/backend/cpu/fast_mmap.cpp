@@ -54,7 +54,9 @@ std::vector<Vma> read_maps() {
 // 2 MiB aligned inward. Only these ranges are ever advised, populated or dropped: a sharded checkpoint is
 // several mappings with other memory between them, and weights built in memory (synthetic, tests) are
 // anonymous and left alone.
-std::vector<WeightRegion> regions_of(const ModelWeights& w) {
+}  // namespace
+
+std::vector<WeightRegion> weight_regions(const ModelWeights& w) {
   const std::vector<Vma> maps = read_maps();
   std::map<size_t, std::pair<uintptr_t, uintptr_t>> ext;  // vma index -> [lo, hi) of tensor bytes
   const auto add = [&](const void* p, size_t n) {
@@ -93,14 +95,10 @@ std::vector<WeightRegion> regions_of(const ModelWeights& w) {
   return out;
 }
 
-}  // namespace
-
-std::vector<WeightRegion> weight_regions(const ModelWeights& w) { return regions_of(w); }
-
-size_t advise_huge_pages(const ModelWeights& w) {
+size_t advise_huge_pages(const std::vector<WeightRegion>& regions) {
   size_t n = 0;
 #ifdef MADV_HUGEPAGE
-  for (const WeightRegion& r : regions_of(w)) {
+  for (const WeightRegion& r : regions) {
     if (::madvise(reinterpret_cast<void*>(r.a), r.b - r.a, MADV_HUGEPAGE) != 0) {
       spdlog::debug("cpu backend: madvise(MADV_HUGEPAGE) over {} failed: {}", r.path, std::strerror(errno));
       continue;
@@ -108,13 +106,12 @@ size_t advise_huge_pages(const ModelWeights& w) {
     n += r.b - r.a;
   }
 #else
-  (void)w;
+  (void)regions;
 #endif
   return n;
 }
 
-double populate_weights(const ModelWeights& w) {
-  const auto regions = regions_of(w);
+double populate_weights(const std::vector<WeightRegion>& regions) {
   if (regions.empty()) return -1;
   const auto t0 = std::chrono::steady_clock::now();
   for (const WeightRegion& r : regions)
@@ -125,9 +122,8 @@ double populate_weights(const ModelWeights& w) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-RefaultResult refault_small_folios(const ModelWeights& w) {
+RefaultResult refault_small_folios(const std::vector<WeightRegion>& regions) {
   RefaultResult r;
-  const auto regions = regions_of(w);
   size_t total = 0;
   for (const WeightRegion& g : regions) total += g.b - g.a;
   if (total == 0) return r;
@@ -135,32 +131,31 @@ RefaultResult refault_small_folios(const ModelWeights& w) {
   if (r.pmd_before >= total / 10 * 9) return r;  // (nearly) all in 2 MiB folios already
   const auto t0 = std::chrono::steady_clock::now();
   // Drop [p, p + n) of region g from this mapping and from the page cache (clean pages no other process
-  // maps), then fault it back through the MADV_HUGEPAGE mapping. False if the kernel refused a step.
-  const auto refault = [](int fd, const WeightRegion& g, uintptr_t p, size_t n) {
+  // maps); fill: fault it back through the MADV_HUGEPAGE mapping. False if the kernel refused.
+  const auto drop = [](int fd, const WeightRegion& g, uintptr_t p, size_t n) {
     return ::madvise(reinterpret_cast<void*>(p), n, MADV_DONTNEED) == 0 &&
-           ::posix_fadvise(fd, off_t(g.file_offset + (p - g.a)), off_t(n), POSIX_FADV_DONTNEED) == 0 &&
-           ::madvise(reinterpret_cast<void*>(p), n, kPopulateRead) == 0;
+           ::posix_fadvise(fd, off_t(g.file_offset + (p - g.a)), off_t(n), POSIX_FADV_DONTNEED) == 0;
   };
+  const auto fill = [](uintptr_t p, size_t n) { return ::madvise(reinterpret_cast<void*>(p), n, kPopulateRead) == 0; };
   for (size_t i = 0; i < regions.size(); ++i) {
     const WeightRegion& g = regions[i];
     const int fd = ::open(g.path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return r;
+    if (fd < 0) break;
     size_t done = 0;
     if (i == 0) {
       // A 64 MiB probe first: where the file system (or a file another process maps) gives small folios
       // again, re-reading 19 GB would cost seconds for nothing. Its gain counts from after its eviction.
       const size_t probe = std::min(g.b - g.a, size_t(64) << 20);
-      const bool dropped = ::madvise(reinterpret_cast<void*>(g.a), probe, MADV_DONTNEED) == 0 &&
-                           ::posix_fadvise(fd, off_t(g.file_offset), off_t(probe), POSIX_FADV_DONTNEED) == 0;
+      const bool dropped = drop(fd, g, g.a, probe);
       const size_t evicted = file_pmd_mapped_bytes();
-      const bool back = ::madvise(reinterpret_cast<void*>(g.a), probe, kPopulateRead) == 0;
-      if (!dropped || !back || file_pmd_mapped_bytes() < evicted + probe / 2) {
+      if (!dropped || !fill(g.a, probe) || file_pmd_mapped_bytes() < evicted + probe / 2) {
         ::close(fd);
         return r;
       }
       r.tried = true, done = probe;
     }
-    const bool ok = done == g.b - g.a || refault(fd, g, g.a + done, g.b - g.a - done);
+    const size_t n = g.b - g.a - done;
+    const bool ok = n == 0 || (drop(fd, g, g.a + done, n) && fill(g.a + done, n));
     ::close(fd);
     if (!ok) {
       spdlog::debug("cpu backend: re-faulting {} stopped: {}", g.path, std::strerror(errno));
@@ -170,17 +165,6 @@ RefaultResult refault_small_folios(const ModelWeights& w) {
   r.pmd_after = file_pmd_mapped_bytes();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
-}
-
-std::string mapped_file(const void* addr, size_t& offset) {
-  const auto p = reinterpret_cast<uintptr_t>(addr);
-  for (const Vma& v : read_maps())
-    if (p >= v.lo && p < v.hi) {
-      if (!v.file) return {};
-      offset = v.off + size_t(p - v.lo);
-      return v.path;
-    }
-  return {};
 }
 
 size_t file_pmd_mapped_bytes() {

@@ -15,6 +15,8 @@ namespace lily::cpu::fast {
 // The weights' regions: for each file mapping that holds weight tensors (a checkpoint may be several
 // shards), the span of its tensors, 2 MiB aligned inward. The calls below touch only these ranges: other
 // memory between shard mappings, and weights built in anonymous memory (synthetic, tests), is left alone.
+// Compute them once, before advise_huge_pages: the advice splits each mapping at the region's ends, and
+// regions found after that lose the 2 MiB pages their edge tensors share with the split-off parts.
 struct WeightRegion {
   uintptr_t a = 0, b = 0;  // [a, b), 2 MiB aligned
   size_t file_offset = 0;  // of a in the file
@@ -24,12 +26,12 @@ std::vector<WeightRegion> weight_regions(const ModelWeights& w);
 
 // madvise(MADV_HUGEPAGE) over the weight regions. Takes effect for pages read into the page cache
 // afterwards (ext4 and other large-folio filesystems). Returns the bytes advised (0: refused).
-size_t advise_huge_pages(const ModelWeights& w);
+size_t advise_huge_pages(const std::vector<WeightRegion>& regions);
 
 // Reads the same regions into memory now (madvise(MADV_POPULATE_READ), Linux 5.14+), as llama.cpp's load
 // does: the first requests do not wait on the disk, and pages the cache did not hold arrive as 2 MiB
 // folios through the advised mapping. Returns the seconds it took, or -1 if the kernel refused.
-double populate_weights(const ModelWeights& w);
+double populate_weights(const std::vector<WeightRegion>& regions);
 
 // Pages that were in the page cache before lily mapped them stay in the folios they came in, whatever the
 // mapping asks: a file just copied (or written) gave 14.5-15.7 of 19.5 GB PMD-mapped, run after run, and
@@ -44,10 +46,7 @@ struct RefaultResult {
   size_t pmd_before = 0, pmd_after = 0;  // FilePmdMapped bytes
   double seconds = 0;
 };
-RefaultResult refault_small_folios(const ModelWeights& w);
-
-// The file mapped at addr (/proc/self/maps) and addr's offset in it; empty if no file is mapped there.
-std::string mapped_file(const void* addr, size_t& offset);
+RefaultResult refault_small_folios(const std::vector<WeightRegion>& regions);
 
 // FilePmdMapped of this process (/proc/self/smaps_rollup), bytes; 0 if unreadable.
 size_t file_pmd_mapped_bytes();
