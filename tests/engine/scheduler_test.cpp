@@ -308,8 +308,14 @@ TEST(Scheduler, AFailedStepEndsItsRequestsAndTheEngineGoesOn) {
   Rig rig(opts(8, 512, 512));
   auto a = rig.make(1, 10, 20), b = rig.make(2, 10, 20);
   rig.fake().fail_step = 3;
+  // b arrives while a's first step runs, so both are in step 3 (submitted from this thread, b could
+  // arrive after step 3 and run alone).
+  rig.fake().on_launch = [&](int n) {
+    if (n == 0) {
+      ASSERT_TRUE(rig.engine().submit(b->req));
+    }
+  };
   rig.submit(a);
-  rig.submit(b);
   rig.wait({a, b});
   EXPECT_EQ(a->finish, FinishReason::kError);
   EXPECT_EQ(b->finish, FinishReason::kError);
