@@ -227,7 +227,7 @@ mode_bench() {
   if [[ ${PROFILE:-0} == 1 ]]; then
     bench1 profile_decode "${PROFILE_CTXS:-256}" --profile
     bench1 profile_prefill "${PF_PROFILE_CTX:-8192}" LILY_PREFILL_PROFILE="${PF_PROFILE_MODE:-1}"
-    benchb profile_batch "${PROFILE_BATCHES:-16,64}" 2 LILY_BATCH_PROFILE=1
+    benchb profile_batch "${PROFILE_BATCHES:-16,64}" 3 LILY_BATCH_PROFILE=1  # --check takes step 0: 3 mixed steps
   fi
   split "${AB:-}"
   for e in "${SPLIT[@]}"; do

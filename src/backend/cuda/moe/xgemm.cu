@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/cuda/common/common.cuh"
 #include "backend/cuda/gemm/q4_mma.cuh"
@@ -214,26 +215,27 @@ __global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
             for (int i = 0; i < 4; ++i) part[n][i] = 0.f;
 #pragma unroll
           for (int j = 0; j < 2; ++j) {  // 16-byte x chunk j of the lane's 32 bytes per group: k-steps 2j, 2j+1
-            uint4 xv[NT][TERMS];
+            // The weights' A fragments of both k-steps first, then one 8-row activation tile at a time (its
+            // x chunk held only while its MMAs issue: NT = 4 stays within the two-blocks-an-SM registers).
+            // Per part[n] the MMAs run in the order j, p, h at every NT, so the sums are the same bits.
+            uint32_t af[2][4];
+#pragma unroll
+            for (int p = 0; p < 2; ++p) {
+              cvt4(j ? c.y : c.x, p, af[p][0], af[p][2]);
+              cvt4(j ? c.w : c.z, p, af[p][1], af[p][3]);
+            }
 #pragma unroll
             for (int n = 0; n < NT; ++n) {
               const int m = 8 * n + gq;
               const uint8_t* px = sx + size_t(m) * KC * 2 + (((Gl * 8 + 2 * tq + j) ^ (m & 1)) << 4);
+              uint4 xv[TERMS];
 #pragma unroll
-              for (int h = 0; h < TERMS; ++h) xv[n][h] = *reinterpret_cast<const uint4*>(px + h * plane);
-            }
+              for (int h = 0; h < TERMS; ++h) xv[h] = *reinterpret_cast<const uint4*>(px + h * plane);
 #pragma unroll
-            for (int p = 0; p < 2; ++p) {
-              uint32_t a0, a1, a2, a3;
-              cvt4(j ? c.y : c.x, p, a0, a2);
-              cvt4(j ? c.w : c.z, p, a1, a3);
+              for (int p = 0; p < 2; ++p)
 #pragma unroll
-              for (int n = 0; n < NT; ++n)
-#pragma unroll
-                for (int h = 0; h < TERMS; ++h) {
-                  const uint4 v = xv[n][h];
-                  mma(part[n], a0, a1, a2, a3, p ? v.z : v.x, p ? v.w : v.y);
-                }
+                for (int h = 0; h < TERMS; ++h)
+                  mma(part[n], af[p][0], af[p][1], af[p][2], af[p][3], p ? xv[h].z : xv[h].x, p ? xv[h].w : xv[h].y);
             }
           }
           const float s0 = __uint_as_float(q.x << 16), b0 = __uint_as_float(q.x & 0xFFFF0000u);
@@ -328,7 +330,8 @@ template <int NT, int MODE, int TERMS> Status launch(const XArgs& g, cudaStream_
 template <int MODE> Status launch_nt(int nt, const XArgs& g, cudaStream_t s) {
   const bool two = g.a.xlo != nullptr;
   if (nt == 1) return two ? launch<1, MODE, 2>(g, s) : launch<1, MODE, 1>(g, s);
-  return two ? launch<2, MODE, 2>(g, s) : launch<2, MODE, 1>(g, s);
+  if (nt == 2) return two ? launch<2, MODE, 2>(g, s) : launch<2, MODE, 1>(g, s);
+  return two ? launch<4, MODE, 2>(g, s) : launch<4, MODE, 1>(g, s);
 }
 
 }  // namespace
@@ -380,13 +383,20 @@ Status frag_experts(DevWeights& d, int E, int I, int H, void** mem, Stream s) {
   return Status::ok();
 }
 
+// A/B of this session only (deleted with the loser): LILY_XGEMM_NT4=0 leaves 32-row tiles to qgemm.
+static bool nt4_on() {
+  const char* e = std::getenv("LILY_XGEMM_NT4");
+  return !(e && e[0] == '0');
+}
+
 bool xgemm_fits(const QGemmArgs& a) {
   const int nt = qgemm_items_nt(a);
-  return a.items && a.w.cols % (64 * kD) == 0 && (nt == 1 || nt == 2) && (a.swiglu ? a.n_out % 64 == 0 : a.n_out % 128 == 0);
+  if (nt == 4 && !nt4_on()) return false;
+  return a.items && a.w.cols % (64 * kD) == 0 && (nt == 1 || nt == 2 || nt == 4) && (a.swiglu ? a.n_out % 64 == 0 : a.n_out % 128 == 0);
 }
 
 Status xgemm(const QGemmArgs& a, const FragW& w, const FragW& sh, Stream stream) {
-  if (!xgemm_fits(a)) return cu_err("xgemm: needs items, K % {} == 0 (K {}), a tile of 8 or 16 rows and whole tiles", 64 * kD, a.w.cols);
+  if (!xgemm_fits(a)) return cu_err("xgemm: needs items, K % {} == 0 (K {}), a tile of 8, 16 or 32 rows and whole tiles", 64 * kD, a.w.cols);
   if (!w.codes || !sh.codes || w.K != a.w.cols || sh.K != a.w.cols) return cu_err("xgemm: fragment copies of K {} needed", a.w.cols);
   if (!a.x || !a.xs || !a.xrow || !a.yrow || a.max_items < 1 || a.max_items > kMaxItems || a.E < 1)
     return cu_err("xgemm: items mode needs x, xs, xrow, yrow, max_items (1..{}) and E", kMaxItems);
