@@ -187,6 +187,10 @@ __global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
     for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
+    // 8-row activation tiles holding the unit's rows: the MMAs of the tiles past them are skipped (their
+    // rows are zero, so their sums would be too: the epilogue reads rows below m_cnt only). An expert with
+    // 9..16 rows of a 32-row tile issues half the MMAs.
+    const int nsub = (ct.m_cnt + 7) >> 3;
     for (int hc = 0; hc < nC; ++hc) {
       // Chunk hc is in buffer buf; every warp is done with the last chunk, so the other buffer takes the
       // next one (this unit's, or the next unit's first) while this one computes.
@@ -226,6 +230,7 @@ __global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
             }
 #pragma unroll
             for (int n = 0; n < NT; ++n) {
+              if (n >= nsub) break;  // block-uniform: the unit's rows end in an earlier 8-row tile
               const int m = 8 * n + gq;
               const uint8_t* px = sx + size_t(m) * KC * 2 + (((Gl * 8 + 2 * tq + j) ^ (m & 1)) << 4);
               uint4 xv[TERMS];
@@ -242,6 +247,7 @@ __global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
           const float s1 = __uint_as_float(q.y << 16), b1 = __uint_as_float(q.y & 0xFFFF0000u);
 #pragma unroll
           for (int n = 0; n < NT; ++n) {
+            if (n >= nsub) break;
             const int m = 8 * n + 2 * tq;
             const float2 xa = sxs[m * gpc + Gl], xb = sxs[(m + 1) * gpc + Gl];
             float* cc = acc[n];

@@ -99,7 +99,7 @@ Status CudaBackend::batch_alloc(int B) {
     size_t wsf = 0, nc = 0;
     const int qkv_rows = qrows, in_rows = C + vd + 2 * nv;
     for (auto [r, k] : {std::pair{in_rows, H}, {H, vd}, {qkv_rows, H}, {H, c.num_attention_heads * c.head_dim},
-                        {c.vocab_size, H}, {c.num_experts + 1, H}}) {
+                        {c.vocab_size, H}}) {
       wsf = std::max(wsf, qgemm_ws_floats(r, k, cap));
       nc = std::max(nc, qgemm_counters(r, k, cap));
     }
@@ -158,21 +158,24 @@ static Status gemv_rows(const QW& w, const float* x, int ldx, float* y, int ldy,
 // into x.yd [B·k + B][H] with the weights in x.topk_w (the combine is the caller's: folded into the next
 // add + norm, or bmoe_combine). The router of rows [0, exact) is bgemv_grouped on hn (each row's logits
 // bit-identical to the decode GEMV's: decode and verify rows route as they would alone); the other rows
-// (prompt rows) take qgemm on the packed rows, ~8× faster a row (prompt rows route at the prefill GEMMs'
-// precision class, as a prompt fed alone does).
+// (prompt rows) take the prefill's router GEMM (8-bit pipe kernel on hn split into fp16 hi/lo in the
+// prefill scratch rs): ~8× faster a row than the grouped GEMV, and the precision class of a prompt
+// prefilled alone.
 template <typename Mk>
 static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, const float* hn, int B, int exact,
-                     cudaStream_t s, Mk&& mk) {
+                     const RouterSplit& rs, cudaStream_t s, Mk&& mk) {
   const int H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
   uint16_t* la = qgemm_two() ? x.Xl_a : nullptr;
   uint16_t* lb = qgemm_two() ? x.Xl_b : nullptr;
   if (exact > 0) LILY_TRY(bgemv_grouped(L.router, hn, H, x.rl, E + 1, exact, s));
   if (exact < B) {
-    QGemmArgs g{};
-    g.w = L.router, g.x = x.X_a + size_t(exact) * H, g.xs = x.XS_a + size_t(exact) * (H / 64) * 2;
-    g.xlo = la ? la + size_t(exact) * H : nullptr, g.ldx = H, g.M = B - exact, g.y = x.rl + size_t(exact) * (E + 1);
-    g.ldy = E + 1, g.ws = x.ws, g.cnt = x.cnt;
-    LILY_TRY(qgemm(g, s));
+    if (!rs.ah) return cu_err("cuda step: prompt rows' router needs the prefill scratch");
+    const int M = B - exact;
+    LILY_TRY(pf::split_rows(hn + size_t(exact) * H, H, M, H, rs.ah, rs.al, rs.axs, s));
+    pf::GemmArgs g{};
+    g.w = L.router, g.n_out = L.router.rows, g.a = hn + size_t(exact) * H, g.lda = H, g.M = M;
+    g.y = x.rl + size_t(exact) * (E + 1), g.ldy = E + 1, g.terms = 2, g.ah = rs.ah, g.al = rs.al, g.axs = rs.axs;
+    LILY_TRY(pf::gemm(g, s));
   }
   mk("router");
   if (route_split(B)) {
@@ -261,7 +264,7 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
     p ^= 1;
     LILY_TRY(norm(x.xres[p], x.mix, false, L.post_norm, x.xres[p ^ 1], x.xn));
     mk("add+norm+pack");
-    LILY_TRY(moe_tc(x, c, L, x.xn, B, mp ? Ba : B, s, mk));
+    LILY_TRY(moe_tc(x, c, L, x.xn, B, mp ? Ba : B, mp ? mp->router : RouterSplit{}, s, mk));
     p ^= 1;
     moe_pending = true;
   }
@@ -403,7 +406,7 @@ Status CudaBackend::moe_rows(const DevLayer& L, const float* hn, int M, float* m
   BatchCtx& x = *batch_;
   const int H = c.hidden_size;
   LILY_TRY(xpack16(hn, H, H, M, x.X_a, x.XS_a, qgemm_two() ? x.Xl_a : nullptr, s));
-  LILY_TRY(moe_tc(x, c, L, hn, M, 0, s, [](const char*) {}));
+  LILY_TRY(moe_tc(x, c, L, hn, M, 0, RouterSplit{pf_.ah, pf_.al, pf_.axs}, s, [](const char*) {}));
   return bmoe_combine(x.yd, x.topk_w, c.num_experts_per_tok, H, M, mix, s);
 }
 

@@ -109,8 +109,15 @@ struct BatchCtx {
 // kernels: the DeltaNet over every segment in one launch per kernel, attention a segment at a time;
 // reading x.u and writing x.og / x.o at the segment's rows). The
 // lm_head runs on the n_out rows listed in the mixed table (out_idx), gathered.
+// The prefill scratch's split-A planes (pf::split_rows), where prompt rows take the prefill's router GEMM.
+struct RouterSplit {
+  uint16_t *ah = nullptr, *al = nullptr;
+  float* axs = nullptr;
+};
+
 struct MixedPlan {
   int D = 0, n_out = 0;
+  RouterSplit router;  // for the prompt rows [Da, B)
   // Rows [0, Da) take the batched decode attention (battn, each row over its cache up to its position):
   // the D decode rows, then the rows of short verify feeds (step_mixed.cu); -1: D.
   int Da = -1;

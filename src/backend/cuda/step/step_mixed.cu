@@ -116,6 +116,7 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
   const float eps = c.rms_norm_eps;
   MixedPlan mp;
   mp.D = D, mp.Da = Da, mp.n_out = int(outs.size());
+  mp.router = RouterSplit{p.ah, p.al, p.axs};
   // The segments' DeltaNet args of every layer, uploaded once: one launch per kernel and layer covers
   // every segment (pf::gdn_prefill_segments; segment j's scratch rows start at its prompt-row offset,
   // its WY scratch after the previous segments'). Fits the prefill scratch when the step's prompt rows
