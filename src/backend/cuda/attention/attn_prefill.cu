@@ -12,6 +12,8 @@
 // wgmma, +1.6% / +4.0% prefill at 8k / 32k, docs/perf/2026-12-03-cuda-prefill-4.md, and is gone.)
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "backend/cuda/common/common.cuh"
 #include "backend/cuda/step/prefill_ops.h"
 
@@ -21,9 +23,14 @@ namespace {
 // Query rows per block (threads: 2 per row) and keys per tile of flash_kernel.
 constexpr int kBQ = 64, kBKV = 64;
 
-__global__ void prep_kernel(AttnPrefillArgs a) {
+// Grid (rows of the longest segment, nh + nkv, segments): block (m, head) of segment z.
+__global__ void prep_kernel(AttnPrefillArgs base, AttnSegs segs) {
   extern __shared__ float xsh[];
   __shared__ float red[32];
+  const AttnSeg& sg = segs.s[blockIdx.z];
+  if (int(blockIdx.x) >= sg.M) return;  // block-uniform
+  AttnPrefillArgs a = base;
+  a.u = sg.u, a.qb = sg.qb, a.kc = sg.kc, a.vc = sg.vc, a.M = sg.M, a.pos0 = sg.pos0, a.max_seq = sg.max_seq;
   const int m = blockIdx.x, b = blockIdx.y, d = threadIdx.x, hd = a.hd, pos = a.pos0 + m;
   const float* u = a.u + size_t(m) * a.ldu;
   const bool is_q = b < a.nh;
@@ -258,29 +265,49 @@ Status attn_prefill_init() {
 }
 
 Status attn_prefill(const AttnPrefillArgs& a, Stream stream) {
+  AttnSeg sg;
+  sg.u = a.u, sg.out = a.out, sg.kc = a.kc, sg.vc = a.vc, sg.qb = a.qb, sg.M = a.M, sg.pos0 = a.pos0, sg.max_seq = a.max_seq;
+  return attn_prefill_segments(a, &sg, 1, stream);
+}
+
+Status attn_prefill_segments(const AttnPrefillArgs& a, const AttnSeg* segs, int n, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (a.hd != 64 && a.hd != 128 && a.hd != 256) return cu_err("pf::attn_prefill: head dim {} unsupported", a.hd);
   if (a.rot > a.hd || a.rot % 2 != 0 || a.rot <= 0) return cu_err("pf::attn_prefill: rotary dim {} unsupported", a.rot);
   if (a.nkv <= 0 || a.nh % a.nkv != 0) return cu_err("pf::attn_prefill: {} heads / {} kv heads", a.nh, a.nkv);
-  if (a.pos0 < 0 || a.pos0 + a.M > a.max_seq) return cu_err("pf::attn_prefill: positions {}+{} exceed the cache", a.pos0, a.M);
   if (a.terms != 1 && a.terms != 3) return cu_err("pf::attn_prefill: terms {} (1 or 3)", a.terms);
   if (a.terms == 3 && !a.kv_f32) return cu_err("pf::attn_prefill: split operands (terms 3) need fp32 caches");
-  if (a.M <= 0) return Status::ok();
-  prep_kernel<<<dim3(a.M, a.nh + a.nkv), a.hd, a.hd * sizeof(float), s>>>(a);
-  LILY_TRY(launch_status("pf::attn_prep"));
-  if (a.prof) a.prof(a.prof_ctx, "attn: q/k norm+rope+cache (prep)");
-  if (a.terms == 3) {  // (fp32 caches, checked above)
-    LILY_TRY(attn_flash_wg(a, stream));
-    if (a.prof) a.prof(a.prof_ctx, "attn: flash (wgmma, split operands)");
-    return Status::ok();
+  for (int i = 0; i < n; ++i)
+    if (segs[i].pos0 < 0 || segs[i].pos0 + segs[i].M > segs[i].max_seq)
+      return cu_err("pf::attn_prefill: positions {}+{} exceed the cache", segs[i].pos0, segs[i].M);
+  // Groups of up to kMaxAttnSegs non-empty segments, each group one launch per kernel.
+  for (int i0 = 0; i0 < n;) {
+    AttnSegs g;
+    int max_m = 0;
+    for (; i0 < n && g.n < kMaxAttnSegs; ++i0)
+      if (segs[i0].M > 0) g.s[g.n++] = segs[i0], max_m = std::max(max_m, segs[i0].M);
+    if (g.n == 0) break;
+    prep_kernel<<<dim3(max_m, a.nh + a.nkv, g.n), a.hd, a.hd * sizeof(float), s>>>(a, g);
+    LILY_TRY(launch_status("pf::attn_prep"));
+    if (a.prof) a.prof(a.prof_ctx, "attn: q/k norm+rope+cache (prep)");
+    if (a.terms == 3) {  // (fp32 caches, checked above)
+      LILY_TRY(attn_flash_wg(a, g, stream));
+      if (a.prof) a.prof(a.prof_ctx, "attn: flash (wgmma, split operands)");
+      continue;
+    }
+    LILY_TRY(attn_prefill_init());
+    for (int j = 0; j < g.n; ++j) {  // the plain-operand kernel: a segment a launch
+      AttnPrefillArgs b = a;
+      b.u = g.s[j].u, b.out = g.s[j].out, b.kc = g.s[j].kc, b.vc = g.s[j].vc, b.qb = g.s[j].qb, b.M = g.s[j].M;
+      b.pos0 = g.s[j].pos0, b.max_seq = g.s[j].max_seq;
+      switch (a.hd) {
+        case 64: LILY_TRY(launch_flash<64>(b, s)); break;
+        case 128: LILY_TRY(launch_flash<128>(b, s)); break;
+        default: LILY_TRY(launch_flash<256>(b, s)); break;
+      }
+    }
+    if (a.prof) a.prof(a.prof_ctx, "attn: flash");
   }
-  LILY_TRY(attn_prefill_init());
-  switch (a.hd) {
-    case 64: LILY_TRY(launch_flash<64>(a, s)); break;
-    case 128: LILY_TRY(launch_flash<128>(a, s)); break;
-    default: LILY_TRY(launch_flash<256>(a, s)); break;
-  }
-  if (a.prof) a.prof(a.prof_ctx, "attn: flash");
   return Status::ok();
 }
 

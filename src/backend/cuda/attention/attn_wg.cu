@@ -10,6 +10,7 @@
 // swizzle). Output gate in the epilogue. (The products of the mma.sync split-operand kernel it replaced.)
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "backend/cuda/common/common.cuh"
@@ -31,11 +32,17 @@ __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uin
   lo = bf2_bits(__floats2bfloat162_rn(x0 - hf.x, x1 - hf.y));
 }
 
-// Grid (Np / 64, nkv), 256 threads. ks: [2][nkv][Np][HD], vt: [2][nkv][HD][Np] (bf16 bits).
-template <int HD> __global__ void __launch_bounds__(256) kv_split_kernel(const float* __restrict__ kc, const float* __restrict__ vc,
-                                                                     int max_seq, int ntot, int Np, int nkv, uint16_t* ks,
-                                                                     uint16_t* vt) {
+// Grid (the largest Np / 64, nkv, segments), 256 threads; segment z: ks [2][nkv][Np][HD], vt [2][nkv][HD][Np]
+// (bf16 bits) from its caches' positions 0..pos0+M.
+template <int HD> __global__ void __launch_bounds__(256) kv_split_kernel(AttnSegs segs, int nkv) {
   __shared__ float tile[64][65];
+  const AttnSeg& sg = segs.s[blockIdx.z];
+  const int Np = sg.Np, max_seq = sg.max_seq, ntot = sg.pos0 + sg.M;
+  if (int(blockIdx.x) * 64 >= Np) return;  // block-uniform
+  const float* __restrict__ kc = static_cast<const float*>(sg.kc);
+  const float* __restrict__ vc = static_cast<const float*>(sg.vc);
+  uint16_t* ks = sg.ks;
+  uint16_t* vt = sg.ks + size_t(2) * nkv * Np * HD;
   const int k0 = blockIdx.x * 64, h = blockIdx.y, tid = threadIdx.x;
   const size_t src0 = (size_t(h) * max_seq) * HD;
   const size_t plane_k = size_t(nkv) * Np * HD;
@@ -104,14 +111,23 @@ template <int HD> __device__ __forceinline__ void pv_mma(float (&o)[HD / 2], con
 }
 
 // The three S products chain into one accumulator (48 dependent wgmmas per tile at hd 256).
-template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(AttnPrefillArgs a, const uint16_t* ks, const uint16_t* vt, int Np) {
+// Grid (query tiles of the longest segment, nh, segments): segment z's tiles, latest first.
+template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(AttnPrefillArgs base, AttnSegs segs) {
   using L = FwLayout<HD>;
   constexpr int CB = L::CB, KS = HD / 16;
+  const AttnSeg& sg = segs.s[blockIdx.z];
+  const int nq = (sg.M + kBQ - 1) / kBQ;
+  if (int(blockIdx.x) >= nq) return;  // block-uniform
+  AttnPrefillArgs a = base;
+  a.u = sg.u, a.out = sg.out, a.qb = sg.qb, a.M = sg.M, a.pos0 = sg.pos0;
+  const int Np = sg.Np;
+  const uint16_t* ks = sg.ks;
+  const uint16_t* vt = sg.ks + size_t(2) * a.nkv * Np * HD;
   extern __shared__ __align__(16) unsigned char smraw[];
   unsigned char* sm = smraw + ((1024u - (smem_u32(smraw) & 1023u)) & 1023u);
   const uint32_t sq = smem_u32(sm), sk = sq + L::kK, sv = sq + L::kV;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w4 = warp & 3, g = lane >> 2, t = lane & 3;
-  const int m0 = (gridDim.x - 1 - blockIdx.x) * kBQ, h = blockIdx.y, kvh = h / (a.nh / a.nkv);
+  const int m0 = (nq - 1 - int(blockIdx.x)) * kBQ, h = blockIdx.y, kvh = h / (a.nh / a.nkv);
   const int kend = a.pos0 + min(m0 + kBQ, a.M), NJ = (kend + kBN - 1) / kBN;
   const size_t qplane = size_t(a.M) * a.nh * HD, kplane = size_t(a.nkv) * Np * HD;
   const uint16_t* qb = static_cast<const uint16_t*>(a.qb);
@@ -280,15 +296,22 @@ Scratch& scratch() {
   return s;
 }
 
-template <int HD> Status launch(const AttnPrefillArgs& a, cudaStream_t s) {
+template <int HD> Status launch(const AttnPrefillArgs& a, AttnSegs& g, cudaStream_t s) {
   using L = FwLayout<HD>;
   static bool attr = false;
   if (!attr) {
     LILY_CU_TRY(cudaFuncSetAttribute(flash_wg_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
     attr = true;
   }
-  const int ntot = a.pos0 + a.M, Np = (ntot + kPadKeys - 1) / kPadKeys * kPadKeys;
-  const size_t need = size_t(4) * a.nkv * Np * HD;  // ks and vt, 2 planes each
+  // Each segment's planes at its own offset of the scratch: ks and vt, 2 planes each, 4·nkv·Np·HD.
+  size_t need = 0;
+  int max_np = 0, max_nq = 0;
+  for (int i = 0; i < g.n; ++i) {
+    AttnSeg& sg = g.s[i];
+    sg.Np = (sg.pos0 + sg.M + kPadKeys - 1) / kPadKeys * kPadKeys;
+    need += size_t(4) * a.nkv * sg.Np * HD;
+    max_np = std::max(max_np, sg.Np), max_nq = std::max(max_nq, (sg.M + kBQ - 1) / kBQ);
+  }
   Scratch& sc = scratch();
   std::lock_guard<std::mutex> lk(sc.mu);
   if (sc.n < need) {
@@ -299,26 +322,28 @@ template <int HD> Status launch(const AttnPrefillArgs& a, cudaStream_t s) {
     LILY_CU_TRY(cudaMalloc(&sc.p, n * sizeof(uint16_t)));
     sc.n = n;
   }
-  uint16_t* ks = sc.p;
-  uint16_t* vt = sc.p + size_t(2) * a.nkv * Np * HD;
-  kv_split_kernel<HD><<<dim3(Np / 64, a.nkv), 256, 0, s>>>(static_cast<const float*>(a.kc), static_cast<const float*>(a.vc),
-                                                           a.max_seq, ntot, Np, a.nkv, ks, vt);
+  size_t off = 0;
+  for (int i = 0; i < g.n; ++i) {
+    g.s[i].ks = sc.p + off;
+    off += size_t(4) * a.nkv * g.s[i].Np * HD;
+  }
+  kv_split_kernel<HD><<<dim3(max_np / 64, a.nkv, g.n), 256, 0, s>>>(g, a.nkv);
   LILY_TRY(launch_status("pf::kv_split"));
   if (a.prof) a.prof(a.prof_ctx, "attn: K/V split (bf16 hi/lo planes)");
-  const dim3 grid((a.M + kBQ - 1) / kBQ, a.nh);
-  flash_wg_kernel<HD><<<grid, 256, L::kSmem, s>>>(a, ks, vt, Np);
+  const dim3 grid(max_nq, a.nh, g.n);
+  flash_wg_kernel<HD><<<grid, 256, L::kSmem, s>>>(a, g);
   return launch_status("pf::flash_wg");
 }
 
 }  // namespace
 
-Status attn_flash_wg(const AttnPrefillArgs& a, Stream stream) {
+Status attn_flash_wg(const AttnPrefillArgs& a, AttnSegs& g, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (!a.kv_f32 || a.terms != 3) return cu_err("pf::attn_flash_wg: needs fp32 caches and split operands");
   switch (a.hd) {
-    case 64: return launch<64>(a, s);
-    case 128: return launch<128>(a, s);
-    case 256: return launch<256>(a, s);
+    case 64: return launch<64>(a, g, s);
+    case 128: return launch<128>(a, g, s);
+    case 256: return launch<256>(a, g, s);
     default: return cu_err("pf::attn_flash_wg: head dim {} unsupported", a.hd);
   }
 }

@@ -9,7 +9,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "backend/cuda/common/common.cuh"
 #include "backend/cuda/gemm/q4_mma.cuh"
@@ -389,15 +388,8 @@ Status frag_experts(DevWeights& d, int E, int I, int H, void** mem, Stream s) {
   return Status::ok();
 }
 
-// A/B of this session only (deleted with the loser): LILY_XGEMM_NT4=0 leaves 32-row tiles to qgemm.
-static bool nt4_on() {
-  const char* e = std::getenv("LILY_XGEMM_NT4");
-  return !(e && e[0] == '0');
-}
-
 bool xgemm_fits(const QGemmArgs& a) {
   const int nt = qgemm_items_nt(a);
-  if (nt == 4 && !nt4_on()) return false;
   return a.items && a.w.cols % (64 * kD) == 0 && (nt == 1 || nt == 2 || nt == 4) && (a.swiglu ? a.n_out % 64 == 0 : a.n_out % 128 == 0);
 }
 

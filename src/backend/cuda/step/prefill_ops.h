@@ -152,10 +152,30 @@ struct AttnPrefillArgs {
   void* prof_ctx = nullptr;
 };
 Status attn_prefill(const AttnPrefillArgs& a, Stream s);
-// The flash step alone on wgmma (terms 3, fp32 caches; after prep wrote q and this chunk's K/V):
-// converts the cache's positions 0..pos0+M into bf16 hi/lo planes (scratch grown on demand), then
-// the causal GQA flash attention. Called by attn_prefill.
-Status attn_flash_wg(const AttnPrefillArgs& a, Stream s);
+// Several sequences' prompt segments in one launch per kernel (the mixed step's segments: one launch of
+// 16 heads × one 128-query tile a segment left most of the GPU idle, ~80 µs a segment and layer at 96
+// tokens on an H100). base holds what the segments share (norms, shapes, terms, theta, eps, ldu); each
+// AttnSeg its rows' projections u [M][ldu] and output rows out [M][nh·hd], its caches, its own q scratch
+// qb (2 planes × M × nh × hd bf16 at terms 3) and positions. ks is set here.
+struct AttnSeg {
+  const float* u = nullptr;
+  float* out = nullptr;
+  void* kc = nullptr;
+  void* vc = nullptr;
+  void* qb = nullptr;
+  uint16_t* ks = nullptr;  // this segment's split K/V planes (attn_flash_wg's scratch)
+  int M = 0, pos0 = 0, max_seq = 0, Np = 0;
+};
+constexpr int kMaxAttnSegs = 16;  // segments a launch takes (kernel parameters); more run in groups
+struct AttnSegs {
+  int n = 0;
+  AttnSeg s[kMaxAttnSegs];
+};
+Status attn_prefill_segments(const AttnPrefillArgs& base, const AttnSeg* segs, int n, Stream s);
+// The flash step alone on wgmma (terms 3, fp32 caches; after prep wrote q and the segments' K/V):
+// converts each segment's cache positions 0..pos0+M into bf16 hi/lo planes (scratch grown on demand), then
+// the causal GQA flash attention of every segment, one launch each. Called by attn_prefill_segments.
+Status attn_flash_wg(const AttnPrefillArgs& base, AttnSegs& segs, Stream s);
 Status attn_prefill_init();
 
 }  // namespace lily::cuda::pf

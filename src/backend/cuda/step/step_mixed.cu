@@ -168,20 +168,24 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
       if (S == 0) return Status::ok();
       return pf::gdn_prefill_segments(gargs[size_t(gi) * S + longest], seg_dev + size_t(gi) * S, S, stream_);
     }
+    // Every segment's causal attention in one launch per kernel, each with its own q scratch (at its
+    // prompt-row offset: the prefill scratch holds the step's prompt rows).
+    std::vector<pf::AttnSeg> as;
     for (const Seg& sg : segs) {
       if (sg.dec_attn) continue;
       CudaSeqState& st = *sg.st;
       auto& SL = st.layers[size_t(i)];
-      const int pos0 = st.n;
-      pf::AttnPrefillArgs a{};
-      a.u = x.u + size_t(sg.row0) * x.urows, a.ldu = x.urows, a.M = sg.L, a.pos0 = pos0;
-      a.q_norm = Lw.q_norm, a.k_norm = Lw.k_norm, a.kc = SL.kc, a.vc = SL.vc, a.kv_f32 = st.f32, a.terms = 3;
-      a.qb = p.qb, a.out = x.o + size_t(sg.row0) * nhd, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
-      a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim(), a.max_seq = st.cap;
-      a.theta = c.rope_theta, a.eps = eps;
-      LILY_TRY(pf::attn_prefill(a, stream_));
+      pf::AttnSeg a;
+      a.u = x.u + size_t(sg.row0) * x.urows, a.out = x.o + size_t(sg.row0) * nhd, a.kc = SL.kc, a.vc = SL.vc;
+      a.qb = static_cast<uint16_t*>(p.qb) + size_t(sg.row0 - D) * nhd * 2, a.M = sg.L, a.pos0 = st.n, a.max_seq = st.cap;
+      as.push_back(a);
     }
-    return Status::ok();
+    if (as.empty()) return Status::ok();
+    pf::AttnPrefillArgs a{};
+    a.ldu = x.urows, a.q_norm = Lw.q_norm, a.k_norm = Lw.k_norm, a.kv_f32 = true, a.terms = 3;
+    a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads, a.hd = c.head_dim;
+    a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim(), a.theta = c.rope_theta, a.eps = eps;
+    return pf::attn_prefill_segments(a, as.data(), int(as.size()), stream_);
   };
   // LILY_BATCH_PROFILE=1: an event after each op (segment mixers inside the mixer ops); the third mixed
   // step of each row count prints the table.
