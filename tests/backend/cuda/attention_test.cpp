@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -285,6 +286,64 @@ TEST(CudaPrefill, AttnPrefillWgmma) {
   attn_case(2, 1, 256, 0, 4097);
   attn_case(4, 2, 64, 1000, 300);
   attn_case(8, 8, 128, 63, 65);
+}
+// Several sequences' segments in one launch (the mixed step's form, pf::attn_prefill_segments) against
+// each segment run alone (attn_prefill, which attn_case checks against the CPU reference): outputs and
+// caches equal bit for bit, so the segments neither share nor overrun each other's rows, caches or
+// scratch. 19 segments: a launch takes 16, so the last 3 form a second group; lengths across the
+// 128-query tiles, positions with and without a cached prefix, an empty segment among them.
+TEST(CudaPrefill, AttnPrefillSegmentsEqualAlone) {
+  LILY_PREFILL_REQUIRE_GPU();
+  const int nh = 16, nkv = 2, hd = 256, qw = 2 * hd, rot = 64, ldu = nh * qw + 2 * nkv * hd;
+  const int Ms[19] = {96, 1, 129, 7, 0, 64, 200, 33, 96, 5, 128, 2, 70, 96, 17, 300, 8, 65, 40};
+  const int P0[19] = {0, 37, 0, 256, 0, 1000, 3, 0, 96, 64, 0, 511, 9, 0, 2, 130, 0, 77, 4000};
+  struct Seq {
+    DBuf<float> u, out, kc, vc;
+    DBuf<uint16_t> qb;
+    int M, pos0, max_seq;
+    Seq(const std::vector<float>& u_, size_t out_n, const std::vector<float>& kc_, const std::vector<float>& vc_, size_t qb_n,
+        int M_, int pos0_, int max_seq_)
+        : u(u_), out(out_n), kc(kc_), vc(vc_), qb(qb_n), M(M_), pos0(pos0_), max_seq(max_seq_) {}
+  };
+  std::vector<std::unique_ptr<Seq>> a, b;  // the same inputs twice: a in one call, b one by one
+  auto qn = rand_bf16(hd, 0.1f, 1.f), kn = rand_bf16(hd, 0.1f, 1.f);
+  DBuf<uint16_t> dqn(to_bits(qn)), dkn(to_bits(kn));
+  for (int i = 0; i < 19; ++i) {
+    const int M = Ms[i], pos0 = P0[i], max_seq = pos0 + M + 5;
+    auto u = randv(size_t(std::max(M, 1)) * ldu);
+    std::vector<float> kc(size_t(nkv) * max_seq * hd, 0.f), vc = kc;
+    for (size_t j = 0; j < kc.size(); ++j) kc[j] = round_bf16(randn()), vc[j] = round_bf16(randn());
+    for (auto* side : {&a, &b}) {
+      auto q = std::make_unique<Seq>(u, size_t(std::max(M, 1)) * nh * hd, kc, vc, size_t(2) * std::max(M, 1) * nh * hd, M,
+                                     pos0, max_seq);
+      cudaMemset(q->out.p, 0, q->out.n * sizeof(float));
+      side->push_back(std::move(q));
+    }
+  }
+  cuda::pf::AttnPrefillArgs base{};
+  base.ldu = ldu, base.q_norm = dqn.p, base.k_norm = dkn.p, base.kv_f32 = true, base.terms = 3, base.nh = nh;
+  base.nkv = nkv, base.hd = hd, base.qw = qw, base.rot = rot;
+  std::vector<cuda::pf::AttnSeg> segs;
+  for (auto& q : a) {
+    cuda::pf::AttnSeg g;
+    g.u = q->u.p, g.out = q->out.p, g.kc = q->kc.p, g.vc = q->vc.p, g.qb = q->qb.p, g.M = q->M, g.pos0 = q->pos0;
+    g.max_seq = q->max_seq;
+    segs.push_back(g);
+  }
+  ASSERT_TRUE(cuda::pf::attn_prefill_segments(base, segs.data(), int(segs.size()), nullptr).is_ok());
+  for (auto& q : b) {
+    cuda::pf::AttnPrefillArgs one = base;
+    one.u = q->u.p, one.out = q->out.p, one.kc = q->kc.p, one.vc = q->vc.p, one.qb = q->qb.p, one.M = q->M;
+    one.pos0 = q->pos0, one.max_seq = q->max_seq;
+    ASSERT_TRUE(cuda::pf::attn_prefill(one, nullptr).is_ok());
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (int i = 0; i < 19; ++i) {
+    const std::string shape = "segment " + std::to_string(i) + " of 19: pos0=" + std::to_string(P0[i]) + " M=" + std::to_string(Ms[i]);
+    check("attn segments out = alone", shape, a[size_t(i)]->out.down(), b[size_t(i)]->out.down(), 0.f, 0.f);
+    check("attn segments K = alone", shape, a[size_t(i)]->kc.down(), b[size_t(i)]->kc.down(), 0.f, 0.f);
+    check("attn segments V = alone", shape, a[size_t(i)]->vc.down(), b[size_t(i)]->vc.down(), 0.f, 0.f);
+  }
 }
 // Timing of the attention prefill (prep + K/V split + flash) at the real shape (16 q / 2 kv heads,
 // hd 256, gate) for a 4,096-token chunk with 0 and 4,096 cached positions, fp32 caches, per operand
