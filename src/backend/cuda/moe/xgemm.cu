@@ -186,9 +186,9 @@ __global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
     for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
-    // 8-row activation tiles holding the unit's rows: the MMAs of the tiles past them are skipped (their
-    // rows are zero, so their sums would be too: the epilogue reads rows below m_cnt only). An expert with
-    // 9..16 rows of a 32-row tile issues half the MMAs.
+    // 32-row tiles: the 8-row activation tiles holding the unit's rows; the MMAs of the tiles past them are
+    // skipped (their rows are zero, so their sums would be too: the epilogue reads rows below m_cnt only).
+    // An expert with 9..16 rows of a 32-row tile issues half the MMAs.
     const int nsub = (ct.m_cnt + 7) >> 3;
     for (int hc = 0; hc < nC; ++hc) {
       // Chunk hc is in buffer buf; every warp is done with the last chunk, so the other buffer takes the
@@ -218,35 +218,61 @@ __global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
             for (int i = 0; i < 4; ++i) part[n][i] = 0.f;
 #pragma unroll
           for (int j = 0; j < 2; ++j) {  // 16-byte x chunk j of the lane's 32 bytes per group: k-steps 2j, 2j+1
-            // The weights' A fragments of both k-steps first, then one 8-row activation tile at a time (its
-            // x chunk held only while its MMAs issue: NT = 4 stays within the two-blocks-an-SM registers).
-            // Per part[n] the MMAs run in the order j, p, h at every NT, so the sums are the same bits.
-            uint32_t af[2][4];
+            if constexpr (NT <= 2) {
+              // Every tile's x chunk loaded before the MMAs (the order the 8- and 16-row tiles measured fastest:
+              // the per-tile order below cost 6% of the 16- and 64-row decode step, H100 2026-12-06).
+              uint4 xv[NT][TERMS];
 #pragma unroll
-            for (int p = 0; p < 2; ++p) {
-              cvt4(j ? c.y : c.x, p, af[p][0], af[p][2]);
-              cvt4(j ? c.w : c.z, p, af[p][1], af[p][3]);
-            }
+              for (int n = 0; n < NT; ++n) {
+                const int m = 8 * n + gq;
+                const uint8_t* px = sx + size_t(m) * KC * 2 + (((Gl * 8 + 2 * tq + j) ^ (m & 1)) << 4);
 #pragma unroll
-            for (int n = 0; n < NT; ++n) {
-              if (n >= nsub) break;  // block-uniform: the unit's rows end in an earlier 8-row tile
-              const int m = 8 * n + gq;
-              const uint8_t* px = sx + size_t(m) * KC * 2 + (((Gl * 8 + 2 * tq + j) ^ (m & 1)) << 4);
-              uint4 xv[TERMS];
+                for (int h = 0; h < TERMS; ++h) xv[n][h] = *reinterpret_cast<const uint4*>(px + h * plane);
+              }
 #pragma unroll
-              for (int h = 0; h < TERMS; ++h) xv[h] = *reinterpret_cast<const uint4*>(px + h * plane);
+              for (int p = 0; p < 2; ++p) {
+                uint32_t a0, a1, a2, a3;
+                cvt4(j ? c.y : c.x, p, a0, a2);
+                cvt4(j ? c.w : c.z, p, a1, a3);
 #pragma unroll
-              for (int p = 0; p < 2; ++p)
+                for (int n = 0; n < NT; ++n)
 #pragma unroll
-                for (int h = 0; h < TERMS; ++h)
-                  mma(part[n], af[p][0], af[p][1], af[p][2], af[p][3], p ? xv[h].z : xv[h].x, p ? xv[h].w : xv[h].y);
+                  for (int h = 0; h < TERMS; ++h) {
+                    const uint4 v = xv[n][h];
+                    mma(part[n], a0, a1, a2, a3, p ? v.z : v.x, p ? v.w : v.y);
+                  }
+              }
+            } else {
+              // 32-row tiles: the weights' A fragments of both k-steps first, then one 8-row tile at a time (its
+              // x chunk held only while its MMAs issue, within the two-blocks-an-SM registers), the tiles past
+              // the unit's rows skipped. Per part[n] the MMAs run in the order p, h as above: the same bits.
+              uint32_t af[2][4];
+#pragma unroll
+              for (int p = 0; p < 2; ++p) {
+                cvt4(j ? c.y : c.x, p, af[p][0], af[p][2]);
+                cvt4(j ? c.w : c.z, p, af[p][1], af[p][3]);
+              }
+#pragma unroll
+              for (int n = 0; n < NT; ++n) {
+                if (n >= nsub) break;  // block-uniform: the unit's rows end in an earlier 8-row tile
+                const int m = 8 * n + gq;
+                const uint8_t* px = sx + size_t(m) * KC * 2 + (((Gl * 8 + 2 * tq + j) ^ (m & 1)) << 4);
+                uint4 xv[TERMS];
+#pragma unroll
+                for (int h = 0; h < TERMS; ++h) xv[h] = *reinterpret_cast<const uint4*>(px + h * plane);
+#pragma unroll
+                for (int p = 0; p < 2; ++p)
+#pragma unroll
+                  for (int h = 0; h < TERMS; ++h)
+                    mma(part[n], af[p][0], af[p][1], af[p][2], af[p][3], p ? xv[h].z : xv[h].x, p ? xv[h].w : xv[h].y);
+              }
             }
           }
           const float s0 = __uint_as_float(q.x << 16), b0 = __uint_as_float(q.x & 0xFFFF0000u);
           const float s1 = __uint_as_float(q.y << 16), b1 = __uint_as_float(q.y & 0xFFFF0000u);
 #pragma unroll
           for (int n = 0; n < NT; ++n) {
-            if (n >= nsub) break;
+            if (NT > 2 && n >= nsub) break;
             const int m = 8 * n + 2 * tq;
             const float2 xa = sxs[m * gpc + Gl], xb = sxs[(m + 1) * gpc + Gl];
             float* cc = acc[n];
