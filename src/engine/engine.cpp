@@ -260,17 +260,23 @@ void Engine::step() {
   // step's next feed depends on what it accepted).
   const bool lone = segs.empty() && rows.size() == 1 && active_.size() == 1;
   const std::vector<int32_t> lone_drafts = lone ? drafts_of(*rows[0]) : std::vector<int32_t>{};
-  if (lone && rows[0]->pipelinable() && model_.pipelines() && !wants_verify(*rows[0], lone_drafts))
+  const bool piped = lone && rows[0]->pipelinable() && model_.pipelines() && !wants_verify(*rows[0], lone_drafts);
+  if (piped)
     decode_pipelined(*rows[0]);
   else if (!segs.empty() || !rows.empty())
     run_step(segs, rows, lone ? &lone_drafts : nullptr);
   adopt_forks();
   drop_finished();
   publish_memory();
-  if (trace_)  // LILY_ENGINE_TRACE=1: one line per step on stderr
+  // LILY_ENGINE_TRACE=1: one line per step on stderr (a lone request's pipelined run of batch-1 steps is
+  // one line of its own kind, so that the slowest "steps" are steps).
+  const double ms = std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+  if (trace_ && piped)
+    std::fprintf(stderr, "engine pipelined run: %llu batch-1 steps, %.1f ms, %zu active\n",
+                 (unsigned long long)(stats_.decode_rows - rows0), ms, active_.size());
+  else if (trace_)
     std::fprintf(stderr, "engine step: %zu segments (%zu tokens), %llu decode rows, %.1f ms, %zu active\n", segs.size(),
-                 seg_tokens, (unsigned long long)(stats_.decode_rows - rows0),
-                 std::chrono::duration<double, std::milli>(clk::now() - t0).count(), active_.size());
+                 seg_tokens, (unsigned long long)(stats_.decode_rows - rows0), ms, active_.size());
   if (segs.empty()) {
     int delay = 0;
     for (auto& s : active_) delay = std::max(delay, s->req().step_delay_ms);
