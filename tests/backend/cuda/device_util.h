@@ -3,6 +3,7 @@
 // the hardware rounds, and the skip when there is no GPU. Only for translation units built with CUDA.
 #pragma once
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -63,6 +64,28 @@ template <typename T> struct D {
   std::vector<T> get() const {
     std::vector<T> v(n);
     cudaDeviceSynchronize();
+    cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return v;
+  }
+};
+
+// A device buffer poisoned with 0xFF bytes (NaN for floats): a kernel that leaves an output element
+// unwritten shows as a NaN in the table (D above starts zeroed, for outputs that accumulate).
+template <typename T> struct DBuf {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit DBuf(size_t n_) : n(n_) {
+    EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess);
+    cudaMemset(p, 0xFF, std::max<size_t>(n, 1) * sizeof(T));
+  }
+  DBuf(const std::vector<T>& v) : DBuf(v.size()) { up(v); }
+  ~DBuf() { cudaFree(p); }
+  DBuf(const DBuf&) = delete;
+  DBuf& operator=(const DBuf&) = delete;
+  void up(const std::vector<T>& v) { cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice); }
+  std::vector<T> down() const {
+    std::vector<T> v(n);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
     return v;
   }

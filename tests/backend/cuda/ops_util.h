@@ -44,23 +44,7 @@ struct Fp32Storage {
   if (!::lily::cuda_device_present(why_)) GTEST_SKIP() << "no CUDA device: " << why_;  \
   ::lily::test_ops::Fp32Storage fp32_storage_guard_
 
-template <typename T> struct DBuf {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit DBuf(size_t n_) : n(n_) {
-    EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess);
-    cudaMemset(p, 0xFF, std::max<size_t>(n, 1) * sizeof(T));  // poison
-  }
-  DBuf(const std::vector<T>& v) : DBuf(v.size()) { up(v); }
-  ~DBuf() { cudaFree(p); }
-  void up(const std::vector<T>& v) { cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice); }
-  std::vector<T> down() const {
-    std::vector<T> v(n);
-    cudaDeviceSynchronize();
-    cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
-    return v;
-  }
-};
+using testcuda::DBuf;
 
 inline std::mt19937_64& rng() {
   static std::mt19937_64 r(1234);
