@@ -148,11 +148,7 @@ int run_bench(const BenchArgs& a) {
     }
   }
   const double copy = model.copy_bandwidth_gbps();
-  double kv_es = 4;  // fp32 K/V and conv windows (CPU states; CUDA states unless LILY_CUDA_KV=bf16)
-  if (std::string(model.backend_name()) == "cuda") {
-    const char* kv = std::getenv("LILY_CUDA_KV");
-    if (kv && std::string(kv) == "bf16") kv_es = 2;
-  }
+  const StateElems es = state_elems(model.backend_name());
   nlohmann::json out;
   out["backend"] = model.backend_name();
   out["hardware"] = model.hardware();
@@ -160,7 +156,8 @@ int run_bench(const BenchArgs& a) {
   out["label"] = a.label;
   out["decode_steps"] = kDecodeSteps;
   out["copy_gbps"] = copy;
-  out["kv_bytes_per_element"] = kv_es;
+  out["kv_bytes_per_element"] = es.kv;
+  out["state_bytes_per_element"] = es.s;
   out["results"] = nlohmann::json::array();
   std::fprintf(stderr, "bench: %s on %s; copy bandwidth %.0f GB/s\n", model.backend_name(), model.hardware().c_str(), copy);
   std::fprintf(stderr, "| context | prefill tok/s | decode tok/s | ms/step (median) | GB/s | vs copy | digest |\n|---:|---:|---:|---:|---:|---:|---|\n");
@@ -212,7 +209,7 @@ int run_bench(const BenchArgs& a) {
     std::sort(sorted.begin(), sorted.end());
     const std::vector<int32_t>& gen = t.ids;
     double bytes = 0;
-    for (int i = 0; i < kDecodeSteps; ++i) bytes += step_bytes(cfg, P + i, kv_es);
+    for (int i = 0; i < kDecodeSteps; ++i) bytes += step_bytes(cfg, P + i, es);
     const double gbps = bytes / decode_s / 1e9;
     char digest[32];
     std::snprintf(digest, sizeof digest, "%016llx", (unsigned long long)fnv1a(gen));

@@ -74,9 +74,7 @@ int run_bench_batch(const BenchBatchArgs& a) {
   out["results"] = nlohmann::json::array();
   // The byte floor of each step (cli/step_bytes.h) at the copy bandwidth measured now (0: not measured).
   const double copy = model.copy_bandwidth_gbps();
-  double kv_es = 4;  // fp32 K/V and conv windows (CPU states; CUDA states unless LILY_CUDA_KV=bf16)
-  if (const char* kv = std::getenv("LILY_CUDA_KV"); kv && model.backend_name() == std::string("cuda") && std::string(kv) == "bf16")
-    kv_es = 2;
+  const StateElems es = state_elems(model.backend_name());
   out["copy_gbps"] = copy;
   std::fprintf(stderr, "bench-batch: %s on %s, context %d, %d timed steps; copy bandwidth %.0f GB/s\n", model.backend_name(),
                model.hardware().c_str(), a.context, a.steps, copy);
@@ -205,8 +203,8 @@ int run_bench_batch(const BenchBatchArgs& a) {
     std::vector<double> fb_sorted = fb_ms;
     std::sort(fb_sorted.begin(), fb_sorted.end());
     r["decode_draw_ms_median"] = fb_sorted[fb_sorted.size() / 2];
-    const double floor_ms = copy > 0 ? step_bytes(model.config(), a.context + a.steps / 2.0, kv_es, B) / (copy * 1e9) * 1e3 : 0.0;
-    r["step_bytes"] = step_bytes(model.config(), a.context + a.steps / 2.0, kv_es, B);
+    const double floor_ms = copy > 0 ? step_bytes(model.config(), a.context + a.steps / 2.0, es, B) / (copy * 1e9) * 1e3 : 0.0;
+    r["step_bytes"] = step_bytes(model.config(), a.context + a.steps / 2.0, es, B);
     r["floor_ms"] = floor_ms;
     r["speedup_vs_batch1"] = base > 0 ? nlohmann::json(agg / base) : nlohmann::json(nullptr);
     const double prompt_tps = double(n_seg) * a.segment * a.steps / (total / 1e3);

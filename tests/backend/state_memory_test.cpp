@@ -74,6 +74,11 @@ TEST(StateMemory, CudaLayoutOfTheRealModel) {
   const CudaStateLayout h = cuda_state_layout(*cfg, false, 80, 2048);
   EXPECT_EQ(h.fixed_arena(), 65879296u);  // 30 x (98,560 + 2,097,408) + 256
   EXPECT_EQ(h.memory().per_position, 20480u);
+  // fp16 DeltaNet states (LILY_GDN_STATE=f16): half of S, the K/V unchanged.
+  const CudaStateLayout s16 = cuda_state_layout(*cfg, true, 80, 2048, /*s16=*/true);
+  EXPECT_EQ(s16.S_bytes, 1048576u);
+  EXPECT_EQ(s16.fixed_arena(), 37371136u);  // 30 x (196,864 + 1,048,832) + 256
+  EXPECT_EQ(s16.memory().per_position, 40960u);
 }
 
 // The CPU's: conv windows 8,192 x 3 and S 32 x 128 x 128 floats per DeltaNet layer, fp32 K/V; no

@@ -19,13 +19,29 @@ int initial_positions() {
   return v > 0 ? v : kCudaKvInitial;
 }
 
+}  // namespace
+
+// LILY_GDN_STATE=f16: the DeltaNet states S stored in fp16 (every kernel computes in fp32 and rounds
+// once per store: per token in the decode steps, per prompt segment in the chunked prefill). An A/B of
+// issue 24 item 4 (half the state bytes of the decode step) against the goldens' fp16 envelope; read
+// once, so every state of the process, and every batched launch over them, has the same layout.
+bool gdn_state_f16() {
+  static const bool on = [] {
+    const char* e = std::getenv("LILY_GDN_STATE");
+    return e && std::strcmp(e, "f16") == 0;
+  }();
+  return on;
+}
+
+namespace {
+
 bool kv_f32_now() {
   const char* kv = std::getenv("LILY_CUDA_KV");
   return !(kv && std::strcmp(kv, "bf16") == 0);
 }
 
 CudaStateLayout layout_of(const ModelConfig& cfg, bool f32) {
-  return cuda_state_layout(cfg, f32, sizeof(StepCtl), initial_positions());
+  return cuda_state_layout(cfg, f32, sizeof(StepCtl), initial_positions(), gdn_state_f16());
 }
 
 void replace_owned(std::vector<void*>& owned, void* old_p, void* new_p) {
@@ -116,6 +132,7 @@ Result<std::unique_ptr<SeqState>> CudaBackend::make_state(int max_seq, int cap0)
   st->be = this;
   st->limit = max_seq;
   st->f32 = kv_f32_now();
+  st->s16 = gdn_state_f16();
   st->lay = layout_of(cfg_, st->f32);
   st->mem = st->lay.memory();
   const CudaStateLayout& lay = st->lay;

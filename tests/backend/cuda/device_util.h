@@ -41,6 +41,29 @@ inline float f_of_bf16(uint16_t b) {
   std::memcpy(&f, &u, 4);
   return f;
 }
+// fp16 bits of f, rounded to nearest even as the hardware (__float2half_rn) does, subnormals included.
+inline uint16_t half_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t s = (u >> 16) & 0x8000u, fe = (u >> 23) & 0xFFu;
+  uint32_t m = u & 0x7FFFFFu;
+  if (fe == 0xFFu) return uint16_t(s | 0x7C00u | (m ? 0x200u : 0u));
+  const int e = int(fe) - 127 + 15;
+  if (e >= 31) return uint16_t(s | 0x7C00u);
+  if (e <= 0) {  // a subnormal half (or zero): m·2^(e − 14 − 23 + 1) in units of 2^-24
+    if (e < -10) return uint16_t(s);
+    m |= 0x800000u;
+    const int shift = 14 - e;
+    uint32_t hm = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (hm & 1u))) ++hm;
+    return uint16_t(s | hm);
+  }
+  uint32_t r = s | (uint32_t(e) << 10) | (m >> 13);
+  const uint32_t rem = m & 0x1FFFu;
+  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;  // a carry runs into the exponent (to inf at the top)
+  return uint16_t(r);
+}
 inline float f_of_half(uint16_t h) {
   const uint32_t s = uint32_t(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
   if (e == 0) return (s ? -1.f : 1.f) * std::ldexp(float(m), -24);
@@ -48,6 +71,17 @@ inline float f_of_half(uint16_t h) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+}
+inline float round_half(float f) { return f_of_half(half_of(f)); }
+inline std::vector<uint16_t> halves(const std::vector<float>& v) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = half_of(v[i]);
+  return h;
+}
+inline std::vector<float> from_halves(const std::vector<uint16_t>& h) {
+  std::vector<float> v(h.size());
+  for (size_t i = 0; i < h.size(); ++i) v[i] = f_of_half(h[i]);
+  return v;
 }
 
 template <typename T> struct D {

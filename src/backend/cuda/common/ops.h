@@ -136,7 +136,8 @@ struct GdnArgs {
   const void* conv_w = nullptr;  // bf16 [C, K]
   void* conv = nullptr;
   bool win_f32 = true;
-  float* S = nullptr;
+  float* S = nullptr;            // [nv, dk, dv] fp32, or fp16 when s16 (computed in fp32, rounded once a store)
+  bool s16 = false;
   const float* A_log = nullptr;  // [nv]
   const void* dt_bias = nullptr; // bf16 [nv]
   float* o = nullptr;

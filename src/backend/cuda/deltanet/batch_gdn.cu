@@ -81,13 +81,14 @@ __global__ void __launch_bounds__(kMaxDk) bgdn_prep_kernel(BGdnArgs a) {
   }
 }
 
-// One item's shared-memory stage: the state [dk][dv], then qn [dk], kn [dk], v [dv].
-__host__ __device__ constexpr size_t gdn_stage_bytes(int dk, int dv) {
-  return (size_t(dk) * dv + 2 * size_t(dk) + size_t(dv)) * 4;
+// One item's shared-memory stage: the state [dk][dv] (es bytes an element: 4 fp32, 2 fp16), then qn [dk],
+// kn [dk], v [dv] fp32.
+__host__ __device__ constexpr size_t gdn_stage_bytes(int dk, int dv, int es) {
+  return size_t(dk) * dv * es + (2 * size_t(dk) + size_t(dv)) * 4;
 }
 constexpr int kGdnSmemBudget = 210 * 1024;
-__host__ __device__ constexpr int gdn_stages(int dk, int dv) {
-  return int(kGdnSmemBudget / gdn_stage_bytes(dk, dv)) > 3 ? 3 : int(kGdnSmemBudget / gdn_stage_bytes(dk, dv));
+__host__ __device__ constexpr int gdn_stages(int dk, int dv, int es) {
+  return int(kGdnSmemBudget / gdn_stage_bytes(dk, dv, es)) > 3 ? 3 : int(kGdnSmemBudget / gdn_stage_bytes(dk, dv, es));
 }
 
 __device__ __forceinline__ void cp16g(uint32_t dst, const void* src, bool ok) {
@@ -96,23 +97,24 @@ __device__ __forceinline__ void cp16g(uint32_t dst, const void* src, bool ok) {
 __device__ __forceinline__ void cp_commit_g() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_wait_g() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-// Persistent: grid ≤ SMs, (dk / 32) · dv threads; items (row, value head) = blockIdx.x + j·gridDim.x.
-template <int NS> __global__ void __launch_bounds__(1024) bgdn_state_kernel(BGdnArgs a) {
+// Persistent: grid ≤ SMs, (dk / 32) · dv threads; items (row, value head) = blockIdx.x + j·gridDim.x. ST: the
+// state's element (fp32, or fp16: loaded to fp32, rounded once on store).
+template <int NS, typename ST> __global__ void __launch_bounds__(1024) bgdn_state_kernel(BGdnArgs a) {
   extern __shared__ __align__(16) unsigned char gsm[];
   __shared__ float part[kMaxDk / 32][kMaxDv], ssw[kMaxDv / 32];
   const GdnDims d(a);
   const int tid = threadIdx.x, nt = blockDim.x, col = tid % d.dv, kq = tid / d.dv, lane = tid & 31, warp = tid >> 5;
   const int nkq = d.dk / 32, ratio = d.nv / d.nk, n_items = a.B * d.nv;
-  const size_t stage = gdn_stage_bytes(d.dk, d.dv), pf = bgdn_prep_floats(a.nk, a.nv, a.dk, a.dv);
-  const int s16 = d.dk * d.dv / 4, v16 = (2 * d.dk + d.dv) / 4;  // 16-byte chunks: state, vectors
+  const size_t stage = gdn_stage_bytes(d.dk, d.dv, int(sizeof(ST))), pf = bgdn_prep_floats(a.nk, a.nv, a.dk, a.dv);
+  const int s16 = d.dk * d.dv * int(sizeof(ST)) / 16, v16 = (2 * d.dk + d.dv) / 4;  // 16-byte chunks: state, vectors
   const uint32_t sm0 = uint32_t(__cvta_generic_to_shared(gsm));
   auto load = [&](int item, int slot, bool state, bool vecs) {
     if (item >= n_items) return;
     const int row = item / d.nv, h = item % d.nv, kh = h / ratio;
     const uint32_t st = sm0 + uint32_t(slot * stage);
     if (state) {
-      const float* S = a.S[row] + size_t(h) * d.dk * d.dv;
-      for (int c = tid; c < s16; c += nt) cp16g(st + c * 16, S + 4 * c, true);
+      const char* S = reinterpret_cast<const char*>(reinterpret_cast<const ST*>(a.S[row]) + size_t(h) * d.dk * d.dv);
+      for (int c = tid; c < s16; c += nt) cp16g(st + c * 16, S + 16 * c, true);
     }
     if (vecs && tid < v16) {
       const float* p = a.prep + size_t(row) * pf;
@@ -143,12 +145,12 @@ template <int NS> __global__ void __launch_bounds__(1024) bgdn_state_kernel(BGdn
     __syncthreads();
     load(item + (NS - 1) * step, (it + NS - 1) % NS, true, true);
     cp_commit_g();
-    const float* st = reinterpret_cast<const float*>(gsm + size_t(it % NS) * stage);
-    const float *qs = st + d.dk * d.dv, *ks = qs + d.dk, *vs = ks + d.dk;
+    const ST* st = reinterpret_cast<const ST*>(gsm + size_t(it % NS) * stage);
+    const float *qs = reinterpret_cast<const float*>(st + d.dk * d.dv), *ks = qs + d.dk, *vs = ks + d.dk;
     const int i0 = 32 * kq;
     float sv[32];
 #pragma unroll
-    for (int ii = 0; ii < 32; ++ii) sv[ii] = st[(i0 + ii) * d.dv + col];
+    for (int ii = 0; ii < 32; ++ii) sv[ii] = ld_state(st + (i0 + ii) * d.dv + col);
     const float alpha = ab.x, beta = ab.y;
     float r = 0.f;
 #pragma unroll
@@ -162,12 +164,12 @@ template <int NS> __global__ void __launch_bounds__(1024) bgdn_state_kernel(BGdn
     for (int ww = 0; ww < nkq; ++ww) rsum += part[ww][col];
     const float delta = beta * (vs[col] - rsum);
     float o = 0.f;
-    float* Sg = a.S[row] + size_t(h) * d.dk * d.dv;
+    ST* Sg = reinterpret_cast<ST*>(a.S[row]) + size_t(h) * d.dk * d.dv;
 #pragma unroll
     for (int ii = 0; ii < 32; ++ii) {
       sv[ii] += ks[i0 + ii] * delta;
       o += sv[ii] * qs[i0 + ii];
-      Sg[size_t(i0 + ii) * d.dv + col] = sv[ii];
+      st_state(Sg + size_t(i0 + ii) * d.dv + col, sv[ii]);
     }
     __syncthreads();  // every rsum read before part is reused
     part[kq][col] = o;
@@ -189,15 +191,18 @@ template <int NS> __global__ void __launch_bounds__(1024) bgdn_state_kernel(BGdn
   cp_wait_g<0>();
 }
 
-template <int NS> Status launch_state(const BGdnArgs& a, cudaStream_t s) {
-  const size_t smem = size_t(NS) * gdn_stage_bytes(a.dk, a.dv);
-  static size_t set = 0;
+template <int NS, typename ST> Status launch_state(const BGdnArgs& a, cudaStream_t s) {
+  const size_t smem = size_t(NS) * gdn_stage_bytes(a.dk, a.dv, int(sizeof(ST)));
+  static size_t set = 0;  // one per instantiation
   if (smem > set) {
-    LILY_CU_TRY(cudaFuncSetAttribute(bgdn_state_kernel<NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    LILY_CU_TRY(cudaFuncSetAttribute(bgdn_state_kernel<NS, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     set = smem;
   }
   const int items = a.B * a.nv, grid = items < sm_count() ? items : sm_count();
-  return launch_k("bgdn_state", bgdn_state_kernel<NS>, dim3(grid), dim3(a.dk / 32 * a.dv), smem, s, a);
+  return launch_k("bgdn_state", bgdn_state_kernel<NS, ST>, dim3(grid), dim3(a.dk / 32 * a.dv), smem, s, a);
+}
+template <typename ST> Status launch_state(const BGdnArgs& a, cudaStream_t s) {
+  return gdn_stages(a.dk, a.dv, int(sizeof(ST))) >= 3 ? launch_state<3, ST>(a, s) : launch_state<2, ST>(a, s);
 }
 
 }  // namespace
@@ -205,14 +210,14 @@ template <int NS> Status launch_state(const BGdnArgs& a, cudaStream_t s) {
 Status bgdn_step(const BGdnArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (a.dk % 32 != 0 || a.dk <= 0 || a.dk > kMaxDk || a.dv % 32 != 0 || a.dv <= 0 || a.dv > kMaxDv ||
-      a.dk / 32 * a.dv > 1024 || gdn_stages(a.dk, a.dv) < 2)
+      a.dk / 32 * a.dv > 1024 || gdn_stages(a.dk, a.dv, 4) < 2)
     return cu_err("bgdn_step: head dims {}x{} unsupported", a.dk, a.dv);
   if (a.nk <= 0 || a.nv % a.nk != 0) return cu_err("bgdn_step: {} value heads not a multiple of {} key heads", a.nv, a.nk);
   if (a.K < 2 || a.K > 8) return cu_err("bgdn_step: conv kernel {} unsupported", a.K);
   if (!a.prep) return cu_err("bgdn_step: no prep scratch (bgdn_prep_floats per row)");
   if (a.B <= 0) return Status::ok();
   LILY_TRY(launch_k("bgdn_prep", bgdn_prep_kernel, dim3(a.nk + a.nv, a.B), dim3(std::max(a.dk, a.dv)), 0, s, a));
-  return gdn_stages(a.dk, a.dv) >= 3 ? launch_state<3>(a, s) : launch_state<2>(a, s);
+  return a.s16 ? launch_state<__half>(a, s) : launch_state<float>(a, s);
 }
 
 }  // namespace lily::cuda

@@ -27,7 +27,8 @@ __device__ __forceinline__ float ld_win(const uint16_t* p) { return bf(*p); }
 __device__ __forceinline__ void st_win(float* p, float v) { *p = v; }
 __device__ __forceinline__ void st_win(uint16_t* p, float v) { *p = to_bf(v); }
 
-template <typename WT> __global__ void __launch_bounds__(kMaxDk) gdn_step_kernel(GdnArgs a) {
+// WT: the conv window's element (fp32 or bf16 bits); ST: the state's (fp32, or fp16 rounded once a store).
+template <typename WT, typename ST> __global__ void __launch_bounds__(kMaxDk) gdn_step_kernel(GdnArgs a) {
   __shared__ float qs[kMaxDk], ks[kMaxDk], vs[kSlice], red[32], rs[kMaxWarps][kSlice], os[kMaxWarps][kSlice];
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5, nw = blockDim.x >> 5;
   const int dk = a.dk, dv = a.dv, n_slices = dv / kSlice;
@@ -39,10 +40,10 @@ template <typename WT> __global__ void __launch_bounds__(kMaxDk) gdn_step_kernel
   const int col = slice * kSlice + lane, i0 = warp * 32;
 
   // This thread's 32 state values: rows i0.., column col (coalesced across the warp).
-  float* Sh = a.S + size_t(h) * dk * dv;
+  ST* Sh = reinterpret_cast<ST*>(a.S) + size_t(h) * dk * dv;
   float sv[32];
 #pragma unroll
-  for (int ii = 0; ii < 32; ++ii) sv[ii] = Sh[size_t(i0 + ii) * dv + col];
+  for (int ii = 0; ii < 32; ++ii) sv[ii] = ld_state(Sh + size_t(i0 + ii) * dv + col);
 
   const float* u = a.u;
   const uint16_t* w = static_cast<const uint16_t*>(a.conv_w);
@@ -99,7 +100,7 @@ template <typename WT> __global__ void __launch_bounds__(kMaxDk) gdn_step_kernel
   for (int ii = 0; ii < 32; ++ii) {
     sv[ii] += ks[i0 + ii] * delta;
     o += sv[ii] * qs[i0 + ii];
-    Sh[size_t(i0 + ii) * dv + col] = sv[ii];
+    st_state(Sh + size_t(i0 + ii) * dv + col, sv[ii]);
   }
   os[warp][lane] = o;
   __syncthreads();
@@ -142,8 +143,11 @@ Status gdn_step(const GdnArgs& a, Stream s) {
   const dim3 grid(a.nv * n_slices), block(a.dk);
   auto st = static_cast<cudaStream_t>(s);
   const int cl = a.og ? n_slices : 0;
-  if (a.win_f32) return launch_kc("gdn_step", gdn_step_kernel<float>, grid, block, 0, st, cl, a);
-  return launch_kc("gdn_step", gdn_step_kernel<uint16_t>, grid, block, 0, st, cl, a);
+  if (a.s16)
+    return a.win_f32 ? launch_kc("gdn_step", gdn_step_kernel<float, __half>, grid, block, 0, st, cl, a)
+                     : launch_kc("gdn_step", gdn_step_kernel<uint16_t, __half>, grid, block, 0, st, cl, a);
+  if (a.win_f32) return launch_kc("gdn_step", gdn_step_kernel<float, float>, grid, block, 0, st, cl, a);
+  return launch_kc("gdn_step", gdn_step_kernel<uint16_t, float>, grid, block, 0, st, cl, a);
 }
 
 }  // namespace lily::cuda

@@ -61,7 +61,8 @@ struct BGdnArgs {
   int ldu = 0;
   const void* conv_w = nullptr;
   void* const* conv = nullptr;  // [B] device table
-  float* const* S = nullptr;    // [B]
+  float* const* S = nullptr;    // [B]: fp32 [nv, dk, dv], or fp16 when s16 (every row alike)
+  bool s16 = false;
   const int32_t* pos = nullptr; // [B]
   const float* A_log = nullptr;
   const void* dt_bias = nullptr;

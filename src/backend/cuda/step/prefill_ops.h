@@ -92,7 +92,8 @@ struct GdnPrefillArgs {
   const float* A_log = nullptr;
   const void* dt_bias = nullptr;
   const void* gnorm = nullptr;   // bf16 [128]
-  float* S = nullptr;
+  float* S = nullptr;  // [nv, 128, 128] fp32, or fp16 when s16 (read once, written once a call)
+  bool s16 = false;
   int nk = 0, nv = 0, K = 4;
   bool win_f32 = true;
   float eps = 1e-6f;
