@@ -50,7 +50,7 @@ struct CudaSeqState final : SeqState {
     uint16_t* kc = nullptr;  // [nkv, max_seq, hd] bf16, or fp32 when f32
     uint16_t* vc = nullptr;
     uint16_t* conv = nullptr;  // [2, C, K-1] bf16, or fp32 when f32
-    float* S = nullptr;        // [nv, dk, dv] fp32, or fp16 when s16 (gdn_state_f16)
+    float* S = nullptr;        // [nv, dk, dv] fp32, or fp16 when gdn_state_f16()
     size_t kv_bytes = 0, conv_bytes = 0, S_bytes = 0;
   };
   CudaBackend* be = nullptr;
@@ -63,7 +63,6 @@ struct CudaSeqState final : SeqState {
   int cap = 0;    // positions allocated in each K/V cache: the kernels' stride ([nkv, cap, hd])
   int limit = 0;  // max_seq: the most positions reserve() will grow to
   bool f32 = true;  // K/V cache and conv window stored in fp32
-  bool s16 = false;  // DeltaNet states S stored in fp16 (LILY_GDN_STATE=f16, the same for every state)
   int nkv = 0, hd = 0;  // K/V cache shape per layer: [nkv, cap, hd]
   std::vector<Layer> layers;
   StepCtl* ctl = nullptr;

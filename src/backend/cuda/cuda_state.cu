@@ -132,7 +132,6 @@ Result<std::unique_ptr<SeqState>> CudaBackend::make_state(int max_seq, int cap0)
   st->be = this;
   st->limit = max_seq;
   st->f32 = kv_f32_now();
-  st->s16 = gdn_state_f16();
   st->lay = layout_of(cfg_, st->f32);
   st->mem = st->lay.memory();
   const CudaStateLayout& lay = st->lay;

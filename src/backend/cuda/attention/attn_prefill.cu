@@ -29,8 +29,7 @@ __global__ void prep_kernel(AttnPrefillArgs base, AttnSegs segs) {
   __shared__ float red[32];
   const AttnSeg& sg = segs.s[blockIdx.z];
   if (int(blockIdx.x) >= sg.M) return;  // block-uniform
-  AttnPrefillArgs a = base;
-  a.u = sg.u, a.qb = sg.qb, a.kc = sg.kc, a.vc = sg.vc, a.M = sg.M, a.pos0 = sg.pos0, a.max_seq = sg.max_seq;
+  const AttnPrefillArgs a = seg_attn_args(base, sg);
   const int m = blockIdx.x, b = blockIdx.y, d = threadIdx.x, hd = a.hd, pos = a.pos0 + m;
   const float* u = a.u + size_t(m) * a.ldu;
   const bool is_q = b < a.nh;
@@ -297,9 +296,7 @@ Status attn_prefill_segments(const AttnPrefillArgs& a, const AttnSeg* segs, int 
     }
     LILY_TRY(attn_prefill_init());
     for (int j = 0; j < g.n; ++j) {  // the plain-operand kernel: a segment a launch
-      AttnPrefillArgs b = a;
-      b.u = g.s[j].u, b.out = g.s[j].out, b.kc = g.s[j].kc, b.vc = g.s[j].vc, b.qb = g.s[j].qb, b.M = g.s[j].M;
-      b.pos0 = g.s[j].pos0, b.max_seq = g.s[j].max_seq;
+      const AttnPrefillArgs b = seg_attn_args(a, g.s[j]);
       switch (a.hd) {
         case 64: LILY_TRY(launch_flash<64>(b, s)); break;
         case 128: LILY_TRY(launch_flash<128>(b, s)); break;

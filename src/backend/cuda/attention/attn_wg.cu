@@ -118,8 +118,7 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(Attn
   const AttnSeg& sg = segs.s[blockIdx.z];
   const int nq = (sg.M + kBQ - 1) / kBQ;
   if (int(blockIdx.x) >= nq) return;  // block-uniform
-  AttnPrefillArgs a = base;
-  a.u = sg.u, a.out = sg.out, a.qb = sg.qb, a.M = sg.M, a.pos0 = sg.pos0;
+  const AttnPrefillArgs a = seg_attn_args(base, sg);
   const int Np = sg.Np;
   const uint16_t* ks = sg.ks;
   const uint16_t* vt = sg.ks + size_t(2) * a.nkv * Np * HD;
@@ -303,13 +302,14 @@ template <int HD> Status launch(const AttnPrefillArgs& a, AttnSegs& g, cudaStrea
     LILY_CU_TRY(cudaFuncSetAttribute(flash_wg_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
     attr = true;
   }
-  // Each segment's planes at its own offset of the scratch: ks and vt, 2 planes each, 4·nkv·Np·HD.
+  // Each segment's planes at its own offset of the scratch: ks and vt, 2 planes each.
+  auto planes = [&](int np) { return size_t(4) * a.nkv * np * HD; };
   size_t need = 0;
   int max_np = 0, max_nq = 0;
   for (int i = 0; i < g.n; ++i) {
     AttnSeg& sg = g.s[i];
     sg.Np = (sg.pos0 + sg.M + kPadKeys - 1) / kPadKeys * kPadKeys;
-    need += size_t(4) * a.nkv * sg.Np * HD;
+    need += planes(sg.Np);
     max_np = std::max(max_np, sg.Np), max_nq = std::max(max_nq, (sg.M + kBQ - 1) / kBQ);
   }
   Scratch& sc = scratch();
@@ -325,7 +325,7 @@ template <int HD> Status launch(const AttnPrefillArgs& a, AttnSegs& g, cudaStrea
   size_t off = 0;
   for (int i = 0; i < g.n; ++i) {
     g.s[i].ks = sc.p + off;
-    off += size_t(4) * a.nkv * g.s[i].Np * HD;
+    off += planes(g.s[i].Np);
   }
   kv_split_kernel<HD><<<dim3(max_np / 64, a.nkv, g.n), 256, 0, s>>>(g, a.nkv);
   LILY_TRY(launch_status("pf::kv_split"));

@@ -104,17 +104,16 @@ struct BatchCtx {
   ~BatchCtx() { release(); }
 };
 
-// A mixed step's layout (CudaBackend::step): rows [0, D) are decode rows (one token each, the batched
-// mixers); the rest are prompt segments, whose mixers seg_mixers(layer, attn) runs (the prefill
-// kernels: the DeltaNet over every segment in one launch per kernel, attention a segment at a time;
-// reading x.u and writing x.og / x.o at the segment's rows). The
-// lm_head runs on the n_out rows listed in the mixed table (out_idx), gathered.
 // The prefill scratch's split-A planes (pf::split_rows), where prompt rows take the prefill's router GEMM.
 struct RouterSplit {
   uint16_t *ah = nullptr, *al = nullptr;
   float* axs = nullptr;
 };
 
+// A mixed step's layout (CudaBackend::step): rows [0, D) are decode rows (one token each, the batched
+// mixers); the rest are prompt segments, whose mixers seg_mixers(layer, attn) runs (the prefill
+// kernels, over every segment in one launch per kernel, reading x.u and writing x.og / x.o at the
+// segment's rows). The lm_head runs on the n_out rows listed in the mixed table (out_idx), gathered.
 struct MixedPlan {
   int D = 0, n_out = 0;
   RouterSplit router;  // for the prompt rows [Da, B)

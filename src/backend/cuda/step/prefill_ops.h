@@ -173,6 +173,14 @@ struct AttnSegs {
   AttnSeg s[kMaxAttnSegs];
 };
 Status attn_prefill_segments(const AttnPrefillArgs& base, const AttnSeg* segs, int n, Stream s);
+#ifdef __CUDACC__
+// base with segment sg's own rows, caches, q scratch and positions (what a kernel of one segment reads).
+__host__ __device__ inline AttnPrefillArgs seg_attn_args(AttnPrefillArgs base, const AttnSeg& sg) {
+  base.u = sg.u, base.out = sg.out, base.kc = sg.kc, base.vc = sg.vc, base.qb = sg.qb, base.M = sg.M, base.pos0 = sg.pos0;
+  base.max_seq = sg.max_seq;
+  return base;
+}
+#endif
 // The flash step alone on wgmma (terms 3, fp32 caches; after prep wrote q and the segments' K/V):
 // converts each segment's cache positions 0..pos0+M into bf16 hi/lo planes (scratch grown on demand), then
 // the causal GQA flash attention of every segment, one launch each. Called by attn_prefill_segments.
