@@ -3,7 +3,7 @@
 // memory plan counts by (CudaBackend::state_memory). A state is two allocations, which
 // cuda_state.cu carves into buffers:
 //   the fixed arena: per DeltaNet layer its conv window [2, C, K-1] (fp32; bf16 with
-//     LILY_CUDA_KV=bf16) and its state S [nv, dk, dv] fp32 (fp16 with LILY_GDN_STATE=f16); then the StepCtl;
+//     LILY_CUDA_KV=bf16) and its state S [nv, dk, dv] fp16; then the StepCtl;
 //   the K/V arena: per attention layer K, then V, each [nkv, cap, hd] (fp32; bf16 with LILY_CUDA_KV=bf16).
 // Each buffer starts on 256 bytes with at least 16 free bytes after the one before it (the
 // kernels' vector tails). cudaMalloc takes allocations of 2 MiB or more in whole 2 MiB pages: one
@@ -38,9 +38,7 @@ struct CudaStateLayout {
   StateMemory memory() const;
 };
 
-// kv_f32: fp32 K/V and conv windows (the default), else bf16. ctl_bytes: sizeof(StepCtl). s16: the DeltaNet
-// states S in fp16 (LILY_GDN_STATE=f16, an A/B of issue 24), else fp32.
-CudaStateLayout cuda_state_layout(const ModelConfig& cfg, bool kv_f32, size_t ctl_bytes, int initial_positions,
-                                  bool s16 = false);
+// kv_f32: fp32 K/V and conv windows (the default), else bf16. ctl_bytes: sizeof(StepCtl).
+CudaStateLayout cuda_state_layout(const ModelConfig& cfg, bool kv_f32, size_t ctl_bytes, int initial_positions);
 
 }  // namespace lily

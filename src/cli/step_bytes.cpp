@@ -13,9 +13,8 @@ StateElems state_elems(const char* backend_name) {
   StateElems e;
   if (std::string(backend_name) != "cuda") return e;
   const char* kv = std::getenv("LILY_CUDA_KV");
-  const char* s = std::getenv("LILY_GDN_STATE");
   if (kv && std::string(kv) == "bf16") e.kv = 2;
-  if (s && std::string(s) == "f16") e.s = 2;
+  e.s = 2;
   return e;
 }
 

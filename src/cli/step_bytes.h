@@ -10,7 +10,7 @@ namespace lily::cli {
 double qbytes(double rows, double cols, int bits);
 
 // Bytes per element of a backend's states: K/V cache and conv window (CUDA: 4 unless LILY_CUDA_KV=bf16) and
-// DeltaNet state S (CUDA: 4 unless LILY_GDN_STATE=f16); the CPU backends' are fp32.
+// DeltaNet state S (CUDA: 2, fp16); the CPU backends' are fp32.
 struct StateElems {
   double kv = 4, s = 4;
 };

@@ -62,7 +62,6 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
       GdnArgs g{};
       g.u = u_, g.conv_w = L.conv_w, g.conv = SL.conv, g.S = SL.S, g.A_log = L.A_log, g.dt_bias = L.dt_bias;
       g.o = o_, g.ctl = st.ctl, g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.win_f32 = st.f32;
-      g.s16 = gdn_state_f16();
       g.dk = c.linear_key_head_dim, g.dv = c.linear_value_head_dim, g.K = c.linear_conv_kernel_dim;
       // The gated RMSNorm at the end of the GDN step kernel (clusters; dv ≤ 256), out_proj staging a plain
       // input; wider heads keep it in out_proj's staging. H200, 2026-12-03: 440.0 tok/s at 256 against 386.1

@@ -38,7 +38,6 @@ template <typename T> T* dalloc(size_t n, std::vector<void*>& owned) {
 class CudaBackend;
 // Shapes the prefill kernels (step/prefill.cu) support: the real model and the tiny/small presets.
 bool prefill_shapes_ok(const ModelConfig& c);
-bool gdn_state_f16();  // LILY_GDN_STATE=f16 (cuda_state.cu): every state's S in fp16
 struct BatchCtx;  // batched decode scratch, row table and graphs per batch size (step/batch.cu)
 void destroy_batch_ctx(BatchCtx* b);
 
@@ -50,7 +49,7 @@ struct CudaSeqState final : SeqState {
     uint16_t* kc = nullptr;  // [nkv, max_seq, hd] bf16, or fp32 when f32
     uint16_t* vc = nullptr;
     uint16_t* conv = nullptr;  // [2, C, K-1] bf16, or fp32 when f32
-    float* S = nullptr;        // [nv, dk, dv] fp32, or fp16 when gdn_state_f16()
+    uint16_t* S = nullptr;     // fp16 bits [nv, dk, dv]
     size_t kv_bytes = 0, conv_bytes = 0, S_bytes = 0;
   };
   CudaBackend* be = nullptr;

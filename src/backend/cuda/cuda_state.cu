@@ -21,18 +21,6 @@ int initial_positions() {
 
 }  // namespace
 
-// LILY_GDN_STATE=f16: the DeltaNet states S stored in fp16 (every kernel computes in fp32 and rounds
-// once per store: per token in the decode steps, per prompt segment in the chunked prefill). An A/B of
-// issue 24 item 4 (half the state bytes of the decode step) against the goldens' fp16 envelope; read
-// once, so every state of the process, and every batched launch over them, has the same layout.
-bool gdn_state_f16() {
-  static const bool on = [] {
-    const char* e = std::getenv("LILY_GDN_STATE");
-    return e && std::strcmp(e, "f16") == 0;
-  }();
-  return on;
-}
-
 namespace {
 
 bool kv_f32_now() {
@@ -41,7 +29,7 @@ bool kv_f32_now() {
 }
 
 CudaStateLayout layout_of(const ModelConfig& cfg, bool f32) {
-  return cuda_state_layout(cfg, f32, sizeof(StepCtl), initial_positions(), gdn_state_f16());
+  return cuda_state_layout(cfg, f32, sizeof(StepCtl), initial_positions());
 }
 
 void replace_owned(std::vector<void*>& owned, void* old_p, void* new_p) {
@@ -165,7 +153,7 @@ Result<std::unique_ptr<SeqState>> CudaBackend::make_state(int max_seq, int cap0)
     l.S_bytes = lay.S_bytes;
     l.conv = reinterpret_cast<uint16_t*>(fa + off);
     off += CudaStateLayout::span(lay.conv_bytes);
-    l.S = reinterpret_cast<float*>(fa + off);
+    l.S = reinterpret_cast<uint16_t*>(fa + off);
     off += CudaStateLayout::span(lay.S_bytes);
   }
   st->ctl = reinterpret_cast<StepCtl*>(fa + off);

@@ -60,11 +60,9 @@ __device__ __forceinline__ uint16_t to_bf(float f) {
 }
 __device__ __forceinline__ float rbf(float f) { return bf(to_bf(f)); }
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
-// The DeltaNet state's element: fp32, or fp16 (LILY_GDN_STATE=f16) loaded to fp32 and rounded to nearest
-// on store.
-__device__ __forceinline__ float ld_state(const float* p) { return *p; }
+// The DeltaNet state's element: fp16, loaded to fp32 and rounded to nearest once a store (every kernel
+// computes in fp32).
 __device__ __forceinline__ float ld_state(const __half* p) { return __half2float(*p); }
-__device__ __forceinline__ void st_state(float* p, float v) { *p = v; }
 __device__ __forceinline__ void st_state(__half* p, float v) { *p = __float2half_rn(v); }
 __device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 

@@ -129,15 +129,14 @@ Status moe_down_combine(const MoeArgs& a, Stream s);
 
 // Whole GDN decode step. u: fp32 [C + vd + 2·nv] = [qkv | z | a | b] projections of this token;
 // conv: [2, C, K-1] double-buffered window (read parity pos&1, write the other), fp32 when
-// win_f32 else bf16; S: fp32 [nv, dk, dv]; o: fp32 [nv, dv] readout before the gated norm.
+// win_f32 else bf16; S: fp16 [nv, dk, dv]; o: fp32 [nv, dv] readout before the gated norm.
 // dk, dv multiples of 32 (dk ≤ 256).
 struct GdnArgs {
   const float* u = nullptr;
   const void* conv_w = nullptr;  // bf16 [C, K]
   void* conv = nullptr;
   bool win_f32 = true;
-  float* S = nullptr;            // [nv, dk, dv] fp32, or fp16 when s16 (computed in fp32, rounded once a store)
-  bool s16 = false;
+  uint16_t* S = nullptr;         // fp16 bits [nv, dk, dv] (computed in fp32, rounded once a store)
   const float* A_log = nullptr;  // [nv]
   const void* dt_bias = nullptr; // bf16 [nv]
   float* o = nullptr;

@@ -11,12 +11,14 @@ namespace {
 
 // Two kernels. bgdn_prep: per row and head, the short convolution, SiLU, the q/k L2 norms and the
 // gates (gdn.cu's arithmetic), and the conv window's shift; into a scratch row [qn | kn | v | {α, β}].
-// bgdn_state: the recurrence, a persistent block per SM walking (row, value head) items, each head's
-// fp32 state (dk × dv) streamed through a ring of shared-memory stages by cp.async so the next items'
+// bgdn_state: the recurrence, persistent blocks (two an SM) walking (row, value head) items, each head's
+// fp16 state (dk × dv) streamed through a ring of shared-memory stages by cp.async so the next items'
 // states load while this one is computed; thread (kq, col) owns rows 32kq..32kq+31 of column col (the
 // partition and summation order of gdn.cu's kernel, so rows match the batch-1 step bit for bit).
 // Before (H200, 2026-12-04, one kernel of 4-block clusters per 32-column slice): 18.85 ms of the
-// 256-row step, 1.7 TB/s of state traffic.
+// 256-row step, 1.7 TB/s of state traffic (fp32). H100, 2026-12-06, 256 rows at context 256: fp32 state, one
+// block an SM: 13.1 ms (2.46 TB/s); fp16 state, two blocks an SM: 7.5 ms (the step 37.93 vs 43.79 ms;
+// fp16 with one block an SM: 42.19).
 constexpr int kMaxDk = 256, kMaxDv = 256;
 
 __device__ __forceinline__ float softplus(float v) { return v > 20.f ? v : log1pf(expf(v)); }
@@ -81,14 +83,11 @@ __global__ void __launch_bounds__(kMaxDk) bgdn_prep_kernel(BGdnArgs a) {
   }
 }
 
-// One item's shared-memory stage: the state [dk][dv] (es bytes an element: 4 fp32, 2 fp16), then qn [dk],
-// kn [dk], v [dv] fp32.
-__host__ __device__ constexpr size_t gdn_stage_bytes(int dk, int dv, int es) {
-  return size_t(dk) * dv * es + (2 * size_t(dk) + size_t(dv)) * 4;
-}
+// One item's shared-memory stage: the fp16 state [dk][dv], then qn [dk], kn [dk], v [dv] fp32.
+__host__ __device__ constexpr size_t gdn_stage_bytes(int dk, int dv) { return size_t(dk) * dv * 2 + (2 * size_t(dk) + size_t(dv)) * 4; }
 constexpr int kGdnSmemBudget = 210 * 1024;
-__host__ __device__ constexpr int gdn_stages(int dk, int dv, int es) {
-  return int(kGdnSmemBudget / gdn_stage_bytes(dk, dv, es)) > 3 ? 3 : int(kGdnSmemBudget / gdn_stage_bytes(dk, dv, es));
+__host__ __device__ constexpr int gdn_stages(int dk, int dv) {
+  return int(kGdnSmemBudget / gdn_stage_bytes(dk, dv)) > 3 ? 3 : int(kGdnSmemBudget / gdn_stage_bytes(dk, dv));
 }
 
 __device__ __forceinline__ void cp16g(uint32_t dst, const void* src, bool ok) {
@@ -97,16 +96,16 @@ __device__ __forceinline__ void cp16g(uint32_t dst, const void* src, bool ok) {
 __device__ __forceinline__ void cp_commit_g() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_wait_g() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-// Persistent: grid ≤ SMs, (dk / 32) · dv threads; items (row, value head) = blockIdx.x + j·gridDim.x. ST: the
-// state's element (fp32, or fp16: loaded to fp32, rounded once on store).
-template <int NS, typename ST> __global__ void __launch_bounds__(1024) bgdn_state_kernel(BGdnArgs a) {
+// Persistent: grid ≤ blocks an SM × SMs, (dk / 32) · dv threads; items (row, value head) = blockIdx.x + j·gridDim.x.
+template <int NS> __global__ void __launch_bounds__(1024) bgdn_state_kernel(BGdnArgs a) {
+  using ST = __half;
   extern __shared__ __align__(16) unsigned char gsm[];
   __shared__ float part[kMaxDk / 32][kMaxDv], ssw[kMaxDv / 32];
   const GdnDims d(a);
   const int tid = threadIdx.x, nt = blockDim.x, col = tid % d.dv, kq = tid / d.dv, lane = tid & 31, warp = tid >> 5;
   const int nkq = d.dk / 32, ratio = d.nv / d.nk, n_items = a.B * d.nv;
-  const size_t stage = gdn_stage_bytes(d.dk, d.dv, int(sizeof(ST))), pf = bgdn_prep_floats(a.nk, a.nv, a.dk, a.dv);
-  const int s16 = d.dk * d.dv * int(sizeof(ST)) / 16, v16 = (2 * d.dk + d.dv) / 4;  // 16-byte chunks: state, vectors
+  const size_t stage = gdn_stage_bytes(d.dk, d.dv), pf = bgdn_prep_floats(a.nk, a.nv, a.dk, a.dv);
+  const int s16 = d.dk * d.dv * 2 / 16, v16 = (2 * d.dk + d.dv) / 4;  // 16-byte chunks: state, vectors
   const uint32_t sm0 = uint32_t(__cvta_generic_to_shared(gsm));
   auto load = [&](int item, int slot, bool state, bool vecs) {
     if (item >= n_items) return;
@@ -191,18 +190,24 @@ template <int NS, typename ST> __global__ void __launch_bounds__(1024) bgdn_stat
   cp_wait_g<0>();
 }
 
-template <int NS, typename ST> Status launch_state(const BGdnArgs& a, cudaStream_t s) {
-  const size_t smem = size_t(NS) * gdn_stage_bytes(a.dk, a.dv, int(sizeof(ST)));
-  static size_t set = 0;  // one per instantiation
-  if (smem > set) {
-    LILY_CU_TRY(cudaFuncSetAttribute(bgdn_state_kernel<NS, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+template <int NS> Status launch_state(const BGdnArgs& a, cudaStream_t s) {
+  const size_t smem = size_t(NS) * gdn_stage_bytes(a.dk, a.dv);
+  const int threads = a.dk / 32 * a.dv;
+  // As many blocks as fit on an SM (two at dk = dv = 128): a block computes one item at a time, latency-bound
+  // between its syncs and stores. One per instantiation.
+  static size_t set = 0;
+  static int per_sm = 1;
+  if (smem != set) {
+    LILY_CU_TRY(cudaFuncSetAttribute(bgdn_state_kernel<NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    LILY_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, bgdn_state_kernel<NS>, threads, smem));
+    per_sm = std::max(per_sm, 1);
     set = smem;
   }
-  const int items = a.B * a.nv, grid = items < sm_count() ? items : sm_count();
-  return launch_k("bgdn_state", bgdn_state_kernel<NS, ST>, dim3(grid), dim3(a.dk / 32 * a.dv), smem, s, a);
+  const int items = a.B * a.nv, slots = per_sm * sm_count(), grid = items < slots ? items : slots;
+  return launch_k("bgdn_state", bgdn_state_kernel<NS>, dim3(grid), dim3(threads), smem, s, a);
 }
-template <typename ST> Status launch_state(const BGdnArgs& a, cudaStream_t s) {
-  return gdn_stages(a.dk, a.dv, int(sizeof(ST))) >= 3 ? launch_state<3, ST>(a, s) : launch_state<2, ST>(a, s);
+Status launch_state(const BGdnArgs& a, cudaStream_t s) {
+  return gdn_stages(a.dk, a.dv) >= 3 ? launch_state<3>(a, s) : launch_state<2>(a, s);
 }
 
 }  // namespace
@@ -210,14 +215,14 @@ template <typename ST> Status launch_state(const BGdnArgs& a, cudaStream_t s) {
 Status bgdn_step(const BGdnArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (a.dk % 32 != 0 || a.dk <= 0 || a.dk > kMaxDk || a.dv % 32 != 0 || a.dv <= 0 || a.dv > kMaxDv ||
-      a.dk / 32 * a.dv > 1024 || gdn_stages(a.dk, a.dv, 4) < 2)
+      a.dk / 32 * a.dv > 1024 || gdn_stages(a.dk, a.dv) < 2)
     return cu_err("bgdn_step: head dims {}x{} unsupported", a.dk, a.dv);
   if (a.nk <= 0 || a.nv % a.nk != 0) return cu_err("bgdn_step: {} value heads not a multiple of {} key heads", a.nv, a.nk);
   if (a.K < 2 || a.K > 8) return cu_err("bgdn_step: conv kernel {} unsupported", a.K);
   if (!a.prep) return cu_err("bgdn_step: no prep scratch (bgdn_prep_floats per row)");
   if (a.B <= 0) return Status::ok();
   LILY_TRY(launch_k("bgdn_prep", bgdn_prep_kernel, dim3(a.nk + a.nv, a.B), dim3(std::max(a.dk, a.dv)), 0, s, a));
-  return a.s16 ? launch_state<__half>(a, s) : launch_state<float>(a, s);
+  return launch_state(a, s);
 }
 
 }  // namespace lily::cuda

@@ -1,5 +1,5 @@
 // deltanet/: the Gated DeltaNet mixer: short conv + SiLU, q/k L2 norms, gates, the delta-rule
-// recurrence over the fp32 state S [nv, dk, dv], the gated RMSNorm. Activations fp32; the conv window
+// recurrence over the state S [nv, dk, dv] (fp16, computed in fp32), the gated RMSNorm. Activations fp32; the conv window
 // fp32 or bf16. Entry points: gdn_step (common/ops.h; gdn.cu: one token, u fp32 [C + vd + 2·nv] →
 // o, og fp32 [nv·dv]; dk, dv multiples of 32, dk ≤ 256); pf::gdn_prefill, pf::gdn_prefill_segments
 // (step/prefill_ops.h; gdn_prefill.cu, gdn_chunk.cu: M tokens, dk = dv = 128, the chunked WY form on
@@ -7,9 +7,9 @@
 // fp32 windows, each bit-identical to gdn_step).
 //
 // The whole Gated DeltaNet decode step in one kernel: conv + SiLU (double-buffered window), L2
-// norms, gates, decay + delta update + readout over the fp32 state. One block per (value head,
+// norms, gates, decay + delta update + readout over the fp16 state (fp32 arithmetic). One block per (value head,
 // 32-column slice) with dk threads (one warp per 32 state rows), so the real shapes (dk = dv =
-// 128, 32 heads) give 128 blocks sharing the 2 MiB/layer state traffic. Activations fp32; the
+// 128, 32 heads) give 128 blocks sharing the 1 MiB/layer state traffic. Activations fp32; the
 // conv window fp32 or bf16 (template WT). The gated RMSNorm runs in the out_proj GEMV's input
 // staging (needs the whole head).
 #include <cooperative_groups.h>
@@ -27,8 +27,8 @@ __device__ __forceinline__ float ld_win(const uint16_t* p) { return bf(*p); }
 __device__ __forceinline__ void st_win(float* p, float v) { *p = v; }
 __device__ __forceinline__ void st_win(uint16_t* p, float v) { *p = to_bf(v); }
 
-// WT: the conv window's element (fp32 or bf16 bits); ST: the state's (fp32, or fp16 rounded once a store).
-template <typename WT, typename ST> __global__ void __launch_bounds__(kMaxDk) gdn_step_kernel(GdnArgs a) {
+// WT: the conv window's element (fp32 or bf16 bits).
+template <typename WT> __global__ void __launch_bounds__(kMaxDk) gdn_step_kernel(GdnArgs a) {
   __shared__ float qs[kMaxDk], ks[kMaxDk], vs[kSlice], red[32], rs[kMaxWarps][kSlice], os[kMaxWarps][kSlice];
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5, nw = blockDim.x >> 5;
   const int dk = a.dk, dv = a.dv, n_slices = dv / kSlice;
@@ -40,7 +40,7 @@ template <typename WT, typename ST> __global__ void __launch_bounds__(kMaxDk) gd
   const int col = slice * kSlice + lane, i0 = warp * 32;
 
   // This thread's 32 state values: rows i0.., column col (coalesced across the warp).
-  ST* Sh = reinterpret_cast<ST*>(a.S) + size_t(h) * dk * dv;
+  __half* Sh = reinterpret_cast<__half*>(a.S) + size_t(h) * dk * dv;
   float sv[32];
 #pragma unroll
   for (int ii = 0; ii < 32; ++ii) sv[ii] = ld_state(Sh + size_t(i0 + ii) * dv + col);
@@ -143,11 +143,8 @@ Status gdn_step(const GdnArgs& a, Stream s) {
   const dim3 grid(a.nv * n_slices), block(a.dk);
   auto st = static_cast<cudaStream_t>(s);
   const int cl = a.og ? n_slices : 0;
-  if (a.s16)
-    return a.win_f32 ? launch_kc("gdn_step", gdn_step_kernel<float, __half>, grid, block, 0, st, cl, a)
-                     : launch_kc("gdn_step", gdn_step_kernel<uint16_t, __half>, grid, block, 0, st, cl, a);
-  if (a.win_f32) return launch_kc("gdn_step", gdn_step_kernel<float, float>, grid, block, 0, st, cl, a);
-  return launch_kc("gdn_step", gdn_step_kernel<uint16_t, float>, grid, block, 0, st, cl, a);
+  if (a.win_f32) return launch_kc("gdn_step", gdn_step_kernel<float>, grid, block, 0, st, cl, a);
+  return launch_kc("gdn_step", gdn_step_kernel<uint16_t>, grid, block, 0, st, cl, a);
 }
 
 }  // namespace lily::cuda

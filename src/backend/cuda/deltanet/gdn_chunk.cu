@@ -3,7 +3,7 @@
 // Kernel 1 (all chunks and value heads in parallel): γ = cumsum g, KKᵀ and QKᵀ (masked, decayed),
 // the forward substitution [U | W] = (I + L)⁻¹·[diag(β)V | diag(β e^γ)K] and P = QKᵀ ⊙ Γ, to scratch.
 // Kernel 2 (one block per value head and 32-column slice of S, chunks in order, S fp32 in shared
-// memory): U' = U − W·S; O = diag(e^γ)Q·S + P·U'; S ← e^{γ_n}·S + (diag(e^{γ_n−γ})K)ᵀ·U'.
+// memory, read from and rounded back to the fp16 state once a call): U' = U − W·S; O = diag(e^γ)Q·S + P·U'; S ← e^{γ_n}·S + (diag(e^{γ_n−γ})K)ᵀ·U'.
 #include <cstdlib>
 
 #include "backend/cuda/common/common.cuh"
@@ -190,19 +190,13 @@ __global__ void __launch_bounds__(256, 1) state_kernel(GdnPrefillArgs a0, int nc
   const int h = blockIdx.x / kSlices, cs = blockIdx.x % kSlices, kh = h / (a.nv / a.nk);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int kd = a.nk * kD, vd = a.nv * kD;
-  // The state slice in fp32 for the whole call (fp16 states: converted here, rounded once at the end).
+  // The state slice in fp32 for the whole call (the fp16 state converted here, rounded once at the end).
   const size_t s_off = size_t(h) * kD * kD + cs * kCS;
   for (int idx = tid; idx < kD * (kCS / 4); idx += 256) {
     const int r = idx / (kCS / 4), c4 = idx % (kCS / 4);
-    float4 v;
-    if (a.s16) {
-      const uint2 hv = *reinterpret_cast<const uint2*>(reinterpret_cast<const __half*>(a.S) + s_off + size_t(r) * kD + c4 * 4);
-      const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&hv.x)), hi = __half22float2(*reinterpret_cast<const __half2*>(&hv.y));
-      v = make_float4(lo.x, lo.y, hi.x, hi.y);
-    } else {
-      v = *reinterpret_cast<const float4*>(a.S + s_off + size_t(r) * kD + c4 * 4);
-    }
-    *reinterpret_cast<float4*>(Ss + r * kLdS + c4 * 4) = v;
+    const uint2 hv = *reinterpret_cast<const uint2*>(a.S + s_off + size_t(r) * kD + c4 * 4);
+    const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&hv.x)), hi = __half22float2(*reinterpret_cast<const __half2*>(&hv.y));
+    *reinterpret_cast<float4*>(Ss + r * kLdS + c4 * 4) = make_float4(lo.x, lo.y, hi.x, hi.y);
   }
   // Loads of chunk c in three cp.async groups, each issued as soon as the previous chunk's last
   // reader is done and waited for just before its first reader: G1 = W, U slice, γ (step 1 and the
@@ -363,14 +357,10 @@ __global__ void __launch_bounds__(256, 1) state_kernel(GdnPrefillArgs a0, int nc
   for (int idx = tid; idx < kD * (kCS / 4); idx += 256) {
     const int r = idx / (kCS / 4), c4 = idx % (kCS / 4);
     const float4 v = *reinterpret_cast<const float4*>(Ss + r * kLdS + c4 * 4);
-    if (a.s16) {
-      const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
-      uint2 hv;
-      hv.x = *reinterpret_cast<const uint32_t*>(&lo), hv.y = *reinterpret_cast<const uint32_t*>(&hi);
-      *reinterpret_cast<uint2*>(reinterpret_cast<__half*>(a.S) + s_off + size_t(r) * kD + c4 * 4) = hv;
-    } else {
-      *reinterpret_cast<float4*>(a.S + s_off + size_t(r) * kD + c4 * 4) = v;
-    }
+    const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+    uint2 hv;
+    hv.x = *reinterpret_cast<const uint32_t*>(&lo), hv.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(a.S + s_off + size_t(r) * kD + c4 * 4) = hv;
   }
 }
 

@@ -137,8 +137,7 @@ BGdnArgs bgdn_args(const BatchCtx& x, const ModelConfig& c, const DevLayer& L, i
   const int vd = c.gdn_value_dim();
   BGdnArgs g{};
   g.u = x.u + r0 * x.urows, g.ldu = x.urows, g.conv_w = L.conv_w, g.conv = x.p0(i) + r0;
-  g.S = reinterpret_cast<float* const*>(x.p1(i)) + r0, g.pos = x.pos() + r0, g.A_log = L.A_log, g.dt_bias = L.dt_bias;
-  g.s16 = gdn_state_f16();
+  g.S = reinterpret_cast<uint16_t* const*>(x.p1(i)) + r0, g.pos = x.pos() + r0, g.A_log = L.A_log, g.dt_bias = L.dt_bias;
   g.gnorm = L.gnorm, g.og = x.og + r0 * size_t(vd), g.ldo = vd;
   g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.dk = c.linear_key_head_dim;
   g.dv = c.linear_value_head_dim, g.prep = x.gprep, g.K = c.linear_conv_kernel_dim, g.B = B, g.eps = c.rms_norm_eps;

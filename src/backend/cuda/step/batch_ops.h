@@ -54,15 +54,14 @@ struct BMoeArgs {
 Status bmoe_gate_up(const BMoeArgs& a, Stream s);
 Status bmoe_down(const BMoeArgs& a, Stream s);
 
-// GDN decode step per row (fused gated norm), fp32 windows and state: row b reads u [b][ldu],
-// conv[b] ([2, C, K-1] fp32), S[b] ([nv, dk, dv] fp32), pos[b]; writes og [b][nv·dv].
+// GDN decode step per row (fused gated norm), fp32 windows, fp16 states: row b reads u [b][ldu],
+// conv[b] ([2, C, K-1] fp32), S[b] ([nv, dk, dv] fp16), pos[b]; writes og [b][nv·dv].
 struct BGdnArgs {
   const float* u = nullptr;
   int ldu = 0;
   const void* conv_w = nullptr;
   void* const* conv = nullptr;  // [B] device table
-  float* const* S = nullptr;    // [B]: fp32 [nv, dk, dv], or fp16 when s16 (every row alike)
-  bool s16 = false;
+  uint16_t* const* S = nullptr; // [B]: fp16 bits [nv, dk, dv]
   const int32_t* pos = nullptr; // [B]
   const float* A_log = nullptr;
   const void* dt_bias = nullptr;

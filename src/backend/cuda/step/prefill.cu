@@ -102,7 +102,6 @@ pf::GdnPrefillArgs CudaBackend::gdn_args(int i, CudaSeqState& st, int pos0, int 
   const size_t wn = size_t(c.gdn_conv_dim()) * (c.linear_conv_kernel_dim - 1) * (st.f32 ? 2 : 1);  // uint16 units
   g.win_in = SL.conv + size_t(pos0 & 1) * wn, g.win_out = SL.conv + size_t((pos0 + M) & 1) * wn, g.win_f32 = st.f32;
   g.conv_w = L.conv_w, g.A_log = L.A_log, g.dt_bias = L.dt_bias, g.gnorm = L.gnorm, g.S = SL.S;
-  g.s16 = gdn_state_f16();
   g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.K = c.linear_conv_kernel_dim, g.eps = c.rms_norm_eps;
   const size_t kd = size_t(c.gdn_key_dim()), vd = size_t(c.gdn_value_dim()), nv = size_t(c.linear_num_value_heads);
   g.qn = p.qn + pr * kd, g.kn = p.kn + pr * kd, g.v = p.v + pr * vd, g.g = p.g + pr * nv, g.beta = p.beta + pr * nv;

@@ -81,7 +81,7 @@ Status moe_combine(const float* yd, const float* ys, const int32_t* slot_of, con
 
 // ---- Gated DeltaNet prefill (gdn_prefill.cu) -------------------------------------------------
 // u: fp32 [M, ldu] = [qkv (C) | z (vd) | a (nv) | b (nv)] projections. win_in/win_out: bf16
-// [C, K-1] conv windows (oldest first) before / after these M tokens (may alias). S: fp32
+// [C, K-1] conv windows (oldest first) before / after these M tokens (may alias). S: fp16
 // [nv, 128, 128]. win_f32: the windows hold fp32 instead of bf16. Outputs: o fp32 [M, nv·128] = w ⊙ rms(o_raw) ⊙ silu(z) (gated norm applied).
 struct GdnPrefillArgs {
   const float* u = nullptr;
@@ -92,8 +92,7 @@ struct GdnPrefillArgs {
   const float* A_log = nullptr;
   const void* dt_bias = nullptr;
   const void* gnorm = nullptr;   // bf16 [128]
-  float* S = nullptr;  // [nv, 128, 128] fp32, or fp16 when s16 (read once, written once a call)
-  bool s16 = false;
+  uint16_t* S = nullptr;  // fp16 bits [nv, 128, 128] (read once, written once a call; fp32 arithmetic)
   int nk = 0, nv = 0, K = 4;
   bool win_f32 = true;
   float eps = 1e-6f;
