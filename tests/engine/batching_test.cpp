@@ -85,12 +85,17 @@ class BatchingTest : public ::testing::Test {
     return *slot;
   }
 
+  // Logprobs: 1e-4; on CUDA 1e-3: its batched step runs other kernels than batch 1 (within ~1e-5 an op), and
+  // its fp16 DeltaNet states round once a token, where a 1e-5 difference can land a value on the neighbouring
+  // half (2^-11 of it) and carry on: measured up to 1.4e-4 on this suite (H100, 2026-12-06; below 1e-4 with
+  // fp32 states). The token ids must be equal on every backend.
+  static double logprob_tol() { return std::string(model_->backend_name()) == "cuda" ? 1e-3 : 1e-4; }
   static void expect_same(const Out& got, const Out& want, int i) {
     ASSERT_EQ(got.tokens.size(), want.tokens.size()) << "request " << i;
     for (size_t k = 0; k < got.tokens.size(); ++k) {
       EXPECT_EQ(got.tokens[k].id, want.tokens[k].id) << "request " << i << " token " << k;
       ASSERT_TRUE(got.tokens[k].logprob && want.tokens[k].logprob);
-      EXPECT_NEAR(*got.tokens[k].logprob, *want.tokens[k].logprob, 1e-4) << "request " << i << " token " << k;
+      EXPECT_NEAR(*got.tokens[k].logprob, *want.tokens[k].logprob, logprob_tol()) << "request " << i << " token " << k;
     }
     EXPECT_EQ(got.text, want.text) << "request " << i;
     EXPECT_EQ(got.last.finish, want.last.finish) << "request " << i;
