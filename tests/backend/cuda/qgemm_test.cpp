@@ -365,7 +365,9 @@ TEST(CudaQgemm, MoeMatchesCpuAndIsBatchInvariant) {
 // Timings at the real shapes (LILY_QGEMM_BENCH=1): µs per call and the unique weight bytes' rate.
 TEST(CudaQgemm, Bench) {
   LILY_REQUIRE_GPU();
-  if (!std::getenv("LILY_QGEMM_BENCH")) GTEST_SKIP() << "set LILY_QGEMM_BENCH=1 to time qgemm";
+  const char* mode = std::getenv("LILY_QGEMM_BENCH");
+  if (!mode) GTEST_SKIP() << "set LILY_QGEMM_BENCH=1 to time qgemm (=small: the dense projections at 1-64 rows only)";
+  const bool small = std::string(mode) == "small";
   // Each timing replays a CUDA graph of 20 calls on a created stream (as the step runs them: no host
   // launch cost, PDL between consecutive calls).
   cudaStream_t st;
@@ -401,6 +403,7 @@ TEST(CudaQgemm, Bench) {
   D<float> dXS(size_t(736) * 4096 / 64 * 2 * 9);
   std::printf("[qgemm-bench] | op | rows | us | GB/s (weights once) | TFLOP/s |\n");
   for (const Dn& c : dense) {
+    if (small && c.N > 100000) continue;
     QMat w(c.N, c.K, c.bits);
     D<float> y(size_t(736) * c.N);
     D<float> ws(cuda::qgemm_ws_floats(c.N, c.K, 736));
@@ -410,6 +413,7 @@ TEST(CudaQgemm, Bench) {
       for (int B : Bd)
         for (int kernel : {1, 2}) {
           if (kernel == 2 && c.bits != 4) continue;
+          if (small && (B > 64 || kernel == 2)) continue;
           cuda::QGemmArgs a{};
           a.w = w.q, a.x = dX.p, a.xs = dXS.p, a.xlo = terms == 2 ? dXlo.p : nullptr, a.ldx = c.K, a.M = B, a.y = y.p,
           a.ldy = c.N, a.ws = ws.p, a.cnt = cnt.p, a.kernel = kernel;
@@ -418,6 +422,11 @@ TEST(CudaQgemm, Bench) {
                       terms == 2 ? " two-pass" : "", kernel == 2 ? "wgmma" : "mma.sync", B, us, bytes / us * 1e-3,
                       2.0 * B * c.N * c.K / us * 1e-6);
         }
+  }
+  if (small) {
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    cudaStreamDestroy(st);
+    return;
   }
   QMat gate(E * I, H, 4), up(E * I, H, 4), down(E * H, I, 4), shgu(2 * I, H, 4), shd(H, I, 4);
   const int Bm[] = {1, 16, 64, 256, 736};  // 736: a mixed step's rows (256 decode + 480 prompt)

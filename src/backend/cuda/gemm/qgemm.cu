@@ -603,7 +603,12 @@ int qgemm_wg_rows(int rows) { return rows >= 4096 ? 64 : 128; }
 
 // Splits so that the tiles × splits fill about two units per SM, at most 8 and one 256-k stage each. Only
 // the router (257 × 2048, 3 tiles) is bound by the stages: 8 splits, 24 units (it had 12 with at least two
-// stages a split: 22 µs a call at 16 rows on an H100, latency-bound on 12 SMs).
+// stages a split: 22 µs a call at 16 rows on an H100, latency-bound on 12 SMs). A function of the shape only
+// (a row's sums must not depend on the batch). H100, 2026-12-06 (CudaQgemm.Bench, two passes): in_proj and qkv
+// unsplit (one unit an SM) instead of split 2 ways: in_proj 20.7 → 15.4 / 30.9 → 21.5 / 56.9 → 38.5 µs at 16 /
+// 32 / 64 rows, qkv alike; 4 units an SM: 31.9 µs at 16. But the step (bench-batch, same call) went +1.3% at
+// 16 rows and −3.9% at 64 (the bench's back-to-back calls fill the idle SMs with the next call's blocks; the
+// step's next kernel waits for this one): kept at 2.
 int qgemm_splits(int rows, int cols) {
   const int T = tiles_of(rows), nks = (cols + kBK - 1) / kBK;
   int S = (2 * sm_count()) / std::max(T, 1);
