@@ -14,6 +14,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/attention/attn_common.cuh"
 #include "backend/cuda/common/common.cuh"
 #include "backend/cuda/step/prefill_ops.h"
 
@@ -35,21 +36,7 @@ __global__ void prep_kernel(AttnPrefillArgs base, AttnSegs segs) {
   const bool is_q = b < a.nh;
   const int kvh = b - a.nh;
   const float raw = is_q ? u[b * a.qw + d] : u[a.nh * a.qw + kvh * hd + d];
-  const uint16_t* gain = static_cast<const uint16_t*>(is_q ? a.q_norm : a.k_norm);
-  const float ss = block_sum(raw * raw, red);
-  const float x = raw * (1.0f / sqrtf(ss / float(hd) + a.eps)) * bf(gain[d]);
-  xsh[d] = x;
-  __syncthreads();
-  float y = x;
-  const int half = a.rot / 2;
-  if (d < a.rot) {
-    const int j = d % half;
-    const float inv_freq = 1.0f / powf(float(a.theta), float(2 * j) / float(a.rot));
-    const float ang = float(pos) * inv_freq;
-    float sn, cs;
-    sincosf(ang, &sn, &cs);
-    y = d < half ? x * cs - xsh[d + half] * sn : x * cs + xsh[d - half] * sn;
-  }
+  const float y = qk_norm_rope(raw, static_cast<const uint16_t*>(is_q ? a.q_norm : a.k_norm), hd, a.eps, a.rot, a.theta, pos, xsh, red);
   if (is_q) {
     uint16_t* qb = static_cast<uint16_t*>(a.qb) + (size_t(m) * a.nh + b) * hd + d;
     const uint16_t hi = to_bf(y);
