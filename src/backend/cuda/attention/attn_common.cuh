@@ -29,17 +29,6 @@ __device__ __forceinline__ float qk_norm_rope(float raw, const uint16_t* gain, i
   return y;
 }
 
-// Max over all threads of the block (as block_sum).
-__device__ __forceinline__ float block_max(float v, float* red) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  float t = lane < nw ? red[lane] : -INFINITY;
-  return warp_max(t);
-}
-
 // Merge of one query head's nse split partials, one thread per dim d: partial sp at pk + sp·ws holds
 // [o (hd) | m | l]. Split weights exp(m_sp − M) in wsp (shared, ≥ nse floats), then each thread streams its
 // dim over the splits (four chains). Returns o[d] / L.

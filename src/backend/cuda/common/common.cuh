@@ -76,16 +76,18 @@ __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-// Sum over all threads of the block (blockDim.x multiple of 32, ≤ 1024); red: 32 floats smem.
-__device__ __forceinline__ float block_sum(float v, float* red) {
+// Sum (max) over all threads of the block (blockDim.x multiple of 32, ≤ 1024); red: 32 floats smem.
+template <bool MAX> __device__ __forceinline__ float block_reduce(float v, float* red) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = warp_sum(v);
+  v = MAX ? warp_max(v) : warp_sum(v);
   __syncthreads();
   if (lane == 0) red[warp] = v;
   __syncthreads();
-  float t = lane < nw ? red[lane] : 0.0f;
-  return warp_sum(t);
+  const float t = lane < nw ? red[lane] : MAX ? -INFINITY : 0.0f;
+  return MAX ? warp_max(t) : warp_sum(t);
 }
+__device__ __forceinline__ float block_sum(float v, float* red) { return block_reduce<false>(v, red); }
+__device__ __forceinline__ float block_max(float v, float* red) { return block_reduce<true>(v, red); }
 
 // Codes per 16-byte chunk and the padded stride of a chunk's x values in shared memory.
 template <int BITS> struct Chunk {
