@@ -15,34 +15,15 @@
 
 #include "backend/cpu/fast_ops.h"
 #include "model/model.h"
+#include "golden_dirs.h"
 
 namespace lily {
 namespace {
 
-namespace fs = std::filesystem;
-
-std::vector<std::string> dirs() {
-  std::vector<std::string> v;
-  const fs::path root = fs::path(LILY_SOURCE_DIR) / "tests" / "data" / "golden";
-  std::error_code ec;
-  if (fs::is_directory(root, ec))
-    for (const auto& e : fs::directory_iterator(root, ec))
-      if (fs::exists(e.path() / "model.safetensors")) v.push_back(e.path().string());
-  std::sort(v.begin(), v.end());
-  return v;
-}
-
-std::unique_ptr<Model> load(const std::string& dir, const char* backend) {
-  ModelOptions o;
-  o.backend = backend;
-  o.verbose = false;
-  auto m = Model::load(dir, o);
-  EXPECT_TRUE(m.is_ok()) << backend << ": " << m.message();
-  return m.is_ok() ? std::move(*m) : nullptr;
-}
+std::unique_ptr<Model> load(const std::string& dir, const char* backend) { return load_quiet(dir, backend); }
 
 TEST(CpuFastModel, MatchesReferenceBackend) {
-  const auto ds = dirs();
+  const auto ds = golden_dirs();
   if (ds.empty()) GTEST_SKIP() << "no checkpoints under tests/data/golden";
   for (const std::string& isa : cpu::fast::available_isas()) {
     ASSERT_TRUE(cpu::fast::select_isa(isa));
@@ -75,7 +56,7 @@ TEST(CpuFastModel, MatchesReferenceBackend) {
         }
       }
       fmt::print("[cpu-fast] {} ({}): max |logit fast - ref| {:.2e} over 6 steps, argmax compared {}\n",
-                 fs::path(dir).filename().string(), isa, max_err, compared);
+                 std::filesystem::path(dir).filename().string(), isa, max_err, compared);
     }
   }
   cpu::fast::select_isa(cpu::fast::available_isas().front());

@@ -25,11 +25,7 @@
 namespace lily {
 namespace {
 
-std::vector<std::string> backends() {
-  std::vector<std::string> b = {"cpu", "cpu-ref"};
-  if (const char* e = std::getenv("LILY_BACKEND"); e && *e && std::find(b.begin(), b.end(), e) == b.end()) b.push_back(e);
-  return b;
-}
+std::vector<std::string> backends() { return test_backends({"cpu", "cpu-ref"}); }
 
 std::vector<int32_t> prompt_of(int seq, int len, int V) {
   std::vector<int32_t> p;
@@ -42,12 +38,9 @@ TEST(ForwardBatch, EqualsForwardAlone) {
   if (dir.empty()) GTEST_SKIP() << "no checkpoints under tests/data/golden";
   for (const std::string& backend : backends()) {
     SCOPED_TRACE("backend " + backend);
-    ModelOptions o;
-    o.backend = backend;
-    o.verbose = false;
-    auto m = Model::load(dir, o);
-    ASSERT_TRUE(m.is_ok()) << m.message();
-    Model& model = **m;
+    auto m = load_quiet(dir, backend);
+    ASSERT_TRUE(m);
+    Model& model = *m;
     // Every batch size's step readied up front, as `lily serve` does (CUDA: scratch and graphs of
     // 2..17 rows captured before any row exists); the engine tests run without it (captured lazily).
     ASSERT_TRUE(model.prepare(17).is_ok());
@@ -113,29 +106,26 @@ TEST(ForwardBatch, RefusesBadArguments) {
   if (dir.empty()) GTEST_SKIP() << "no checkpoints under tests/data/golden";
   for (const std::string& backend : backends()) {
     SCOPED_TRACE("backend " + backend);
-    ModelOptions o;
-    o.backend = backend;
-    o.verbose = false;
-    auto m = Model::load(dir, o);
-    ASSERT_TRUE(m.is_ok()) << m.message();
-    const int V = (*m)->config().vocab_size;
-    auto a = (*m)->new_state(8), b = (*m)->new_state(8);
+    auto m = load_quiet(dir, backend);
+    ASSERT_TRUE(m);
+    const int V = m->config().vocab_size;
+    auto a = m->new_state(8), b = m->new_state(8);
     ASSERT_TRUE(a.is_ok() && b.is_ok());
     std::vector<float> lg(2 * size_t(V));
     const int32_t toks[2] = {1, 2};
     SeqState* same[2] = {a->get(), a->get()};
-    auto st = (*m)->forward_batch(same, toks, lg);
+    auto st = m->forward_batch(same, toks, lg);
     EXPECT_FALSE(st.is_ok());
     SeqState* two[2] = {a->get(), b->get()};
-    st = (*m)->forward_batch(two, std::span<const int32_t>(toks, 1), lg);
+    st = m->forward_batch(two, std::span<const int32_t>(toks, 1), lg);
     EXPECT_FALSE(st.is_ok());
-    st = (*m)->forward_batch(two, toks, std::span<float>(lg.data(), size_t(V)));
+    st = m->forward_batch(two, toks, std::span<float>(lg.data(), size_t(V)));
     EXPECT_FALSE(st.is_ok());
     const int32_t bad[2] = {1, V};
-    st = (*m)->forward_batch(two, bad, lg);
+    st = m->forward_batch(two, bad, lg);
     EXPECT_FALSE(st.is_ok());
     EXPECT_NE(st.message().find("token"), std::string::npos) << st.message();
-    st = (*m)->prepare(0);
+    st = m->prepare(0);
     EXPECT_FALSE(st.is_ok());
     EXPECT_NE(st.message().find("prepare"), std::string::npos) << st.message();
   }

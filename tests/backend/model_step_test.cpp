@@ -27,11 +27,7 @@
 namespace lily {
 namespace {
 
-std::vector<std::string> backends() {
-  std::vector<std::string> b = {"cpu"};
-  if (const char* e = std::getenv("LILY_BACKEND"); e && *e && std::find(b.begin(), b.end(), e) == b.end()) b.push_back(e);
-  return b;
-}
+std::vector<std::string> backends() { return test_backends(); }
 
 std::vector<int32_t> tokens_of(int seq, int from, int len, int V) {
   std::vector<int32_t> p;
@@ -149,12 +145,9 @@ TEST(ModelStep, SegmentsAndDecodeRowsEqualForwardAlone) {
   if (dir.empty()) GTEST_SKIP() << "no checkpoints under tests/data/golden";
   for (const std::string& backend : backends()) {
     SCOPED_TRACE("backend " + backend);
-    ModelOptions o;
-    o.backend = backend;
-    o.verbose = false;
-    auto m = Model::load(dir, o);
-    ASSERT_TRUE(m.is_ok()) << m.message();
-    Model& model = **m;
+    auto m = load_quiet(dir, backend);
+    ASSERT_TRUE(m);
+    Model& model = *m;
     ASSERT_TRUE(model.prepare(8, 256).is_ok());
     const bool loose = backend == "cuda";
     const double atol = loose ? 2e-3 : 1e-5, rtol = loose ? 2e-3 : 1e-6;
@@ -172,11 +165,9 @@ TEST(ModelStep, SegmentsAndDecodeRowsEqualForwardAlone) {
 TEST(ModelStep, RefusesBadFeeds) {
   const std::string dir = first_golden();
   if (dir.empty()) GTEST_SKIP() << "no checkpoints under tests/data/golden";
-  ModelOptions o;
-  o.verbose = false;
-  auto m = Model::load(dir, o);
-  ASSERT_TRUE(m.is_ok()) << m.message();
-  Model& model = **m;
+  auto m = load_quiet(dir);
+  ASSERT_TRUE(m);
+  Model& model = *m;
   const int V = model.config().vocab_size;
   auto a = model.new_state(8);
   ASSERT_TRUE(a.is_ok());

@@ -33,13 +33,7 @@ std::vector<int32_t> toks(int seed, int len, int V) {
   return p;
 }
 
-std::unique_ptr<Model> load(const std::string& backend) {
-  ModelOptions o;
-  o.verbose = false, o.backend = backend;
-  auto m = Model::load(first_golden(), o);
-  EXPECT_TRUE(m.is_ok()) << m.message();
-  return m ? std::move(m).value() : nullptr;
-}
+std::unique_ptr<Model> load(const std::string& backend) { return load_quiet(first_golden(), backend); }
 
 std::unique_ptr<SeqState> state_after(Model& m, const std::vector<int32_t>& prompt) {
   auto st = m.new_state(512);
@@ -59,11 +53,7 @@ std::vector<std::vector<float>> decode_each(Model& m, SeqState& st, const std::v
   return out;
 }
 
-std::vector<std::string> backends() {
-  std::vector<std::string> b = {"cpu"};
-  if (const char* e = std::getenv("LILY_BACKEND"); e && *e && std::find(b.begin(), b.end(), e) == b.end()) b.push_back(e);
-  return b;
-}
+std::vector<std::string> backends() { return test_backends(); }
 
 // Logits equal: bit for bit where tol is 0, else every entry within tol + tol·|want|.
 bool close(const float* got, const float* want, size_t n, double tol) {

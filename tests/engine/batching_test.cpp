@@ -33,10 +33,8 @@ struct Out {
   std::promise<void> done;
 };
 
-class BatchingTest : public ::testing::Test {
+class BatchingTest : public TinySuite<BatchingTest, 5, true> {
  protected:
-  static void SetUpTestSuite() { load_tiny("batching-test", 5, true, dir_, model_, tok_); }
-  static void TearDownTestSuite() { unload_tiny(dir_, model_, tok_); }
 
   // Request i of a reproducible set: prompts of 1..60 tokens, 3..18 new tokens, greedy for even
   // i and seeded sampling for odd i.
@@ -109,9 +107,6 @@ class BatchingTest : public ::testing::Test {
     EXPECT_EQ(e.queue_depth(), 0);
   }
 
-  static inline std::string dir_;
-  static inline Model* model_ = nullptr;
-  static inline Tokenizer* tok_ = nullptr;
 };
 
 class BatchSizes : public BatchingTest, public ::testing::WithParamInterface<std::tuple<int, bool>> {};

@@ -26,10 +26,8 @@ struct Reply {
   std::promise<void> done;
 };
 
-class ChoicesTest : public ::testing::Test {
+class ChoicesTest : public TinySuite<ChoicesTest, 4, false> {
  protected:
-  static void SetUpTestSuite() { load_tiny("choices-test", 4, false, dir_, model_, tok_); }
-  static void TearDownTestSuite() { unload_tiny(dir_, model_, tok_); }
   static std::shared_ptr<GenRequest> request(uint64_t seed, int max_tokens) {
     auto r = std::make_shared<GenRequest>();
     r->prompt = tok_->encode("<|im_start|>user\nGive me JSON.<|im_end|>\n<|im_start|>assistant\n");
@@ -50,9 +48,6 @@ class ChoicesTest : public ::testing::Test {
     };
     return out;
   }
-  static inline std::string dir_;
-  static inline Model* model_ = nullptr;
-  static inline Tokenizer* tok_ = nullptr;
 };
 
 TEST_F(ChoicesTest, ConstrainedReplyIsCompleteJsonAtTheSmallestBudget) {

@@ -24,10 +24,8 @@ struct GenRun {
   GenEvent last;
 };
 
-class EngineTest : public ::testing::Test {
+class EngineTest : public TinySuite<EngineTest, 3, false> {
  protected:
-  static void SetUpTestSuite() { load_tiny("engine-test", 3, false, dir_, model_, tok_); }
-  static void TearDownTestSuite() { unload_tiny(dir_, model_, tok_); }
 
   static GenRun run(Engine& e, std::shared_ptr<GenRequest> req, int cancel_after = -1) {
     auto done = std::make_shared<std::promise<void>>();
@@ -56,9 +54,6 @@ class EngineTest : public ::testing::Test {
     return r;
   }
 
-  static inline std::string dir_;
-  static inline Model* model_ = nullptr;
-  static inline Tokenizer* tok_ = nullptr;
 };
 
 TEST_F(EngineTest, CachedFollowUpEqualsFreshPrefill) {

@@ -43,10 +43,8 @@ struct Out {
   std::promise<void> done;
 };
 
-class MemoryTest : public ::testing::Test {
+class MemoryTest : public TinySuite<MemoryTest, 9, true> {
  protected:
-  static void SetUpTestSuite() { load_tiny("memory-test", 9, true, dir_, model_, tok_); }
-  static void TearDownTestSuite() { unload_tiny(dir_, model_, tok_); }
 
   // A CPU model whose states live in `limit` bytes (a small device; 0: no limit).
   static std::unique_ptr<Model> limited(size_t limit) {
@@ -125,9 +123,6 @@ class MemoryTest : public ::testing::Test {
     EXPECT_EQ(e.queue_depth(), 0);
   }
 
-  static inline std::string dir_;
-  static inline Model* model_ = nullptr;
-  static inline Tokenizer* tok_ = nullptr;
 };
 
 TEST_F(MemoryTest, BudgetAdmitsThreeAtATimeAndEachEqualsAlone) {

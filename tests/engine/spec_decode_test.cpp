@@ -32,10 +32,8 @@ struct Reply {
   GenEvent last;
 };
 
-class SpecDecode : public ::testing::Test {
+class SpecDecode : public TinySuite<SpecDecode, 5, true> {
  protected:
-  static void SetUpTestSuite() { load_tiny("spec-decode", 5, true, dir_, model_, tok_); }
-  static void TearDownTestSuite() { unload_tiny(dir_, model_, tok_); }
 
   // A known reply: prompt, then the plain reply's ids.
   using Run = std::pair<std::vector<int32_t>, std::vector<int32_t>>;
@@ -146,9 +144,6 @@ class SpecDecode : public ::testing::Test {
       "a b a b a b a b a b a b",
   };
 
-  static inline std::string dir_;
-  static inline Model* model_ = nullptr;
-  static inline Tokenizer* tok_ = nullptr;
 };
 
 TEST_F(SpecDecode, SameRepliesAsPlainDecoding) {

@@ -45,4 +45,20 @@ inline void unload_tiny(std::string& dir, Model*& model, Tokenizer*& tok) {
   std::filesystem::remove_all(dir);
 }
 
+// A fixture whose suite shares one tiny checkpoint of `Seed` (its folder named after the suite), loaded on the
+// backend LILY_BACKEND picks when BackendEnv: class FooTest : public TinySuite<FooTest, 3, true> {...}.
+template <class Derived, uint64_t Seed, bool BackendEnv> class TinySuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_suite()->name();  // "Engine/BatchSizes"
+    for (char& c : name)
+      if (c == '/') c = '-';
+    load_tiny(name.c_str(), Seed, BackendEnv, dir_, model_, tok_);
+  }
+  static void TearDownTestSuite() { unload_tiny(dir_, model_, tok_); }
+  static inline std::string dir_;
+  static inline Model* model_ = nullptr;
+  static inline Tokenizer* tok_ = nullptr;
+};
+
 }  // namespace lily
