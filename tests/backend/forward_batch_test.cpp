@@ -36,11 +36,7 @@ std::vector<int32_t> prompt_of(int seq, int len, int V) {
 TEST(ForwardBatch, EqualsForwardAlone) {
   const std::string dir = first_golden();
   if (dir.empty()) GTEST_SKIP() << "no checkpoints under tests/data/golden";
-  for (const std::string& backend : backends()) {
-    SCOPED_TRACE("backend " + backend);
-    auto m = load_quiet(dir, backend);
-    ASSERT_TRUE(m);
-    Model& model = *m;
+  each_backend(backends(), [&](Model& model, const std::string& backend) {
     // Every batch size's step readied up front, as `lily serve` does (CUDA: scratch and graphs of
     // 2..17 rows captured before any row exists); the engine tests run without it (captured lazily).
     ASSERT_TRUE(model.prepare(17).is_ok());
@@ -98,37 +94,34 @@ TEST(ForwardBatch, EqualsForwardAlone) {
     }
     fmt::print("[forward-batch] {}: rows 0..2 at B = 3 / 7 / 17, max |delta| {:.2e} (batch invariance)\n", backend, inv_err);
     EXPECT_EQ(inv_err, 0.0) << "a row's logits depend on the batch";
-  }
+  });
 }
 
 TEST(ForwardBatch, RefusesBadArguments) {
   const std::string dir = first_golden();
   if (dir.empty()) GTEST_SKIP() << "no checkpoints under tests/data/golden";
-  for (const std::string& backend : backends()) {
-    SCOPED_TRACE("backend " + backend);
-    auto m = load_quiet(dir, backend);
-    ASSERT_TRUE(m);
-    const int V = m->config().vocab_size;
-    auto a = m->new_state(8), b = m->new_state(8);
+  each_backend(backends(), [&](Model& model, const std::string& backend) {
+    const int V = model.config().vocab_size;
+    auto a = model.new_state(8), b = model.new_state(8);
     ASSERT_TRUE(a.is_ok() && b.is_ok());
     std::vector<float> lg(2 * size_t(V));
     const int32_t toks[2] = {1, 2};
     SeqState* same[2] = {a->get(), a->get()};
-    auto st = m->forward_batch(same, toks, lg);
+    auto st = model.forward_batch(same, toks, lg);
     EXPECT_FALSE(st.is_ok());
     SeqState* two[2] = {a->get(), b->get()};
-    st = m->forward_batch(two, std::span<const int32_t>(toks, 1), lg);
+    st = model.forward_batch(two, std::span<const int32_t>(toks, 1), lg);
     EXPECT_FALSE(st.is_ok());
-    st = m->forward_batch(two, toks, std::span<float>(lg.data(), size_t(V)));
+    st = model.forward_batch(two, toks, std::span<float>(lg.data(), size_t(V)));
     EXPECT_FALSE(st.is_ok());
     const int32_t bad[2] = {1, V};
-    st = m->forward_batch(two, bad, lg);
+    st = model.forward_batch(two, bad, lg);
     EXPECT_FALSE(st.is_ok());
     EXPECT_NE(st.message().find("token"), std::string::npos) << st.message();
-    st = m->prepare(0);
+    st = model.prepare(0);
     EXPECT_FALSE(st.is_ok());
     EXPECT_NE(st.message().find("prepare"), std::string::npos) << st.message();
-  }
+  });
 }
 
 }  // namespace

@@ -49,4 +49,14 @@ inline std::unique_ptr<Model> load_quiet(const std::string& dir, const std::stri
   return m.is_ok() ? std::move(*m) : nullptr;
 }
 
+// body(model, backend) on the first golden checkpoint, once for each backend (a scoped trace names it).
+template <class F> void each_backend(const std::vector<std::string>& backends, F&& body) {
+  for (const std::string& backend : backends) {
+    SCOPED_TRACE("backend " + backend);
+    auto m = load_quiet(first_golden(), backend);
+    ASSERT_TRUE(m);
+    body(*m, backend);
+  }
+}
+
 }  // namespace lily

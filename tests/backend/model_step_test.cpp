@@ -143,11 +143,7 @@ void run_cases(Model& model, const std::string& backend, const std::vector<Case>
 TEST(ModelStep, SegmentsAndDecodeRowsEqualForwardAlone) {
   const std::string dir = first_golden();
   if (dir.empty()) GTEST_SKIP() << "no checkpoints under tests/data/golden";
-  for (const std::string& backend : backends()) {
-    SCOPED_TRACE("backend " + backend);
-    auto m = load_quiet(dir, backend);
-    ASSERT_TRUE(m);
-    Model& model = *m;
+  each_backend(backends(), [&](Model& model, const std::string& backend) {
     ASSERT_TRUE(model.prepare(8, 256).is_ok());
     const bool loose = backend == "cuda";
     const double atol = loose ? 2e-3 : 1e-5, rtol = loose ? 2e-3 : 1e-6;
@@ -159,7 +155,7 @@ TEST(ModelStep, SegmentsAndDecodeRowsEqualForwardAlone) {
               atol, rtol);
     // Segments only (no decode row), one of them a single token.
     run_cases(model, backend, {{0, 33, Case::kLogits}, {200, 129, Case::kLogits}, {3, 1, Case::kLogits}}, atol, rtol);
-  }
+  });
 }
 
 TEST(ModelStep, RefusesBadFeeds) {
