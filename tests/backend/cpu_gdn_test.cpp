@@ -17,42 +17,10 @@
 #include "backend/cpu/fast_gdn.h"
 #include "backend/cpu/fast_ops.h"
 #include "backend/cpu/ref_ops.h"
+#include "gdn_inputs.h"
 
 namespace lily::cpu::fast {
 namespace {
-
-struct Inputs {
-  std::vector<float> q, k, v, g, beta, S0;
-};
-
-// q, k unit vectors (q scaled by dk^-½, as gdn_split_qkv leaves them), v ~ N(0,1),
-// g ∈ [g_min, 0] (log decay), β ∈ (0, 1), S0 ~ 0.1·N(0,1) or zero.
-Inputs make_inputs(const GdnDims& d, int M, uint32_t seed, float g_min, bool zero_state) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> n01(0, 1);
-  std::uniform_real_distribution<float> u01(0, 1);
-  Inputs in;
-  auto unit = [&](std::vector<float>& x, int heads, int dim, float scale) {
-    x.resize(size_t(M) * heads * dim);
-    for (size_t t = 0; t < size_t(M) * heads; ++t) {
-      float ss = 0;
-      for (int i = 0; i < dim; ++i) ss += (x[t * dim + i] = n01(rng)) * x[t * dim + i];
-      for (int i = 0; i < dim; ++i) x[t * dim + i] *= scale / std::sqrt(ss);
-    }
-  };
-  unit(in.q, d.n_k_heads, d.dk, 1.0f / std::sqrt(float(d.dk)));
-  unit(in.k, d.n_k_heads, d.dk, 1.0f);
-  in.v.resize(size_t(M) * d.n_v_heads * d.dv);
-  for (auto& x : in.v) x = n01(rng);
-  in.g.resize(size_t(M) * d.n_v_heads);
-  in.beta.resize(in.g.size());
-  for (auto& x : in.g) x = g_min * u01(rng);
-  for (auto& x : in.beta) x = u01(rng);
-  in.S0.assign(size_t(d.n_v_heads) * d.dk * d.dv, 0.0f);
-  if (!zero_state)
-    for (auto& x : in.S0) x = 0.1f * n01(rng);
-  return in;
-}
 
 // max |a − b| / (1 + |b|) over the arrays.
 float max_rel(const std::vector<float>& a, const std::vector<float>& b) {
@@ -87,7 +55,7 @@ TEST_P(FastGdn, ChunkedMatchesRecurrentAcrossChunkBoundaries) {
     for (int M : {1, 2, 63, 64, 65, 127, 128, 129, 300})
       for (bool zero_state : {true, false}) {
         SCOPED_TRACE(fmt::format("M {} zero_state {} g_min {}", M, zero_state, g_min));
-        const Inputs in = make_inputs(kDims, M, 100 + M, g_min, zero_state);
+        const GdnInputs in = make_inputs(kDims, M, 100 + M, g_min, zero_state);
         std::vector<float> S1 = in.S0, S2 = in.S0, o1(size_t(M) * kDims.n_v_heads * kDims.dv), o2(o1.size(), -1.0f);
         gdn_recurrent(kDims, M, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), S1.data(), o1.data());
         fast::gdn_chunked(kDims, M, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), S2.data(),
@@ -103,7 +71,7 @@ TEST_P(FastGdn, ChunkedMatchesRecurrentAcrossChunkBoundaries) {
 // A prefill that continues from the state (and conv window) an earlier prefill left.
 TEST_P(FastGdn, ChunkedContinuesFromState) {
   const int M1 = 100, M2 = 65, M = M1 + M2;
-  const Inputs in = make_inputs(kDims, M, 7, -1.0f, false);
+  const GdnInputs in = make_inputs(kDims, M, 7, -1.0f, false);
   std::vector<float> S1 = in.S0, S2 = in.S0, o1(size_t(M) * kDims.n_v_heads * kDims.dv), o2(o1.size(), -1.0f);
   gdn_recurrent(kDims, M, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), S1.data(), o1.data());
   const size_t qk = size_t(kDims.n_k_heads) * kDims.dk, vv = size_t(kDims.n_v_heads) * kDims.dv, gg = kDims.n_v_heads;
@@ -120,7 +88,7 @@ TEST_P(FastGdn, ChunkedOtherShapes) {
     SCOPED_TRACE(fmt::format("dims {} {} {} {}", d.n_k_heads, d.n_v_heads, d.dk, d.dv));
     ASSERT_TRUE(gdn_chunked_ok(d));
     const int M = 97;
-    const Inputs in = make_inputs(d, M, 3, -2.0f, false);
+    const GdnInputs in = make_inputs(d, M, 3, -2.0f, false);
     std::vector<float> S1 = in.S0, S2 = in.S0, o1(size_t(M) * d.n_v_heads * d.dv), o2(o1.size(), -1.0f);
     gdn_recurrent(d, M, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), S1.data(), o1.data());
     fast::gdn_chunked(d, M, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), S2.data(), o2.data());

@@ -7,39 +7,13 @@
 #include <gtest/gtest.h>
 
 #include "backend/cpu/ref_ops.h"
+#include "gdn_inputs.h"
 
 namespace lily::cpu {
 namespace {
 
-struct GdnInputs {
-  std::vector<float> q, k, v, g, beta, S0;
-};
-
-GdnInputs make_inputs(const GdnDims& d, int M, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> n01(0, 1);
-  std::uniform_real_distribution<float> u01(0, 1);
-  GdnInputs in;
-  auto unit = [&](std::vector<float>& x, int heads, int dim, float scale) {
-    x.resize(size_t(M) * heads * dim);
-    for (int t = 0; t < M * heads; ++t) {
-      float ss = 0;
-      for (int i = 0; i < dim; ++i) ss += (x[t * dim + i] = n01(rng)) * x[t * dim + i];
-      for (int i = 0; i < dim; ++i) x[t * dim + i] *= scale / std::sqrt(ss);
-    }
-  };
-  unit(in.q, d.n_k_heads, d.dk, 1.0f / std::sqrt(float(d.dk)));
-  unit(in.k, d.n_k_heads, d.dk, 1.0f);
-  in.v.resize(size_t(M) * d.n_v_heads * d.dv);
-  for (auto& x : in.v) x = n01(rng);
-  in.g.resize(size_t(M) * d.n_v_heads);
-  in.beta.resize(in.g.size());
-  for (auto& x : in.g) x = -0.5f * u01(rng);
-  for (auto& x : in.beta) x = u01(rng);
-  in.S0.resize(size_t(d.n_v_heads) * d.dk * d.dv);
-  for (auto& x : in.S0) x = 0.1f * n01(rng);
-  return in;
-}
+// g ∈ [−0.5, 0], a non-zero initial state.
+GdnInputs make_inputs(const GdnDims& d, int M, uint32_t seed) { return make_inputs(d, M, seed, -0.5f, false); }
 
 TEST(GdnReference, ChunkedEqualsRecurrent) {
   const GdnDims d{2, 4, 16, 8};
