@@ -299,20 +299,11 @@ class CpuBackend final : public Backend {
     qmatmul(W.router, h, M, H, rl.data(), E, false);
     // Route: softmax in fp32, top-k (ties → lowest id), renormalized over the k chosen.
     std::vector<std::vector<std::pair<int, float>>> rows_of(E);  // expert → (token, weight)
-    std::vector<int> idx(E);
+    std::vector<int> ids(topk);
+    std::vector<float> w(topk);
     for (int m = 0; m < M; ++m) {
-      const float* l = &rl[size_t(m) * E];
-      const float mx = *std::max_element(l, l + E);
-      std::vector<float> p(E);
-      float sum = 0;
-      for (int e = 0; e < E; ++e) sum += (p[e] = std::exp(l[e] - mx));
-      for (int e = 0; e < E; ++e) p[e] /= sum;
-      std::iota(idx.begin(), idx.end(), 0);
-      std::partial_sort(idx.begin(), idx.begin() + topk, idx.end(),
-                        [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-      float tsum = 0;
-      for (int j = 0; j < topk; ++j) tsum += p[idx[j]];
-      for (int j = 0; j < topk; ++j) rows_of[idx[j]].push_back({m, cfg_.norm_topk_prob ? p[idx[j]] / tsum : p[idx[j]]});
+      route_topk(&rl[size_t(m) * E], E, topk, cfg_.norm_topk_prob, ids.data(), w.data());
+      for (int j = 0; j < topk; ++j) rows_of[ids[j]].push_back({m, w[j]});
     }
     std::vector<float> acc(size_t(M) * H, 0.0f);
     for (int e = 0; e < E; ++e) {

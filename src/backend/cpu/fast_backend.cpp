@@ -422,28 +422,13 @@ class FastCpuBackend final : public Backend {
                            qj(W.shared_up, px_, h, H, iota_.data(), M, sul.data(), Is)};
       run(Op::kMoeRouterShared, jobs);
     }
-    // Route (as the reference): softmax in fp32, top-k with ties to the lowest id, renormalized.
+    // Route: the reference's route_topk.
     std::vector<int> count(E, 0);
     std::vector<int> sel(size_t(M) * topk);
     std::vector<float> selw(size_t(M) * topk);
-    std::vector<int> idx(E);
-    std::vector<float> p(E);
     for (int m = 0; m < M; ++m) {
-      const float* l = &rl[size_t(m) * E];
-      const float mx = *std::max_element(l, l + E);
-      float sum = 0;
-      for (int e = 0; e < E; ++e) sum += (p[e] = std::exp(l[e] - mx));
-      for (int e = 0; e < E; ++e) p[e] /= sum;
-      std::iota(idx.begin(), idx.end(), 0);
-      std::partial_sort(idx.begin(), idx.begin() + topk, idx.end(),
-                        [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-      float tsum = 0;
-      for (int j = 0; j < topk; ++j) tsum += p[idx[j]];
-      for (int j = 0; j < topk; ++j) {
-        sel[size_t(m) * topk + j] = idx[j];
-        selw[size_t(m) * topk + j] = cfg_.norm_topk_prob ? p[idx[j]] / tsum : p[idx[j]];
-        ++count[idx[j]];
-      }
+      route_topk(&rl[size_t(m) * E], E, topk, cfg_.norm_topk_prob, &sel[size_t(m) * topk], &selw[size_t(m) * topk]);
+      for (int j = 0; j < topk; ++j) ++count[sel[size_t(m) * topk + j]];
     }
     // Expert-major slots: slot s of expert e holds (token, weight); tokens ascending per expert.
     const int n_slots = M * topk;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -253,6 +254,20 @@ void rope_neox(float* x, int n_heads, int hd, int rot, int pos, double theta) {
       xh[j + half] = b * cs + a * sn;
     }
   }
+}
+
+void route_topk(const float* l, int E, int top_k, bool norm, int* ids, float* w) {
+  const float mx = *std::max_element(l, l + E);
+  std::vector<float> p(E);
+  std::vector<int> idx(E);
+  float sum = 0;
+  for (int e = 0; e < E; ++e) sum += (p[e] = std::exp(l[e] - mx));
+  for (int e = 0; e < E; ++e) p[e] /= sum;
+  std::iota(idx.begin(), idx.end(), 0);
+  std::partial_sort(idx.begin(), idx.begin() + top_k, idx.end(), [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+  float tsum = 0;
+  for (int j = 0; j < top_k; ++j) tsum += p[idx[j]];
+  for (int j = 0; j < top_k; ++j) ids[j] = idx[j], w[j] = norm ? p[idx[j]] / tsum : p[idx[j]];
 }
 
 }  // namespace lily::cpu

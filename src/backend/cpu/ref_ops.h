@@ -58,4 +58,8 @@ void gdn_chunked(const GdnDims& d, int M, int chunk, const float* q, const float
 // Partial NeoX RoPE in place on the first rot dims of each of n_heads vectors of size hd.
 void rope_neox(float* x, int n_heads, int hd, int rot, int pos, double theta);
 
+// One token's expert choice: softmax of the E router logits in fp32, the top_k largest (ties → lowest id),
+// their weights renormalized over the k chosen when norm. ids, w: [top_k], best first.
+void route_topk(const float* logits, int E, int top_k, bool norm, int* ids, float* w);
+
 }  // namespace lily::cpu
