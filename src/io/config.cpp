@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/file.h"
 #include "core/json_depth.h"
 
 namespace lily {
@@ -344,12 +345,9 @@ Result<ModelConfig> parse_config_json(const std::string& text, const std::string
 
 Result<ModelConfig> load_config(const std::string& checkpoint_dir) {
   std::string path = checkpoint_dir + "/config.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return errorf("{}: cannot open (is --model a checkpoint directory?)", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return errorf("{}: read error", path);
-  return parse_config_json(ss.str(), path);
+  auto text = read_file(path);
+  if (!text) return errorf("{} (is --model a checkpoint directory?)", text.message());
+  return parse_config_json(*text, path);
 }
 
 }  // namespace lily

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/file.h"
 #include "core/json_depth.h"
 
 namespace lily::gguf {
@@ -24,11 +25,7 @@ constexpr const char* kQwen35Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 Result<json> read_json(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return errorf("cannot open {}", path);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  const std::string text = ss.str();
+  LILY_ASSIGN_OR_RETURN(const std::string text, read_file(path));
   if (json_nesting_depth(text) > kMaxJsonDepth) return errorf("{} nests deeper than {} levels", path, kMaxJsonDepth);
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return errorf("{} is not a JSON object", path);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/file.h"
 #include "io/synth.h"
 
 namespace lily {
@@ -41,14 +42,6 @@ const Preset* find_preset(const std::string& name) {
 bool is_file(const std::string& p) {
   struct stat sb {};
   return ::stat(p.c_str(), &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
-Result<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return errorf("{}: cannot open", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // Ids of <|im_end|> and <|endoftext|> from tokenizer.json's added_tokens.

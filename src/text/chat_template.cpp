@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/file.h"
 #include "core/json_depth.h"
 #include "text/jinja/interp.h"
 #include "text/jinja/lexer.h"
@@ -13,15 +14,6 @@
 
 namespace lily {
 
-namespace {
-Result<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return errorf("cannot open {}", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-}  // namespace
 
 Result<ChatTemplate> ChatTemplate::parse(const std::string& source) {
   ChatTemplate t;

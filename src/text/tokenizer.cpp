@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/file.h"
 #include "core/json_depth.h"
 #include "text/byte_level.h"
 #include "text/utf8.h"
@@ -21,14 +22,6 @@ namespace {
 constexpr uint8_t kKnown = 1, kSpecial = 2, kAdded = 4;
 // tokenizer.json nests a few levels (Sequence of pre-tokenizers); the stages are read recursively.
 constexpr size_t kMaxJsonDepth = 64;
-
-Result<std::string> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return errorf("cannot open {}", path);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // tokenizer_config.json token fields are a string, null, or an AddedToken object.
 std::string config_token(const nlohmann::json& cfg, const char* key) {
