@@ -5,10 +5,7 @@
 #include "server/openai_request.h"
 #include "text/chat_prompt.h"
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  (void)lily::fuzz::qwen_template();
-  return 0;
-}
+LILY_FUZZ_PRELOAD(lily::fuzz::qwen_template())
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace lily;

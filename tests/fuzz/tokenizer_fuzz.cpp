@@ -5,11 +5,7 @@
 #include "text/unicode.h"
 #include "text/utf8.h"
 
-// Loading the 11 MB tokenizer.json takes seconds under ASan: do it before the first input.
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  (void)lily::fuzz::qwen_tokenizer();
-  return 0;
-}
+LILY_FUZZ_PRELOAD(lily::fuzz::qwen_tokenizer())
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace lily;
