@@ -49,7 +49,7 @@ __device__ __forceinline__ int n_splits_for(int n, int n_split, int min_per) {
 // ends up with value l >> SH), the online softmax is updated once per chunk (one rescale of o per
 // head instead of one per position), and the chunk's probabilities go through shared memory to
 // every lane for P·V. H200, 2026-12-03, against a per-position kernel (one warp sum and one softmax
-// update per position; battn still works so): 437.7 vs 435.6 tok/s at 4k,
+// update per position; the batched battn ran so until 2026-12-06): 437.7 vs 435.6 tok/s at 4k,
 // 343.3 vs 330.0 at 32k (attention −7% / −12%; docs/perf/2026-12-03-cuda-decode-3.md, since removed
 // from the tree: git show 7e8cc9c:docs/perf/2026-12-03-cuda-decode-3.md).
 // Transposing warp sum: v[0..C) per lane → lane l holds Σ_lanes v[l >> (5 − log2 C)] in v[0].
