@@ -26,6 +26,8 @@ struct CudaStateLayout {
   size_t S_bytes = 0;     // one DeltaNet layer's state S
   size_t ctl_bytes = 0;   // the StepCtl
   size_t kv_row = 0;      // one position of one K or V buffer: nkv * hd * element size
+  int kv_elem = 4;        // bytes an element of the K/V and conv windows (fp32, or bf16)
+  static constexpr int kSElem = 2;  // bytes an element of S (fp16; every kernel computes in fp32)
   int n_gdn = 0, n_attn = 0;
   int initial_positions = kCudaKvInitial;
 

@@ -148,7 +148,7 @@ int run_bench(const BenchArgs& a) {
     }
   }
   const double copy = model.copy_bandwidth_gbps();
-  const StateElems es = state_elems(model.backend_name());
+  const StateMemory sm = model.state_memory(1);  // the element sizes of its states (the byte floor)
   nlohmann::json out;
   out["backend"] = model.backend_name();
   out["hardware"] = model.hardware();
@@ -156,8 +156,8 @@ int run_bench(const BenchArgs& a) {
   out["label"] = a.label;
   out["decode_steps"] = kDecodeSteps;
   out["copy_gbps"] = copy;
-  out["kv_bytes_per_element"] = es.kv;
-  out["state_bytes_per_element"] = es.s;
+  out["kv_bytes_per_element"] = sm.kv_elem;
+  out["state_bytes_per_element"] = sm.s_elem;
   out["results"] = nlohmann::json::array();
   std::fprintf(stderr, "bench: %s on %s; copy bandwidth %.0f GB/s\n", model.backend_name(), model.hardware().c_str(), copy);
   std::fprintf(stderr, "| context | prefill tok/s | decode tok/s | ms/step (median) | GB/s | vs copy | digest |\n|---:|---:|---:|---:|---:|---:|---|\n");
@@ -209,7 +209,7 @@ int run_bench(const BenchArgs& a) {
     std::sort(sorted.begin(), sorted.end());
     const std::vector<int32_t>& gen = t.ids;
     double bytes = 0;
-    for (int i = 0; i < kDecodeSteps; ++i) bytes += step_bytes(cfg, P + i, es);
+    for (int i = 0; i < kDecodeSteps; ++i) bytes += step_bytes(cfg, P + i, sm);
     const double gbps = bytes / decode_s / 1e9;
     char digest[32];
     std::snprintf(digest, sizeof digest, "%016llx", (unsigned long long)fnv1a(gen));

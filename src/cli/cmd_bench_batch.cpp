@@ -74,7 +74,7 @@ int run_bench_batch(const BenchBatchArgs& a) {
   out["results"] = nlohmann::json::array();
   // The byte floor of each step (cli/step_bytes.h) at the copy bandwidth measured now (0: not measured).
   const double copy = model.copy_bandwidth_gbps();
-  const StateElems es = state_elems(model.backend_name());
+  const StateMemory sm = model.state_memory(1);  // the element sizes of its states
   out["copy_gbps"] = copy;
   std::fprintf(stderr, "bench-batch: %s on %s, context %d, %d timed steps; copy bandwidth %.0f GB/s\n", model.backend_name(),
                model.hardware().c_str(), a.context, a.steps, copy);
@@ -203,8 +203,8 @@ int run_bench_batch(const BenchBatchArgs& a) {
     std::vector<double> fb_sorted = fb_ms;
     std::sort(fb_sorted.begin(), fb_sorted.end());
     r["decode_draw_ms_median"] = fb_sorted[fb_sorted.size() / 2];
-    const double floor_ms = copy > 0 ? step_bytes(model.config(), a.context + a.steps / 2.0, es, B) / (copy * 1e9) * 1e3 : 0.0;
-    r["step_bytes"] = step_bytes(model.config(), a.context + a.steps / 2.0, es, B);
+    const double floor_ms = copy > 0 ? step_bytes(model.config(), a.context + a.steps / 2.0, sm, B) / (copy * 1e9) * 1e3 : 0.0;
+    r["step_bytes"] = step_bytes(model.config(), a.context + a.steps / 2.0, sm, B);
     r["floor_ms"] = floor_ms;
     r["speedup_vs_batch1"] = base > 0 ? nlohmann::json(agg / base) : nlohmann::json(nullptr);
     const double prompt_tps = double(n_seg) * a.segment * a.steps / (total / 1e3);

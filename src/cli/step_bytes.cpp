@@ -2,24 +2,13 @@
 #include "cli/step_bytes.h"
 
 #include <cmath>
-#include <cstdlib>
-#include <string>
 
 namespace lily::cli {
 
 double qbytes(double rows, double cols, int bits) { return rows * (cols * bits / 8.0 + cols / 64.0 * 4.0); }
 
-StateElems state_elems(const char* backend_name) {
-  StateElems e;
-  if (std::string(backend_name) != "cuda") return e;
-  const char* kv = std::getenv("LILY_CUDA_KV");
-  if (kv && std::string(kv) == "bf16") e.kv = 2;
-  e.s = 2;
-  return e;
-}
-
-double step_bytes(const ModelConfig& c, double ctx, StateElems es, int rows) {
-  const double kv_es = es.kv;
+double step_bytes(const ModelConfig& c, double ctx, const StateMemory& sm, int rows) {
+  const double kv_es = sm.kv_elem;
   const double H = c.hidden_size, I = c.moe_intermediate_size, Is = c.shared_expert_intermediate_size;
   const double C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nv = c.linear_num_value_heads, B = rows;
   const double E = c.num_experts, k = c.num_experts_per_tok;
@@ -33,7 +22,7 @@ double step_bytes(const ModelConfig& c, double ctx, StateElems es, int rows) {
       b += B * 2 * nkv * hd * kv_es * (ctx + 1);  // K and V read (and the new row written)
     } else {
       b += qbytes(C + vd + 2 * nv, H, 4) + qbytes(H, vd, 4) + C * c.linear_conv_kernel_dim * 2;
-      b += B * 2 * nv * c.linear_key_head_dim * c.linear_value_head_dim * es.s;  // state read + write
+      b += B * 2 * nv * c.linear_key_head_dim * c.linear_value_head_dim * sm.s_elem;  // state read + write
       b += B * 2 * C * (c.linear_conv_kernel_dim - 1) * kv_es;
     }
     b += qbytes(c.num_experts + 1, H, 8);

@@ -3,22 +3,17 @@
 // beside the measured step time at the measured copy bandwidth.
 #pragma once
 #include "io/config.h"
+#include "model/model.h"
 
 namespace lily::cli {
 
 // Bytes of a quantized [rows, cols] linear: codes + bf16 scale and bias per 64-group.
 double qbytes(double rows, double cols, int bits);
 
-// Bytes per element of a backend's states: K/V cache and conv window (CUDA: 4 unless LILY_CUDA_KV=bf16) and
-// DeltaNet state S (CUDA: 2, fp16); the CPU backends' are fp32.
-struct StateElems {
-  double kv = 4, s = 4;
-};
-StateElems state_elems(const char* backend_name);
-
 // Bytes one decode step of `rows` sequences at context ctx reads and writes: every dense weight once,
 // the experts the rows select (with uniform routing, E·(1 − (1 − k/E)^rows) distinct per layer), per
-// row the DeltaNet state (read + write), conv window and K/V up to ctx, at the element sizes es.
-double step_bytes(const ModelConfig& c, double ctx, StateElems es, int rows = 1);
+// row the DeltaNet state (read + write), conv window and K/V up to ctx, at the element sizes the backend's
+// states have (sm: Model::state_memory).
+double step_bytes(const ModelConfig& c, double ctx, const StateMemory& sm, int rows = 1);
 
 }  // namespace lily::cli

@@ -64,6 +64,8 @@ TEST(StateMemory, CudaLayoutOfTheRealModel) {
   const StateMemory m = lay.memory();
   EXPECT_EQ(m.per_position, 40960u);
   EXPECT_EQ(m.kv_base, 5120u);
+  EXPECT_EQ(m.kv_elem, 4);  // fp32 K/V and conv windows, fp16 S: what the byte floor counts
+  EXPECT_EQ(m.s_elem, 2);
   EXPECT_EQ(m.bytes_at(2048), 37748736u + 85983232u);
   EXPECT_EQ(m.bytes_for(0, 8192), 123731968u);
   EXPECT_EQ(m.bytes_for(8192, 8192), 375390208u);
@@ -74,6 +76,8 @@ TEST(StateMemory, CudaLayoutOfTheRealModel) {
   const CudaStateLayout h = cuda_state_layout(*cfg, false, 80, 2048);
   EXPECT_EQ(h.fixed_arena(), 34422016u);  // 30 x (98,560 + 1,048,832) + 256
   EXPECT_EQ(h.memory().per_position, 20480u);
+  EXPECT_EQ(h.memory().kv_elem, 2);
+  EXPECT_EQ(h.memory().s_elem, 2);
 }
 
 // The CPU's: conv windows 8,192 x 3 and S 32 x 128 x 128 floats per DeltaNet layer, fp32 K/V; no
@@ -84,6 +88,8 @@ TEST(StateMemory, CpuOfTheRealModel) {
   const StateMemory m = cpu::cpu_state_memory(*cfg);
   EXPECT_EQ(m.fixed, 65863680u);  // 30 x (24,576 + 524,288) x 4
   EXPECT_EQ(m.per_position, 40960u);
+  EXPECT_EQ(m.kv_elem, 4);
+  EXPECT_EQ(m.s_elem, 4);
   EXPECT_EQ(m.bytes_for(0, 8192), 65863680u);
   EXPECT_EQ(m.bytes_for(8192, 8192), 65863680u + 8192u * 40960u);
 }

@@ -19,10 +19,6 @@ int initial_positions() {
   return v > 0 ? v : kCudaKvInitial;
 }
 
-}  // namespace
-
-namespace {
-
 bool kv_f32_now() {
   const char* kv = std::getenv("LILY_CUDA_KV");
   return !(kv && std::strcmp(kv, "bf16") == 0);
