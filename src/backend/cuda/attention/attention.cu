@@ -20,7 +20,7 @@
 namespace lily::cuda {
 namespace {
 
-constexpr int kThreads = kAttnThreads, kMinPerSplit = 64, kMaxSplits = 128;
+constexpr int kThreads = kAttnThreads, kMaxSplits = kAttnMaxSplits;
 
 __device__ __forceinline__ void st_kv(float* p, float v) { *p = v; }
 __device__ __forceinline__ void st_kv(uint16_t* p, float v) { *p = to_bf(v); }
@@ -52,7 +52,7 @@ template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThread
   const int split = blockIdx.x, kvh = blockIdx.y;
   pdl_wait();
   pdl_trigger();
-  const int n = a.ctl->pos + 1, nse = n_splits_for(n, a.n_split, a.min_per_split > 0 ? a.min_per_split : kMinPerSplit);
+  const int n = a.ctl->pos + 1, nse = n_splits_for(n, a.n_split, a.min_per_split);
   if (split >= nse) return;
   const int len = (n + nse - 1) / nse, t0 = split * len, t1 = min(n, t0 + len);
   const size_t kv0 = size_t(kvh) * a.max_seq * HD;
@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(256) attn_merge_kernel(AttnArgs a) {
   const int hd = a.hd, G = a.nh / a.nkv, h = blockIdx.x, kvh = h / G, g = h % G, d = threadIdx.x;
   pdl_wait();
   pdl_trigger();
-  const int n = a.ctl->pos + 1, nse = n_splits_for(n, a.n_split, a.min_per_split > 0 ? a.min_per_split : kMinPerSplit), ws = G * (hd + 2);
+  const int n = a.ctl->pos + 1, nse = n_splits_for(n, a.n_split, a.min_per_split), ws = G * (hd + 2);
   const float* pk = a.partial + size_t(kvh) * a.n_split * ws + g * (hd + 2);
   float val = merge_splits(pk, ws, hd, nse, wsp, red);
   if (a.qw == 2 * hd) val = val * sigmoid(a.qkv[h * a.qw + hd + d]);

@@ -8,6 +8,7 @@
 namespace lily::cuda {
 
 constexpr int kAttnWarps = 8, kAttnThreads = 256;  // the decode kernels' blocks
+constexpr int kAttnMaxSplits = 128;                  // splits of one KV head (the merge's shared weights)
 
 template <int DPL> __device__ __forceinline__ void load_row(const float* p, float* out) {
   if constexpr (DPL == 8) {
@@ -37,7 +38,10 @@ template <int DPL> __device__ __forceinline__ void load_row(const uint16_t* p, f
   }
 }
 
+// Splits of n positions: at most n_split, each of at least min_per positions (≤ 0: 64). Both decode paths
+// cut a row so, which is what makes the batched row's sums batch 1's.
 __device__ __forceinline__ int n_splits_for(int n, int n_split, int min_per) {
+  if (min_per <= 0) min_per = 64;
   const int want = (n + min_per - 1) / min_per;
   return want < n_split ? want : n_split;
 }

@@ -14,7 +14,7 @@
 namespace lily::cuda {
 namespace {
 
-constexpr int kWarps = 8, kThreads = 256, kMinPerSplit = 64;
+constexpr int kWarps = kAttnWarps, kThreads = kAttnThreads, kMaxSplits = kAttnMaxSplits;
 
 // grid (nh + nkv, B), hd threads.
 __global__ void battn_prep_kernel(BAttnArgs a) {
@@ -49,7 +49,7 @@ template <int DPL, int G> __global__ void __launch_bounds__(kThreads) battn_deco
   extern __shared__ float sm[];
   constexpr int HD = DPL * 32;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int ws = G * (HD + 2), min_per = a.min_per_split > 0 ? a.min_per_split : kMinPerSplit;
+  const int ws = G * (HD + 2), min_per = a.min_per_split;
   // Shared memory: attn_split's (chunk_smem), then the items before each row [B + 1].
   int* pre = reinterpret_cast<int*>(sm + chunk_smem<DPL, G>() / sizeof(float));
   __shared__ int wsum[kWarps];
@@ -99,7 +99,6 @@ template <int DPL, int G> __global__ void __launch_bounds__(kThreads) battn_deco
   }
 }
 
-constexpr int kMaxSplits = 128;
 
 // grid (nh, B), hd threads: attention.cu's merge for row blockIdx.y.
 __global__ void __launch_bounds__(256) battn_merge_kernel(BAttnArgs a) {
@@ -108,7 +107,7 @@ __global__ void __launch_bounds__(256) battn_merge_kernel(BAttnArgs a) {
   const int hd = a.hd, G = a.nh / a.nkv, h = blockIdx.x, kvh = h / G, g = h % G, d = threadIdx.x, row = blockIdx.y;
   pdl_wait();
   pdl_trigger();
-  const int n = a.pos[row] + 1, nse = n_splits_for(n, a.n_split, a.min_per_split > 0 ? a.min_per_split : kMinPerSplit),
+  const int n = a.pos[row] + 1, nse = n_splits_for(n, a.n_split, a.min_per_split),
             ws = G * (hd + 2);
   const float* pk = a.partial + row * (size_t(a.nkv) * a.n_split * ws) + size_t(kvh) * a.n_split * ws + g * (hd + 2);
   float val = merge_splits(pk, ws, hd, nse, wsp, red);
