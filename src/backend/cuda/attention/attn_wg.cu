@@ -1,6 +1,6 @@
-// Causal GQA flash attention for the prefill on Hopper wgmma (sm_90a), split operands (fp32
-// caches, terms 3): (1) kv_split converts this layer's cached K/V (fp32 [nkv, max_seq, hd],
-// positions 0..pos0+M) once into bf16 hi/lo planes, K as key rows [2][nkv][Np][hd] and V
+// Causal GQA flash attention for the prefill on Hopper wgmma (sm_90a), split operands: (1) kv_split
+// converts this layer's cached K/V (fp16 [nkv, max_seq, hd], positions 0..pos0+M) once into bf16 hi/lo
+// planes (exact: an fp16 value is its bf16 hi + lo), K as key rows [2][nkv][Np][hd] and V
 // transposed [2][nkv][hd][Np], zero past the last key; (2) flash_wg: a block = 128 queries of one
 // head, 2 warpgroups × 64 rows, Q hi/lo resident in shared memory (128-byte swizzle), 32-key tiles
 // arriving by cp.async (K double-buffered, V single; V of tile j loads during S of tile j, K of
@@ -32,6 +32,13 @@ __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uin
   lo = bf2_bits(__floats2bfloat162_rn(x0 - hf.x, x1 - hf.y));
 }
 
+// Four fp16 cache values (8-byte aligned) as floats.
+__device__ __forceinline__ float4 load4(const __half* p) {
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&v.x)), b = __half22float2(*reinterpret_cast<const __half2*>(&v.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
 // Grid (the largest Np / 64, nkv, segments), 256 threads; segment z: ks [2][nkv][Np][HD], vt [2][nkv][HD][Np]
 // (bf16 bits) from its caches' positions 0..pos0+M.
 template <int HD> __global__ void __launch_bounds__(256) kv_split_kernel(AttnSegs segs, int nkv) {
@@ -39,8 +46,8 @@ template <int HD> __global__ void __launch_bounds__(256) kv_split_kernel(AttnSeg
   const AttnSeg& sg = segs.s[blockIdx.z];
   const int Np = sg.Np, max_seq = sg.max_seq, ntot = sg.pos0 + sg.M;
   if (int(blockIdx.x) * 64 >= Np) return;  // block-uniform
-  const float* __restrict__ kc = static_cast<const float*>(sg.kc);
-  const float* __restrict__ vc = static_cast<const float*>(sg.vc);
+  const __half* __restrict__ kc = static_cast<const __half*>(sg.kc);
+  const __half* __restrict__ vc = static_cast<const __half*>(sg.vc);
   uint16_t* ks = sg.ks;
   uint16_t* vt = sg.ks + size_t(2) * nkv * Np * HD;
   const int k0 = blockIdx.x * 64, h = blockIdx.y, tid = threadIdx.x;
@@ -50,7 +57,7 @@ template <int HD> __global__ void __launch_bounds__(256) kv_split_kernel(AttnSeg
   for (int idx = tid; idx < 64 * HD / 4; idx += 256) {
     const int r = idx / (HD / 4), c = idx % (HD / 4), key = k0 + r;
     float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (key < ntot) x = *reinterpret_cast<const float4*>(kc + src0 + size_t(key) * HD + c * 4);
+    if (key < ntot) x = load4(kc + src0 + size_t(key) * HD + c * 4);
     uint2 hi, lo;
     split_pair(x.x, x.y, hi.x, lo.x);
     split_pair(x.z, x.w, hi.y, lo.y);
@@ -64,7 +71,7 @@ template <int HD> __global__ void __launch_bounds__(256) kv_split_kernel(AttnSeg
     for (int idx = tid; idx < 64 * 16; idx += 256) {
       const int r = idx / 16, c = idx % 16, key = k0 + r;
       float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (key < ntot) x = *reinterpret_cast<const float4*>(vc + src0 + size_t(key) * HD + d0 + c * 4);
+      if (key < ntot) x = load4(vc + src0 + size_t(key) * HD + d0 + c * 4);
       tile[r][c * 4 + 0] = x.x, tile[r][c * 4 + 1] = x.y, tile[r][c * 4 + 2] = x.z, tile[r][c * 4 + 3] = x.w;
     }
     __syncthreads();
@@ -339,7 +346,6 @@ template <int HD> Status launch(const AttnPrefillArgs& a, AttnSegs& g, cudaStrea
 
 Status attn_flash_wg(const AttnPrefillArgs& a, AttnSegs& g, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (!a.kv_f32 || a.terms != 3) return cu_err("pf::attn_flash_wg: needs fp32 caches and split operands");
   switch (a.hd) {
     case 64: return launch<64>(a, g, s);
     case 128: return launch<128>(a, g, s);
