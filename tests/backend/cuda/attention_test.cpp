@@ -140,9 +140,8 @@ TEST(CudaOps, Attention) {
 namespace lily::test_prefill {
 namespace {
 
-// The wgmma kernel (attn_wg.cu): q/K/V/P split into bf16 hi + lo, checked against the fp32 reference
-// whose cache holds fp16 (new rows rounded as the prep kernel stores them; an fp16 value is exactly its
-// bf16 hi + lo, so only q and P carry split error).
+// The wgmma kernel (attn_wg.cu): K and V as the fp16 cache holds them, q and P as fp16 hi + lo, checked
+// against the fp32 reference whose cache holds fp16 (new rows rounded as the prep kernel stores them).
 void attn_case(int nh, int nkv, int hd, int pos0, int M) {
   const int qw = 2 * hd, rot = hd / 4, ldu = nh * qw + 2 * nkv * hd, max_seq = pos0 + M + 3;
   auto u = randv(size_t(M) * ldu);
@@ -199,7 +198,7 @@ void attn_case(int nh, int nkv, int hd, int pos0, int M) {
       }
     }
   const std::string shape = dims({nh, nkv, hd}) + " pos0=" + std::to_string(pos0) + " M=" + std::to_string(M);
-  // Split operands: ~16-bit products, errors ~1e-5 (tolerance 3e-4 + 1e-3·|ref|).
+  // q and P to ~22 bits, K and V exact: errors ~1e-6 (tolerance 3e-4 + 1e-3·|ref|, as the bf16 kernel had).
   check("attn prefill out", shape, dout.down(), ref, 3e-4f, 1e-3f);
   // K: the kernel's fp32 norm + RoPE and the reference's may round to neighbouring fp16 values (≤ 2^-10 of |k|).
   check("attn prefill K cache", shape, downc(dkc), kc, 1e-6f, 1e-3f);

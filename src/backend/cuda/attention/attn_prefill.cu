@@ -1,12 +1,10 @@
 // Attention prefill: (1) per token and head, q/k RMSNorm + partial NeoX RoPE; K/V written into the
-// fp16 caches at their positions, q to a bf16 scratch as hi and lo = q − hi; (2) causal GQA flash
-// attention on the wgmma kernel of attn_wg.cu, every operand x as bf16 hi + lo (lo = bf16(x − hi)) and
-// each product as hi·hi + hi·lo + lo·hi, ~16-bit operands instead of 8 (one bf16 rounding of K/V alone
-// moves the random golden models' logprobs by ~0.2; helpers-common numerics finding); an fp16 cache
-// element is exactly its bf16 hi + lo. (The mma.sync kernel on plain bf16 operands, which served bf16
-// caches and the LILY_PREFILL_ATTN_TERMS=1 A/B, is gone with both: a bf16 rounding of K/V lands outside
-// the precision budget, and an fp16 cache loses nothing in the split.)
-#include <cuda_bf16.h>
+// fp16 caches at their positions, q to an fp16 scratch as hi and lo = fp16(q − hi); (2) causal GQA flash
+// attention on the wgmma kernel of attn_wg.cu: K and V as stored, q and the probabilities as hi + lo (~22
+// bits), each product hi·x + lo·x. (A single rounding of an operand to bf16 moves the random golden models'
+// logprobs by ~0.2; the mma.sync kernel on plain bf16 operands, which served bf16 caches and the
+// LILY_PREFILL_ATTN_TERMS=1 A/B, is gone with both.)
+#include <cuda_fp16.h>
 
 #include <algorithm>
 
@@ -31,10 +29,10 @@ __global__ void prep_kernel(AttnPrefillArgs base, AttnSegs segs) {
   const float raw = is_q ? u[b * a.qw + d] : u[a.nh * a.qw + kvh * hd + d];
   const float y = qk_norm_rope(raw, static_cast<const uint16_t*>(is_q ? a.q_norm : a.k_norm), hd, a.eps, a.rot, a.theta, pos, xsh, red);
   if (is_q) {
-    uint16_t* qb = static_cast<uint16_t*>(a.qb) + (size_t(m) * a.nh + b) * hd + d;
-    const uint16_t hi = to_bf(y);
+    __half* qb = static_cast<__half*>(a.qb) + (size_t(m) * a.nh + b) * hd + d;
+    const __half hi = __float2half_rn(y);
     qb[0] = hi;
-    qb[size_t(a.M) * a.nh * hd] = to_bf(y - bf(hi));
+    qb[size_t(a.M) * a.nh * hd] = __float2half_rn(y - __half2float(hi));
   } else {
     const size_t at = (size_t(kvh) * a.max_seq + pos) * hd + d;
     const float vv = u[a.nh * a.qw + a.nkv * hd + kvh * hd + d];

@@ -128,8 +128,8 @@ __device__ __forceinline__ const GdnPrefillArgs& seg_args(const GdnPrefillArgs& 
 // u: fp32 [M, ldu] = [q (nh·qw, per head [q | gate] when qw = 2hd) | k (nkv·hd) | v (nkv·hd)].
 // Writes K/V of positions pos0..pos0+M-1 into kc/vc (fp16 [nkv, max_seq, hd]) after k RMSNorm +
 // RoPE, then causal GQA flash attention of the M queries over positions 0..pos0+m, output gate
-// applied: out fp32 [M, nh·hd]. qb: scratch bf16 [2][M, nh, hd] (q hi, q lo). The wgmma kernel
-// (attn_wg.cu): q, K, V and P enter the MMAs as bf16 hi + lo, three MMAs per product (~16-bit operands).
+// applied: out fp32 [M, nh·hd]. qb: scratch fp16 [2][M, nh, hd] (q hi, q lo). The wgmma kernel
+// (attn_wg.cu): K and V enter the MMAs as stored, q and P as fp16 hi + lo, two MMAs per product.
 struct AttnPrefillArgs {
   const float* u = nullptr;
   int ldu = 0, M = 0, pos0 = 0;
@@ -150,14 +150,14 @@ Status attn_prefill(const AttnPrefillArgs& a, Stream s);
 // 16 heads × one 128-query tile a segment left most of the GPU idle, ~80 µs a segment and layer at 96
 // tokens on an H100). base holds what the segments share (norms, shapes, theta, eps, ldu); each
 // AttnSeg its rows' projections u [M][ldu] and output rows out [M][nh·hd], its caches, its own q scratch
-// qb (2 planes × M × nh × hd bf16) and positions. ks is set here.
+// qb (2 planes × M × nh × hd fp16) and positions. ks is set here.
 struct AttnSeg {
   const float* u = nullptr;
   float* out = nullptr;
   void* kc = nullptr;
   void* vc = nullptr;
   void* qb = nullptr;
-  uint16_t* ks = nullptr;  // this segment's split K/V planes (attn_flash_wg's scratch)
+  uint16_t* ks = nullptr;  // this segment's K and Vᵀ planes (attn_flash_wg's scratch)
   int M = 0, pos0 = 0, max_seq = 0, Np = 0;
 };
 constexpr int kMaxAttnSegs = 16;  // segments a launch takes (kernel parameters); more run in groups
@@ -175,7 +175,7 @@ __host__ __device__ inline AttnPrefillArgs seg_attn_args(AttnPrefillArgs base, c
 }
 #endif
 // The flash step alone on wgmma (after prep wrote q and the segments' K/V):
-// converts each segment's cache positions 0..pos0+M into bf16 hi/lo planes (scratch grown on demand), then
+// copies each segment's cache positions 0..pos0+M into K and Vᵀ planes (scratch grown on demand), then
 // the causal GQA flash attention of every segment, one launch each. Called by attn_prefill_segments.
 Status attn_flash_wg(const AttnPrefillArgs& base, AttnSegs& segs, Stream s);
 
