@@ -32,16 +32,6 @@ struct V {
 
 }  // namespace
 
-void gdn_chunk_scalar(const GdnChunkArgs& a) { gdn_chunk_impl(a); }
-void conv4_silu_scalar(const float* u, int M, int ldu, int c0, int c1, int C, const bf16* w, float* window, float* out) {
-  conv4_silu_impl(u, M, ldu, c0, c1, C, w, window, out);
-}
-void gated_norm_scalar(float* o, const float* z, const bf16* w, int rows, int dv, float eps) {
-  gated_norm_impl(o, z, w, rows, dv, eps);
-}
-void silu_mul_scalar(float* g, const float* u, size_t n) { silu_mul_impl(g, u, n); }
-void rmsnorm_scalar(const float* x, int rows, int n, const float* gain, float eps, float* out) {
-  rmsnorm_impl(x, rows, n, gain, eps, out);
-}
+constinit const GdnKernels kGdnScalar{gdn_chunk_impl, conv4_silu_impl, gated_norm_impl, silu_mul_impl, rmsnorm_impl};
 
 }  // namespace lily::cpu::fast

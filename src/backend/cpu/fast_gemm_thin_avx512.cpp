@@ -5,52 +5,34 @@
 // lane order this gives, lane l = column 8·(l&1) + (l>>1) of its 16, is applied to the packed
 // activations instead. k runs in blocks of 512 so the packed tokens stay in L1, with the partial
 // sums of the task's rows parked between blocks; each (row, token) sum is reduced once at the end.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)  // GCC only (clang has no such group)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
+#include "backend/cpu/fast_avx512.h"
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
+#include <utility>
 
+#include "backend/cpu/fast_buf.h"
 #include "backend/cpu/fast_gemm.h"
 #include "core/bf16.h"
 
-#define LILY_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,avx2,bmi2")))
+#define LILY_TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,avx2,bmi2")))
 
 namespace lily::cpu::fast {
 namespace {
 
+#include "backend/cpu/fast_vec.inc"
+#include "backend/cpu/fast_vec_avx512.inc"
+using V = Avx512;
+
 constexpr int kRows = 32;  // rows of a row group (the partial sums of a group are parked together)
 constexpr int kKb = 512;   // k block
-
-struct Buf {
-  float* p = nullptr;
-  size_t n = 0;
-  float* get(size_t want) {
-    if (want > n) {
-      std::free(p);
-      n = want;
-      p = static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64));
-    }
-    return p;
-  }
-  ~Buf() { std::free(p); }
-};
-
-// Up to 16 bf16 (mask m) → fp32.
-LILY_AVX512 inline __m512 load_bf16x16(__mmask16 m, const bf16* p) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
-}
 
 // Rows r, r+1 (R of them) over groups [g0, g1) for T tokens. codes: row r's words; sb, bb: row r's
 // fp32 scales/biases (row stride G); xb: packed tokens [T][K]; part: R·T parked sums.
 template <int R, int T>
-LILY_AVX512 void thin_tile(const uint32_t* codes, int wpr, const float* sb, const float* bb, int G, int g0, int g1,
-                           const float* xb, int K, float* part, bool first, bool last, float* const* yr) {
+LILY_TGT void thin_tile(const uint32_t* codes, int wpr, const float* sb, const float* bb, int G, int g0, int g1,
+                        const float* xb, int K, float* part, bool first, bool last, float* const* yr) {
   const __m512i shifts = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
   const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   __m512 acc[R][T];
@@ -104,10 +86,10 @@ constexpr TileFn tile_for(int T, std::integer_sequence<int, Ts...>) {
 
 }  // namespace
 
-LILY_AVX512 void q4_gemm_thin_avx512(const QArgs& a) {
+LILY_TGT void q4_gemm_thin_avx512(const QArgs& a) {
   const QWeight& w = *a.w;
   const int K = w.cols, G = w.groups_per_row(), wpr = w.words_per_row();
-  thread_local Buf xbuf, pbuf, sbuf;
+  thread_local AlignedBuf<float> xbuf, pbuf, sbuf;
   float* xb = xbuf.get(size_t(kThinMaxTokens) * K);
   float* part = pbuf.get(size_t(kRows) * kThinMaxTokens * 16);
   float* sb = sbuf.get(size_t(2) * kRows * G);
@@ -128,8 +110,8 @@ LILY_AVX512 void q4_gemm_thin_avx512(const QArgs& a) {
       const size_t nsb = size_t(nr) * G, sb0 = size_t(rg) * G;
       for (size_t i = 0; i < nsb; i += 16) {
         const __mmask16 m = nsb - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (nsb - i)) - 1);
-        _mm512_mask_storeu_ps(sb + i, m, load_bf16x16(m, w.scales + sb0 + i));
-        _mm512_mask_storeu_ps(bb + i, m, load_bf16x16(m, w.biases + sb0 + i));
+        _mm512_mask_storeu_ps(sb + i, m, V::load_bf16(m, w.scales + sb0 + i));
+        _mm512_mask_storeu_ps(bb + i, m, V::load_bf16(m, w.biases + sb0 + i));
       }
       for (int k0 = 0; k0 < K; k0 += kKb) {
         const int g0 = k0 / 64, g1 = std::min(G, (k0 + kKb) / 64);

@@ -1,6 +1,6 @@
 // Fast CPU kernels: quantized matvec/matmul straight from the packed MLX layout, and the vector
 // helpers of DeltaNet and attention. One table per instruction set (scalar, AVX2, AVX-512+VNNI),
-// chosen at run time (fast_isa.cpp); every entry is tested against ref_ops (cpu_fast_test.cpp).
+// chosen at run time (fast_ops.cpp); every entry is tested against ref_ops (cpu_fast_test.cpp).
 //
 // Key decision: activations enter the 4-bit kernels as two int16 terms per group of 64,
 // x ≈ dx·(hi + lo/65534) with dx = max|x_g|/32767, so the inner product is exact integer arithmetic
@@ -81,7 +81,26 @@ inline size_t gdn_chunk_ws_floats(int dk, int dv) {
   return 3 * C * dk + 2 * size_t(dk) * C + 5 * C * C + 2 * C * (dk + dv) + 64;
 }
 
-struct KernelTable {
+// The entries written once over a vector type in fast_gdn_impl.inc and compiled per instruction set
+// (fast_gdn_kernels.h): DeltaNet prefill, and the elementwise and norm rows that share its vector code.
+struct GdnKernels {
+  // DeltaNet prefill, one chunk (GdnChunkArgs above).
+  void (*gdn_chunk)(const GdnChunkArgs& a);
+  // Causal depthwise conv (kernel 4) + SiLU of channels [c0, c1) of C, for M tokens: the contract of
+  // ref_ops::conv_silu with K = 4 (u [M, ldu], w [C, 4] bf16, window [C, 3] advanced, out [M, C]),
+  // fp32 storage (the caller rounds when bf16 storage is on).
+  void (*conv4_silu)(const float* u, int M, int ldu, int c0, int c1, int C, const bf16* w, float* window, float* out);
+  // Gated RMSNorm of DeltaNet's output (model-spec §1.4.2), rows of dv in place:
+  // o = w ⊙ o·rsqrt(mean(o²)+eps) ⊙ SiLU(z); o, z: [rows, dv]; w: [dv] bf16 (fp32 storage).
+  void (*gated_norm)(float* o, const float* z, const bf16* w, int rows, int dv, float eps);
+  // MoE SwiGLU (model-spec §1.4.3): g[i] = SiLU(g[i])·u[i], fp32 storage.
+  void (*silu_mul)(float* g, const float* u, size_t n);
+  // out[r] = x[r]·rsqrt(mean(x[r]²)+eps)·gain, rows of n (a multiple of 16), gain fp32, fp32 storage.
+  void (*rmsnorm)(const float* x, int rows, int n, const float* gain, float eps, float* out);
+};
+
+// One instruction set's kernels, initialized as {gdn kernels, name, q4_rows, ...} (the base first).
+struct KernelTable : GdnKernels {
   const char* name;
   // 4-bit weights, int16 activations (PreparedX).
   void (*q4_rows)(const QArgs& a);
@@ -99,19 +118,6 @@ struct KernelTable {
   // ldS = the full width) is one valid call: prefill runs L1-sized column blocks over all tokens.
   void (*gdn_step)(float* S, const float* q, const float* k, const float* v, float alpha, float beta,
                    float* out, int dk, int dv, int ldS);
-  // DeltaNet prefill, one chunk (GdnChunkArgs above).
-  void (*gdn_chunk)(const GdnChunkArgs& a);
-  // Causal depthwise conv (kernel 4) + SiLU of channels [c0, c1) of C, for M tokens: the contract of
-  // ref_ops::conv_silu with K = 4 (u [M, ldu], w [C, 4] bf16, window [C, 3] advanced, out [M, C]),
-  // fp32 storage (the caller rounds when bf16 storage is on).
-  void (*conv4_silu)(const float* u, int M, int ldu, int c0, int c1, int C, const bf16* w, float* window, float* out);
-  // Gated RMSNorm of DeltaNet's output (model-spec §1.4.2), rows of dv in place:
-  // o = w ⊙ o·rsqrt(mean(o²)+eps) ⊙ SiLU(z); o, z: [rows, dv]; w: [dv] bf16 (fp32 storage).
-  void (*gated_norm)(float* o, const float* z, const bf16* w, int rows, int dv, float eps);
-  // MoE SwiGLU (model-spec §1.4.3): g[i] = SiLU(g[i])·u[i], fp32 storage.
-  void (*silu_mul)(float* g, const float* u, size_t n);
-  // out[r] = x[r]·rsqrt(mean(x[r]²)+eps)·gain, rows of n (a multiple of 16), gain fp32, fp32 storage.
-  void (*rmsnorm)(const float* x, int rows, int n, const float* gain, float eps, float* out);
 };
 
 const KernelTable& scalar_table();

@@ -176,16 +176,12 @@ void gdn_step(float* S, const float* q, const float* k, const float* v, float al
 }  // namespace
 
 const KernelTable& scalar_table() {
-  static const KernelTable t{"scalar", q4_rows, q4_gemm_scalar, q8_rows, dot, axpy, gdn_step,
-                             gdn_chunk_scalar, conv4_silu_scalar, gated_norm_scalar, silu_mul_scalar,
-                             rmsnorm_scalar};
+  static const KernelTable t{kGdnScalar, "scalar", q4_rows, q4_gemm_scalar, q8_rows, dot, axpy, gdn_step};
   return t;
 }
 
 const KernelTable& scalar_f32_table() {
-  static const KernelTable t{"scalar-f32", q4_rows_f32, q4_gemm_scalar, q8_rows, dot, axpy, gdn_step,
-                             gdn_chunk_scalar, conv4_silu_scalar, gated_norm_scalar, silu_mul_scalar,
-                             rmsnorm_scalar};
+  static const KernelTable t{kGdnScalar, "scalar-f32", q4_rows_f32, q4_gemm_scalar, q8_rows, dot, axpy, gdn_step};
   return t;
 }
 
