@@ -23,7 +23,7 @@ double step_bytes(const ModelConfig& c, double ctx, const StateMemory& sm, int r
     } else {
       b += qbytes(C + vd + 2 * nv, H, 4) + qbytes(H, vd, 4) + C * c.linear_conv_kernel_dim * 2;
       b += B * 2 * nv * c.linear_key_head_dim * c.linear_value_head_dim * sm.s_elem;  // state read + write
-      b += B * 2 * C * (c.linear_conv_kernel_dim - 1) * sm.conv_elem;  // window read + write
+      b += B * 2 * C * (c.linear_conv_kernel_dim - 1) * kv_es;
     }
     b += qbytes(c.num_experts + 1, H, 8);
     b += experts * (2 * qbytes(I, H, 4) + qbytes(H, I, 4));

@@ -28,8 +28,7 @@ struct StateMemory {
   int initial_positions = 0;  // K/V positions a new state starts with (at most its max_seq)
   int position_step = 1;      // K/V capacities are multiples of this (up to max_seq)
   size_t page = 0;            // an allocation of at least this many bytes takes whole pages of it; 0: none
-  int kv_elem = 4;            // bytes an element of the K/V caches
-  int conv_elem = 4;          // bytes an element of the DeltaNet conv windows
+  int kv_elem = 4;            // bytes an element of the K/V caches and conv windows
   int s_elem = 4;             // bytes an element of the DeltaNet states S
   // What an allocation of b bytes takes.
   size_t alloc_bytes(size_t b) const;

@@ -42,37 +42,42 @@ TEST(StateMemory, Arithmetic) {
   EXPECT_EQ(m.clone_bytes(17, 1000), 4 * kMiB + 100 + 32000);
 }
 
-// Qwen3.6-35B-A3B on CUDA, fp16 K/V, fp32 conv windows, fp16 DeltaNet states, by hand:
+// Qwen3.6-35B-A3B on CUDA, fp32 K/V (the default), fp16 DeltaNet states, by hand:
 //   conv window 2 x 8,192 x 3 x 4 = 196,608 B -> 196,864 in the arena (+16, on 256);
 //   S 32 x 128 x 128 x 2 = 1,048,576 B -> 1,048,832; StepCtl 80 B -> 256;
 //   fixed arena 30 x (196,864 + 1,048,832) + 256 = 37,371,136 B -> 18 pages = 37,748,736;
-//   K/V per position 10 layers x (K, V) x 2 heads x 256 x 2 = 20,480 B, + 20 x 256 B of padding;
-//   new (2,048 positions): 41,948,160 B -> 21 pages = 44,040,192, state 81,788,928 B;
-//   at 8,192: 167,777,280 B -> 81 pages = 169,869,312, state 207,618,048 B (198 MiB);
-//   at 5,000 tokens: 5,008 positions, 102,568,960 B -> 49 pages, state 140,509,184 B.
+//   K/V per position 10 layers x (K, V) x 2 heads x 256 x 4 = 40,960 B, + 20 x 256 B of padding;
+//   new (2,048 positions): 83,891,200 B -> 41 pages = 85,983,232, state 123,731,968 B;
+//   at 8,192: 335,549,440 B -> 161 pages = 337,641,472, state 375,390,208 B (358 MiB);
+//   at 5,000 tokens: 5,008 positions, 205,132,800 B -> 98 pages, state 243,269,632 B.
 TEST(StateMemory, CudaLayoutOfTheRealModel) {
   auto cfg = synthetic_config("qwen3.6-35b-a3b");
   ASSERT_TRUE(cfg.is_ok());
-  const CudaStateLayout lay = cuda_state_layout(*cfg, /*ctl_bytes=*/80, /*initial=*/2048);
+  const CudaStateLayout lay = cuda_state_layout(*cfg, /*kv_f32=*/true, /*ctl_bytes=*/80, /*initial=*/2048);
   EXPECT_EQ(lay.n_gdn, 30);
   EXPECT_EQ(lay.n_attn, 10);
   EXPECT_EQ(lay.conv_bytes, 196608u);
   EXPECT_EQ(lay.S_bytes, 1048576u);
-  EXPECT_EQ(lay.kv_row, 1024u);
+  EXPECT_EQ(lay.kv_row, 2048u);
   EXPECT_EQ(lay.fixed_arena(), 37371136u);
-  EXPECT_EQ(lay.kv_arena(2048), 41948160u);
+  EXPECT_EQ(lay.kv_arena(2048), 83891200u);
   const StateMemory m = lay.memory();
-  EXPECT_EQ(m.per_position, 20480u);
+  EXPECT_EQ(m.per_position, 40960u);
   EXPECT_EQ(m.kv_base, 5120u);
-  EXPECT_EQ(m.kv_elem, 2);  // fp16 K/V, fp32 conv windows, fp16 S: what the byte floor counts
-  EXPECT_EQ(m.conv_elem, 4);
+  EXPECT_EQ(m.kv_elem, 4);  // fp32 K/V and conv windows, fp16 S: what the byte floor counts
   EXPECT_EQ(m.s_elem, 2);
-  EXPECT_EQ(m.bytes_at(2048), 37748736u + 44040192u);
-  EXPECT_EQ(m.bytes_for(0, 8192), 81788928u);
-  EXPECT_EQ(m.bytes_for(8192, 8192), 207618048u);
-  EXPECT_EQ(m.bytes_for(5000, 8192), 140509184u);
+  EXPECT_EQ(m.bytes_at(2048), 37748736u + 85983232u);
+  EXPECT_EQ(m.bytes_for(0, 8192), 123731968u);
+  EXPECT_EQ(m.bytes_for(8192, 8192), 375390208u);
+  EXPECT_EQ(m.bytes_for(5000, 8192), 243269632u);
   for (int cap : {16, 2048, 5008, 8192})  // the linear form is exact: kv_row is a multiple of 256
     EXPECT_EQ(m.kv_base + m.per_position * size_t(cap), lay.kv_arena(cap)) << cap;
+  // bf16 K/V and conv windows: half the K/V and conv bytes, S unchanged.
+  const CudaStateLayout h = cuda_state_layout(*cfg, false, 80, 2048);
+  EXPECT_EQ(h.fixed_arena(), 34422016u);  // 30 x (98,560 + 1,048,832) + 256
+  EXPECT_EQ(h.memory().per_position, 20480u);
+  EXPECT_EQ(h.memory().kv_elem, 2);
+  EXPECT_EQ(h.memory().s_elem, 2);
 }
 
 // The CPU's: conv windows 8,192 x 3 and S 32 x 128 x 128 floats per DeltaNet layer, fp32 K/V; no
@@ -84,7 +89,6 @@ TEST(StateMemory, CpuOfTheRealModel) {
   EXPECT_EQ(m.fixed, 65863680u);  // 30 x (24,576 + 524,288) x 4
   EXPECT_EQ(m.per_position, 40960u);
   EXPECT_EQ(m.kv_elem, 4);
-  EXPECT_EQ(m.conv_elem, 4);
   EXPECT_EQ(m.s_elem, 4);
   EXPECT_EQ(m.bytes_for(0, 8192), 65863680u);
   EXPECT_EQ(m.bytes_for(8192, 8192), 65863680u + 8192u * 40960u);

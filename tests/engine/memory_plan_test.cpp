@@ -11,11 +11,11 @@
 namespace lily {
 namespace {
 
-// State sizes of the real model on CUDA (fp16 K/V and DeltaNet states): see StateMemory.CudaLayoutOfTheRealModel.
+// State sizes of the real model on CUDA (fp32 K/V, fp16 DeltaNet states): see StateMemory.CudaLayoutOfTheRealModel.
 StateMemory real_cuda_state() {
   auto cfg = synthetic_config("qwen3.6-35b-a3b");
   EXPECT_TRUE(cfg.is_ok());
-  return cuda_state_layout(*cfg, 80, 2048).memory();
+  return cuda_state_layout(*cfg, true, 80, 2048).memory();
 }
 
 // An H200 as cudaMemGetInfo reports it (140.4 GiB), 128 GB free after the weights and scratch.
@@ -37,9 +37,9 @@ TEST(MemoryPlan, RealModelOnAnH200FitsTheDefault256) {
   ASSERT_TRUE(p.is_ok()) << p.message();
   EXPECT_EQ(p->headroom, 4711088128ull);
   EXPECT_EQ(p->budget, 123288911872ull);
-  EXPECT_EQ(p->state_new, 81788928u);
-  EXPECT_EQ(p->state_max, 207618048u);
-  EXPECT_EQ(p->fit_at_max_seq, 593);  // 123,288,911,872 / 207,618,048 = 593.8
+  EXPECT_EQ(p->state_new, 123731968u);
+  EXPECT_EQ(p->state_max, 375390208u);
+  EXPECT_EQ(p->fit_at_max_seq, 328);  // 123,288,911,872 / 375,390,208 = 328.4
   EXPECT_EQ(p->parallel, 256);
   EXPECT_EQ(p->cache_budget, size_t(8) << 30);
   EXPECT_TRUE(p->notes.empty()) << p->notes[0];
@@ -47,20 +47,20 @@ TEST(MemoryPlan, RealModelOnAnH200FitsTheDefault256) {
   EXPECT_NE(p->summary()[2].find("--parallel 256"), std::string::npos) << p->summary()[2];
 }
 
-// At --max-seq 65,536 a state is 37,748,736 + 641 pages (1,344,274,432) = 1,382,023,168 B: 89 fit.
+// At --max-seq 65,536 a state is 37,748,736 + 1,281 pages (2,686,451,712) = 2,724,200,448 B: 45 fit.
 TEST(MemoryPlan, LongContextLowersTheDefaultAndWarnsAboutAnExplicitParallel) {
   auto d = plan_memory(h200(65536, 256, true));
   ASSERT_TRUE(d.is_ok()) << d.message();
-  EXPECT_EQ(d->state_max, 1382023168ull);
-  EXPECT_EQ(d->fit_at_max_seq, 89);
-  EXPECT_EQ(d->parallel, 89);
+  EXPECT_EQ(d->state_max, 2724200448ull);
+  EXPECT_EQ(d->fit_at_max_seq, 45);
+  EXPECT_EQ(d->parallel, 45);
   ASSERT_EQ(d->notes.size(), 1u);
-  EXPECT_NE(d->notes[0].find("lowered from the default 256 to 89"), std::string::npos) << d->notes[0];
+  EXPECT_NE(d->notes[0].find("lowered from the default 256 to 45"), std::string::npos) << d->notes[0];
   auto e = plan_memory(h200(65536, 256, false));
   ASSERT_TRUE(e.is_ok()) << e.message();
   EXPECT_EQ(e->parallel, 256) << "an explicit --parallel is kept: requests wait for memory";
   ASSERT_EQ(e->notes.size(), 1u);
-  EXPECT_NE(e->notes[0].find("only 89 requests fit"), std::string::npos) << e->notes[0];
+  EXPECT_NE(e->notes[0].find("only 45 requests fit"), std::string::npos) << e->notes[0];
 }
 
 TEST(MemoryPlan, StateMbLimitsTheBudget) {
@@ -69,8 +69,8 @@ TEST(MemoryPlan, StateMbLimitsTheBudget) {
   auto p = plan_memory(in);
   ASSERT_TRUE(p.is_ok()) << p.message();
   EXPECT_EQ(p->budget, size_t(10) << 30);
-  EXPECT_EQ(p->fit_at_max_seq, 51);  // 10,737,418,240 / 207,618,048 = 51.7
-  EXPECT_EQ(p->parallel, 51);
+  EXPECT_EQ(p->fit_at_max_seq, 28);  // 10,737,418,240 / 375,390,208 = 28.6
+  EXPECT_EQ(p->parallel, 28);
   in.budget_limit = size_t(200) << 30;  // more than is free: the free memory wins, with a note
   p = plan_memory(in);
   ASSERT_TRUE(p.is_ok()) << p.message();
@@ -79,19 +79,19 @@ TEST(MemoryPlan, StateMbLimitsTheBudget) {
   EXPECT_NE(p->notes[0].find("--state-mb"), std::string::npos);
 }
 
-// At --max-seq 262,144 one state is 37,748,736 + 2,561 pages = 5,408,555,008 B: more than a 5 GiB budget.
+// At --max-seq 262,144 one state is 10,777,264,128 B: more than a 10 GiB budget.
 TEST(MemoryPlan, AContextThatDoesNotFitIsAnError) {
   MemoryPlanInput in = h200(262144, 256, true);
-  in.budget_limit = size_t(5) << 30;
+  in.budget_limit = size_t(10) << 30;
   auto p = plan_memory(in);
   ASSERT_FALSE(p.is_ok());
   EXPECT_NE(p.message().find("--max-seq 262144"), std::string::npos) << p.message();
-  EXPECT_NE(p.message().find("5.0 GiB"), std::string::npos) << p.message();
-  in.budget_limit = 0;  // the whole H200 holds it: 22 at once
+  EXPECT_NE(p.message().find("10.0 GiB"), std::string::npos) << p.message();
+  in.budget_limit = 0;  // the whole H200 holds it: 11 at once
   p = plan_memory(in);
   ASSERT_TRUE(p.is_ok()) << p.message();
-  EXPECT_EQ(p->fit_at_max_seq, 22);
-  EXPECT_EQ(p->parallel, 22);
+  EXPECT_EQ(p->fit_at_max_seq, 11);
+  EXPECT_EQ(p->parallel, 11);
 }
 
 // A small device: the headroom is at most a quarter of what is free; the prefix cache's budget is at

@@ -11,7 +11,7 @@
 namespace lily::cuda {
 namespace {
 
-// Positions allocated up front: 2,048 x 20 KB (fp16 K+V, 10 layers x 2 heads x 256) = 40 MB at full size.
+// Positions allocated up front: 2,048 x 40 KB (fp32 K+V, 10 layers x 2 heads x 256) = 80 MB at full size.
 // LILY_CUDA_KV_INITIAL overrides it (tests use it to cross growth boundaries at small lengths).
 int initial_positions() {
   const char* e = std::getenv("LILY_CUDA_KV_INITIAL");
@@ -19,7 +19,14 @@ int initial_positions() {
   return v > 0 ? v : kCudaKvInitial;
 }
 
-CudaStateLayout layout_of(const ModelConfig& cfg) { return cuda_state_layout(cfg, sizeof(StepCtl), initial_positions()); }
+bool kv_f32_now() {
+  const char* kv = std::getenv("LILY_CUDA_KV");
+  return !(kv && std::strcmp(kv, "bf16") == 0);
+}
+
+CudaStateLayout layout_of(const ModelConfig& cfg, bool f32) {
+  return cuda_state_layout(cfg, f32, sizeof(StepCtl), initial_positions());
+}
 
 void replace_owned(std::vector<void*>& owned, void* old_p, void* new_p) {
   for (void*& p : owned)
@@ -47,7 +54,7 @@ void carve_kv(CudaSeqState& st, const std::vector<bool>& attn, char* arena, int 
 // Allocates a zeroed K/V arena of `cap` positions, copying the first `keep` positions of each head
 // from the current one; on failure nothing changes.
 Status realloc_kv(CudaSeqState& st, int cap, int keep) {
-  const size_t row = size_t(st.hd) * CudaStateLayout::kKvElem;  // bytes per position per head
+  const size_t row = size_t(st.hd) * (st.f32 ? 4 : 2);  // bytes per position per head
   const size_t bytes = st.lay.kv_arena(cap), span = CudaStateLayout::span(st.lay.kv_buffer(cap));
   char* fresh = nullptr;
   if (cudaMalloc(reinterpret_cast<void**>(&fresh), bytes) != cudaSuccess) {
@@ -94,7 +101,7 @@ Result<std::unique_ptr<SeqState>> CudaBackend::new_state(int max_seq) {
   return make_state(max_seq, std::min(max_seq, initial_positions()));
 }
 
-StateMemory CudaBackend::state_memory(int) const { return layout_of(cfg_).memory(); }
+StateMemory CudaBackend::state_memory(int) const { return layout_of(cfg_, kv_f32_now()).memory(); }
 
 Result<DeviceMemory> CudaBackend::device_memory() {
   size_t free = 0, total = 0;
@@ -108,7 +115,8 @@ Result<std::unique_ptr<SeqState>> CudaBackend::make_state(int max_seq, int cap0)
   auto st = std::make_unique<CudaSeqState>();
   st->be = this;
   st->limit = max_seq;
-  st->lay = layout_of(cfg_);
+  st->f32 = kv_f32_now();
+  st->lay = layout_of(cfg_, st->f32);
   st->mem = st->lay.memory();
   const CudaStateLayout& lay = st->lay;
   st->layers.resize(cfg_.num_hidden_layers);
@@ -139,7 +147,7 @@ Result<std::unique_ptr<SeqState>> CudaBackend::make_state(int max_seq, int cap0)
     auto& l = st->layers[size_t(i)];
     l.conv_bytes = lay.conv_bytes;
     l.S_bytes = lay.S_bytes;
-    l.conv = reinterpret_cast<float*>(fa + off);
+    l.conv = reinterpret_cast<uint16_t*>(fa + off);
     off += CudaStateLayout::span(lay.conv_bytes);
     l.S = reinterpret_cast<uint16_t*>(fa + off);
     off += CudaStateLayout::span(lay.S_bytes);
@@ -168,10 +176,11 @@ Status CudaSeqState::reserve(int n_tokens, int upto) {
 
 // A snapshot holds the positions in use (rounded up to 16), not the source's capacity.
 std::unique_ptr<SeqState> CudaSeqState::clone() const {
+  if (f32 != kv_f32_now()) return nullptr;  // the dtype knob changed since
   auto r = be->make_state(limit, std::min(limit, round_positions(std::max(n, 1))));
   if (!r) return nullptr;
   auto st = std::unique_ptr<CudaSeqState>(static_cast<CudaSeqState*>(std::move(r).value().release()));
-  const size_t row = size_t(hd) * CudaStateLayout::kKvElem;  // bytes per position per head
+  const size_t row = size_t(hd) * (f32 ? 4 : 2);  // bytes per position per head
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& a = layers[i];
     auto& b = st->layers[i];

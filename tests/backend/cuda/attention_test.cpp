@@ -1,6 +1,5 @@
 // The attention family (src/backend/cuda/attention/): CudaOps.Attention checks the decode prep and
-// split-K decode (attention.cu) against the CPU reference, whose cache rows are rounded to fp16 as the
-// kernels store them (ops_util.h);
+// split-K decode (attention.cu) against the CPU reference, fp32 and bf16 caches (ops_util.h);
 // CudaPrefill.Attn* the prefill flash attention (attn_prefill.cu, attn_wg.cu) at every tile edge,
 // and times it with LILY_ATTN_BENCH=1 (prefill_util.h); CudaBatch.AttentionEqualsBatch1 the batched
 // decode (batch_attn.cu) against attn_prep (cache write, q: bit for bit) + attn_decode (within 1e-5)
@@ -34,19 +33,19 @@
 namespace lily::test_ops {
 namespace {
 
-// The cache holds fp16: the reference rounds the new K/V row as attn_prep stores it.
-void attn_case(int nh, int nkv, int hd, int pos, int max_seq) {
+// kv_f32: the cache in fp32 (default states) or bf16 (LILY_CUDA_KV=bf16).
+void attn_case(int nh, int nkv, int hd, int pos, int max_seq, bool kv_f32 = true) {
   const int qw = 2 * hd, rot = hd / 4, G = nh / nkv;
   auto qkv = rand_bf16(size_t(nh) * qw + 2 * size_t(nkv) * hd, 2.f);
   auto qn = rand_bf16(hd, 0.2f, 1.f), kn = rand_bf16(hd, 0.2f, 1.f);
   auto qnb = as_bf16(qn), knb = as_bf16(kn);
-  // cache rows before pos: random values representable in fp16
+  // cache rows before pos: random values representable in bf16 (valid in either cache dtype)
   std::vector<float> kc(size_t(nkv) * max_seq * hd, 0.f), vc(kc.size(), 0.f);
   for (int h = 0; h < nkv; ++h)
     for (int t = 0; t < pos; ++t)
       for (int d = 0; d < hd; ++d) {
-        kc[(size_t(h) * max_seq + t) * hd + d] = testcuda::round_half(randn() * 2.f);
-        vc[(size_t(h) * max_seq + t) * hd + d] = testcuda::round_half(randn());
+        kc[(size_t(h) * max_seq + t) * hd + d] = round_bf16(randn() * 2.f);
+        vc[(size_t(h) * max_seq + t) * hd + d] = round_bf16(randn());
       }
   // reference: q/k norm + rope, cache write, softmax attention, gate
   std::vector<float> q(size_t(nh) * hd), kk(size_t(nkv) * hd);
@@ -57,8 +56,8 @@ void attn_case(int nh, int nkv, int hd, int pos, int max_seq) {
   for (int h = 0; h < nkv; ++h)
     for (int d = 0; d < hd; ++d) {
       const float kv = kk[h * hd + d];
-      kc[(size_t(h) * max_seq + pos) * hd + d] = testcuda::round_half(kv);
-      vc[(size_t(h) * max_seq + pos) * hd + d] = testcuda::round_half(qkv[size_t(nh) * qw + size_t(nkv) * hd + h * hd + d]);
+      kc[(size_t(h) * max_seq + pos) * hd + d] = kv_f32 ? kv : round_bf16(kv);
+      vc[(size_t(h) * max_seq + pos) * hd + d] = qkv[size_t(nh) * qw + size_t(nkv) * hd + h * hd + d];
     }
   std::vector<float> ref(size_t(nh) * hd);
   const float scale = 1.0f / std::sqrt(float(hd));
@@ -84,8 +83,27 @@ void attn_case(int nh, int nkv, int hd, int pos, int max_seq) {
   std::vector<float> kc0 = kc, vc0 = vc;
   for (int h = 0; h < nkv; ++h)
     for (int d = 0; d < hd; ++d) kc0[(size_t(h) * max_seq + pos) * hd + d] = vc0[(size_t(h) * max_seq + pos) * hd + d] = NAN;
-  DBuf<uint16_t> dk(testcuda::halves(kc0)), dv(testcuda::halves(vc0));
-  auto get = [](const DBuf<uint16_t>& d) { return testcuda::from_halves(d.down()); };
+  const size_t es = kv_f32 ? 4 : 2;
+  DBuf<uint8_t> dk(kc0.size() * es), dv(vc0.size() * es);
+  auto put = [&](DBuf<uint8_t>& d, const std::vector<float>& v) {
+    if (kv_f32) cudaMemcpy(d.p, v.data(), v.size() * 4, cudaMemcpyHostToDevice);
+    else {
+      auto b = to_bits(v);
+      cudaMemcpy(d.p, b.data(), b.size() * 2, cudaMemcpyHostToDevice);
+    }
+  };
+  auto get = [&](const DBuf<uint8_t>& d) {
+    auto raw = d.down();
+    std::vector<float> v(raw.size() / es);
+    if (kv_f32) std::memcpy(v.data(), raw.data(), raw.size());
+    else {
+      std::vector<uint16_t> b(v.size());
+      std::memcpy(b.data(), raw.data(), raw.size());
+      v = from_bits(b);
+    }
+    return v;
+  };
+  put(dk, kc0), put(dv, vc0);
   DBuf<float> dqkv(qkv), dq(size_t(nh) * hd), dout(size_t(nh) * hd);
   DBuf<uint16_t> dqn(to_bits(qn)), dkn(to_bits(kn));
   DBuf<float> part(size_t(nkv) * cuda::attn_max_splits() * G * (hd + 2));
@@ -95,13 +113,13 @@ void attn_case(int nh, int nkv, int hd, int pos, int max_seq) {
   cudaMemcpy(ctl.p, &c0, sizeof(c0), cudaMemcpyHostToDevice);
   ASSERT_TRUE(cuda::attn_init().is_ok());
   cuda::AttnArgs a{};
-  a.qkv = dqkv.p, a.q_norm = dqn.p, a.k_norm = dkn.p, a.q = dq.p, a.kc = dk.p, a.vc = dv.p, a.out = dout.p;
+  a.qkv = dqkv.p, a.q_norm = dqn.p, a.k_norm = dkn.p, a.q = dq.p, a.kc = dk.p, a.vc = dv.p, a.kv_f32 = kv_f32, a.out = dout.p;
   a.partial = part.p, a.ctl = ctl.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot, a.max_seq = max_seq;
   a.n_split = cuda::attn_max_splits();
   ASSERT_TRUE(cuda::attn_prep(a, nullptr).is_ok());
   for (int rep = 0; rep < 2; ++rep) ASSERT_TRUE(cuda::attn_decode(a, nullptr).is_ok());
   const std::string sh = "h" + std::to_string(nh) + "/" + std::to_string(nkv) + " d" + std::to_string(hd) + " ctx " +
-                         std::to_string(pos + 1);
+                         std::to_string(pos + 1) + (kv_f32 ? " kv f32" : " kv bf16");
   check("attn prep: q norm+rope", sh, dq.down(), q, 1e-5f, 1e-4f);
   std::vector<float> kpos, kref, vpos, vref;
   auto kd = get(dk), vdv = get(dv);
@@ -110,10 +128,9 @@ void attn_case(int nh, int nkv, int hd, int pos, int max_seq) {
       const size_t i = (size_t(h) * max_seq + pos) * hd + d;
       kpos.push_back(kd[i]), kref.push_back(kc[i]), vpos.push_back(vdv[i]), vref.push_back(vc[i]);
     }
-  // k: the kernel's fp32 value and the reference's may round to neighbouring fp16 values (one ulp, ≤ 2^-10 of |k|).
-  check("attn prep: k cache write", sh, kpos, kref, 1e-6f, 1e-3f);
+  check("attn prep: k cache write", sh, kpos, kref, kv_f32 ? 1e-5f : 1e-2f, kv_f32 ? 1e-4f : 1e-2f);
   check("attn prep: v cache write", sh, vpos, vref, 0, 0);
-  check("attn split-K decode + gate", sh, dout.down(), ref, 1e-4f, 1e-3f);
+  check("attn split-K decode + gate", sh, dout.down(), ref, kv_f32 ? 1e-4f : 1e-3f, 1e-3f);
 }
 TEST(CudaOps, Attention) {
   LILY_OPS_REQUIRE_GPU();
@@ -122,11 +139,14 @@ TEST(CudaOps, Attention) {
   attn_case(16, 2, 256, 64, 128);
   attn_case(16, 2, 256, 4200, 4300);
   attn_case(16, 2, 256, 40000, 40001);
+  attn_case(16, 2, 256, 4200, 4300, false);
+  attn_case(16, 2, 256, 40000, 40001, false);
   attn_case(4, 2, 64, 5, 16);
   attn_case(8, 8, 128, 300, 512);
   attn_case(2, 1, 256, 20, 32);   // small-seed11 golden
   attn_case(6, 2, 64, 37, 64);    // wide-seed23 golden: GQA group 3
   attn_case(4, 2, 128, 50, 64);   // golden-small-seed7
+  attn_case(4, 2, 128, 50, 64, false);
   attn_case(16, 2, 256, 66, 128);          // chunk tails (67 positions)
   attn_case(16, 2, 256, 32766, 32768);     // the 32k bench context
   attn_case(12, 2, 128, 1001, 1024);       // GQA group 6 (24 scores per chunk)
@@ -140,29 +160,49 @@ TEST(CudaOps, Attention) {
 namespace lily::test_prefill {
 namespace {
 
-// The wgmma kernel (attn_wg.cu): K and V as the fp16 cache holds them, q and P as fp16 hi + lo, checked
-// against the fp32 reference whose cache holds fp16 (new rows rounded as the prep kernel stores them).
-void attn_case(int nh, int nkv, int hd, int pos0, int M) {
+// terms 3 (fp32 caches): q/K/V/P split into bf16 hi + lo, checked against the plain fp32
+// reference (the wgmma kernel, attn_wg.cu); terms 1: bf16 operands (the mma.sync kernel,
+// attn_prefill.cu), checked against a reference that rounds q/K/V to bf16.
+void attn_case(int nh, int nkv, int hd, int pos0, int M, bool kv_f32 = true, int terms = 3) {
+  if (!kv_f32) terms = 1;
   const int qw = 2 * hd, rot = hd / 4, ldu = nh * qw + 2 * nkv * hd, max_seq = pos0 + M + 3;
   auto u = randv(size_t(M) * ldu);
   auto qn = rand_bf16(hd, 0.1f, 1.f), kn = rand_bf16(hd, 0.1f, 1.f);
-  // Cache before: positions < pos0 random fp16 (as a previous prefill/decode left them).
+  // Cache before: positions < pos0 random bf16 (as a previous prefill/decode left them).
   std::vector<float> kc(size_t(nkv) * max_seq * hd, 0.f), vc = kc;
   for (int h = 0; h < nkv; ++h)
     for (int t = 0; t < pos0; ++t)
       for (int d = 0; d < hd; ++d) {
-        kc[(size_t(h) * max_seq + t) * hd + d] = testcuda::round_half(randn());
-        vc[(size_t(h) * max_seq + t) * hd + d] = testcuda::round_half(randn());
+        kc[(size_t(h) * max_seq + t) * hd + d] = round_bf16(randn());
+        vc[(size_t(h) * max_seq + t) * hd + d] = round_bf16(randn());
       }
   DBuf<float> du(u), dout(size_t(M) * nh * hd);
-  DBuf<uint16_t> dkc(testcuda::halves(kc)), dvc(testcuda::halves(vc));
-  auto downc = [](DBuf<uint16_t>& d) { return testcuda::from_halves(d.down()); };
-  DBuf<uint16_t> dqn(to_bits(qn)), dkn(to_bits(kn)), dqb(size_t(2) * M * nh * hd);
+  // Cache on the device: fp32 (decode default) or bf16.
+  const size_t esz = kv_f32 ? 4 : 2, cbytes = kc.size() * esz;
+  DBuf<uint8_t> dkc(cbytes), dvc(cbytes);
+  auto upc = [&](DBuf<uint8_t>& d, const std::vector<float>& v) {
+    if (kv_f32) cudaMemcpy(d.p, v.data(), cbytes, cudaMemcpyHostToDevice);
+    else { auto b = to_bits(v); cudaMemcpy(d.p, b.data(), cbytes, cudaMemcpyHostToDevice); }
+  };
+  auto downc = [&](DBuf<uint8_t>& d) {
+    auto raw = d.down();
+    std::vector<float> v(kc.size());
+    if (kv_f32) std::memcpy(v.data(), raw.data(), cbytes);
+    else {
+      std::vector<uint16_t> b(v.size());
+      std::memcpy(b.data(), raw.data(), cbytes);
+      v = from_bits(b);
+    }
+    return v;
+  };
+  upc(dkc, kc), upc(dvc, vc);
+  DBuf<uint16_t> dqn(to_bits(qn)), dkn(to_bits(kn)), dqb(size_t(terms == 3 ? 2 : 1) * M * nh * hd);
   cuda::pf::AttnPrefillArgs a{};
   a.u = du.p, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = dqn.p, a.k_norm = dkn.p, a.kc = dkc.p, a.vc = dvc.p;
-  a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot, a.max_seq = max_seq;
+  a.kv_f32 = kv_f32, a.terms = terms, a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot, a.max_seq = max_seq;
   ASSERT_TRUE(cuda::pf::attn_prefill(a, nullptr).is_ok());
-  // Reference: fp32 norm + rope, K and V rounded to fp16 as stored; softmax in double.
+  // Reference: fp32 norm + rope; q, K, V rounded to bf16 when the kernel's MMAs take them so
+  // (terms 1); softmax in double.
   auto qnb = as_bf16(qn), knb = as_bf16(kn);
   std::vector<float> q(size_t(M) * nh * hd);
   for (int m = 0; m < M; ++m) {
@@ -173,9 +213,15 @@ void attn_case(int nh, int nkv, int hd, int pos0, int M) {
     cpu::rope_neox(k.data(), nkv, hd, rot, pos0 + m, 1e7);
     for (int h = 0; h < nkv; ++h)
       for (int d = 0; d < hd; ++d) {
-        kc[(size_t(h) * max_seq + pos0 + m) * hd + d] = testcuda::round_half(k[size_t(h) * hd + d]);
-        vc[(size_t(h) * max_seq + pos0 + m) * hd + d] = testcuda::round_half(u[size_t(m) * ldu + nh * qw + nkv * hd + h * hd + d]);
+        kc[(size_t(h) * max_seq + pos0 + m) * hd + d] = k[size_t(h) * hd + d];
+        vc[(size_t(h) * max_seq + pos0 + m) * hd + d] = u[size_t(m) * ldu + nh * qw + nkv * hd + h * hd + d];
       }
+  }
+  std::vector<float> kcr = kc, vcr = vc;
+  if (terms == 1) {
+    for (auto& x : q) x = round_bf16(x);
+    for (auto& x : kcr) x = round_bf16(x);
+    for (auto& x : vcr) x = round_bf16(x);
   }
   std::vector<float> ref(size_t(M) * nh * hd);
   const float scale = 1.f / std::sqrt(float(hd));
@@ -186,23 +232,29 @@ void attn_case(int nh, int nkv, int hd, int pos0, int M) {
       double mx = -1e30, sum = 0;
       for (int t = 0; t < n; ++t) {
         double s = 0;
-        for (int d = 0; d < hd; ++d) s += double(q[(size_t(m) * nh + h) * hd + d]) * kc[(size_t(kvh) * max_seq + t) * hd + d];
+        for (int d = 0; d < hd; ++d) s += double(q[(size_t(m) * nh + h) * hd + d]) * kcr[(size_t(kvh) * max_seq + t) * hd + d];
         p[t] = s * scale, mx = std::max(mx, p[t]);
       }
       for (auto& x : p) sum += (x = std::exp(x - mx));
       for (int d = 0; d < hd; ++d) {
         double o = 0;
-        for (int t = 0; t < n; ++t) o += p[t] * vc[(size_t(kvh) * max_seq + t) * hd + d];
+        for (int t = 0; t < n; ++t) o += p[t] * vcr[(size_t(kvh) * max_seq + t) * hd + d];
         const float gt = u[size_t(m) * ldu + h * qw + hd + d];
         ref[(size_t(m) * nh + h) * hd + d] = float(o / sum) / (1.f + std::exp(-gt));
       }
     }
-  const std::string shape = dims({nh, nkv, hd}) + " pos0=" + std::to_string(pos0) + " M=" + std::to_string(M);
-  // q and P to ~22 bits, K and V exact: errors ~1e-6 (tolerance 3e-4 + 1e-3·|ref|, as the bf16 kernel had).
-  check("attn prefill out", shape, dout.down(), ref, 3e-4f, 1e-3f);
-  // K: the kernel's fp32 norm + RoPE and the reference's may round to neighbouring fp16 values (≤ 2^-10 of |k|).
-  check("attn prefill K cache", shape, downc(dkc), kc, 1e-6f, 1e-3f);
-  check("attn prefill V cache", shape, downc(dvc), vc, 0.f, 0.f);
+  const std::string shape = dims({nh, nkv, hd}) + " pos0=" + std::to_string(pos0) + " M=" + std::to_string(M) +
+                            (kv_f32 ? " f32 kv" : " bf16 kv") + (terms == 3 ? " split wgmma" : " bf16 ops");
+  // Split operands: ~16-bit products, errors ~1e-5 (tolerance 3e-4 + 1e-3·|ref|); bf16: ~3e-3.
+  if (terms == 3) check("attn prefill out", shape, dout.down(), ref, 3e-4f, 1e-3f);
+  else check("attn prefill out", shape, dout.down(), ref, 1.5e-2f, 2e-2f);
+  // K: fp32 norm + RoPE vs the reference's (last-bit differences; one bf16 ulp when stored bf16).
+  std::vector<float> kcb = kc;
+  for (auto& x : kcb) x = round_bf16(x);
+  check("attn prefill K cache", shape, downc(dkc), kv_f32 ? kc : kcb, kv_f32 ? 1e-5f : 1e-2f, kv_f32 ? 1e-5f : 8e-3f);
+  std::vector<float> vcb = vc;
+  for (auto& x : vcb) x = round_bf16(x);
+  check("attn prefill V cache", shape, downc(dvc), kv_f32 ? vc : vcb, 0.f, 0.f);
 }
 TEST(CudaPrefill, AttnPrefill) {
   LILY_PREFILL_REQUIRE_GPU();
@@ -212,8 +264,12 @@ TEST(CudaPrefill, AttnPrefill) {
   attn_case(4, 4, 128, 5, 200);
   attn_case(2, 1, 64, 0, 4097);
   attn_case(2, 1, 64, 4095, 2);
+  attn_case(16, 2, 256, 100, 65, /*kv_f32=*/true, /*terms=*/1);
+  attn_case(2, 1, 64, 0, 4097, /*kv_f32=*/true, /*terms=*/1);
+  attn_case(16, 2, 256, 100, 65, /*kv_f32=*/false);
+  attn_case(4, 2, 64, 37, 129, /*kv_f32=*/false);
 }
-// The wgmma split kernel (attn_wg.cu): 128-query blocks of two 64-row warpgroups,
+// The wgmma split kernel (attn_wg.cu, the default): 128-query blocks of two 64-row warpgroups,
 // 32-key tiles, the K/V split planes padded to 64 keys. The real shape (16 q / 2 kv heads, hd 256)
 // at every query-tile and key-tile edge, with and without cached positions (pos0 0 / 37 / 100),
 // chunks continuing far into the cache, one long row per head dim.
@@ -242,10 +298,10 @@ TEST(CudaPrefill, AttnPrefillSegmentsEqualAlone) {
   const int Ms[19] = {96, 1, 129, 7, 0, 64, 200, 33, 96, 5, 128, 2, 70, 96, 17, 300, 8, 65, 40};
   const int P0[19] = {0, 37, 0, 256, 0, 1000, 3, 0, 96, 64, 0, 511, 9, 0, 2, 130, 0, 77, 4000};
   struct Seq {
-    DBuf<float> u, out;
-    DBuf<uint16_t> kc, vc, qb;  // fp16 caches, bf16 q scratch
+    DBuf<float> u, out, kc, vc;
+    DBuf<uint16_t> qb;
     int M, pos0, max_seq;
-    Seq(const std::vector<float>& u_, size_t out_n, const std::vector<uint16_t>& kc_, const std::vector<uint16_t>& vc_, size_t qb_n,
+    Seq(const std::vector<float>& u_, size_t out_n, const std::vector<float>& kc_, const std::vector<float>& vc_, size_t qb_n,
         int M_, int pos0_, int max_seq_)
         : u(u_), out(out_n), kc(kc_), vc(vc_), qb(qb_n), M(M_), pos0(pos0_), max_seq(max_seq_) {}
   };
@@ -255,8 +311,8 @@ TEST(CudaPrefill, AttnPrefillSegmentsEqualAlone) {
   for (int i = 0; i < 19; ++i) {
     const int M = Ms[i], pos0 = P0[i], max_seq = pos0 + M + 5;
     auto u = randv(size_t(std::max(M, 1)) * ldu);
-    std::vector<uint16_t> kc(size_t(nkv) * max_seq * hd), vc = kc;
-    for (size_t j = 0; j < kc.size(); ++j) kc[j] = testcuda::half_of(randn()), vc[j] = testcuda::half_of(randn());
+    std::vector<float> kc(size_t(nkv) * max_seq * hd, 0.f), vc = kc;
+    for (size_t j = 0; j < kc.size(); ++j) kc[j] = round_bf16(randn()), vc[j] = round_bf16(randn());
     for (auto* side : {&a, &b}) {
       auto q = std::make_unique<Seq>(u, size_t(std::max(M, 1)) * nh * hd, kc, vc, size_t(2) * std::max(M, 1) * nh * hd, M,
                                      pos0, max_seq);
@@ -265,7 +321,7 @@ TEST(CudaPrefill, AttnPrefillSegmentsEqualAlone) {
     }
   }
   cuda::pf::AttnPrefillArgs base{};
-  base.ldu = ldu, base.q_norm = dqn.p, base.k_norm = dkn.p, base.nh = nh;
+  base.ldu = ldu, base.q_norm = dqn.p, base.k_norm = dkn.p, base.kv_f32 = true, base.terms = 3, base.nh = nh;
   base.nkv = nkv, base.hd = hd, base.qw = qw, base.rot = rot;
   std::vector<cuda::pf::AttnSeg> segs;
   for (auto& q : a) {
@@ -285,31 +341,36 @@ TEST(CudaPrefill, AttnPrefillSegmentsEqualAlone) {
   for (int i = 0; i < 19; ++i) {
     const std::string shape = "segment " + std::to_string(i) + " of 19: pos0=" + std::to_string(P0[i]) + " M=" + std::to_string(Ms[i]);
     check("attn segments out = alone", shape, a[size_t(i)]->out.down(), b[size_t(i)]->out.down(), 0.f, 0.f);
-    EXPECT_EQ(a[size_t(i)]->kc.down(), b[size_t(i)]->kc.down()) << "attn segments K = alone, " << shape;
-    EXPECT_EQ(a[size_t(i)]->vc.down(), b[size_t(i)]->vc.down()) << "attn segments V = alone, " << shape;
+    check("attn segments K = alone", shape, a[size_t(i)]->kc.down(), b[size_t(i)]->kc.down(), 0.f, 0.f);
+    check("attn segments V = alone", shape, a[size_t(i)]->vc.down(), b[size_t(i)]->vc.down(), 0.f, 0.f);
   }
 }
 // Timing of the attention prefill (prep + K/V split + flash) at the real shape (16 q / 2 kv heads,
-// hd 256, gate) for a 4,096-token chunk with 0 and 4,096 cached positions. Runs only with
-// LILY_ATTN_BENCH=1. TF/s counts 4·hd FLOP per (query, key ≤ query) pair and head (the
+// hd 256, gate) for a 4,096-token chunk with 0 and 4,096 cached positions, fp32 caches, per operand
+// mode (terms 3: split, the wgmma kernel, the default; terms 1: bf16, the mma.sync kernel). Runs only
+// with LILY_ATTN_BENCH=1. TF/s counts 4·hd FLOP per (query, key ≤ query) pair and head (the
 // products, not the three MMAs of a split one); the CPU rows above are the oracle.
 TEST(CudaPrefill, AttnBench) {
   LILY_PREFILL_REQUIRE_GPU();
   const char* e = std::getenv("LILY_ATTN_BENCH");
   if (!e || std::string(e) != "1") GTEST_SKIP() << "set LILY_ATTN_BENCH=1 to time the attention kernels";
   const int nh = 16, nkv = 2, hd = 256, qw = 2 * hd, rot = 64, ldu = nh * qw + 2 * nkv * hd, M = 4096, max_seq = 8192;
-  DBuf<float> du(randv(size_t(M) * ldu)), dout(size_t(M) * nh * hd);
-  DBuf<uint16_t> dkc(size_t(nkv) * max_seq * hd), dvc(size_t(nkv) * max_seq * hd);
-  cudaMemset(dkc.p, 0, dkc.n * 2), cudaMemset(dvc.p, 0, dvc.n * 2);
+  DBuf<float> du(randv(size_t(M) * ldu)), dout(size_t(M) * nh * hd), dkc(size_t(nkv) * max_seq * hd), dvc(size_t(nkv) * max_seq * hd);
+  cudaMemset(dkc.p, 0, dkc.n * 4), cudaMemset(dvc.p, 0, dvc.n * 4);
   DBuf<uint16_t> dqn(to_bits(rand_bf16(hd, 0.1f, 1.f))), dkn(to_bits(rand_bf16(hd, 0.1f, 1.f))), dqb(size_t(2) * M * nh * hd);
   for (int pos0 : {0, 4096}) {
-    cuda::pf::AttnPrefillArgs a{};
-    a.u = du.p, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = dqn.p, a.k_norm = dkn.p, a.kc = dkc.p, a.vc = dvc.p;
-    a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot, a.max_seq = max_seq;
-    const float ms = mean_ms(5, [&] { return cuda::pf::attn_prefill(a, nullptr).is_ok(); });
-    ASSERT_GE(ms, 0.f) << "pos0 " << pos0 << ": an attention call failed";
-    const double pairs = double(M) * pos0 + double(M) * (M + 1) / 2;
-    std::printf("| attn 16x2x256 M=%d pos0=%d | %7.3f ms %6.1f TF/s |\n", M, pos0, ms, 4.0 * hd * nh * pairs / (ms * 1e-3) / 1e12);
+    std::printf("| attn 16x2x256 M=%d pos0=%d |", M, pos0);
+    for (int terms : {3, 1}) {
+      cuda::pf::AttnPrefillArgs a{};
+      a.u = du.p, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = dqn.p, a.k_norm = dkn.p, a.kc = dkc.p, a.vc = dvc.p;
+      a.kv_f32 = true, a.terms = terms, a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot;
+      a.max_seq = max_seq;
+      const float ms = mean_ms(5, [&] { return cuda::pf::attn_prefill(a, nullptr).is_ok(); });
+      ASSERT_GE(ms, 0.f) << "terms " << terms << " pos0 " << pos0 << ": an attention call failed";
+      const double pairs = double(M) * pos0 + double(M) * (M + 1) / 2;
+      std::printf(" terms %d %7.3f ms %6.1f TF/s |", terms, ms, 4.0 * hd * nh * pairs / (ms * 1e-3) / 1e12);
+    }
+    std::printf("\n");
     std::fflush(stdout);
   }
 }
@@ -341,9 +402,8 @@ TEST(CudaBatch, AttentionEqualsBatch1) {
         hp[size_t(b)] = b == 0 ? 0 : (b * 211 + 3) % 1500, hcap[size_t(b)] = hp[size_t(b)] + 1 + 16 * (b % 3);
         off[size_t(b)] = tot, tot += size_t(s.nkv) * hcap[size_t(b)] * s.hd;
       }
-      const std::vector<uint16_t> K0 = testcuda::halves(randv(tot)), V0 = testcuda::halves(randv(tot));  // fp16 caches
-      D<uint16_t> kb(K0), vb(V0), k1(K0), v1(V0);
-      D<float> qkv(randv(size_t(B) * ld)), q(size_t(B) * s.nh * s.hd), out(size_t(B) * s.nh * s.hd);
+      std::vector<float> K0 = randv(tot), V0 = randv(tot);
+      D<float> kb(K0), vb(V0), k1(K0), v1(V0), qkv(randv(size_t(B) * ld)), q(size_t(B) * s.nh * s.hd), out(size_t(B) * s.nh * s.hd);
       D<float> q1(size_t(B) * s.nh * s.hd), out1(size_t(B) * s.nh * s.hd);
       D<float> part(size_t(B) * cuda::battn_partial_floats(s.nh, s.nkv, s.hd, nsplit)), part1(cuda::battn_partial_floats(s.nh, s.nkv, s.hd, nsplit));
       D<uint16_t> qn(randbf(s.hd, 1.f, 0.2f)), kn(randbf(s.hd, 1.f, 0.2f));
@@ -363,16 +423,14 @@ TEST(CudaBatch, AttentionEqualsBatch1) {
         cudaMemcpy(ctl.p, &c, sizeof c, cudaMemcpyHostToDevice);
         cuda::AttnArgs r{};
         r.qkv = qkv.p + size_t(b) * ld, r.q_norm = qn.p, r.k_norm = kn.p, r.q = q1.p + size_t(b) * s.nh * s.hd;
-        r.kc = k1.p + off[size_t(b)], r.vc = v1.p + off[size_t(b)], r.out = out1.p + size_t(b) * s.nh * s.hd;
+        r.kc = k1.p + off[size_t(b)], r.vc = v1.p + off[size_t(b)], r.kv_f32 = true, r.out = out1.p + size_t(b) * s.nh * s.hd;
         r.partial = part1.p, r.ctl = ctl.p, r.nh = s.nh, r.nkv = s.nkv, r.hd = s.hd, r.qw = qw, r.rot = s.rot;
         r.max_seq = hcap[size_t(b)], r.n_split = nsplit, r.min_per_split = 64, r.theta = 1e7, r.eps = 1e-6f;
         ASSERT_TRUE(cuda::attn_prep(r, nullptr).is_ok());
         ASSERT_TRUE(cuda::attn_decode(r, nullptr).is_ok());
         cudaDeviceSynchronize();
       }
-      const float e1 = max_diff(testcuda::from_halves(kb.get()), testcuda::from_halves(k1.get())) +
-                       max_diff(testcuda::from_halves(vb.get()), testcuda::from_halves(v1.get())),
-                  e2 = max_diff(q.get(), q1.get());
+      const float e1 = max_diff(kb.get(), k1.get()) + max_diff(vb.get(), v1.get()), e2 = max_diff(q.get(), q1.get());
       size_t bad = size_t(-1);
       const float e3 = max_diff(out.get(), out1.get(), &bad, tol);
       const std::string shape = std::to_string(s.nh) + "/" + std::to_string(s.nkv) + " heads hd " + std::to_string(s.hd);

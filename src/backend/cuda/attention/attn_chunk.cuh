@@ -10,23 +10,31 @@ namespace lily::cuda {
 constexpr int kAttnWarps = 8, kAttnThreads = 256;  // the decode kernels' blocks
 constexpr int kAttnMaxSplits = 128;                  // splits of one KV head (the merge's shared weights)
 
-// One lane's DPL consecutive dims of a cache row (fp16) as floats.
-template <int DPL> __device__ __forceinline__ void load_row(const __half* p, float* out) {
-  static_assert(DPL == 2 || DPL == 4 || DPL == 8, "2, 4 or 8 dims a lane");
-  uint32_t w[DPL / 2];
+template <int DPL> __device__ __forceinline__ void load_row(const float* p, float* out) {
+  if constexpr (DPL == 8) {
+    const float4 v0 = __ldg(reinterpret_cast<const float4*>(p)), v1 = __ldg(reinterpret_cast<const float4*>(p) + 1);
+    out[0] = v0.x, out[1] = v0.y, out[2] = v0.z, out[3] = v0.w, out[4] = v1.x, out[5] = v1.y, out[6] = v1.z, out[7] = v1.w;
+  } else if constexpr (DPL == 4) {
+    const float4 v = __ldg(reinterpret_cast<const float4*>(p));
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+  } else {
+    const float2 v = __ldg(reinterpret_cast<const float2*>(p));
+    out[0] = v.x, out[1] = v.y;
+  }
+}
+template <int DPL> __device__ __forceinline__ void load_row(const uint16_t* p, float* out) {
   if constexpr (DPL == 8) {
     const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
-    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out[2 * i] = __uint_as_float(w[i] << 16), out[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
   } else if constexpr (DPL == 4) {
     const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
-    w[0] = v.x, w[1] = v.y;
+    out[0] = __uint_as_float(v.x << 16), out[1] = __uint_as_float(v.x & 0xFFFF0000u);
+    out[2] = __uint_as_float(v.y << 16), out[3] = __uint_as_float(v.y & 0xFFFF0000u);
   } else {
-    w[0] = __ldg(reinterpret_cast<const uint32_t*>(p));
-  }
-#pragma unroll
-  for (int i = 0; i < DPL / 2; ++i) {
-    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-    out[2 * i] = f.x, out[2 * i + 1] = f.y;
+    const uint32_t v = __ldg(reinterpret_cast<const uint32_t*>(p));
+    out[0] = __uint_as_float(v << 16), out[1] = __uint_as_float(v & 0xFFFF0000u);
   }
 }
 
@@ -76,11 +84,11 @@ template <int DPL, int G> constexpr size_t chunk_smem() {
   return (size_t(kAttnWarps) * G * (DPL * 32 + 2) + size_t(G) * DPL * 32 + size_t(kAttnWarps) * 40) * sizeof(float);
 }
 
-// One split (a block of kAttnThreads): q fp32 [G][hd] of the group; kc, vc this KV head's fp16 cache rows [.., hd]
+// One split (a block of kAttnThreads): q fp32 [G][hd] of the group; kc, vc this KV head's cache rows [.., hd]
 // (position t at t·hd); part: the split's partial. Shared memory: chunk_smem<DPL, G>() floats at sm. Ends with
 // a __syncthreads, so a persistent caller may run the next split on the same memory.
-template <int DPL, int G>
-__device__ __forceinline__ void attn_split(const float* q, const __half* kc, const __half* vc, int t0, int t1, float* part, float* sm) {
+template <int DPL, int G, typename KT>
+__device__ __forceinline__ void attn_split(const float* q, const KT* kc, const KT* vc, int t0, int t1, float* part, float* sm) {
   static_assert(G * kChunkP <= 32, "GQA group too large for one transposing sum");
   using CS = ChunkShape<G>;
   constexpr int P = kChunkP, HD = DPL * 32, VW = DPL >= 4 ? 4 : 2;  // q read as float4 (float2 at hd 64)
@@ -103,8 +111,8 @@ __device__ __forceinline__ void attn_split(const float* q, const __half* kc, con
 #pragma unroll
     for (int i = 0; i < DPL; ++i) o[g][i] = 0.f;
   }
-  const __half* kbase = kc + lane * DPL;
-  const __half* vbase = vc + lane * DPL;
+  const KT* kbase = kc + lane * DPL;
+  const KT* vbase = vc + lane * DPL;
   const int idx = lane >> CS::SH, g_me = idx / P, p_me = idx % P;
   for (int tc = t0 + warp * P; tc < t1; tc += kWarps * P) {
     float kr[P][DPL], vr[P][DPL];

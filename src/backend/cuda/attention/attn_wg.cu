@@ -1,22 +1,21 @@
-// Causal GQA flash attention for the prefill on Hopper wgmma (sm_90a): (1) kv_pack copies this layer's
-// cached K/V (fp16 [nkv, max_seq, hd], positions 0..pos0+M) once into planes the tiles load whole: K as key
-// rows [nkv][Np][hd], V transposed [nkv][hd][Np], zero past the last key; (2) flash_wg: a block = 128 queries
-// of one head, 2 warpgroups × 64 rows, Q as fp16 hi + lo resident in shared memory (128-byte swizzle),
-// 32-key tiles arriving by cp.async (K double-buffered, V single; V of tile j loads during S of tile j, K of
-// j + 1 during softmax and PV). S = Qh·K + Ql·K (wgmma m64n32k16 f16, both operands from shared memory),
-// online softmax in fp32 (exp2), P split into fp16 hi/lo straight from the S registers, O += Ph·V + Pl·V
-// (wgmma m64n{hd}k16, P from registers, Vᵀ in the 64-byte swizzle). K and V enter as they are stored (an
-// fp16 cache needs no split), q and P as ~22-bit hi + lo: two products per term. Output gate in the
-// epilogue. (It replaced bf16 hi/lo planes of all four operands, three products per term, which fp32
-// caches needed.)
-#include <cuda_fp16.h>
+// Causal GQA flash attention for the prefill on Hopper wgmma (sm_90a), split operands (fp32
+// caches, terms 3): (1) kv_split converts this layer's cached K/V (fp32 [nkv, max_seq, hd],
+// positions 0..pos0+M) once into bf16 hi/lo planes, K as key rows [2][nkv][Np][hd] and V
+// transposed [2][nkv][hd][Np], zero past the last key; (2) flash_wg: a block = 128 queries of one
+// head, 2 warpgroups × 64 rows, Q hi/lo resident in shared memory (128-byte swizzle), 32-key tiles
+// arriving by cp.async (K double-buffered, V single; V of tile j loads during S of tile j, K of
+// j + 1 during softmax and PV). S = Qh·Kh + Qh·Kl + Ql·Kh (wgmma m64n32k16, both operands from
+// shared memory), online softmax in fp32 (exp2), P split into bf16 hi/lo straight from the S
+// registers, O += Ph·Vh + Ph·Vl + Pl·Vh (wgmma m64n{hd}k16, P from registers, Vᵀ in the 64-byte
+// swizzle). Output gate in the epilogue. (The products of the mma.sync split-operand kernel it replaced.)
+#include <cuda_bf16.h>
 
 #include <algorithm>
 #include <mutex>
 
 #include "backend/cuda/common/common.cuh"
 #include "backend/cuda/step/prefill_ops.h"
-#include "backend/cuda/attention/wgmma_f16.cuh"
+#include "backend/cuda/attention/wgmma_bf16.cuh"
 #include "backend/cuda/common/wgmma_util.cuh"
 
 namespace lily::cuda::pf {
@@ -24,59 +23,66 @@ namespace {
 
 constexpr int kBQ = 128, kBN = 32, kPadKeys = 64;
 
-__device__ __forceinline__ uint32_t h2_bits(__half2 v) { return *reinterpret_cast<uint32_t*>(&v); }
-// hi = fp16(x), lo = fp16(x − hi) of two floats in [0, 1] (probabilities), packed (x0 in the low half).
+__device__ __forceinline__ uint32_t bf2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
+// hi = bf16(x), lo = bf16(x − hi) of two floats, packed (x0 in the low half).
 __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  const __half2 h = __floats2half2_rn(x0, x1);
-  const float2 hf = __half22float2(h);
-  hi = h2_bits(h);
-  lo = h2_bits(__floats2half2_rn(x0 - hf.x, x1 - hf.y));
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+  const float2 hf = __bfloat1622float2(h);
+  hi = bf2_bits(h);
+  lo = bf2_bits(__floats2bfloat162_rn(x0 - hf.x, x1 - hf.y));
 }
 
-// Grid (the largest Np / 64, nkv, segments), 256 threads; segment z: ks [nkv][Np][HD], vt [nkv][HD][Np]
-// (fp16 bits) from its caches' positions 0..pos0+M.
-template <int HD> __global__ void __launch_bounds__(256) kv_pack_kernel(AttnSegs segs, int nkv) {
-  __shared__ uint16_t tile[64][64 + 2];  // V: 64 keys × 64 dims (rows padded by 4 bytes: column reads spread banks)
+// Grid (the largest Np / 64, nkv, segments), 256 threads; segment z: ks [2][nkv][Np][HD], vt [2][nkv][HD][Np]
+// (bf16 bits) from its caches' positions 0..pos0+M.
+template <int HD> __global__ void __launch_bounds__(256) kv_split_kernel(AttnSegs segs, int nkv) {
+  __shared__ float tile[64][65];
   const AttnSeg& sg = segs.s[blockIdx.z];
   const int Np = sg.Np, max_seq = sg.max_seq, ntot = sg.pos0 + sg.M;
   if (int(blockIdx.x) * 64 >= Np) return;  // block-uniform
-  const uint16_t* __restrict__ kc = static_cast<const uint16_t*>(sg.kc);
-  const uint16_t* __restrict__ vc = static_cast<const uint16_t*>(sg.vc);
+  const float* __restrict__ kc = static_cast<const float*>(sg.kc);
+  const float* __restrict__ vc = static_cast<const float*>(sg.vc);
   uint16_t* ks = sg.ks;
-  uint16_t* vt = sg.ks + size_t(nkv) * Np * HD;
+  uint16_t* vt = sg.ks + size_t(2) * nkv * Np * HD;
   const int k0 = blockIdx.x * 64, h = blockIdx.y, tid = threadIdx.x;
   const size_t src0 = (size_t(h) * max_seq) * HD;
-  // K: 64 keys × HD, 8 values (16 bytes) per item.
-  for (int idx = tid; idx < 64 * HD / 8; idx += 256) {
-    const int r = idx / (HD / 8), c = idx % (HD / 8), key = k0 + r;
-    uint4 x = make_uint4(0, 0, 0, 0);
-    if (key < ntot) x = *reinterpret_cast<const uint4*>(kc + src0 + size_t(key) * HD + c * 8);
-    *reinterpret_cast<uint4*>(ks + (size_t(h) * Np + key) * HD + c * 8) = x;
+  const size_t plane_k = size_t(nkv) * Np * HD;
+  // K: 64 keys × HD, 4 floats per item.
+  for (int idx = tid; idx < 64 * HD / 4; idx += 256) {
+    const int r = idx / (HD / 4), c = idx % (HD / 4), key = k0 + r;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (key < ntot) x = *reinterpret_cast<const float4*>(kc + src0 + size_t(key) * HD + c * 4);
+    uint2 hi, lo;
+    split_pair(x.x, x.y, hi.x, lo.x);
+    split_pair(x.z, x.w, hi.y, lo.y);
+    const size_t o = (size_t(h) * Np + key) * HD + c * 4;
+    *reinterpret_cast<uint2*>(ks + o) = hi;
+    *reinterpret_cast<uint2*>(ks + plane_k + o) = lo;
   }
   // V transposed, 64 columns of d at a time through shared memory.
   for (int d0 = 0; d0 < HD; d0 += 64) {
     __syncthreads();
     for (int idx = tid; idx < 64 * 16; idx += 256) {
       const int r = idx / 16, c = idx % 16, key = k0 + r;
-      uint2 x = make_uint2(0, 0);
-      if (key < ntot) x = *reinterpret_cast<const uint2*>(vc + src0 + size_t(key) * HD + d0 + c * 4);
-      tile[r][c * 4 + 0] = uint16_t(x.x), tile[r][c * 4 + 1] = uint16_t(x.x >> 16);
-      tile[r][c * 4 + 2] = uint16_t(x.y), tile[r][c * 4 + 3] = uint16_t(x.y >> 16);
+      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (key < ntot) x = *reinterpret_cast<const float4*>(vc + src0 + size_t(key) * HD + d0 + c * 4);
+      tile[r][c * 4 + 0] = x.x, tile[r][c * 4 + 1] = x.y, tile[r][c * 4 + 2] = x.z, tile[r][c * 4 + 3] = x.w;
     }
     __syncthreads();
     for (int idx = tid; idx < 64 * 8; idx += 256) {
       const int d = idx % 64, kg = idx / 64;  // 8 consecutive keys kg·8.. of column d
-      uint4 v;
-      v.x = uint32_t(tile[kg * 8 + 0][d]) | (uint32_t(tile[kg * 8 + 1][d]) << 16);
-      v.y = uint32_t(tile[kg * 8 + 2][d]) | (uint32_t(tile[kg * 8 + 3][d]) << 16);
-      v.z = uint32_t(tile[kg * 8 + 4][d]) | (uint32_t(tile[kg * 8 + 5][d]) << 16);
-      v.w = uint32_t(tile[kg * 8 + 6][d]) | (uint32_t(tile[kg * 8 + 7][d]) << 16);
-      *reinterpret_cast<uint4*>(vt + (size_t(h) * HD + d0 + d) * Np + k0 + kg * 8) = v;
+      uint4 hi, lo;
+      split_pair(tile[kg * 8 + 0][d], tile[kg * 8 + 1][d], hi.x, lo.x);
+      split_pair(tile[kg * 8 + 2][d], tile[kg * 8 + 3][d], hi.y, lo.y);
+      split_pair(tile[kg * 8 + 4][d], tile[kg * 8 + 5][d], hi.z, lo.z);
+      split_pair(tile[kg * 8 + 6][d], tile[kg * 8 + 7][d], hi.w, lo.w);
+      const size_t o = (size_t(h) * HD + d0 + d) * Np + k0 + kg * 8;
+      *reinterpret_cast<uint4*>(vt + o) = hi;
+      *reinterpret_cast<uint4*>(vt + plane_k + o) = lo;
     }
   }
 }
 
-// K-major operand with 64-byte rows (32 fp16) in the 64-byte swizzle: 16-byte chunk c of row r at
+// K-major operand with 64-byte rows (32 bf16) in the 64-byte swizzle: 16-byte chunk c of row r at
 // r·64 + ((c ^ ((r >> 1) & 3)) << 4); 8-row atoms 512 bytes apart (SBO); base aligned to 512.
 __device__ __forceinline__ uint64_t sw64_desc(uint32_t saddr) {
   return uint64_t((saddr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(512 >> 4) << 32) | (uint64_t(2) << 62);
@@ -86,12 +92,12 @@ __device__ __forceinline__ uint32_t sw64_off(int r, int c) { return uint32_t(r *
 template <int HD> struct FwLayout {
   static constexpr int CB = HD / 64;                 // 64-column blocks of a row
   static constexpr int kQBlk = 64 * 128;             // one warpgroup's 64 rows × 64 columns
-  static constexpr int kQ = 2 * 2 * CB * kQBlk;      // [plane (hi, lo)][wg][cb]
+  static constexpr int kQ = 2 * 2 * CB * kQBlk;      // [plane][wg][cb]
   static constexpr int kKBlk = kBN * 128;            // 32 keys × 64 columns
-  static constexpr int kKStage = CB * kKBlk;         // [cb]
+  static constexpr int kKStage = 2 * CB * kKBlk;     // [plane][cb]
   static constexpr int kVPlane = HD * 64;            // HD rows × 32 keys
   static constexpr int kK = kQ, kV = kK + 2 * kKStage;
-  static constexpr int kSmem = kV + kVPlane + 1024;  // + slack to align to 1024
+  static constexpr int kSmem = kV + 2 * kVPlane + 1024;  // + slack to align to 1024
 };
 
 template <int N> __device__ __forceinline__ void fence_acc(float (&d)[N]) {
@@ -99,12 +105,12 @@ template <int N> __device__ __forceinline__ void fence_acc(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 template <int HD> __device__ __forceinline__ void pv_mma(float (&o)[HD / 2], const uint32_t (&a)[4], uint64_t desc) {
-  if constexpr (HD == 256) wgmma_f16_64x256_rs(o, a, desc, 1);
-  else if constexpr (HD == 128) wgmma_f16_64x128_rs(o, a, desc, 1);
-  else wgmma_64x64_rs(o, a, desc, 1);
+  if constexpr (HD == 256) wgmma_bf16_64x256_rs(o, a, desc, 1);
+  else if constexpr (HD == 128) wgmma_bf16_64x128_rs(o, a, desc, 1);
+  else wgmma_bf16_64x64_rs(o, a, desc, 1);
 }
 
-// The two S products chain into one accumulator (32 dependent wgmmas per tile at hd 256).
+// The three S products chain into one accumulator (48 dependent wgmmas per tile at hd 256).
 // Grid (query tiles of the longest segment, nh, segments): segment z's tiles, latest first.
 template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(AttnPrefillArgs base, AttnSegs segs) {
   using L = FwLayout<HD>;
@@ -115,14 +121,14 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(Attn
   const AttnPrefillArgs a = seg_attn_args(base, sg);
   const int Np = sg.Np;
   const uint16_t* ks = sg.ks;
-  const uint16_t* vt = sg.ks + size_t(a.nkv) * Np * HD;
+  const uint16_t* vt = sg.ks + size_t(2) * a.nkv * Np * HD;
   extern __shared__ __align__(16) unsigned char smraw[];
   unsigned char* sm = smraw + ((1024u - (smem_u32(smraw) & 1023u)) & 1023u);
   const uint32_t sq = smem_u32(sm), sk = sq + L::kK, sv = sq + L::kV;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w4 = warp & 3, g = lane >> 2, t = lane & 3;
   const int m0 = (nq - 1 - int(blockIdx.x)) * kBQ, h = blockIdx.y, kvh = h / (a.nh / a.nkv);
   const int kend = a.pos0 + min(m0 + kBQ, a.M), NJ = (kend + kBN - 1) / kBN;
-  const size_t qplane = size_t(a.M) * a.nh * HD;
+  const size_t qplane = size_t(a.M) * a.nh * HD, kplane = size_t(a.nkv) * Np * HD;
   const uint16_t* qb = static_cast<const uint16_t*>(a.qb);
 
   // Q: [plane][wg][cb] blocks of 64 rows × 128 bytes.
@@ -136,20 +142,21 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(Attn
   auto load_k = [&](int j) {
     if (j < NJ) {
       const uint32_t st = sk + uint32_t(j & 1) * L::kKStage;
-      for (int idx = tid; idx < kBN * (HD / 8); idx += 256) {
-        const int c16 = idx % (HD / 8), r = idx / (HD / 8);
-        const uint16_t* src = ks + (size_t(kvh) * Np + j * kBN + r) * HD + c16 * 8;
-        cp16_async(st + uint32_t((c16 / 8) * L::kKBlk) + sw128_off(r, c16 % 8), src, true);
+      for (int idx = tid; idx < 2 * kBN * (HD / 8); idx += 256) {
+        const int c16 = idx % (HD / 8), r = (idx / (HD / 8)) % kBN, pl = idx / (HD / 8) / kBN;
+        const uint16_t* src = ks + pl * kplane + (size_t(kvh) * Np + j * kBN + r) * HD + c16 * 8;
+        const int blk = pl * CB + c16 / 8;
+        cp16_async(st + uint32_t(blk * L::kKBlk) + sw128_off(r, c16 % 8), src, true);
       }
     }
     cp_async_commit();
   };
   auto load_v = [&](int j) {
     if (j < NJ) {
-      for (int idx = tid; idx < HD * (kBN / 8); idx += 256) {
-        const int c = idx % (kBN / 8), d = idx / (kBN / 8);
-        const uint16_t* src = vt + (size_t(kvh) * HD + d) * Np + j * kBN + c * 8;
-        cp16_async(sv + sw64_off(d, c), src, true);
+      for (int idx = tid; idx < 2 * HD * (kBN / 8); idx += 256) {
+        const int c = idx % (kBN / 8), d = (idx / (kBN / 8)) % HD, pl = idx / (kBN / 8) / HD;
+        const uint16_t* src = vt + pl * kplane + (size_t(kvh) * HD + d) * Np + j * kBN + c * 8;
+        cp16_async(sv + uint32_t(pl * L::kVPlane) + sw64_off(d, c), src, true);
       }
     }
     cp_async_commit();
@@ -180,9 +187,11 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(Attn
 #pragma unroll
       for (int k = 0; k < KS; ++k) {
         const uint32_t qo = uint32_t((k >> 2) * L::kQBlk + (k & 3) * 32), ko = uint32_t((k >> 2) * L::kKBlk + (k & 3) * 32);
-        const uint64_t dqh = sw128_desc(qh + qo), dql = sw128_desc(ql + qo), dk = sw128_desc(kst + ko);
-        wgmma_f16_64x32_ss(s, dqh, dk, k > 0);
-        wgmma_f16_64x32_ss(s, dql, dk, 1);
+        const uint64_t dqh = sw128_desc(qh + qo), dql = sw128_desc(ql + qo);
+        const uint64_t dkh = sw128_desc(kst + ko), dkl = sw128_desc(kst + uint32_t(CB * L::kKBlk) + ko);
+        wgmma_bf16_64x32_ss(s, dqh, dkh, k > 0);
+        wgmma_bf16_64x32_ss(s, dqh, dkl, 1);
+        wgmma_bf16_64x32_ss(s, dql, dkh, 1);
       }
       wg_commit();
     }
@@ -239,9 +248,10 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(Attn
       wg_arrive();
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
-        const uint64_t dv = sw64_desc(sv + uint32_t(kk * 32));
-        pv_mma<HD>(o, ph[kk], dv);
-        pv_mma<HD>(o, pl[kk], dv);
+        const uint64_t dvh = sw64_desc(sv + uint32_t(kk * 32)), dvl = sw64_desc(sv + uint32_t(L::kVPlane + kk * 32));
+        pv_mma<HD>(o, ph[kk], dvh);
+        pv_mma<HD>(o, ph[kk], dvl);
+        pv_mma<HD>(o, pl[kk], dvh);
       }
       wg_commit();
       wg_wait<0>();
@@ -292,8 +302,8 @@ template <int HD> Status launch(const AttnPrefillArgs& a, AttnSegs& g, cudaStrea
     LILY_CU_TRY(cudaFuncSetAttribute(flash_wg_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
     attr = true;
   }
-  // Each segment's planes at its own offset of the scratch: ks and vt.
-  auto planes = [&](int np) { return size_t(2) * a.nkv * np * HD; };
+  // Each segment's planes at its own offset of the scratch: ks and vt, 2 planes each.
+  auto planes = [&](int np) { return size_t(4) * a.nkv * np * HD; };
   size_t need = 0;
   int max_np = 0, max_nq = 0;
   for (int i = 0; i < g.n; ++i) {
@@ -317,9 +327,9 @@ template <int HD> Status launch(const AttnPrefillArgs& a, AttnSegs& g, cudaStrea
     g.s[i].ks = sc.p + off;
     off += planes(g.s[i].Np);
   }
-  kv_pack_kernel<HD><<<dim3(max_np / 64, a.nkv, g.n), 256, 0, s>>>(g, a.nkv);
-  LILY_TRY(launch_status("pf::kv_pack"));
-  if (a.prof) a.prof(a.prof_ctx, "attn: K/V planes (K rows, V transposed)");
+  kv_split_kernel<HD><<<dim3(max_np / 64, a.nkv, g.n), 256, 0, s>>>(g, a.nkv);
+  LILY_TRY(launch_status("pf::kv_split"));
+  if (a.prof) a.prof(a.prof_ctx, "attn: K/V split (bf16 hi/lo planes)");
   const dim3 grid(max_nq, a.nh, g.n);
   flash_wg_kernel<HD><<<grid, 256, L::kSmem, s>>>(a, g);
   return launch_status("pf::flash_wg");
@@ -329,6 +339,7 @@ template <int HD> Status launch(const AttnPrefillArgs& a, AttnSegs& g, cudaStrea
 
 Status attn_flash_wg(const AttnPrefillArgs& a, AttnSegs& g, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
+  if (!a.kv_f32 || a.terms != 3) return cu_err("pf::attn_flash_wg: needs fp32 caches and split operands");
   switch (a.hd) {
     case 64: return launch<64>(a, g, s);
     case 128: return launch<128>(a, g, s);

@@ -1,4 +1,4 @@
-// Batched attention decode, each sequence with its own fp16 K/V cache and length through pointer
+// Batched attention decode, each sequence with its own fp32 K/V cache and length through pointer
 // tables: attention.cu's prep, split and merge arithmetic (attn_common.cuh, attn_chunk.cuh), the splits
 // run by persistent blocks over the step's (row, kv head, split) items: a row's result is the batch-1 step's
 // bit for bit wherever both cut its positions into the same splits (attn_decode caps its splits at one wave
@@ -33,8 +33,8 @@ __global__ void battn_prep_kernel(BAttnArgs a) {
     a.q[size_t(row) * a.nh * hd + b * hd + d] = y;
   } else {
     const size_t at = (size_t(kvh) * a.cap[row] + pos) * hd + d;
-    st_kv(static_cast<__half*>(a.kc[row]) + at, y);
-    st_kv(static_cast<__half*>(a.vc[row]) + at, qkv[a.nh * a.qw + a.nkv * hd + kvh * hd + d]);
+    static_cast<float*>(a.kc[row])[at] = y;
+    static_cast<float*>(a.vc[row])[at] = qkv[a.nh * a.qw + a.nkv * hd + kvh * hd + d];
   }
 }
 
@@ -94,8 +94,8 @@ template <int DPL, int G> __global__ void __launch_bounds__(kThreads) battn_deco
     const int len = (n + nse - 1) / nse, t0 = split * len, t1 = min(n, t0 + len);
     const size_t kv0 = size_t(kvh) * a.cap[row] * HD;
     float* part = a.partial + size_t(row) * a.nkv * a.n_split * ws + (size_t(kvh) * a.n_split + split) * ws;
-    attn_split<DPL, G>(a.q + size_t(row) * a.nh * HD + size_t(kvh) * G * HD, static_cast<const __half*>(a.kc[row]) + kv0,
-                       static_cast<const __half*>(a.vc[row]) + kv0, t0, t1, part, sm);
+    attn_split<DPL, G, float>(a.q + size_t(row) * a.nh * HD + size_t(kvh) * G * HD, static_cast<const float*>(a.kc[row]) + kv0,
+                              static_cast<const float*>(a.vc[row]) + kv0, t0, t1, part, sm);
   }
 }
 

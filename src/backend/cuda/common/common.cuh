@@ -64,8 +64,6 @@ __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 // computes in fp32).
 __device__ __forceinline__ float ld_state(const __half* p) { return __half2float(*p); }
 __device__ __forceinline__ void st_state(__half* p, float v) { *p = __float2half_rn(v); }
-// The K/V caches' element: fp16 as well (rounded once when the row is written; attention computes in fp32).
-__device__ __forceinline__ void st_kv(__half* p, float v) { *p = __float2half_rn(v); }
 __device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 
 __device__ __forceinline__ float warp_sum(float v) {

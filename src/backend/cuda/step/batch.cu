@@ -7,7 +7,8 @@
 // H2D copy), so the step is captured once per batch size as a CUDA graph and replayed for any set
 // of sequences. Each row's result depends only on that row (batch invariant); with qgemm's two-pass
 // activations it stays within ~1e-5 of what forward() gives the sequence alone. Rows fall back to
-// the per-row loop where the batched kernels do not apply (DeltaNet heads wider than 256). B = 1 runs forward() (the batch-1 graph).
+// the per-row loop where the batched kernels do not apply (bf16 K/V states, DeltaNet heads wider than
+// 256). B = 1 runs forward() (the batch-1 graph).
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -487,6 +488,7 @@ Status CudaBackend::batch_step(std::span<SeqState* const> states, std::span<cons
       return cu_err("forward_batch: row {}'s token {} outside the vocabulary", b, tokens[size_t(b)]);
     for (int j = 0; j < b; ++j)
       if (seqs[size_t(j)] == r) return cu_err("forward_batch: rows {} and {} share one state", j, b);
+    if (!r->f32) batched = false;
   }
   if (!batched) return draw ? Backend::decode_draw(states, tokens, spec, out) : Backend::forward_batch(states, tokens, logits);
   LILY_TRY(batch_alloc(B));

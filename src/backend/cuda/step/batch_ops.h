@@ -78,7 +78,7 @@ constexpr size_t bgdn_prep_floats(int nk, int nv, int dk, int dv) {
 }
 Status bgdn_step(const BGdnArgs& a, Stream s);
 
-// Attention decode per row with fp16 K/V: prep (q/k norm, rope, cache write at pos[b]), split-K
+// Attention decode per row with fp32 K/V: prep (q/k norm, rope, cache write at pos[b]), split-K
 // decode over 0..pos[b] (splits as attn_decode: min(n_split, ⌈n/min_per_split⌉)), merge + gate.
 struct BAttnArgs {
   const float* qkv = nullptr;
@@ -86,7 +86,7 @@ struct BAttnArgs {
   const void* q_norm = nullptr;
   const void* k_norm = nullptr;
   float* q = nullptr;          // [B][nh·hd]
-  void* const* kc = nullptr;   // [B] fp16 [nkv, cap_b, hd]
+  void* const* kc = nullptr;   // [B] fp32 [nkv, cap_b, hd]
   void* const* vc = nullptr;
   const int32_t* cap = nullptr;  // [B] max_seq of each row's cache
   const int32_t* pos = nullptr;  // [B]

@@ -98,9 +98,9 @@ pf::GdnPrefillArgs CudaBackend::gdn_args(int i, CudaSeqState& st, int pos0, int 
   const auto& p = pf_;
   pf::GdnPrefillArgs g{};
   g.u = u, g.ldu = ldu, g.M = M;
-  // Conv window: fp32 [2, C, K-1] double-buffered by position parity.
-  const size_t wn = size_t(c.gdn_conv_dim()) * (c.linear_conv_kernel_dim - 1);
-  g.win_in = SL.conv + size_t(pos0 & 1) * wn, g.win_out = SL.conv + size_t((pos0 + M) & 1) * wn;
+  // Conv window: [2, C, K-1] double-buffered by position parity, fp32 or bf16 (st.f32).
+  const size_t wn = size_t(c.gdn_conv_dim()) * (c.linear_conv_kernel_dim - 1) * (st.f32 ? 2 : 1);  // uint16 units
+  g.win_in = SL.conv + size_t(pos0 & 1) * wn, g.win_out = SL.conv + size_t((pos0 + M) & 1) * wn, g.win_f32 = st.f32;
   g.conv_w = L.conv_w, g.A_log = L.A_log, g.dt_bias = L.dt_bias, g.gnorm = L.gnorm, g.S = SL.S;
   g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.K = c.linear_conv_kernel_dim, g.eps = c.rms_norm_eps;
   const size_t kd = size_t(c.gdn_key_dim()), vd = size_t(c.gdn_value_dim()), nv = size_t(c.linear_num_value_heads);
@@ -122,8 +122,12 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   const int E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
   const int pos0 = st.n + t0;
   const float eps = c.rms_norm_eps;
-  // A/B knob (numerics): LILY_PREFILL_TERMS (GEMM x: 2 fp16 hi+lo, 1 fp16, 0 fp32 CUDA-core reference).
+  // A/B knobs (numerics): LILY_PREFILL_TERMS (GEMM x: 2 fp16 hi+lo, 1 fp16, 0 fp32 CUDA-core reference),
+  // LILY_PREFILL_ATTN_TERMS (3: q/K/V/P as bf16 hi+lo, 1: bf16).
   const int terms = env_int("LILY_PREFILL_TERMS", 2, 0, 2), t2 = terms == 0 ? 0 : 2;
+  // LILY_PREFILL_ATTN_TERMS=0 runs the decode attention kernels token by token (slow; A/B only).
+  int attn_terms = env_int("LILY_PREFILL_ATTN_TERMS", 3, 0, 3);
+  if (attn_terms == 2 || (attn_terms == 3 && !st.f32)) attn_terms = 1;
   // Pipelined GEMMs (terms 1 and 2): each GEMM input is split once into fp16 hi/lo planes + group
   // sums (p.ah/al/axs), then read by every GEMM on that input (e.g. router, expert gate/up and shared
   // gate/up all read one split of hn). The 4-bit GEMMs run the Hopper wgmma kernel (gemm_wg.cu, 2
@@ -177,11 +181,32 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
       mark("attn: [q|k|v] gemm", s);
       pf::AttnPrefillArgs a{};
       a.u = p.u, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = L.q_norm, a.k_norm = L.k_norm;
-      a.kc = SL.kc, a.vc = SL.vc, a.qb = p.qb, a.out = p.o, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
+      a.kc = SL.kc, a.vc = SL.vc, a.kv_f32 = st.f32, a.terms = attn_terms, a.qb = p.qb, a.out = p.o, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
       a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim(), a.max_seq = st.cap;
       a.theta = c.rope_theta, a.eps = eps;
-      a.prof = prof_cb, a.prof_ctx = this;
-      LILY_TRY(pf::attn_prefill(a, s));
+      if (attn_terms == 0) {
+        // A/B: the decode kernels token by token (fp32 q/K/V, split-K over the cache).
+        LILY_CU_TRY(cudaStreamSynchronize(s));
+        *p.pos_host = pos0;
+        LILY_CU_TRY(cudaMemcpyAsync(&st.ctl->pos, p.pos_host, 4, cudaMemcpyHostToDevice, s));
+        AttnArgs d{};
+        d.q_norm = L.q_norm, d.k_norm = L.k_norm, d.q = q_, d.kc = SL.kc, d.vc = SL.vc, d.kv_f32 = st.f32;
+        d.partial = attn_partial_, d.ctl = st.ctl, d.nh = c.num_attention_heads, d.nkv = c.num_key_value_heads;
+        d.hd = c.head_dim, d.qw = a.qw, d.rot = c.rotary_dim(), d.max_seq = st.cap, d.n_split = attn_max_splits();
+        d.theta = c.rope_theta, d.eps = eps;
+        const int od = c.num_attention_heads * c.head_dim;
+        for (int m = 0; m < M; ++m) {
+          d.qkv = p.u + size_t(m) * ldu, d.out = p.o + size_t(m) * od;
+          LILY_TRY(attn_prep(d, s));
+          LILY_TRY(attn_decode(d, s));
+          LILY_TRY(bump_pos(st.ctl, s));
+        }
+        LILY_CU_TRY(cudaStreamSynchronize(s));  // pos_host is reused
+        mark("attn: prep+flash (decode kernels)", s);
+      } else {
+        a.prof = prof_cb, a.prof_ctx = this;
+        LILY_TRY(pf::attn_prefill(a, s));
+      }
       const int od = c.num_attention_heads * c.head_dim;
       LILY_TRY(split(p.o, od, M, od));
       LILY_TRY(gemm(L.o_proj, p.o, od, M, p.mix, H, terms));

@@ -80,20 +80,21 @@ Status moe_combine(const float* yd, const float* ys, const int32_t* slot_of, con
                    int top_k, float* out, Stream s);
 
 // ---- Gated DeltaNet prefill (gdn_prefill.cu) -------------------------------------------------
-// u: fp32 [M, ldu] = [qkv (C) | z (vd) | a (nv) | b (nv)] projections. win_in/win_out: fp32
+// u: fp32 [M, ldu] = [qkv (C) | z (vd) | a (nv) | b (nv)] projections. win_in/win_out: bf16
 // [C, K-1] conv windows (oldest first) before / after these M tokens (may alias). S: fp16
-// [nv, 128, 128]. Outputs: o fp32 [M, nv·128] = w ⊙ rms(o_raw) ⊙ silu(z) (gated norm applied).
+// [nv, 128, 128]. win_f32: the windows hold fp32 instead of bf16. Outputs: o fp32 [M, nv·128] = w ⊙ rms(o_raw) ⊙ silu(z) (gated norm applied).
 struct GdnPrefillArgs {
   const float* u = nullptr;
   int ldu = 0, M = 0;
-  const float* win_in = nullptr;
-  float* win_out = nullptr;
+  const void* win_in = nullptr;
+  void* win_out = nullptr;
   const void* conv_w = nullptr;  // bf16 [C, K]
   const float* A_log = nullptr;
   const void* dt_bias = nullptr;
   const void* gnorm = nullptr;   // bf16 [128]
   uint16_t* S = nullptr;  // fp16 bits [nv, 128, 128] (read once, written once a call; fp32 arithmetic)
   int nk = 0, nv = 0, K = 4;
+  bool win_f32 = true;
   float eps = 1e-6f;
   // scratch: qn, kn fp32 [M, nk·128]; v fp32 [M, nv·128]; g, beta fp32 [M, nv]; o_raw [M, nv·128]
   float *qn = nullptr, *kn = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr, *o_raw = nullptr;
@@ -126,10 +127,13 @@ __device__ __forceinline__ const GdnPrefillArgs& seg_args(const GdnPrefillArgs& 
 
 // ---- attention prefill (attn_prefill.cu) -----------------------------------------------------
 // u: fp32 [M, ldu] = [q (nh·qw, per head [q | gate] when qw = 2hd) | k (nkv·hd) | v (nkv·hd)].
-// Writes K/V of positions pos0..pos0+M-1 into kc/vc (fp16 [nkv, max_seq, hd]) after k RMSNorm +
+// Writes K/V of positions pos0..pos0+M-1 into kc/vc ([nkv, max_seq, hd], fp32 when kv_f32 else
+// bf16) after k RMSNorm +
 // RoPE, then causal GQA flash attention of the M queries over positions 0..pos0+m, output gate
-// applied: out fp32 [M, nh·hd]. qb: scratch fp16 [2][M, nh, hd] (q hi, q lo). The wgmma kernel
-// (attn_wg.cu): K and V enter the MMAs as stored, q and P as fp16 hi + lo, two MMAs per product.
+// applied: out fp32 [M, nh·hd]. qb: scratch bf16 [terms == 3 ? 2 : 1][M, nh, hd] (q hi, q lo).
+// terms = 3 (fp32 caches only; the wgmma kernel, attn_wg.cu): q, K, V and P enter the MMAs as bf16
+// hi + lo, three MMAs per product (~16-bit operands); terms = 1: plain bf16 operands (the mma.sync
+// kernel, attn_prefill.cu).
 struct AttnPrefillArgs {
   const float* u = nullptr;
   int ldu = 0, M = 0, pos0 = 0;
@@ -140,6 +144,8 @@ struct AttnPrefillArgs {
   void* qb = nullptr;
   float* out = nullptr;
   int nh = 0, nkv = 0, hd = 0, qw = 0, rot = 0, max_seq = 0;
+  bool kv_f32 = true;
+  int terms = 3;
   double theta = 1e7;
   float eps = 1e-6f;
   void (*prof)(void* ctx, const char* what) = nullptr;  // as GdnPrefillArgs::prof
@@ -148,16 +154,16 @@ struct AttnPrefillArgs {
 Status attn_prefill(const AttnPrefillArgs& a, Stream s);
 // Several sequences' prompt segments in one launch per kernel (the mixed step's segments: one launch of
 // 16 heads × one 128-query tile a segment left most of the GPU idle, ~80 µs a segment and layer at 96
-// tokens on an H100). base holds what the segments share (norms, shapes, theta, eps, ldu); each
+// tokens on an H100). base holds what the segments share (norms, shapes, terms, theta, eps, ldu); each
 // AttnSeg its rows' projections u [M][ldu] and output rows out [M][nh·hd], its caches, its own q scratch
-// qb (2 planes × M × nh × hd fp16) and positions. ks is set here.
+// qb (2 planes × M × nh × hd bf16 at terms 3) and positions. ks is set here.
 struct AttnSeg {
   const float* u = nullptr;
   float* out = nullptr;
   void* kc = nullptr;
   void* vc = nullptr;
   void* qb = nullptr;
-  uint16_t* ks = nullptr;  // this segment's K and Vᵀ planes (attn_flash_wg's scratch)
+  uint16_t* ks = nullptr;  // this segment's split K/V planes (attn_flash_wg's scratch)
   int M = 0, pos0 = 0, max_seq = 0, Np = 0;
 };
 constexpr int kMaxAttnSegs = 16;  // segments a launch takes (kernel parameters); more run in groups
@@ -174,9 +180,10 @@ __host__ __device__ inline AttnPrefillArgs seg_attn_args(AttnPrefillArgs base, c
   return base;
 }
 #endif
-// The flash step alone on wgmma (after prep wrote q and the segments' K/V):
-// copies each segment's cache positions 0..pos0+M into K and Vᵀ planes (scratch grown on demand), then
+// The flash step alone on wgmma (terms 3, fp32 caches; after prep wrote q and the segments' K/V):
+// converts each segment's cache positions 0..pos0+M into bf16 hi/lo planes (scratch grown on demand), then
 // the causal GQA flash attention of every segment, one launch each. Called by attn_prefill_segments.
 Status attn_flash_wg(const AttnPrefillArgs& base, AttnSegs& segs, Stream s);
+Status attn_prefill_init();
 
 }  // namespace lily::cuda::pf
