@@ -105,12 +105,27 @@ void gemv_range_case(int rows, int cols, int lo, int hi, int spike = -2) {
   }
   std::vector<float> ref(rows);
   cpu::qmatmul(W.w, x.data(), 1, cols, ref.data(), rows, true);
+  // Σ_j |s·q_j·x_j| + |b·x_j| per row: with x spanning 2^24 the large terms of a row can cancel to an output far
+  // below them, and two fp32 sums in different orders (kernel, reference) then differ by their rounding, which
+  // scales with this sum, not with |ref| (H100, 2026-12-06: 2.7e-4 at an output of −0.075 whose terms reach ~1e4,
+  // ~2^-26 of the sum); 2^-20 of it is allowed on top of the usual bound.
+  std::vector<float> cond(rows);
+  const int G = cols / 64;
+  for (int r = 0; r < rows; ++r) {
+    double t = 0;
+    for (int j = 0; j < cols; ++j) {
+      const float q = float((W.codes[(size_t(r) * cols + j) / 8] >> (4 * (j % 8))) & 15u);
+      const float s = bf16_to_f32(W.sc[size_t(r) * G + j / 64]), b = bf16_to_f32(W.bi[size_t(r) * G + j / 64]);
+      t += (std::fabs(s * q) + std::fabs(b)) * std::fabs(x[size_t(j)]);
+    }
+    cond[size_t(r)] = float(std::ldexp(t, -20));
+  }
   DBuf<float> dx(x), dy(rows);
   cuda::GemvArgs a{};
   a.w = D.q, a.in = dx.p, a.y = dy.p, a.tc = g_tc;
   ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
   const std::string what = spike == -2 ? fmt::format("x·2^[-{},{}]", lo, hi) : spike < 0 ? "x = 0" : "one nonzero x";
-  check("gemv q4 " + what, dims({rows, cols}), dy.down(), ref, 1e-4f, 1e-3f);
+  check("gemv q4 " + what, dims({rows, cols}), dy.down(), ref, 1e-4f, 1e-3f, &cond);
 }
 void lm_head_case(int V, int H, bool tie);
 // lm_head as the decode step runs it: add + RMSNorm prologue, argmax epilogue.
