@@ -107,8 +107,8 @@ void gemv_range_case(int rows, int cols, int lo, int hi, int spike = -2) {
   cpu::qmatmul(W.w, x.data(), 1, cols, ref.data(), rows, true);
   // Σ_j |s·q_j·x_j| + |b·x_j| per row: with x spanning 2^24 the large terms of a row can cancel to an output far
   // below them, and two fp32 sums in different orders (kernel, reference) then differ by their rounding, which
-  // scales with this sum, not with |ref| (H100, 2026-12-06: 2.7e-4 at an output of −0.075 whose terms sum to ~2e4 in magnitude,
-  // ~2^-26 of the sum); 2^-20 of it is allowed on top of the usual bound.
+  // scales with this sum, not with |ref| (H100, 2026-12-06: 2.7e-4 at an output of −0.075 whose terms' magnitudes
+  // sum to ~2e4, ~2^-26 of it); 2^-20 of the sum is allowed on top of the usual bound.
   std::vector<float> cond(rows);
   const int G = cols / 64;
   for (int r = 0; r < rows; ++r) {
