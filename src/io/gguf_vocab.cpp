@@ -76,12 +76,22 @@ Status fill_tokens(const json& tok, int vocab_size, Vocab& v) {
     have[size_t(id)] = true;
     return Status::ok();
   };
+  // An id must be a JSON integer before it is read as one (a float such as 1e300 cast to an integer is undefined).
+  auto id_of = [&](const json& id, const std::string& text) -> Result<int64_t> {
+    if (!id.is_number_integer()) return Status::error(fmt::format("tokenizer.json: '{}' has no integer id", text));
+    if (id.is_number_unsigned() && id.get<uint64_t>() > uint64_t(INT64_MAX)) return int64_t(-1);  // outside: put() says so
+    return id.get<int64_t>();
+  };
   if (!model.at("vocab").is_object()) return Status::error("tokenizer.json: model.vocab is not an object");
-  for (const auto& [text, id] : model.at("vocab").items()) LILY_TRY(put(id.get<int64_t>(), text, TokenType::Normal));
+  for (const auto& [text, id] : model.at("vocab").items()) {
+    LILY_ASSIGN_OR_RETURN(const int64_t i, id_of(id, text));
+    LILY_TRY(put(i, text, TokenType::Normal));
+  }
   for (const auto& a : tok.value("added_tokens", json::array())) {
     const std::string text = a.at("content").get<std::string>();
     const bool control = a.value("special", false) || looks_special(text);
-    LILY_TRY(put(a.at("id").get<int64_t>(), text, control ? TokenType::Control : TokenType::UserDefined));
+    LILY_ASSIGN_OR_RETURN(const int64_t i, id_of(a.at("id"), text));
+    LILY_TRY(put(i, text, control ? TokenType::Control : TokenType::UserDefined));
   }
   for (int id = 0; id < vocab_size; ++id)
     if (!have[size_t(id)]) v.tokens[size_t(id)] = fmt::format("[PAD{}]", id);

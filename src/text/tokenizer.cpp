@@ -98,14 +98,20 @@ Status Tokenizer::init_from_json(const std::string& text) {
 
   for (const auto& a : j.value("added_tokens", nlohmann::json::array())) {
     AddedToken t;
-    t.id = a.at("id").get<int32_t>();
     t.content = a.at("content").get<std::string>();
+    // An integer id in range, checked before it is read as one (a float such as 1e300 cast to int is undefined;
+    // found by tokenizer_json_fuzz).
+    const nlohmann::json& idj = a.at("id");
+    if (!idj.is_number_integer()) return errorf("tokenizer.json: added token '{}' has no integer id", t.content);
+    if (!idj.is_number_unsigned() && idj.get<int64_t>() < 0)
+      return errorf("tokenizer.json: added token '{}' has negative id", t.content);
+    if (idj.get<uint64_t>() > uint64_t(INT32_MAX)) return errorf("tokenizer.json: added token '{}' has an id past {}", t.content, INT32_MAX);
+    t.id = int32_t(idj.get<uint64_t>());
     t.single_word = a.value("single_word", false);
     t.lstrip = a.value("lstrip", false);
     t.rstrip = a.value("rstrip", false);
     t.special = a.value("special", false);
     t.normalized = a.value("normalized", !t.special);
-    if (t.id < 0) return errorf("tokenizer.json: added token '{}' has negative id", t.content);
     if (!utf8::is_valid(t.content)) return errorf("tokenizer.json: added token {} is not UTF-8", t.id);
     if (auto vid = model_->token_to_id(t.content); vid && *vid != t.id)
       return errorf("tokenizer.json: added token '{}' has id {} but the vocab has it as {}", t.content, t.id, *vid);

@@ -161,5 +161,18 @@ TEST(AddedTokens, UnsupportedComponentsFailNamingThem) {
   }
 }
 
+// An added token's id must be a JSON integer in [0, INT32_MAX]: anything else is an error naming the token, never
+// a cast of a float or a huge value (tokenizer_json_fuzz found `"id": 1e300` read as an int, undefined behaviour).
+TEST(AddedTokens, IdsThatAreNotSmallIntegersAreErrors) {
+  const nlohmann::json ids[] = {1e300, -1e300, 1.5, -5, int64_t(1) << 40, uint64_t(1) << 63, "7", nullptr};
+  for (const auto& id : ids) {
+    auto j = base_json();
+    j["added_tokens"][0]["id"] = id;
+    auto r = Tokenizer::from_json_text(j.dump(), "");
+    ASSERT_FALSE(r.is_ok()) << id.dump();
+    EXPECT_NE(r.message().find("tokenizer.json"), std::string::npos) << id.dump() << ": " << r.message();
+  }
+}
+
 }  // namespace
 }  // namespace lily
