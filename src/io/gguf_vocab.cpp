@@ -11,6 +11,7 @@
 
 #include "core/file.h"
 #include "core/json_depth.h"
+#include "core/json_int.h"
 
 namespace lily::gguf {
 namespace {
@@ -69,29 +70,20 @@ Status fill_tokens(const json& tok, int vocab_size, Vocab& v) {
   v.tokens.assign(size_t(vocab_size), "");
   v.types.assign(size_t(vocab_size), int32_t(TokenType::Unused));
   std::vector<bool> have(size_t(vocab_size), false);
-  auto put = [&](int64_t id, const std::string& text, TokenType type) -> Status {
-    if (id < 0 || id >= vocab_size) return errorf("tokenizer.json: id {} of '{}' is outside the vocab of {}", id, text, vocab_size);
-    v.tokens[size_t(id)] = text;
-    v.types[size_t(id)] = int32_t(type);
-    have[size_t(id)] = true;
+  auto put = [&](const json& idj, const std::string& text, TokenType type) -> Status {
+    const auto id = json_int(idj, 0, int64_t(vocab_size) - 1);
+    if (!id) return errorf("tokenizer.json: the id of '{}' is no integer inside the vocab of {}", text, vocab_size);
+    v.tokens[size_t(*id)] = text;
+    v.types[size_t(*id)] = int32_t(type);
+    have[size_t(*id)] = true;
     return Status::ok();
   };
-  // An id must be a JSON integer before it is read as one (a float such as 1e300 cast to an integer is undefined).
-  auto id_of = [&](const json& id, const std::string& text) -> Result<int64_t> {
-    if (!id.is_number_integer()) return Status::error(fmt::format("tokenizer.json: '{}' has no integer id", text));
-    if (id.is_number_unsigned() && id.get<uint64_t>() > uint64_t(INT64_MAX)) return int64_t(-1);  // outside: put() says so
-    return id.get<int64_t>();
-  };
   if (!model.at("vocab").is_object()) return Status::error("tokenizer.json: model.vocab is not an object");
-  for (const auto& [text, id] : model.at("vocab").items()) {
-    LILY_ASSIGN_OR_RETURN(const int64_t i, id_of(id, text));
-    LILY_TRY(put(i, text, TokenType::Normal));
-  }
+  for (const auto& [text, id] : model.at("vocab").items()) LILY_TRY(put(id, text, TokenType::Normal));
   for (const auto& a : tok.value("added_tokens", json::array())) {
     const std::string text = a.at("content").get<std::string>();
     const bool control = a.value("special", false) || looks_special(text);
-    LILY_ASSIGN_OR_RETURN(const int64_t i, id_of(a.at("id"), text));
-    LILY_TRY(put(i, text, control ? TokenType::Control : TokenType::UserDefined));
+    LILY_TRY(put(a.at("id"), text, control ? TokenType::Control : TokenType::UserDefined));
   }
   for (int id = 0; id < vocab_size; ++id)
     if (!have[size_t(id)]) v.tokens[size_t(id)] = fmt::format("[PAD{}]", id);

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_int.h"
 #include "text/byte_level.h"
 
 namespace lily {
@@ -52,11 +53,10 @@ Result<std::unique_ptr<BpeModel>> BpeModel::from_json(const nlohmann::json& m) {
   model->vocab_.reserve(m["vocab"].size() * 2);
   model->bytes_vocab_.reserve(m["vocab"].size() * 2);
   for (auto& [tok, idj] : m["vocab"].items()) {
-    if (!idj.is_number_integer()) return errorf("tokenizer.json: vocab entry '{}' has no integer id", tok);
-    int64_t id = idj.get<int64_t>();
-    if (id < 0 || id > INT32_MAX / 2) return errorf("tokenizer.json: vocab id {} out of range", id);
-    model->vocab_.emplace(tok, static_cast<int32_t>(id));
-    max_id = std::max(max_id, static_cast<int32_t>(id));
+    const auto id = json_int(idj, 0, INT32_MAX / 2);
+    if (!id) return errorf("tokenizer.json: vocab entry '{}' has no integer id in [0, {}]", tok, INT32_MAX / 2);
+    model->vocab_.emplace(tok, static_cast<int32_t>(*id));
+    max_id = std::max(max_id, static_cast<int32_t>(*id));
   }
   model->id_to_token_.assign(static_cast<size_t>(max_id + 1), std::string());
   model->has_id_.assign(static_cast<size_t>(max_id + 1), false);

@@ -13,6 +13,7 @@
 
 #include "core/file.h"
 #include "core/json_depth.h"
+#include "core/json_int.h"
 #include "text/byte_level.h"
 #include "text/utf8.h"
 
@@ -99,14 +100,9 @@ Status Tokenizer::init_from_json(const std::string& text) {
   for (const auto& a : j.value("added_tokens", nlohmann::json::array())) {
     AddedToken t;
     t.content = a.at("content").get<std::string>();
-    // An integer id in range, checked before it is read as one (a float such as 1e300 cast to int is undefined;
-    // found by tokenizer_json_fuzz).
-    const nlohmann::json& idj = a.at("id");
-    if (!idj.is_number_integer()) return errorf("tokenizer.json: added token '{}' has no integer id", t.content);
-    if (!idj.is_number_unsigned() && idj.get<int64_t>() < 0)
-      return errorf("tokenizer.json: added token '{}' has negative id", t.content);
-    if (idj.get<uint64_t>() > uint64_t(INT32_MAX)) return errorf("tokenizer.json: added token '{}' has an id past {}", t.content, INT32_MAX);
-    t.id = int32_t(idj.get<uint64_t>());
+    const auto id = json_int(a.at("id"), 0, INT32_MAX);  // (tokenizer_json_fuzz: a 43-digit id read as an int)
+    if (!id) return errorf("tokenizer.json: added token '{}' has no integer id in [0, {}]", t.content, INT32_MAX);
+    t.id = int32_t(*id);
     t.single_word = a.value("single_word", false);
     t.lstrip = a.value("lstrip", false);
     t.rstrip = a.value("rstrip", false);
