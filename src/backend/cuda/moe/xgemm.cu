@@ -1,16 +1,20 @@
-// xgemm (contract in xgemm.h): persistent blocks of 8 warps walk the work units of qgemm's items mode
-// (unit = one item × one tile of 8 warp blocks × one chunk of BM = 8·NT activation rows). The block stages
-// the unit's activation rows (fp16 hi [+ lo], and the group sums) in shared memory in chunks of KC columns
-// through two buffers, the next chunk (or the next unit's first) loading while one computes; each warp
-// streams its 16-row weight block's groups from HBM into a ring of kD register slots, kD groups ahead, the
-// ring running on into the warp's block of the next unit, so the weight loads never stop at a unit boundary.
-// Per group: four k-steps of m16n8k16 (weights as A, activation rows as B) into a zeroed partial, then
-// y += (scale·2^-e)·part + bias·Σx, exactly as qgemm.
+// xgemm (contract in xgemm.h): persistent blocks of two warpgroups walk the work units of qgemm's items
+// mode (unit = one item × one tile of 8 warp blocks × one chunk of BM = 8·NT activation rows). The block
+// stages the unit's activation rows (fp16 hi [+ lo], and the group sums) in shared memory in chunks of KC
+// columns through two buffers, the next chunk (or the next unit's first) loading while one computes; each
+// warp streams its 16-row weight block's groups from HBM into a ring of kD register slots, kD groups ahead,
+// the ring running on into the warp's block of the next unit, so the weight loads never stop at a unit
+// boundary. Per group a warpgroup (4 blocks = 64 weight rows, the A operand from registers) runs four
+// wgmma k-steps (eight with two passes) over the group's activation tile (the B operand, read by the
+// tensor cores from shared memory once for the 64 rows: mma.sync made each warp read it, which bound the
+// kernel on shared memory) into a zeroed partial, then y += (scale·2^-e)·part + bias·Σx in fp32 (qgemm's
+// formula). The wgmma width is the unit's rows rounded up to 8, 16, 32 or 64.
 #include <cuda_fp16.h>
 
 #include <algorithm>
 
 #include "backend/cuda/common/common.cuh"
+#include "backend/cuda/common/wgmma_util.cuh"
 #include "backend/cuda/gemm/q4_mma.cuh"
 #include "backend/cuda/moe/xgemm.h"
 
@@ -29,19 +33,30 @@ struct XArgs {
 };
 
 // ---- the fragment copy ----
-// Thread per (block, group, lane): four code words, and (lanes with tq == 0) the {sb(r0), sb(r1)} pair.
+// Thread per (block, group, lane 4·gq + t): per row (r0, r1) two words, words 0..3 and 4..7 of the row's
+// eight, word w's nibbles t and t + 4 at bits 4(w & 3) and 16 + 4(w & 3); and (lanes with t == 0) the
+// {sb(r0), sb(r1)} pair.
+__device__ __forceinline__ uint2 lane_nibbles(const uint32_t* c, int t) {
+  uint32_t lo = 0, hi = 0;
+#pragma unroll
+  for (int w = 0; w < 8; ++w) {
+    const uint32_t v = (c[w] >> (4 * t)) & 0x000F000Fu;
+    (w < 4 ? lo : hi) |= v << (4 * (w & 3));
+  }
+  return make_uint2(lo, hi);
+}
 __global__ void frag_pack_kernel(QW a, QW b, int ra, int oa, int rb, int ob, int blocks, uint32_t* codes, uint32_t* sb) {
   const int nG = a.cols / 64, wpr = a.cols / 8;
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x, n = size_t(blocks) * nG * 32;
   if (i >= n) return;
   const int lane = int(i & 31), G = int((i >> 5) % size_t(nG));
   const size_t blk = (i >> 5) / size_t(nG);
-  const int gq = lane >> 2, tq = lane & 3;
+  const int gq = lane >> 2, t = lane & 3;
   const size_t r0 = size_t(ra) * blk + size_t(oa) + gq, r1 = size_t(rb) * blk + size_t(ob) + gq;
-  const uint32_t* c0 = a.codes + r0 * wpr + size_t(G) * 8 + 2 * tq;
-  const uint32_t* c1 = b.codes + r1 * wpr + size_t(G) * 8 + 2 * tq;
-  reinterpret_cast<uint4*>(codes)[i] = make_uint4(c0[0], c0[1], c1[0], c1[1]);
-  if (tq == 0) {
+  const uint2 n0 = lane_nibbles(a.codes + r0 * wpr + size_t(G) * 8, t);
+  const uint2 n1 = lane_nibbles(b.codes + r1 * wpr + size_t(G) * 8, t);
+  reinterpret_cast<uint4*>(codes)[i] = make_uint4(n0.x, n0.y, n1.x, n1.y);
+  if (t == 0) {
     const uint32_t* s0 = reinterpret_cast<const uint32_t*>(a.sb) + r0 * nG + G;
     const uint32_t* s1 = reinterpret_cast<const uint32_t*>(b.sb) + r1 * nG + G;
     reinterpret_cast<uint2*>(sb)[(i >> 5) * 8 + gq] = make_uint2(*s0, *s1);
@@ -89,17 +104,57 @@ __device__ __forceinline__ uint2 ld_stream2(const uint2* p) {
   return v;
 }
 
+// Bytes of one activation buffer of BM rows × KC columns (x hi [+ lo], {Σx, 2^-e}), 1024-aligned.
+__host__ __device__ constexpr size_t x_bytes(int BM, int KC, int terms) {
+  return (size_t(BM) * KC * 2 * terms + size_t(BM) * (KC / 64) * 8 + 1023) / 1024 * 1024;
+}
+
+// One group at wgmma width N (the unit's rows rounded up to 8, 16, 32 or 64): four k-steps of the hi plane,
+// then (two passes) four of the lo plane, into a zeroed partial; then, per 8-row tile n holding rows,
+// acc[n] += (scale·2^-e)·part + bias·Σx. sb: {sb(r0), sb(r1)}; sxs: the chunk's {Σx, 2^-e} [BM][gpc].
+template <int N, int NT, int TERMS>
+__device__ __forceinline__ void group_mma(float (&acc)[NT][4], const uint32_t (&af)[4][4], uint64_t dh, uint64_t dl,
+                                          uint2 sb, const float2* sxs, int gpc, int Gl, int nsub, int tq) {
+  float part[N / 2];
+  pf::wg_arrive();
+#pragma unroll
+  for (int s = 0; s < 4; ++s) pf::wgmma_rs<N>(part, af[s], dh + 2 * s, s > 0);
+  if constexpr (TERMS == 2) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) pf::wgmma_rs<N>(part, af[s], dl + 2 * s, 1);
+  }
+  pf::wg_commit();
+  const float s0 = __uint_as_float(sb.x << 16), b0 = __uint_as_float(sb.x & 0xFFFF0000u);
+  const float s1 = __uint_as_float(sb.y << 16), b1 = __uint_as_float(sb.y & 0xFFFF0000u);
+  pf::wg_wait<0>();
+  pf::fence_regs(part);
+#pragma unroll
+  for (int n = 0; n < N / 8; ++n) {
+    if (n >= nsub) break;
+    const int m = 8 * n + 2 * tq;
+    const float2 xa = sxs[m * gpc + Gl], xb = sxs[(m + 1) * gpc + Gl];
+    float* cc = acc[n];
+    const float* pp = part + 4 * n;
+    cc[0] = fmaf(s0 * xa.y, pp[0], fmaf(b0, xa.x, cc[0]));
+    cc[1] = fmaf(s0 * xb.y, pp[1], fmaf(b0, xb.x, cc[1]));
+    cc[2] = fmaf(s1 * xa.y, pp[2], fmaf(b1, xa.x, cc[2]));
+    cc[3] = fmaf(s1 * xb.y, pp[3], fmaf(b1, xb.x, cc[3]));
+  }
+}
+
 template <int NT, int MODE, int TERMS>
-__global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
+__global__ void __launch_bounds__(kThreads, NT == 8 ? 1 : 2) xgemm_kernel(XArgs g) {
   constexpr int BM = 8 * NT;
-  extern __shared__ __align__(16) uint8_t sm[];
+  extern __shared__ __align__(16) uint8_t smraw[];
+  uint8_t* sm = smraw + ((1024u - (smem_u32(smraw) & 1023u)) & 1023u);
   const QGemmArgs& a = g.a;
   const int K = g.K, nG = g.nG;
-  // Shared memory: two activation buffers, each one chunk of KC columns of the unit's rows: x hi [BM][KC]
-  // fp16 (16-byte chunk q of row m at ((q ^ (m & 1)) << 4)), x lo the same, {Σx, 2^-e} [BM][KC/64]; then
-  // the swiglu epilogue's [kWarps][BM] {max, sum} and [BM] scales, the items and their unit prefix.
+  // Shared memory (1024-aligned): two activation buffers, each one chunk of KC columns of the unit's rows:
+  // x hi as KC/64 group tiles of [BM rows][128 bytes] in the 128-byte swizzle (the wgmma B operand), x lo
+  // the same, {Σx, 2^-e} [BM][KC/64]; then the swiglu epilogue's [kWarps][BM] {max, sum} and [BM] scales,
+  // the items and their unit prefix.
   const int KC = g.KC, gpc = KC / 64, nC = K / KC;  // groups a chunk, chunks a unit
-  const size_t plane = size_t(BM) * KC * 2, xbytes = plane * TERMS + size_t(BM) * gpc * 8;
+  const size_t plane = size_t(BM) * KC * 2, xbytes = x_bytes(BM, KC, TERMS);
   float2* red = reinterpret_cast<float2*>(sm + xbytes * 2);
   float* rsc = reinterpret_cast<float*>(red + kWarps * BM);
   int4* its = reinterpret_cast<int4*>(rsc + BM);
@@ -134,7 +189,6 @@ __global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
   if (int(blockIdx.x) >= n_units) return;
 
   // The ring: slot d holds the stream's group ≡ d (mod kD) (nG % kD == 0, so a unit starts at slot 0).
-  // kD = 4: 4 × 528 bytes in flight a warp, 34 KB an SM at two blocks (kD = 8 spilled at 128 registers).
   uint4 rc[kD];
   uint2 rs[kD];
   int lu = blockIdx.x, lg = 0;  // the load cursor: unit, group
@@ -153,15 +207,14 @@ __global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
   for (int d = 0; d < kD; ++d) load(d);
 
   // Chunk h (columns [h·KC, +KC)) of unit t's activation rows into buffer b (rows past m_cnt zero), as one
-  // cp.async group.
+  // cp.async group: 16-byte piece q of group G of row m at G·BM·128 + m·128 + ((q ^ (m & 7)) << 4).
   auto stage_x = [&](const Unit& t, int h, int b) {
     uint8_t* bx = sm + xbytes * b;
-    const int cpr = KC / 8;  // 16-byte chunks per row
-    for (int c = tid; c < BM * cpr; c += kThreads) {
-      const int m = c / cpr, q = c - m * cpr;
+    for (int c = tid; c < BM * gpc * 8; c += kThreads) {
+      const int q = c & 7, mg = c >> 3, m = mg / gpc, G = mg - m * gpc;
       const bool ok = m < t.m_cnt;
-      const size_t src = (ok ? size_t(__ldg(a.xrow + t.e0 + m)) * a.ldx : 0) + size_t(h) * KC + q * 8;
-      const uint32_t dst = smem_u32(bx + size_t(m) * KC * 2 + ((q ^ (m & 1)) << 4));
+      const size_t src = (ok ? size_t(__ldg(a.xrow + t.e0 + m)) * a.ldx : 0) + size_t(h) * KC + G * 64 + q * 8;
+      const uint32_t dst = smem_u32(bx + size_t(G) * BM * 128 + pf::sw128_off(m, q));
       cp16(dst, a.x + src, ok);
       if constexpr (TERMS == 2) cp16(dst + uint32_t(plane), a.xlo + src, ok);
     }
@@ -186,14 +239,14 @@ __global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
     for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
-    // 32-row tiles: the 8-row activation tiles holding the unit's rows; the MMAs of the tiles past them are
-    // skipped (their rows are zero, so their sums would be too: the epilogue reads rows below m_cnt only).
-    // An expert with 9..16 rows of a 32-row tile issues half the MMAs.
-    const int nsub = (ct.m_cnt + 7) >> 3;
+    // The 8-row tiles holding the unit's rows, as the wgmma width (rounded up to a power of two; the rows
+    // past m_cnt are zero and never stored). Block-uniform.
+    const int nsub = (ct.m_cnt + 7) >> 3, wn = nsub <= 1 ? 8 : nsub <= 2 ? 16 : nsub <= 4 ? 32 : 64;
     for (int hc = 0; hc < nC; ++hc) {
-      // Chunk hc is in buffer buf; every warp is done with the last chunk, so the other buffer takes the
-      // next one (this unit's, or the next unit's first) while this one computes.
+      // Chunk hc is in buffer buf; every warp's wgmmas on the last chunk are done, so the other buffer takes
+      // the next one (this unit's, or the next unit's first) while this one computes.
       cp_wait<0>();
+      pf::fence_async_smem();  // the cp.async writes (generic proxy) before the wgmma reads (async proxy)
       __syncthreads();
       if (hc + 1 < nC) {
         stage_x(ct, hc + 1, buf ^ 1);
@@ -202,86 +255,30 @@ __global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
         stage_x(nt, 0, buf ^ 1);
       }
       const uint8_t* sx = sm + xbytes * buf;
+      const uint32_t sx_s = smem_u32(sx);
       const float2* sxs = reinterpret_cast<const float2*>(sx + plane * TERMS);
       buf ^= 1;
       for (int G0 = hc * gpc; G0 < (hc + 1) * gpc; G0 += kD) {
 #pragma unroll
         for (int d = 0; d < kD; ++d) {
-          const int G = G0 + d, Gl = G - hc * gpc;  // the weights' group, the chunk's
+          const int Gl = G0 + d - hc * gpc;  // the chunk's group
           const uint4 c = rc[d];
           const uint2 q = rs[d];
           load(d);  // the slot's next group (kD ahead), while this one computes
-          float part[NT][4];
+          // A fragments of k-step s: rows r0 / r1, words 2s (k-slots 2t, 2t + 1) and 2s + 1 (2t + 8, 2t + 9).
+          uint32_t af[4][4];
 #pragma unroll
-          for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) part[n][i] = 0.f;
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {  // 16-byte x chunk j of the lane's 32 bytes per group: k-steps 2j, 2j+1
-            if constexpr (NT <= 2) {
-              // Every tile's x chunk loaded before the MMAs (the order the 8- and 16-row tiles measured fastest:
-              // the per-tile order below cost 6% of the 16- and 64-row decode step, H100 2026-12-06).
-              uint4 xv[NT][TERMS];
-#pragma unroll
-              for (int n = 0; n < NT; ++n) {
-                const int m = 8 * n + gq;
-                const uint8_t* px = sx + size_t(m) * KC * 2 + (((Gl * 8 + 2 * tq + j) ^ (m & 1)) << 4);
-#pragma unroll
-                for (int h = 0; h < TERMS; ++h) xv[n][h] = *reinterpret_cast<const uint4*>(px + h * plane);
-              }
-#pragma unroll
-              for (int p = 0; p < 2; ++p) {
-                uint32_t a0, a1, a2, a3;
-                cvt4(j ? c.y : c.x, p, a0, a2);
-                cvt4(j ? c.w : c.z, p, a1, a3);
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-#pragma unroll
-                  for (int h = 0; h < TERMS; ++h) {
-                    const uint4 v = xv[n][h];
-                    mma(part[n], a0, a1, a2, a3, p ? v.z : v.x, p ? v.w : v.y);
-                  }
-              }
-            } else {
-              // 32-row tiles: the weights' A fragments of both k-steps first, then one 8-row tile at a time (its
-              // x chunk held only while its MMAs issue, within the two-blocks-an-SM registers), the tiles past
-              // the unit's rows skipped. Per part[n] the MMAs run in the order p, h as above: the same bits.
-              uint32_t af[2][4];
-#pragma unroll
-              for (int p = 0; p < 2; ++p) {
-                cvt4(j ? c.y : c.x, p, af[p][0], af[p][2]);
-                cvt4(j ? c.w : c.z, p, af[p][1], af[p][3]);
-              }
-#pragma unroll
-              for (int n = 0; n < NT; ++n) {
-                if (n >= nsub) break;  // block-uniform: the unit's rows end in an earlier 8-row tile
-                const int m = 8 * n + gq;
-                const uint8_t* px = sx + size_t(m) * KC * 2 + (((Gl * 8 + 2 * tq + j) ^ (m & 1)) << 4);
-                uint4 xv[TERMS];
-#pragma unroll
-                for (int h = 0; h < TERMS; ++h) xv[h] = *reinterpret_cast<const uint4*>(px + h * plane);
-#pragma unroll
-                for (int p = 0; p < 2; ++p)
-#pragma unroll
-                  for (int h = 0; h < TERMS; ++h)
-                    mma(part[n], af[p][0], af[p][1], af[p][2], af[p][3], p ? xv[h].z : xv[h].x, p ? xv[h].w : xv[h].y);
-              }
-            }
+          for (int s = 0; s < 4; ++s) {
+            const uint32_t w0 = s < 2 ? c.x : c.y, w1 = s < 2 ? c.z : c.w;
+            const int s0 = 8 * (s & 1), s1 = s0 + 4;
+            af[s][0] = nib2h(w0 >> s0), af[s][1] = nib2h(w1 >> s0), af[s][2] = nib2h(w0 >> s1), af[s][3] = nib2h(w1 >> s1);
           }
-          const float s0 = __uint_as_float(q.x << 16), b0 = __uint_as_float(q.x & 0xFFFF0000u);
-          const float s1 = __uint_as_float(q.y << 16), b1 = __uint_as_float(q.y & 0xFFFF0000u);
-#pragma unroll
-          for (int n = 0; n < NT; ++n) {
-            if (NT > 2 && n >= nsub) break;
-            const int m = 8 * n + 2 * tq;
-            const float2 xa = sxs[m * gpc + Gl], xb = sxs[(m + 1) * gpc + Gl];
-            float* cc = acc[n];
-            const float* pp = part[n];
-            cc[0] = fmaf(s0 * xa.y, pp[0], fmaf(b0, xa.x, cc[0]));
-            cc[1] = fmaf(s0 * xb.y, pp[1], fmaf(b0, xb.x, cc[1]));
-            cc[2] = fmaf(s1 * xa.y, pp[2], fmaf(b1, xa.x, cc[2]));
-            cc[3] = fmaf(s1 * xb.y, pp[3], fmaf(b1, xb.x, cc[3]));
-          }
+          const uint32_t gb = sx_s + uint32_t(Gl) * BM * 128;
+          const uint64_t dh = pf::sw128_desc(gb), dl = pf::sw128_desc(gb + uint32_t(plane));
+          if (wn == 8) group_mma<8, NT, TERMS>(acc, af, dh, dl, q, sxs, gpc, Gl, nsub, tq);
+          else if (NT >= 2 && wn == 16) group_mma<(NT >= 2 ? 16 : 8), NT, TERMS>(acc, af, dh, dl, q, sxs, gpc, Gl, nsub, tq);
+          else if (NT >= 4 && wn == 32) group_mma<(NT >= 4 ? 32 : 8), NT, TERMS>(acc, af, dh, dl, q, sxs, gpc, Gl, nsub, tq);
+          else if (NT >= 8) group_mma<(NT >= 8 ? 64 : 8), NT, TERMS>(acc, af, dh, dl, q, sxs, gpc, Gl, nsub, tq);
         }
       }
     }
@@ -341,28 +338,28 @@ __global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
 }
 
 template <int NT, int MODE, int TERMS> Status launch(const XArgs& g, cudaStream_t s) {
-  constexpr int BM = 8 * NT;
+  constexpr int BM = 8 * NT, per_sm = NT == 8 ? 1 : 2;
   auto k = xgemm_kernel<NT, MODE, TERMS>;
-  const size_t rest = size_t(kWarps) * BM * 8 + BM * 4 + size_t(g.a.max_items) * 20 + 16;
-  // Activation chunks: the widest KC (K / 2^i, a multiple of 64·kD) whose two buffers leave two blocks an SM
-  // (K = 2048 at 8 rows, two passes: 1,024; K = 512: all of it).
-  auto xbytes = [&](int kc) { return size_t(BM) * kc * 2 * TERMS + size_t(BM) * (kc / 64) * 8; };
+  const size_t rest = size_t(kWarps) * BM * 8 + BM * 4 + size_t(g.a.max_items) * 20 + 16 + 1024;  // + alignment slack
+  // Activation chunks: the widest KC (K / 2^i, a multiple of 64·kD) whose two buffers leave per_sm blocks an SM.
+  const size_t cap = per_sm == 2 ? 110 * 1024 : 220 * 1024;
   XArgs h = g;
   h.KC = g.K;
-  while (2 * xbytes(h.KC) + rest > 110 * 1024 && h.KC % 2 == 0 && (h.KC / 2) % (64 * kD) == 0) h.KC /= 2;
-  const size_t smem = 2 * xbytes(h.KC) + rest;
+  while (2 * x_bytes(BM, h.KC, TERMS) + rest > cap && h.KC % 2 == 0 && (h.KC / 2) % (64 * kD) == 0) h.KC /= 2;
+  const size_t smem = 2 * x_bytes(BM, h.KC, TERMS) + rest;
   static size_t attr = 0;
   if (smem > attr) {
     LILY_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     attr = smem;
   }
-  return launch_k("xgemm", k, dim3(2 * sm_count()), dim3(kThreads), smem, s, h);
+  return launch_k("xgemm", k, dim3(per_sm * sm_count()), dim3(kThreads), smem, s, h);
 }
 template <int MODE> Status launch_nt(int nt, const XArgs& g, cudaStream_t s) {
   const bool two = g.a.xlo != nullptr;
   if (nt == 1) return two ? launch<1, MODE, 2>(g, s) : launch<1, MODE, 1>(g, s);
   if (nt == 2) return two ? launch<2, MODE, 2>(g, s) : launch<2, MODE, 1>(g, s);
-  return two ? launch<4, MODE, 2>(g, s) : launch<4, MODE, 1>(g, s);
+  if (nt == 4) return two ? launch<4, MODE, 2>(g, s) : launch<4, MODE, 1>(g, s);
+  return two ? launch<8, MODE, 2>(g, s) : launch<8, MODE, 1>(g, s);
 }
 
 }  // namespace
@@ -416,11 +413,11 @@ Status frag_experts(DevWeights& d, int E, int I, int H, void** mem, Stream s) {
 
 bool xgemm_fits(const QGemmArgs& a) {
   const int nt = qgemm_items_nt(a);
-  return a.items && a.w.cols % (64 * kD) == 0 && (nt == 1 || nt == 2 || nt == 4) && (a.swiglu ? a.n_out % 64 == 0 : a.n_out % 128 == 0);
+  return a.items && a.w.cols % (64 * kD) == 0 && (nt == 1 || nt == 2 || nt == 4 || nt == 8) && (a.swiglu ? a.n_out % 64 == 0 : a.n_out % 128 == 0);
 }
 
 Status xgemm(const QGemmArgs& a, const FragW& w, const FragW& sh, Stream stream) {
-  if (!xgemm_fits(a)) return cu_err("xgemm: needs items, K % {} == 0 (K {}), a tile of 8, 16 or 32 rows and whole tiles", 64 * kD, a.w.cols);
+  if (!xgemm_fits(a)) return cu_err("xgemm: needs items, K % {} == 0 (K {}), a tile of 8, 16, 32 or 64 rows and whole tiles", 64 * kD, a.w.cols);
   if (!w.codes || !sh.codes || w.K != a.w.cols || sh.K != a.w.cols) return cu_err("xgemm: fragment copies of K {} needed", a.w.cols);
   if (!a.x || !a.xs || !a.xrow || !a.yrow || a.max_items < 1 || a.max_items > kMaxItems || a.E < 1)
     return cu_err("xgemm: items mode needs x, xs, xrow, yrow, max_items (1..{}) and E", kMaxItems);
