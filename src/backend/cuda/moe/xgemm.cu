@@ -109,13 +109,10 @@ __host__ __device__ constexpr size_t x_bytes(int BM, int KC, int terms) {
   return (size_t(BM) * KC * 2 * terms + size_t(BM) * (KC / 64) * 8 + 1023) / 1024 * 1024;
 }
 
-// One group at wgmma width N (the unit's rows rounded up to 8, 16, 32 or 64): four k-steps of the hi plane,
-// then (two passes) four of the lo plane, into a zeroed partial; then, per 8-row tile n holding rows,
-// acc[n] += (scale·2^-e)·part + bias·Σx. sb: {sb(r0), sb(r1)}; sxs: the chunk's {Σx, 2^-e} [BM][gpc].
-template <int N, int NT, int TERMS>
-__device__ __forceinline__ void group_mma(float (&acc)[NT][4], const uint32_t (&af)[4][4], uint64_t dh, uint64_t dl,
-                                          uint2 sb, const float2* sxs, int gpc, int Gl, int nsub, int tq) {
-  float part[N / 2];
+// A group's wgmmas at width N (the unit's rows rounded up to 8, 16, 32 or 64): four k-steps of the hi
+// plane, then (two passes) four of the lo plane, into a zeroed partial, as one wgmma group.
+template <int N, int TERMS>
+__device__ __forceinline__ void group_issue(float* part, const uint32_t (&af)[4][4], uint64_t dh, uint64_t dl) {
   pf::wg_arrive();
 #pragma unroll
   for (int s = 0; s < 4; ++s) pf::wgmma_rs<N>(part, af[s], dh + 2 * s, s > 0);
@@ -124,10 +121,15 @@ __device__ __forceinline__ void group_mma(float (&acc)[NT][4], const uint32_t (&
     for (int s = 0; s < 4; ++s) pf::wgmma_rs<N>(part, af[s], dl + 2 * s, 1);
   }
   pf::wg_commit();
+}
+// A group's epilogue: per 8-row tile n holding rows, acc[n] += (scale·2^-e)·part + bias·Σx (qgemm's formula).
+// sb: {sb(r0), sb(r1)}; sxs: the chunk's {Σx, 2^-e} [BM][gpc].
+template <int N, int NT>
+__device__ __forceinline__ void group_acc(float (&acc)[NT][4], float (&part)[N / 2], uint2 sb, const float2* sxs, int gpc,
+                                          int Gl, int nsub, int tq) {
+  pf::fence_regs(part);
   const float s0 = __uint_as_float(sb.x << 16), b0 = __uint_as_float(sb.x & 0xFFFF0000u);
   const float s1 = __uint_as_float(sb.y << 16), b1 = __uint_as_float(sb.y & 0xFFFF0000u);
-  pf::wg_wait<0>();
-  pf::fence_regs(part);
 #pragma unroll
   for (int n = 0; n < N / 8; ++n) {
     if (n >= nsub) break;
@@ -140,6 +142,44 @@ __device__ __forceinline__ void group_mma(float (&acc)[NT][4], const uint32_t (&
     cc[2] = fmaf(s1 * xa.y, pp[2], fmaf(b1, xa.x, cc[2]));
     cc[3] = fmaf(s1 * xb.y, pp[3], fmaf(b1, xb.x, cc[3]));
   }
+}
+// One chunk's gpc groups at width N from the warp's ring (load(d) refills slot d), pipelined: group G's
+// wgmmas are issued before group G − 1's epilogue, so the tensor cores run while the warp does its FMAs;
+// all done on return (the chunk's buffer may be overwritten after the block's next barrier).
+// x tile of group G at sx_s + G·gstride (hi) and + plane (lo).
+template <int N, int NT, int TERMS, class Load>
+__device__ __forceinline__ void chunk_mma(float (&acc)[NT][4], const uint4 (&rc)[kD], const uint2 (&rs)[kD], Load& load,
+                                          uint32_t sx_s, uint32_t gstride, uint32_t plane, const float2* sxs, int gpc,
+                                          int nsub, int tq) {
+  static_assert(kD % 2 == 0, "partials alternate with the ring slot's parity");
+  float part[2][N / 2];
+  uint2 sbp = make_uint2(0u, 0u);
+  for (int G0 = 0; G0 < gpc; G0 += kD) {
+#pragma unroll
+    for (int d = 0; d < kD; ++d) {
+      const int Gl = G0 + d;
+      const uint4 c = rc[d];
+      const uint2 q = rs[d];
+      load(d);  // the slot's next group (kD ahead), while this one computes
+      // A fragments of k-step s: rows r0 / r1, words 2s (k-slots 2t, 2t + 1) and 2s + 1 (2t + 8, 2t + 9).
+      uint32_t af[4][4];
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        const uint32_t w0 = s < 2 ? c.x : c.y, w1 = s < 2 ? c.z : c.w;
+        const int s0 = 8 * (s & 1), s1 = s0 + 4;
+        af[s][0] = nib2h(w0 >> s0), af[s][1] = nib2h(w1 >> s0), af[s][2] = nib2h(w0 >> s1), af[s][3] = nib2h(w1 >> s1);
+      }
+      const uint32_t gb = sx_s + uint32_t(Gl) * gstride;
+      group_issue<N, TERMS>(part[d & 1], af, pf::sw128_desc(gb), pf::sw128_desc(gb + plane));
+      if (d > 0 || G0 > 0) {
+        pf::wg_wait<1>();
+        group_acc<N, NT>(acc, part[(d + 1) & 1], sbp, sxs, gpc, Gl - 1, nsub, tq);
+      }
+      sbp = q;
+    }
+  }
+  pf::wg_wait<0>();
+  group_acc<N, NT>(acc, part[(kD - 1) & 1], sbp, sxs, gpc, gpc - 1, nsub, tq);  // gpc % kD == 0: the last slot's
 }
 
 template <int NT, int MODE, int TERMS>
@@ -258,29 +298,11 @@ __global__ void __launch_bounds__(kThreads, NT == 8 ? 1 : 2) xgemm_kernel(XArgs 
       const uint32_t sx_s = smem_u32(sx);
       const float2* sxs = reinterpret_cast<const float2*>(sx + plane * TERMS);
       buf ^= 1;
-      for (int G0 = hc * gpc; G0 < (hc + 1) * gpc; G0 += kD) {
-#pragma unroll
-        for (int d = 0; d < kD; ++d) {
-          const int Gl = G0 + d - hc * gpc;  // the chunk's group
-          const uint4 c = rc[d];
-          const uint2 q = rs[d];
-          load(d);  // the slot's next group (kD ahead), while this one computes
-          // A fragments of k-step s: rows r0 / r1, words 2s (k-slots 2t, 2t + 1) and 2s + 1 (2t + 8, 2t + 9).
-          uint32_t af[4][4];
-#pragma unroll
-          for (int s = 0; s < 4; ++s) {
-            const uint32_t w0 = s < 2 ? c.x : c.y, w1 = s < 2 ? c.z : c.w;
-            const int s0 = 8 * (s & 1), s1 = s0 + 4;
-            af[s][0] = nib2h(w0 >> s0), af[s][1] = nib2h(w1 >> s0), af[s][2] = nib2h(w0 >> s1), af[s][3] = nib2h(w1 >> s1);
-          }
-          const uint32_t gb = sx_s + uint32_t(Gl) * BM * 128;
-          const uint64_t dh = pf::sw128_desc(gb), dl = pf::sw128_desc(gb + uint32_t(plane));
-          if (wn == 8) group_mma<8, NT, TERMS>(acc, af, dh, dl, q, sxs, gpc, Gl, nsub, tq);
-          else if (NT >= 2 && wn == 16) group_mma<(NT >= 2 ? 16 : 8), NT, TERMS>(acc, af, dh, dl, q, sxs, gpc, Gl, nsub, tq);
-          else if (NT >= 4 && wn == 32) group_mma<(NT >= 4 ? 32 : 8), NT, TERMS>(acc, af, dh, dl, q, sxs, gpc, Gl, nsub, tq);
-          else if (NT >= 8) group_mma<(NT >= 8 ? 64 : 8), NT, TERMS>(acc, af, dh, dl, q, sxs, gpc, Gl, nsub, tq);
-        }
-      }
+      const uint32_t gs = BM * 128, pl = uint32_t(plane);
+      if (wn == 8) chunk_mma<8, NT, TERMS>(acc, rc, rs, load, sx_s, gs, pl, sxs, gpc, nsub, tq);
+      else if (NT >= 2 && wn == 16) chunk_mma<(NT >= 2 ? 16 : 8), NT, TERMS>(acc, rc, rs, load, sx_s, gs, pl, sxs, gpc, nsub, tq);
+      else if (NT >= 4 && wn == 32) chunk_mma<(NT >= 4 ? 32 : 8), NT, TERMS>(acc, rc, rs, load, sx_s, gs, pl, sxs, gpc, nsub, tq);
+      else if (NT >= 8) chunk_mma<(NT >= 8 ? 64 : 8), NT, TERMS>(acc, rc, rs, load, sx_s, gs, pl, sxs, gpc, nsub, tq);
     }
 
     // ---- the unit's epilogue (as qgemm's, one m-tile a warp) ----
