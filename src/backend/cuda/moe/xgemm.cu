@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/cuda/common/common.cuh"
 #include "backend/cuda/common/wgmma_util.cuh"
@@ -30,6 +31,7 @@ struct XArgs {
   FragW w, sh;
   int K, nG, T, bpe;  // bpe: weight blocks per expert (swiglu n_out/8, plain n_out/16)
   int KC;             // activation columns a shared-memory buffer holds (K / KC chunks a unit, two buffers)
+  int pf;             // groups the L2 prefetch runs ahead of the register ring (0: none)
 };
 
 // ---- the fragment copy ----
@@ -97,6 +99,10 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
+}
+// The bytes at p (16-byte aligned, a multiple of 16) into L2, asynchronously.
+__device__ __forceinline__ void l2_prefetch(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ uint2 ld_stream2(const uint2* p) {
   uint2 v;
@@ -229,20 +235,36 @@ __global__ void __launch_bounds__(kThreads, NT == 8 ? 1 : 2) xgemm_kernel(XArgs 
   if (int(blockIdx.x) >= n_units) return;
 
   // The ring: slot d holds the stream's group ≡ d (mod kD) (nG % kD == 0, so a unit starts at slot 0).
+  // A/B (LILY_XGEMM_PF = g.pf): the stream g.pf groups ahead of the ring's loads prefetched into L2, group by
+  // group inside a unit, and the next unit's first g.pf groups in one request when the ring reaches its
+  // unit's last g.pf groups.
   uint4 rc[kD];
   uint2 rs[kD];
   int lu = blockIdx.x, lg = 0;  // the load cursor: unit, group
   Stream4 ls = stream_of(g, unit_of<BM>(g, lu, its, pu, n_items), warp, lane);
+  const int pfd = min(g.pf, nG);
+  auto l2_groups = [&](const Stream4& st, int G, int n) {  // groups [G, G + n) of a stream (lanes 0 and 1)
+    if (lane == 0) l2_prefetch(st.c + size_t(G) * 32, 512u * n);  // lanes 0 and 1 hold the block's bases
+    if (lane == 1) l2_prefetch(st.s + size_t(G) * 8, 64u * n);
+  };
   auto load = [&](int d) {
     if (lu >= n_units) return;
     rc[d] = ld_stream(ls.c + size_t(lg) * 32);
     rs[d] = ld_stream2(ls.s + size_t(lg) * 8);
+    if (pfd) {
+      if (lg + pfd < nG) {
+        l2_groups(ls, lg + pfd, 1);
+      } else if (lg + pfd == nG && lu + int(gridDim.x) < n_units) {
+        l2_groups(stream_of(g, unit_of<BM>(g, lu + gridDim.x, its, pu, n_items), warp, lane), 0, pfd);
+      }
+    }
     if (++lg == nG) {
       lg = 0;
       lu += gridDim.x;
       if (lu < n_units) ls = stream_of(g, unit_of<BM>(g, lu, its, pu, n_items), warp, lane);
     }
   };
+  if (pfd && kD < nG) l2_groups(ls, kD, min(pfd, nG - kD));
 #pragma unroll
   for (int d = 0; d < kD; ++d) load(d);
 
@@ -445,6 +467,11 @@ Status xgemm(const QGemmArgs& a, const FragW& w, const FragW& sh, Stream stream)
     return cu_err("xgemm: items mode needs x, xs, xrow, yrow, max_items (1..{}) and E", kMaxItems);
   XArgs g{};
   g.a = a, g.w = w, g.sh = sh, g.K = a.w.cols, g.nG = a.w.cols / 64;
+  static const int pf = [] {  // A/B: the L2 prefetch distance in groups
+    const char* e = std::getenv("LILY_XGEMM_PF");
+    return e ? std::max(0, std::atoi(e)) : 0;
+  }();
+  g.pf = pf;
   if (a.swiglu) {
     if (!a.yx || !a.yxs || !a.xlo != !a.yxlo) return cu_err("xgemm: swiglu writes packed rows (yx, yxs; yxlo with xlo)");
     g.T = a.n_out / 64, g.bpe = a.n_out / 8;
