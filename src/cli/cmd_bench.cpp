@@ -11,7 +11,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <mutex>
 #include <span>
@@ -21,7 +20,9 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/fast_profile.h"
+#include "cli/bench_report.h"
 #include "cli/command.h"
+#include "cli/model_args.h"
 #include "cli/step_bytes.h"
 #include "engine/engine.h"
 #include "io/synth.h"
@@ -34,8 +35,10 @@ namespace {
 constexpr int kDecodeSteps = 64;
 
 struct BenchArgs {
-  std::string model, backend = "cuda", contexts = "256,1024,4096,16384,32768,65536,131072", json_out, label;
-  int max_seq = 0, threads = 0;
+  ModelArgs m{.backend = "cuda"};
+  ReportArgs report;
+  std::string contexts = "256,1024,4096,16384,32768,65536,131072";
+  int max_seq = 0;
   int prefill_chunk = 0;  // as `lily serve --prefill-chunk` (0: the backend's default)
   bool profile = false;  // a per-op table of one decode step after each context (CUDA)
   int spec_draft = 0;    // also time speculative decoding with this many drafts a step (EngineOptions::spec_draft)
@@ -114,17 +117,11 @@ std::vector<int32_t> bench_prompt(int n, int vocab) {
 }
 
 int run_bench(const BenchArgs& a) {
-  ModelOptions mo;
-  mo.backend = a.backend;
-  mo.threads = a.threads;
-  auto model_r = Model::load(a.model, mo);
-  if (!model_r) {
-    std::fprintf(stderr, "error: %s\n", model_r.message().c_str());
-    return 1;
-  }
-  Model& model = **model_r;
+  const auto loaded = load_model(a.m, true);
+  if (!loaded) return 1;
+  Model& model = *loaded;
   const ModelConfig& cfg = model.config();
-  auto tok_dir = checkpoint_tokenizer_dir(a.model);
+  auto tok_dir = checkpoint_tokenizer_dir(a.m.dir);
   auto tok = tok_dir ? Tokenizer::load_dir(*tok_dir) : Result<std::unique_ptr<Tokenizer>>(tok_dir.status());
   if (!tok) {
     std::fprintf(stderr, "error: tokenizer: %s\n", tok.message().c_str());
@@ -149,11 +146,7 @@ int run_bench(const BenchArgs& a) {
   }
   const double copy = model.copy_bandwidth_gbps();
   const StateMemory sm = model.state_memory(1);  // the element sizes of its states (the byte floor)
-  nlohmann::json out;
-  out["backend"] = model.backend_name();
-  out["hardware"] = model.hardware();
-  out["model"] = model.dir();
-  out["label"] = a.label;
+  nlohmann::json out = report_head(model, a.report);
   out["decode_steps"] = kDecodeSteps;
   out["copy_gbps"] = copy;
   out["kv_bytes_per_element"] = sm.kv_elem;
@@ -288,22 +281,19 @@ int run_bench(const BenchArgs& a) {
     }
     out["results"].push_back(r);
   }
-  const std::string text = out.dump(1);
-  if (!a.json_out.empty()) std::ofstream(a.json_out) << text << "\n";
-  std::printf("%s\n", text.c_str());
+  print_report(out, a.report);
   return 0;
 }
 
 Registrar reg("bench", "Benchmark (Lily's contract): one request through the engine per context, timed prefill + 64 greedy decode steps, JSON out",
               [](CLI::App& app) -> RunFn {
                 auto a = std::make_shared<BenchArgs>();
-                app.add_option("--model", a->model, "Checkpoint directory")->required();
-                app.add_option("--backend", a->backend, "cuda, cpu or cpu-ref");
+                add_model_option(app, a->m);
+                add_backend_option(app, a->m, "cuda, cpu or cpu-ref");
                 app.add_option("--contexts", a->contexts, "Comma-separated prompt lengths (the sweep)");
                 app.add_option("--max-seq", a->max_seq, "Skip contexts that do not fit (prompt + 64 + 2)");
-                app.add_option("--threads", a->threads, "CPU threads (0: all cores)");
-                app.add_option("--json", a->json_out, "Also write the JSON to this file");
-                app.add_option("--label", a->label, "Free text recorded in the JSON (commit, notes)");
+                add_threads_option(app, a->m);
+                add_report_options(app, a->report);
                 app.add_option("--prefill-chunk", a->prefill_chunk,
                                "prompt segment length, as lily serve's (the prompt is fed as the server feeds it; default the backend's)");
                 app.add_flag("--profile", a->profile, "after each context, a per-op table of one decode step on stderr (CUDA)");

@@ -12,13 +12,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_report.h"
 #include "cli/command.h"
+#include "cli/model_args.h"
 #include "cli/step_bytes.h"
 #include "model/logits.h"
 #include "model/model.h"
@@ -28,8 +29,10 @@ namespace lily::cli {
 namespace {
 
 struct BenchBatchArgs {
-  std::string model, backend = "cpu", batches = "1,2,4,8,16", json_out, label;
-  int context = 256, steps = 16, threads = 0;
+  ModelArgs m;
+  ReportArgs report;
+  std::string batches = "1,2,4,8,16";
+  int context = 256, steps = 16;
   int prompt_tokens = 0, segment = 96;  // newcomers' prompt tokens per step, in segments of this length
   bool check = false;  // compare the warm-up step's rows with forward() on clones of the states
 };
@@ -57,18 +60,11 @@ int run_bench_batch(const BenchBatchArgs& a) {
   if (!bs) return fail(bs.message());
   if (a.context <= 0 || a.steps <= 0) return fail("--context and --steps must be positive");
   if (a.prompt_tokens < 0 || a.segment < 1) return fail("--prompt-tokens must be >= 0 and --segment >= 1");
-  ModelOptions mo;
-  mo.backend = a.backend;
-  mo.threads = a.threads;
-  auto model_r = Model::load(a.model, mo);
-  if (!model_r) return fail(model_r.message());
-  Model& model = **model_r;
+  const auto loaded = load_model(a.m, true);
+  if (!loaded) return 1;
+  Model& model = *loaded;
   const int V = model.config().vocab_size;
-  nlohmann::json out;
-  out["backend"] = model.backend_name();
-  out["hardware"] = model.hardware();
-  out["model"] = model.dir();
-  out["label"] = a.label;
+  nlohmann::json out = report_head(model, a.report);
   out["context"] = a.context;
   out["steps"] = a.steps;
   out["results"] = nlohmann::json::array();
@@ -215,23 +211,20 @@ int run_bench_batch(const BenchBatchArgs& a) {
                  floor_ms > 0 ? floor_ms / sorted[sorted.size() / 2] : 0.0,
                  n_seg > 0 ? (" " + std::to_string(int(prompt_tps)) + " |").c_str() : "");
   }
-  const std::string text = out.dump(1);
-  if (!a.json_out.empty()) std::ofstream(a.json_out) << text << "\n";
-  std::printf("%s\n", text.c_str());
+  print_report(out, a.report);
   return 0;
 }
 
 Registrar reg("bench-batch", "Batched decode throughput: aggregate tok/s of the server's step (Model::decode_draw, greedy) per batch size, JSON out",
               [](CLI::App& app) -> RunFn {
                 auto a = std::make_shared<BenchBatchArgs>();
-                app.add_option("--model", a->model, "Checkpoint directory")->required();
-                app.add_option("--backend", a->backend, "cpu, cpu-ref or cuda");
+                add_model_option(app, a->m);
+                add_backend_option(app, a->m, "cpu, cpu-ref or cuda");
                 app.add_option("--batches", a->batches, "Comma-separated batch sizes");
                 app.add_option("--context", a->context, "Prompt length of every sequence");
                 app.add_option("--steps", a->steps, "Timed decode steps per batch size");
-                app.add_option("--threads", a->threads, "CPU threads (0: all cores)");
-                app.add_option("--json", a->json_out, "Also write the JSON to this file");
-                app.add_option("--label", a->label, "Free text recorded in the JSON (commit, notes)");
+                add_threads_option(app, a->m);
+                add_report_options(app, a->report);
                 app.add_option("--prompt-tokens", a->prompt_tokens, "Newcomers' prompt tokens fed beside the rows in every timed step (Model::step)");
                 app.add_option("--segment", a->segment, "Length of each newcomer's prompt segment (--prompt-tokens)");
                 app.add_flag("--check", a->check, "Compare the warm-up step's rows with forward() alone (max |d|, argmax)");

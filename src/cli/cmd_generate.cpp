@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/command.h"
+#include "cli/model_args.h"
 #include "model/logits.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
@@ -16,8 +17,9 @@ namespace lily::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt_ids, prompt, backend = "cpu";
-  int max_tokens = 16, top_logprobs = 0, threads = 0, max_seq = 0;
+  ModelArgs m;
+  std::string prompt_ids, prompt;
+  int max_tokens = 16, top_logprobs = 0, max_seq = 0;
   bool json = false, ignore_eos = false;
 };
 
@@ -44,19 +46,12 @@ int run_generate(const GenerateArgs& a) {
     fmt::print(stderr, "error: give exactly one of --prompt-ids or --prompt\n");
     return 2;
   }
-  ModelOptions mo;
-  mo.backend = a.backend;
-  mo.threads = a.threads;
-  mo.verbose = !a.json;
-  auto model = Model::load(a.model, mo);
-  if (!model) {
-    fmt::print(stderr, "error: {}\n", model.message());
-    return 1;
-  }
+  const auto model = load_model(a.m, !a.json);
+  if (!model) return 1;
   std::unique_ptr<Tokenizer> tok;
   std::vector<int32_t> prompt;
   if (!a.prompt.empty()) {
-    auto t = Tokenizer::load_dir(a.model);
+    auto t = Tokenizer::load_dir(a.m.dir);
     if (!t) {
       fmt::print(stderr, "error: --prompt needs the checkpoint's tokenizer: {}\n", t.message());
       return 1;
@@ -71,9 +66,9 @@ int run_generate(const GenerateArgs& a) {
     }
     prompt = ids.value();
   }
-  const ModelConfig& cfg = (*model)->config();
+  const ModelConfig& cfg = model->config();
   const int max_seq = a.max_seq > 0 ? a.max_seq : int(prompt.size()) + a.max_tokens + 1;
-  auto state = (*model)->new_state(max_seq);
+  auto state = model->new_state(max_seq);
   if (!state) {
     fmt::print(stderr, "error: {}\n", state.message());
     return 1;
@@ -83,7 +78,7 @@ int run_generate(const GenerateArgs& a) {
   std::vector<int32_t> out;
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
-  Status st = (*model)->forward(**state, prompt, logits);
+  Status st = model->forward(**state, prompt, logits);
   auto t1 = clock::now();
   for (int i = 0; st.is_ok() && i < a.max_tokens; ++i) {
     int32_t next = argmax(logits);
@@ -95,7 +90,7 @@ int run_generate(const GenerateArgs& a) {
     }
     bool eos = std::find(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end(), next) != cfg.eos_token_ids.end();
     if ((eos && !a.ignore_eos) || i + 1 == a.max_tokens) break;
-    st = (*model)->forward(**state, std::span<const int32_t>(&next, 1), logits);
+    st = model->forward(**state, std::span<const int32_t>(&next, 1), logits);
   }
   auto t2 = clock::now();
   if (!st) {
@@ -116,19 +111,19 @@ int run_generate(const GenerateArgs& a) {
   }
   fmt::print(stderr, "prefill {} tokens in {:.3f} s ({:.1f} tok/s); decode {} tokens in {:.3f} s ({:.1f} tok/s) [{}]\n",
              prompt.size(), pf, prompt.size() / pf, out.size() > 0 ? out.size() - 1 : 0, dc,
-             out.size() > 1 ? (out.size() - 1) / dc : 0.0, (*model)->backend_name());
+             out.size() > 1 ? (out.size() - 1) / dc : 0.0, model->backend_name());
   return 0;
 }
 
 Registrar reg("generate", "Greedy generation from prompt ids or text", [](CLI::App& app) -> RunFn {
   auto a = std::make_shared<GenerateArgs>();
-  app.add_option("--model", a->model, "Checkpoint directory")->required();
+  add_model_option(app, a->m);
   app.add_option("--prompt-ids", a->prompt_ids, "Comma-separated prompt token ids");
   app.add_option("--prompt", a->prompt, "Prompt text (uses the checkpoint's tokenizer)");
   app.add_option("--max-tokens", a->max_tokens, "Tokens to generate")->check(CLI::PositiveNumber);
   app.add_option("--top-logprobs", a->top_logprobs, "Top-k logprobs per generated token")->check(CLI::NonNegativeNumber);
-  app.add_option("--backend", a->backend, "cpu or cuda");
-  app.add_option("--threads", a->threads, "CPU threads (0: all cores)");
+  add_backend_option(app, a->m, "cpu or cuda");
+  add_threads_option(app, a->m);
   app.add_option("--max-seq", a->max_seq, "State capacity (default: prompt + max-tokens + 1)");
   app.add_flag("--json", a->json, "Print one JSON object");
   app.add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-sequence ids");
