@@ -68,6 +68,14 @@ void expect_error(const json& j, std::initializer_list<std::string> parts) {
   EXPECT_EQ(r.message().rfind("/ck/config.json: ", 0), 0u) << r.message();
 }
 
+// Expects the error of expect_error for real_config() with the field at `pointer` (a JSON pointer:
+// "/text_config/head_dim") set to `value`.
+void expect_error_at(const std::string& pointer, const json& value, std::initializer_list<std::string> parts) {
+  json j = real_config();
+  j[json::json_pointer(pointer)] = value;
+  expect_error(j, parts);
+}
+
 TEST(Config, RealConfigParses) {
   auto r = parse(real_config());
   ASSERT_TRUE(r.is_ok()) << r.message();
@@ -173,82 +181,55 @@ TEST(Config, EachIntegerFieldIsChecked) {
 }
 
 TEST(Config, BoolFields) {
-  for (const char* f : {"norm_topk_prob", "attn_output_gate", "tie_word_embeddings"}) {
-    json j = real_config();
-    j["text_config"][f] = "yes";
-    expect_error(j, {std::string("text_config.") + f, "expected true or false"});
-  }
-  json j = real_config();
-  j["text_config"]["tie_word_embeddings"] = true;
-  expect_error(j, {"text_config.tie_word_embeddings", "not supported"});
+  for (const char* f : {"norm_topk_prob", "attn_output_gate", "tie_word_embeddings"})
+    expect_error_at(std::string("/text_config/") + f, "yes", {std::string("text_config.") + f, "expected true or false"});
+  expect_error_at("/text_config/tie_word_embeddings", true, {"text_config.tie_word_embeddings", "not supported"});
 }
 
 TEST(Config, HeadDivisibility) {
-  json j = real_config();
-  j["text_config"]["num_key_value_heads"] = 3;
-  expect_error(j, {"text_config.num_attention_heads", "not divisible"});
-  j = real_config();
-  j["text_config"]["linear_num_key_heads"] = 5;
-  expect_error(j, {"text_config.linear_num_value_heads", "not divisible"});
+  expect_error_at("/text_config/num_key_value_heads", 3, {"text_config.num_attention_heads", "not divisible"});
+  expect_error_at("/text_config/linear_num_key_heads", 5, {"text_config.linear_num_value_heads", "not divisible"});
 }
 
 TEST(Config, TopKAboveExperts) {
-  json j = real_config();
-  j["text_config"]["num_experts_per_tok"] = 300;
-  expect_error(j, {"text_config.num_experts_per_tok", "exceeds num_experts"});
+  expect_error_at("/text_config/num_experts_per_tok", 300, {"text_config.num_experts_per_tok", "exceeds num_experts"});
 }
 
 TEST(Config, InDimsDivisibleByGroup) {
-  json j = real_config();
-  j["text_config"]["moe_intermediate_size"] = 500;
-  expect_error(j, {"moe_intermediate_size", "not divisible by quantization.group_size"});
-  j = real_config();
-  j["text_config"]["hidden_size"] = 2000;
-  expect_error(j, {"hidden_size", "not divisible"});
+  expect_error_at("/text_config/moe_intermediate_size", 500,
+                  {"moe_intermediate_size", "not divisible by quantization.group_size"});
+  expect_error_at("/text_config/hidden_size", 2000, {"hidden_size", "not divisible"});
 }
 
 TEST(Config, LayerTypes) {
   json j = real_config();
   j["text_config"]["layer_types"].erase(0);
   expect_error(j, {"text_config.layer_types", "39 entries", "num_hidden_layers = 40"});
-  j = real_config();
-  j["text_config"]["layer_types"][5] = "sliding_attention";
-  expect_error(j, {"text_config.layer_types[5]", "\"sliding_attention\""});
-  j = real_config();
-  j["text_config"]["layer_types"] = "all";
-  expect_error(j, {"text_config.layer_types", "expected a list"});
+  expect_error_at("/text_config/layer_types/5", "sliding_attention",
+                  {"text_config.layer_types[5]", "\"sliding_attention\""});
+  expect_error_at("/text_config/layer_types", "all", {"text_config.layer_types", "expected a list"});
   j = real_config();
   j["text_config"].erase("layer_types");
   expect_error(j, {"text_config.layer_types", "missing"});
 }
 
 TEST(Config, Rope) {
+  expect_error_at("/text_config/rope_parameters/rope_theta", "big",
+                  {"text_config.rope_parameters.rope_theta", "positive number"});
   json j = real_config();
-  j["text_config"]["rope_parameters"]["rope_theta"] = "big";
-  expect_error(j, {"text_config.rope_parameters.rope_theta", "positive number"});
-  j = real_config();
   j["text_config"]["rope_parameters"].erase("rope_theta");
   expect_error(j, {"rope_theta", "missing"});
-  j = real_config();
-  j["text_config"]["rope_parameters"]["partial_rotary_factor"] = 0.3;  // 256*0.3 = 76.8
-  expect_error(j, {"text_config.rope_parameters.partial_rotary_factor", "positive even integer"});
-  j = real_config();
-  j["text_config"]["rope_parameters"]["partial_rotary_factor"] = 1.5;
-  expect_error(j, {"partial_rotary_factor", "(0, 1]"});
-  j = real_config();
-  j["text_config"]["rope_parameters"]["rope_type"] = "yarn";
-  expect_error(j, {"rope_parameters.rope_type", "\"yarn\""});
+  expect_error_at("/text_config/rope_parameters/partial_rotary_factor", 0.3,  // 256*0.3 = 76.8
+                  {"text_config.rope_parameters.partial_rotary_factor", "positive even integer"});
+  expect_error_at("/text_config/rope_parameters/partial_rotary_factor", 1.5, {"partial_rotary_factor", "(0, 1]"});
+  expect_error_at("/text_config/rope_parameters/rope_type", "yarn", {"rope_parameters.rope_type", "\"yarn\""});
 }
 
 TEST(Config, Eos) {
+  expect_error_at("/eos_token_id", "x", {"eos_token_id", "token id"});
+  expect_error_at("/eos_token_id", json::array(), {"eos_token_id", "non-empty"});
+  expect_error_at("/eos_token_id", {1, 300000}, {"eos_token_id", "300000", "vocab_size"});
   json j = real_config();
-  j["eos_token_id"] = "x";
-  expect_error(j, {"eos_token_id", "token id"});
-  j["eos_token_id"] = json::array();
-  expect_error(j, {"eos_token_id", "non-empty"});
-  j["eos_token_id"] = {1, 300000};
-  expect_error(j, {"eos_token_id", "300000", "vocab_size"});
-  j = real_config();
   j.erase("eos_token_id");
   j["text_config"].erase("eos_token_id");
   expect_error(j, {"eos_token_id", "missing"});
@@ -258,30 +239,18 @@ TEST(Config, Quantization) {
   json j = real_config();
   j.erase("quantization");
   expect_error(j, {"quantization", "missing"});
-  j = real_config();
-  j["quantization"]["bits"] = 3;
-  expect_error(j, {"quantization.bits", "4 or 8", "got 3"});
-  j = real_config();
-  j["quantization"]["group_size"] = 48;
-  expect_error(j, {"quantization.group_size", "got 48"});
-  j = real_config();
-  j["quantization"]["mode"] = "mxfp4";
-  expect_error(j, {"quantization.mode", "affine"});
-  j = real_config();
-  j["quantization"]["language_model.model.layers.0.mlp.gate"] = {{"group_size", 64}, {"bits", "eight"}};
-  expect_error(j, {"quantization.language_model.model.layers.0.mlp.gate.bits", "\"eight\""});
-  j = real_config();
-  j["quantization"]["language_model.model.layers.0.mlp.gate"] = 8;
-  expect_error(j, {"quantization.language_model.model.layers.0.mlp.gate", "expected an object"});
+  expect_error_at("/quantization/bits", 3, {"quantization.bits", "4 or 8", "got 3"});
+  expect_error_at("/quantization/group_size", 48, {"quantization.group_size", "got 48"});
+  expect_error_at("/quantization/mode", "mxfp4", {"quantization.mode", "affine"});
+  const std::string gate = "language_model.model.layers.0.mlp.gate";
+  expect_error_at("/quantization/" + gate, {{"group_size", 64}, {"bits", "eight"}},
+                  {"quantization." + gate + ".bits", "\"eight\""});
+  expect_error_at("/quantization/" + gate, 8, {"quantization." + gate, "expected an object"});
 }
 
 TEST(Config, UnsupportedFamilyOptions) {
-  json j = real_config();
-  j["text_config"]["mlp_only_layers"] = {0};
-  expect_error(j, {"text_config.mlp_only_layers"});
-  j = real_config();
-  j["text_config"]["hidden_act"] = "gelu";
-  expect_error(j, {"text_config.hidden_act", "\"gelu\""});
+  expect_error_at("/text_config/mlp_only_layers", {0}, {"text_config.mlp_only_layers"});
+  expect_error_at("/text_config/hidden_act", "gelu", {"text_config.hidden_act", "\"gelu\""});
 }
 
 TEST(Config, LoadConfigMissingFile) {
