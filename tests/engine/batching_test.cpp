@@ -21,17 +21,11 @@
 #include "engine/engine.h"
 #include "tiny_checkpoint.h"
 #include "model/model.h"
+#include "reply_watch.h"
 #include "text/tokenizer.h"
 
 namespace lily {
 namespace {
-
-struct Out {
-  std::vector<GenToken> tokens;
-  std::string text;
-  GenEvent last;
-  std::promise<void> done;
-};
 
 class BatchingTest : public TinySuite<BatchingTest, 5, true> {
  protected:
@@ -51,25 +45,15 @@ class BatchingTest : public TinySuite<BatchingTest, 5, true> {
     return r;
   }
 
-  static std::shared_ptr<Out> submit(Engine& e, std::shared_ptr<GenRequest> r, int cancel_after = -1) {
-    auto out = std::make_shared<Out>();
-    GenRequest* raw = r.get();
-    r->on_event = [out, raw, cancel_after](GenEvent&& ev) {
-      out->text += ev.text;
-      for (auto& t : ev.tokens) out->tokens.push_back(t);
-      if (cancel_after >= 0 && int(out->tokens.size()) >= cancel_after) raw->cancelled = true;
-      if (ev.done) {
-        out->last = std::move(ev);
-        out->done.set_value();
-      }
-    };
+  static std::shared_ptr<Reply> submit(Engine& e, std::shared_ptr<GenRequest> r, int cancel_after_n = -1) {
+    auto out = watch(*r, cancel_after_n >= 0 ? cancel_after(*r, cancel_after_n) : nullptr);
     EXPECT_TRUE(e.submit(r));
     return out;
   }
 
   // What request i gives when it runs alone on an engine cutting prompts into segments of `chunk`.
-  static const Out& alone(int i, int chunk = EngineOptions{}.prefill_chunk) {
-    static std::map<std::pair<int, int>, std::shared_ptr<Out>> memo;
+  static const Reply& alone(int i, int chunk = EngineOptions{}.prefill_chunk) {
+    static std::map<std::pair<int, int>, std::shared_ptr<Reply>> memo;
     auto& slot = memo[{i, chunk}];
     if (!slot) {
       EngineOptions eo;
@@ -78,7 +62,7 @@ class BatchingTest : public TinySuite<BatchingTest, 5, true> {
       eo.prefill_chunk = chunk;
       Engine e(*model_, *tok_, eo);
       slot = submit(e, request(i));
-      slot->done.get_future().wait();
+      slot->done.wait();
     }
     return *slot;
   }
@@ -88,7 +72,7 @@ class BatchingTest : public TinySuite<BatchingTest, 5, true> {
   // half (2^-11 of it) and carry on: measured up to 1.4e-4 on this suite (H100, 2026-12-06; below 1e-4 with
   // fp32 states). The token ids must be equal on every backend.
   static double logprob_tol() { return std::string(model_->backend_name()) == "cuda" ? 1e-3 : 1e-4; }
-  static void expect_same(const Out& got, const Out& want, int i) {
+  static void expect_same(const Reply& got, const Reply& want, int i) {
     ASSERT_EQ(got.tokens.size(), want.tokens.size()) << "request " << i;
     for (size_t k = 0; k < got.tokens.size(); ++k) {
       EXPECT_EQ(got.tokens[k].id, want.tokens[k].id) << "request " << i << " token " << k;
@@ -120,9 +104,9 @@ TEST_P(BatchSizes, BatchedEqualsAlone) {
   eo.prefill_chunk = 16;  // prompts of up to 60 tokens go in up to 4 segments, between decode steps
   eo.prefill_delay_ms = slowed ? 7 : 0;
   Engine e(*model_, *tok_, eo);
-  std::vector<std::shared_ptr<Out>> outs;
+  std::vector<std::shared_ptr<Reply>> outs;
   for (int i = 0; i < n; ++i) outs.push_back(submit(e, request(i)));
-  for (auto& o : outs) o->done.get_future().wait();
+  for (auto& o : outs) o->done.wait();
   for (int i = 0; i < n; ++i) expect_same(*outs[i], alone(i, eo.prefill_chunk), i);
   const double mean_batch = double(e.stats().decode_rows.load()) / std::max<uint64_t>(1, e.stats().decode_steps.load());
   std::printf("batch %d: %llu decode steps, mean rows per step %.2f\n", n,
@@ -144,10 +128,10 @@ TEST_F(BatchingTest, MoreRequestsThanSlotsAndCancels) {
   eo.max_queue = 64;
   eo.prefill_chunk = 7;
   Engine e(*model_, *tok_, eo);
-  std::vector<std::shared_ptr<Out>> outs;
+  std::vector<std::shared_ptr<Reply>> outs;
   const int n = 12;
   for (int i = 0; i < n; ++i) outs.push_back(submit(e, request(i), i % 4 == 3 ? 2 : -1));
-  for (auto& o : outs) o->done.get_future().wait();
+  for (auto& o : outs) o->done.wait();
   for (int i = 0; i < n; ++i) {
     if (i % 4 == 3) {
       EXPECT_EQ(outs[i]->last.finish, FinishReason::kCancelled) << i;

@@ -12,19 +12,13 @@
 #include "engine/engine.h"
 #include "tiny_checkpoint.h"
 #include "model/model.h"
+#include "reply_watch.h"
 #include "structured/constraint.h"
 #include "structured/output_grammar.h"
 #include "text/tokenizer.h"
 
 namespace lily {
 namespace {
-
-struct Reply {
-  std::vector<int32_t> ids;
-  std::string text;
-  GenEvent last;
-  std::promise<void> done;
-};
 
 class ChoicesTest : public TinySuite<ChoicesTest, 4, false> {
  protected:
@@ -35,18 +29,6 @@ class ChoicesTest : public TinySuite<ChoicesTest, 4, false> {
     r->sampling.temperature = 1.0f;
     r->sampling.seed = seed;
     return r;
-  }
-  static std::shared_ptr<Reply> watch(GenRequest& r) {
-    auto out = std::make_shared<Reply>();
-    r.on_event = [out](GenEvent&& ev) {
-      out->text += ev.text;
-      for (auto& t : ev.tokens) out->ids.push_back(t.id);
-      if (ev.done) {
-        out->last = std::move(ev);
-        out->done.set_value();
-      }
-    };
-    return out;
   }
 };
 
@@ -70,7 +52,7 @@ TEST_F(ChoicesTest, ConstrainedReplyIsCompleteJsonAtTheSmallestBudget) {
       r->constraint = std::make_unique<structured::GrammarConstraint>(spec);
       auto out = watch(*r);
       ASSERT_TRUE(e.submit(r));
-      out->done.get_future().wait();
+      out->done.wait();
       const auto j = nlohmann::json::parse(out->text, nullptr, false);
       ASSERT_FALSE(j.is_discarded()) << "budget +" << extra << " seed " << seed << ": " << out->text;
       EXPECT_TRUE(j["id"].is_number_integer() && j["id"] >= 1 && j["id"] <= 99) << out->text;
@@ -90,7 +72,7 @@ TEST_F(ChoicesTest, ForksShareThePrefillAndMatchSingleRequests) {
       auto r = request(seed, 12);
       alone.push_back(watch(*r));
       ASSERT_TRUE(e.submit(r));
-      alone.back()->done.get_future().wait();
+      alone.back()->done.wait();
     }
   }
   Engine e(*model_, *tok_, eo);
@@ -103,13 +85,13 @@ TEST_F(ChoicesTest, ForksShareThePrefillAndMatchSingleRequests) {
   }
   const uint64_t prompt_before = e.stats().prompt_tokens;
   ASSERT_TRUE(e.submit(parent));
-  for (auto& g : got) g->done.get_future().wait();
+  for (auto& g : got) g->done.wait();
   for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(got[i]->ids, alone[i]->ids) << "choice " << i;
+    EXPECT_EQ(got[i]->ids(), alone[i]->ids()) << "choice " << i;
     EXPECT_EQ(got[i]->text, alone[i]->text) << "choice " << i;
   }
   EXPECT_EQ(e.stats().prompt_tokens - prompt_before, parent->prompt.size());  // one prefill
-  EXPECT_NE(got[0]->ids, got[1]->ids);  // different seeds, different replies
+  EXPECT_NE(got[0]->ids(), got[1]->ids());  // different seeds, different replies
 }
 
 TEST_F(ChoicesTest, TheStopStringThatEndedTheReplyIsReported) {
@@ -119,7 +101,7 @@ TEST_F(ChoicesTest, TheStopStringThatEndedTheReplyIsReported) {
   r->stop = {"zeta", "gam"};
   auto out = watch(*r);
   ASSERT_TRUE(e.submit(r));
-  out->done.get_future().wait();
+  out->done.wait();
   EXPECT_EQ(out->text, "alpha beta ");
   EXPECT_EQ(out->last.stop_string, "gam");
 }

@@ -13,35 +13,19 @@
 #include "engine/engine.h"
 #include "tiny_checkpoint.h"
 #include "model/model.h"
+#include "reply_watch.h"
 #include "text/tokenizer.h"
 
 namespace lily {
 namespace {
 
-struct GenRun {
-  std::vector<GenToken> tokens;
-  std::string text;
-  GenEvent last;
-};
-
 class EngineTest : public TinySuite<EngineTest, 3, false> {
  protected:
 
-  static GenRun run(Engine& e, std::shared_ptr<GenRequest> req, int cancel_after = -1) {
-    auto done = std::make_shared<std::promise<void>>();
-    auto out = std::make_shared<GenRun>();
-    GenRequest* raw = req.get();
-    req->on_event = [out, done, raw, cancel_after](GenEvent&& ev) {
-      out->text += ev.text;
-      for (auto& t : ev.tokens) out->tokens.push_back(t);
-      if (cancel_after >= 0 && int(out->tokens.size()) >= cancel_after) raw->cancelled = true;
-      if (ev.done) {
-        out->last = std::move(ev);
-        done->set_value();
-      }
-    };
+  static Reply run(Engine& e, std::shared_ptr<GenRequest> req, int cancel_after_n = -1) {
+    auto out = watch(*req, cancel_after_n >= 0 ? cancel_after(*req, cancel_after_n) : nullptr);
     EXPECT_TRUE(e.submit(req));
-    done->get_future().wait();
+    out->done.wait();
     return *out;
   }
 
@@ -62,19 +46,19 @@ TEST_F(EngineTest, CachedFollowUpEqualsFreshPrefill) {
   eo.prefill_chunk = 7;  // several chunks, to cover chunked prefill too
   Engine cached(*model_, *tok_, eo);
   std::vector<int32_t> p1 = tok_->encode("The quick brown fox jumps over the lazy dog.");
-  GenRun a = run(cached, greedy(p1, 6));
+  Reply a = run(cached, greedy(p1, 6));
   ASSERT_EQ(a.last.finish == FinishReason::kStop || a.last.finish == FinishReason::kLength, true);
   std::vector<int32_t> p2 = p1;
   for (const auto& t : a.tokens) p2.push_back(t.id);
   for (int32_t id : tok_->encode(" And then some more words.")) p2.push_back(id);
-  GenRun b = run(cached, greedy(p2, 8));
+  Reply b = run(cached, greedy(p2, 8));
   EXPECT_EQ(b.last.usage.cached_tokens, int(p1.size() + a.tokens.size()) - 1);
   EXPECT_EQ(b.last.usage.prompt_tokens, int(p2.size()));
 
   EngineOptions fresh_opts = eo;
   fresh_opts.prefill_chunk = 512;
   Engine fresh(*model_, *tok_, fresh_opts);
-  GenRun c = run(fresh, greedy(p2, 8));
+  Reply c = run(fresh, greedy(p2, 8));
   EXPECT_EQ(c.last.usage.cached_tokens, 0);
   ASSERT_EQ(b.tokens.size(), c.tokens.size());
   double max_diff = 0;
@@ -94,14 +78,14 @@ TEST_F(EngineTest, SnapshotInsidePromptIsReused) {
   std::vector<int32_t> p1 = tok_->encode("One two three four five six seven eight");
   auto r1 = greedy(p1, 2);
   r1->snapshot_at = 5;
-  GenRun a = run(e, r1);
+  Reply a = run(e, r1);
   // A prompt that shares only the first 5 tokens continues from the snapshot.
   std::vector<int32_t> p2(p1.begin(), p1.begin() + 5);
   for (int32_t id : tok_->encode(" nine ten")) p2.push_back(id);
-  GenRun b = run(e, greedy(p2, 3));
+  Reply b = run(e, greedy(p2, 3));
   EXPECT_EQ(b.last.usage.cached_tokens, 5);
   Engine fresh(*model_, *tok_, eo);
-  GenRun c = run(fresh, greedy(p2, 3));
+  Reply c = run(fresh, greedy(p2, 3));
   ASSERT_EQ(b.tokens.size(), c.tokens.size());
   for (size_t i = 0; i < b.tokens.size(); ++i) EXPECT_EQ(b.tokens[i].id, c.tokens[i].id);
 }
@@ -124,12 +108,12 @@ TEST_F(EngineTest, SharedHeadIsCopiedForEveryRequest) {
     for (int32_t id : tok_->encode(tails[i])) p.push_back(id);
     auto r = greedy(p, 5);
     r->shared_prefix_at = int(head.size());
-    GenRun a = run(e, r);
+    Reply a = run(e, r);
     EXPECT_EQ(a.last.usage.cached_tokens, i == 0 ? 0 : int(head.size())) << i;
     Engine fresh(*model_, *tok_, fresh_opts);
     auto rf = greedy(p, 5);
     rf->shared_prefix_at = int(head.size());
-    GenRun b = run(fresh, rf);
+    Reply b = run(fresh, rf);
     EXPECT_EQ(b.last.usage.cached_tokens, 0);
     ASSERT_EQ(a.tokens.size(), b.tokens.size()) << i;
     for (size_t k = 0; k < a.tokens.size(); ++k) {
@@ -158,7 +142,7 @@ TEST_F(EngineTest, ShortTailFedByDecodeStepsEqualsPrefill) {
   std::vector<int32_t> p = tok_->encode("Seven eight nine ten eleven twelve thirteen");
   ASSERT_GE(p.size(), 5u);
   for (int seeded = 0; seeded < 2; ++seeded) {
-    GenRun out[2];
+    Reply out[2];
     uint64_t rows[2];
     for (int tail = 0; tail < 2; ++tail) {
       EngineOptions eo;
@@ -189,11 +173,11 @@ TEST_F(EngineTest, CancelStopsBetweenSteps) {
   Engine e(*model_, *tok_, eo);
   auto r = greedy(tok_->encode("Count to one hundred:"), 200);
   r->stop.clear();
-  GenRun out = run(e, r, /*cancel_after=*/3);
+  Reply out = run(e, r, /*cancel_after=*/3);
   EXPECT_EQ(out.last.finish, FinishReason::kCancelled);
   EXPECT_LE(out.tokens.size(), 4u);
   // The engine is free for the next request.
-  GenRun next = run(e, greedy(tok_->encode("Hi"), 2));
+  Reply next = run(e, greedy(tok_->encode("Hi"), 2));
   EXPECT_EQ(next.tokens.size(), 2u);
 }
 
@@ -206,21 +190,18 @@ TEST_F(EngineTest, QueueLimitCountsOnlyRequestsBeyondFreeSlots) {
   eo.max_queue = 0;
   for (int rep = 0; rep < 8; ++rep) {
     Engine e(*model_, *tok_, eo);
-    std::vector<std::shared_ptr<std::promise<void>>> done;
+    std::vector<std::shared_ptr<Reply>> replies;
     std::vector<std::shared_ptr<GenRequest>> reqs;
     for (int i = 0; i < 3; ++i) {
       auto r = greedy(tok_->encode("Count slowly:"), 12);
       r->step_delay_ms = 5;
-      auto d = std::make_shared<std::promise<void>>();
-      r->on_event = [d](GenEvent&& ev) {
-        if (ev.done) d->set_value();
-      };
-      reqs.push_back(r), done.push_back(d);
+      replies.push_back(watch(*r));
+      reqs.push_back(r);
     }
     ASSERT_TRUE(e.submit(reqs[0])) << rep;
     ASSERT_TRUE(e.submit(reqs[1])) << rep;
     EXPECT_FALSE(e.submit(reqs[2])) << rep;
-    for (int i = 0; i < 2; ++i) done[size_t(i)]->get_future().wait();
+    for (int i = 0; i < 2; ++i) replies[size_t(i)]->done.wait();
   }
 }
 
@@ -231,12 +212,12 @@ TEST_F(EngineTest, ForcedOutputAndStopStrings) {
   auto r = greedy(tok_->encode("Say it"), 50);
   r->forced_output = tok_->encode("alpha beta STOP gamma");
   r->stop = {"STOP"};
-  GenRun out = run(e, r);
+  Reply out = run(e, r);
   EXPECT_EQ(out.text, "alpha beta ");
   EXPECT_EQ(out.last.finish, FinishReason::kStop);
   auto r2 = greedy(tok_->encode("Say it"), 50);
   r2->forced_output = tok_->encode("alpha beta");
-  GenRun out2 = run(e, r2);
+  Reply out2 = run(e, r2);
   EXPECT_EQ(out2.text, "alpha beta");
   EXPECT_EQ(out2.last.finish, FinishReason::kStop);
   EXPECT_EQ(out2.last.usage.completion_tokens, int(r2->forced_output.size()));

@@ -29,6 +29,7 @@
 #include "engine/engine.h"
 #include "tiny_checkpoint.h"
 #include "model/model.h"
+#include "reply_watch.h"
 #include "text/tokenizer.h"
 
 namespace lily {
@@ -36,12 +37,6 @@ namespace {
 
 constexpr size_t kFixed = 823296;      // 3 DeltaNet layers x (1024 x 3 conv + 4 x 128 x 128 S) floats
 constexpr size_t kPerPosition = 1024;  // 1 attention layer x (K, V) x 2 heads x 64 floats
-
-struct Out {
-  std::vector<GenToken> tokens;
-  GenEvent last;
-  std::promise<void> done;
-};
 
 class MemoryTest : public TinySuite<MemoryTest, 9, true> {
  protected:
@@ -73,29 +68,21 @@ class MemoryTest : public TinySuite<MemoryTest, 9, true> {
     return r;
   }
 
-  // Submits r; `on_event` (optional) runs on the engine thread at each of its events first.
-  static std::shared_ptr<Out> submit(Engine& e, std::shared_ptr<GenRequest> r, std::function<void()> on_event = {}) {
-    auto out = std::make_shared<Out>();
-    r->on_event = [out, on_event](GenEvent&& ev) {
-      if (on_event) on_event();
-      for (auto& t : ev.tokens) out->tokens.push_back(t);
-      if (ev.done) {
-        out->last = std::move(ev);
-        out->done.set_value();
-      }
-    };
+  // Submits r; `on_event` (optional) runs on the engine thread at each of its events.
+  static std::shared_ptr<Reply> submit(Engine& e, std::shared_ptr<GenRequest> r, std::function<void()> on_event = {}) {
+    auto out = on_event ? watch(*r, [on_event](const Reply&) { on_event(); }) : watch(*r);
     EXPECT_TRUE(e.submit(r));
     return out;
   }
 
-  static void wait(Out& o) {
-    ASSERT_EQ(o.done.get_future().wait_for(std::chrono::seconds(120)), std::future_status::ready)
+  static void wait(Reply& o) {
+    ASSERT_EQ(o.done.wait_for(std::chrono::seconds(120)), std::future_status::ready)
         << "a request never finished (waiting for memory forever?)";
   }
 
   // What a request gives alone on `m` (no budget, one at a time), its prompt cut as the engine
   // under test cuts it (prefill_chunk: the cut points change the rounding).
-  static std::shared_ptr<Out> alone(Model& m, std::shared_ptr<GenRequest> r, const EngineOptions& like) {
+  static std::shared_ptr<Reply> alone(Model& m, std::shared_ptr<GenRequest> r, const EngineOptions& like) {
     EngineOptions eo;
     eo.max_seq = like.max_seq;
     eo.prefill_chunk = like.prefill_chunk;
@@ -106,7 +93,7 @@ class MemoryTest : public TinySuite<MemoryTest, 9, true> {
     return o;
   }
 
-  static void expect_same(const Out& got, const Out& want, int i) {
+  static void expect_same(const Reply& got, const Reply& want, int i) {
     EXPECT_EQ(got.last.finish, want.last.finish) << "request " << i;
     ASSERT_EQ(got.tokens.size(), want.tokens.size()) << "request " << i;
     for (size_t k = 0; k < got.tokens.size(); ++k) {
@@ -156,7 +143,7 @@ TEST_F(MemoryTest, BudgetAdmitsThreeAtATimeAndEachEqualsAlone) {
     for (uint64_t p = peak_reserved.load(); m > p && !peak_reserved.compare_exchange_weak(p, m);) {
     }
   };
-  std::vector<std::shared_ptr<Out>> outs;
+  std::vector<std::shared_ptr<Reply>> outs;
   // The first request holds the engine at its first event until the other nine are queued.
   outs.push_back(submit(e, reqs[0], [&] {
     watch();
@@ -220,7 +207,7 @@ TEST_F(MemoryTest, NoMemoryForANewStateWaitsForARunningRequest) {
   eo.max_seq = max_seq;
   eo.max_batch = 3;
   Engine e(*m, *tok_, eo);
-  std::vector<std::shared_ptr<Out>> outs;
+  std::vector<std::shared_ptr<Reply>> outs;
   for (int i = 0; i < 3; ++i) outs.push_back(submit(e, request(20 + i, 10, 22)));
   for (auto& o : outs) wait(*o);
   for (int i = 0; i < 3; ++i) {

@@ -20,17 +20,12 @@
 
 #include "engine/engine.h"
 #include "model/model.h"
+#include "reply_watch.h"
 #include "text/tokenizer.h"
 #include "tiny_checkpoint.h"
 
 namespace lily {
 namespace {
-
-struct Reply {
-  std::vector<GenToken> tokens;
-  std::string text;
-  GenEvent last;
-};
 
 class SpecDecode : public TinySuite<SpecDecode, 5, true> {
  protected:
@@ -96,22 +91,15 @@ class SpecDecode : public TinySuite<SpecDecode, 5, true> {
   // Submits every request at once (they share steps) and waits for all replies.
   static std::vector<Reply> run_all(Engine& e, const std::vector<std::shared_ptr<GenRequest>>& reqs) {
     std::vector<std::shared_ptr<Reply>> out;
-    std::vector<std::future<void>> done;
     for (const auto& r : reqs) {
-      auto rep = std::make_shared<Reply>();
-      auto p = std::make_shared<std::promise<void>>();
-      done.push_back(p->get_future());
-      r->on_event = [rep, p](GenEvent&& ev) {
-        rep->text += ev.text;
-        for (auto& t : ev.tokens) rep->tokens.push_back(t);
-        if (ev.done) rep->last = std::move(ev), p->set_value();
-      };
-      out.push_back(rep);
+      out.push_back(watch(*r));
       EXPECT_TRUE(e.submit(r));
     }
-    for (auto& d : done) d.wait();
     std::vector<Reply> v;
-    for (auto& r : out) v.push_back(*r);
+    for (auto& r : out) {
+      r->done.wait();
+      v.push_back(*r);
+    }
     return v;
   }
   static Reply run_one(Engine& e, std::shared_ptr<GenRequest> r) { return run_all(e, {std::move(r)})[0]; }
