@@ -152,17 +152,10 @@ namespace {
 float silu(float v) { return v / (1.0f + std::exp(-v)); }
 float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public CpuStatesBackend {
  public:
-  CpuBackend(const ModelWeights& w, size_t state_limit) : w_(w), cfg_(w.cfg), meter_(std::make_shared<StateMeter>()) {
-    meter_->limit = state_limit;
-  }
+  using CpuStatesBackend::CpuStatesBackend;
   const char* name() const override { return "cpu-ref"; }
-  int vocab_size() const override { return cfg_.vocab_size; }
-
-  Result<std::unique_ptr<SeqState>> new_state(int max_seq) override { return new_cpu_state(cfg_, max_seq, meter_); }
-  StateMemory state_memory(int) const override { return cpu_state_memory(cfg_); }
-  Result<DeviceMemory> device_memory() override { return cpu_device_memory(*meter_); }
 
  protected:  // the parts Backend::launch runs
   Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) override {
@@ -334,10 +327,6 @@ class CpuBackend final : public Backend {
     qmatmul(up, x, n, H, tmp, I, true);
     for (size_t j = 0; j < size_t(n) * I; ++j) act[j] = store(silu(act[j]) * tmp[j]);
   }
-
-  const ModelWeights& w_;
-  const ModelConfig& cfg_;
-  std::shared_ptr<StateMeter> meter_;  // every state's bytes (and the test hook's limit)
 };
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include "core/status.h"
 
+#include "backend/backend.h"
 #include "core/bf16.h"
 #include "model/model.h"
 #include "model/weights.h"
@@ -82,5 +83,23 @@ Result<DeviceMemory> cpu_device_memory(const StateMeter& meter);
 // Checks a forward call's arguments and returns the CPU state, or an error naming the problem.
 Result<CpuSeqState*> check_forward_args(const ModelConfig& cfg, SeqState& state, std::span<const int32_t> tokens,
                                         std::span<float> logits);
+
+// What the two CPU backends (the reference and the fast one) share: the weights they run, and their
+// states made, sized and counted as above, with one meter for all of a backend's states.
+class CpuStatesBackend : public Backend {
+ public:
+  CpuStatesBackend(const ModelWeights& w, size_t state_limit) : w_(w), cfg_(w.cfg), meter_(std::make_shared<StateMeter>()) {
+    meter_->limit = state_limit;
+  }
+  int vocab_size() const override { return cfg_.vocab_size; }
+  Result<std::unique_ptr<SeqState>> new_state(int max_seq) override { return new_cpu_state(cfg_, max_seq, meter_); }
+  StateMemory state_memory(int) const override { return cpu_state_memory(cfg_); }
+  Result<DeviceMemory> device_memory() override { return cpu_device_memory(*meter_); }
+
+ protected:
+  const ModelWeights& w_;
+  const ModelConfig& cfg_;
+  std::shared_ptr<StateMeter> meter_;  // every state's bytes (and the test hook's limit)
+};
 
 }  // namespace lily::cpu

@@ -66,20 +66,14 @@ void run(Op op, std::span<const QJob> jobs) {
   fast::run_qjobs(jobs);
 }
 
-class FastCpuBackend final : public Backend {
+class FastCpuBackend final : public CpuStatesBackend {
  public:
-  FastCpuBackend(const ModelWeights& w, size_t state_limit) : w_(w), cfg_(w.cfg), meter_(std::make_shared<StateMeter>()) {
-    meter_->limit = state_limit;
-  }
+  using CpuStatesBackend::CpuStatesBackend;
   const char* name() const override { return "cpu"; }
-  int vocab_size() const override { return cfg_.vocab_size; }
   std::string hardware() const override {
     return fmt::format("cpu ({} threads, kernels {})", ThreadPool::global().size(), fast::kernels().name);
   }
 
-  Result<std::unique_ptr<SeqState>> new_state(int max_seq) override { return new_cpu_state(cfg_, max_seq, meter_); }
-  StateMemory state_memory(int) const override { return cpu_state_memory(cfg_); }
-  Result<DeviceMemory> device_memory() override { return cpu_device_memory(*meter_); }
   // `lily bench` compares decode GB/s with this: the read bandwidth of all pool threads, measured once.
   double copy_bandwidth_gbps() override {
     if (read_gbps_ <= 0) read_gbps_ = fast::measure_read_gbps(1.0);
@@ -491,9 +485,6 @@ class FastCpuBackend final : public Backend {
     store_all(out, size_t(M) * H);
   }
 
-  const ModelWeights& w_;
-  const ModelConfig& cfg_;
-  std::shared_ptr<StateMeter> meter_;  // every state's bytes (and the test hook's limit)
   std::vector<int32_t> iota_;
   PreparedX px_, pmix_, pact_;  // int16 forms of h, of a mixer/shared-expert input, of expert inputs (decode)
   double read_gbps_ = 0;
