@@ -1,5 +1,6 @@
-// Hopper (sm_90a) warpgroup MMA primitives for the prefill GEMMs: the 128-byte-swizzle shared
-// memory descriptor, wgmma m64n64k16 f16 → f32 with A from registers, fences, cp.async helpers.
+// Hopper (sm_90a) warpgroup MMA primitives for the prefill GEMMs and the batched step's experts (xgemm):
+// the 128-byte-swizzle shared memory descriptor, wgmma m64nNk16 f16 → f32 with A from registers (N = 8,
+// 16, 32, 64), fences, cp.async helpers.
 #pragma once
 #include <cstdint>
 
