@@ -1,18 +1,19 @@
 // xgemm (contract in xgemm.h): persistent blocks of two warpgroups walk the work units of qgemm's items
 // mode (unit = one item × one tile of 8 warp blocks × one chunk of BM = 8·NT activation rows). The block
 // stages the unit's activation rows (fp16 hi [+ lo], and the group sums) in shared memory in chunks of KC
-// columns through two buffers, the next chunk (or the next unit's first) loading while one computes; each
-// warp streams its 16-row weight block's groups from HBM into a ring of kD register slots, kD groups ahead,
-// the ring running on into the warp's block of the next unit, so the weight loads never stop at a unit
-// boundary. Per group a warpgroup (4 blocks = 64 weight rows, the A operand from registers) runs four
-// wgmma k-steps (eight with two passes) over the group's activation tile (the B operand, read by the
+// columns through two buffers, the next chunk (or the next unit's first) loading while one computes. Each
+// warp streams its 16-row weight block group by group through a ring of kS shared-memory stages that the
+// copy engine fills (bulk copies completing on an mbarrier per stage), kS groups ahead and on into the
+// warp's block of the next unit, so the weight loads never stop at a unit or chunk boundary and hold no
+// registers. Per group a warpgroup (4 blocks = 64 weight rows, the A operand converted into registers) runs
+// four wgmma k-steps (eight with two passes) over the group's activation tile (the B operand, read by the
 // tensor cores from shared memory once for the 64 rows: mma.sync made each warp read it, which bound the
 // kernel on shared memory) into a zeroed partial, then y += (scale·2^-e)·part + bias·Σx in fp32 (qgemm's
-// formula). The wgmma width is the unit's rows rounded up to 8, 16, 32 or 64.
+// formula), that epilogue overlapping the next group's wgmmas. The wgmma width is the unit's rows rounded
+// up to 8, 16, 32 or 64.
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "backend/cuda/common/common.cuh"
 #include "backend/cuda/common/wgmma_util.cuh"
@@ -23,7 +24,10 @@ namespace lily::cuda {
 namespace {
 using namespace q4;
 
-constexpr int kThreads = 256, kWarps = 8, kD = 4, kMaxItems = 1024;
+constexpr int kThreads = 256, kWarps = 8, kMaxItems = 1024;
+// The weight ring: kS stages a warp, each one group (512 bytes of codes + 64 of sb), filled by the copy engine.
+constexpr int kS = 7, kStage = 576;
+constexpr int kKMult = 256;  // K of the matrices xgemm takes (and frag_experts copies): a multiple of this
 enum Mode : int { kItems = 1, kSwiglu = 2 };
 
 struct XArgs {
@@ -31,7 +35,6 @@ struct XArgs {
   FragW w, sh;
   int K, nG, T, bpe;  // bpe: weight blocks per expert (swiglu n_out/8, plain n_out/16)
   int KC;             // activation columns a shared-memory buffer holds (K / KC chunks a unit, two buffers)
-  int pf;             // groups the L2 prefetch runs ahead of the register ring (0: none)
 };
 
 // ---- the fragment copy ----
@@ -81,33 +84,36 @@ template <int BM> __device__ __forceinline__ Unit unit_of(const XArgs& g, int u,
   return r;
 }
 
-// The warp's weight stream: unit u's block of this warp, group by group, then the next unit's.
+// The warp's weight stream: unit u's block of this warp, group by group (512 bytes of codes, 64 of sb a
+// group), then the next unit's.
 struct Stream4 {
-  const uint4* c;  // this lane's code words of group 0 of the block
-  const uint2* s;  // this lane's {sb(r0), sb(r1)} of group 0
+  const uint8_t* c;  // the block's codes, group 0
+  const uint8_t* s;  // the block's {sb(r0), sb(r1)} × 8, group 0
 };
-__device__ __forceinline__ Stream4 stream_of(const XArgs& g, const Unit& t, int warp, int lane) {
+__device__ __forceinline__ Stream4 stream_of(const XArgs& g, const Unit& t, int warp) {
   const bool shared = t.expert == g.a.E;
   const FragW& f = shared ? g.sh : g.w;
   const size_t blk = size_t(shared ? 0 : t.expert) * g.bpe + size_t(t.tile) * kWarps + warp;
-  Stream4 r;
-  r.c = reinterpret_cast<const uint4*>(f.codes) + blk * g.nG * 32 + lane;
-  r.s = reinterpret_cast<const uint2*>(f.sb) + blk * g.nG * 8 + (lane >> 2);
-  return r;
+  return Stream4{reinterpret_cast<const uint8_t*>(f.codes) + blk * g.nG * 512,
+                 reinterpret_cast<const uint8_t*>(f.sb) + blk * g.nG * 64};
 }
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
+// The shared-memory mbarrier at bar: init (count arrivals), arrive expecting tx bytes, wait for a phase parity.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
-// The bytes at p (16-byte aligned, a multiple of 16) into L2, asynchronously.
-__device__ __forceinline__ void l2_prefetch(const void* p, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
-__device__ __forceinline__ uint2 ld_stream2(const uint2* p) {
-  uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+// bytes (a multiple of 16) from global src to shared dst by the copy engine, completing tx bytes on bar.
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
 // Bytes of one activation buffer of BM rows × KC columns (x hi [+ lo], {Σx, 2^-e}), 1024-aligned.
@@ -149,24 +155,22 @@ __device__ __forceinline__ void group_acc(float (&acc)[NT][4], float (&part)[N /
     cc[3] = fmaf(s1 * xb.y, pp[3], fmaf(b1, xb.x, cc[3]));
   }
 }
-// One chunk's gpc groups at width N from the warp's ring (load(d) refills slot d), pipelined: group G's
-// wgmmas are issued before group G − 1's epilogue, so the tensor cores run while the warp does its FMAs;
-// all done on return (the chunk's buffer may be overwritten after the block's next barrier).
-// x tile of group G at sx_s + G·gstride (hi) and + plane (lo).
-template <int N, int NT, int TERMS, class Load>
-__device__ __forceinline__ void chunk_mma(float (&acc)[NT][4], const uint4 (&rc)[kD], const uint2 (&rs)[kD], Load& load,
-                                          uint32_t sx_s, uint32_t gstride, uint32_t plane, const float2* sxs, int gpc,
-                                          int nsub, int tq) {
-  static_assert(kD % 2 == 0, "partials alternate with the ring slot's parity");
+// One chunk's gpc groups (gpc even) at width N, each group's weights from next(c, q) (the warp's ring),
+// pipelined: group G's wgmmas are issued before group G − 1's epilogue, so the tensor cores run while the
+// warp does its FMAs; all done on return (the chunk's buffer may be overwritten after the block's next
+// barrier). x tile of group G at sx_s + G·gstride (hi) and + plane (lo).
+template <int N, int NT, int TERMS, class Next>
+__device__ __forceinline__ void chunk_mma(float (&acc)[NT][4], Next& next, uint32_t sx_s, uint32_t gstride, uint32_t plane,
+                                          const float2* sxs, int gpc, int nsub, int tq) {
   float part[2][N / 2];
   uint2 sbp = make_uint2(0u, 0u);
-  for (int G0 = 0; G0 < gpc; G0 += kD) {
+  for (int G0 = 0; G0 < gpc; G0 += 2) {
 #pragma unroll
-    for (int d = 0; d < kD; ++d) {
+    for (int d = 0; d < 2; ++d) {
       const int Gl = G0 + d;
-      const uint4 c = rc[d];
-      const uint2 q = rs[d];
-      load(d);  // the slot's next group (kD ahead), while this one computes
+      uint4 c;
+      uint2 q;
+      next(c, q);
       // A fragments of k-step s: rows r0 / r1, words 2s (k-slots 2t, 2t + 1) and 2s + 1 (2t + 8, 2t + 9).
       uint32_t af[4][4];
 #pragma unroll
@@ -176,16 +180,16 @@ __device__ __forceinline__ void chunk_mma(float (&acc)[NT][4], const uint4 (&rc)
         af[s][0] = nib2h(w0 >> s0), af[s][1] = nib2h(w1 >> s0), af[s][2] = nib2h(w0 >> s1), af[s][3] = nib2h(w1 >> s1);
       }
       const uint32_t gb = sx_s + uint32_t(Gl) * gstride;
-      group_issue<N, TERMS>(part[d & 1], af, pf::sw128_desc(gb), pf::sw128_desc(gb + plane));
+      group_issue<N, TERMS>(part[d], af, pf::sw128_desc(gb), pf::sw128_desc(gb + plane));
       if (d > 0 || G0 > 0) {
         pf::wg_wait<1>();
-        group_acc<N, NT>(acc, part[(d + 1) & 1], sbp, sxs, gpc, Gl - 1, nsub, tq);
+        group_acc<N, NT>(acc, part[d ^ 1], sbp, sxs, gpc, Gl - 1, nsub, tq);
       }
       sbp = q;
     }
   }
   pf::wg_wait<0>();
-  group_acc<N, NT>(acc, part[(kD - 1) & 1], sbp, sxs, gpc, gpc - 1, nsub, tq);  // gpc % kD == 0: the last slot's
+  group_acc<N, NT>(acc, part[1], sbp, sxs, gpc, gpc - 1, nsub, tq);  // gpc even: the last group's partial
 }
 
 template <int NT, int MODE, int TERMS>
@@ -201,12 +205,19 @@ __global__ void __launch_bounds__(kThreads, NT == 8 ? 1 : 2) xgemm_kernel(XArgs 
   // the items and their unit prefix.
   const int KC = g.KC, gpc = KC / 64, nC = K / KC;  // groups a chunk, chunks a unit
   const size_t plane = size_t(BM) * KC * 2, xbytes = x_bytes(BM, KC, TERMS);
-  float2* red = reinterpret_cast<float2*>(sm + xbytes * 2);
+  // The weight ring (kWarps × kS stages of kStage bytes) and its mbarriers follow the buffers.
+  uint8_t* wring = sm + xbytes * 2;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(wring + kWarps * kS * kStage);
+  float2* red = reinterpret_cast<float2*>(bars + kWarps * kS);
   float* rsc = reinterpret_cast<float*>(red + kWarps * BM);
   int4* its = reinterpret_cast<int4*>(rsc + BM);
   int* pu = reinterpret_cast<int*>(its + a.max_items);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
 
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
+  if (lane == 0) {
+    for (int i = 0; i < kS; ++i) mbar_init(smem_u32(bars + warp * kS + i), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
   pdl_wait();
   pdl_trigger();
   const int n_items = min(__ldcg(a.n_items), a.max_items);
@@ -234,39 +245,40 @@ __global__ void __launch_bounds__(kThreads, NT == 8 ? 1 : 2) xgemm_kernel(XArgs 
   const int n_units = pu[n_items];
   if (int(blockIdx.x) >= n_units) return;
 
-  // The ring: slot d holds the stream's group ≡ d (mod kD) (nG % kD == 0, so a unit starts at slot 0).
-  // A/B (LILY_XGEMM_PF = g.pf): the stream g.pf groups ahead of the ring's loads prefetched into L2, group by
-  // group inside a unit, and the next unit's first g.pf groups in one request when the ring reaches its
-  // unit's last g.pf groups.
-  uint4 rc[kD];
-  uint2 rs[kD];
-  int lu = blockIdx.x, lg = 0;  // the load cursor: unit, group
-  Stream4 ls = stream_of(g, unit_of<BM>(g, lu, its, pu, n_items), warp, lane);
-  const int pfd = min(g.pf, nG);
-  auto l2_groups = [&](const Stream4& st, int G, int n) {  // groups [G, G + n) of a stream (lanes 0 and 1)
-    if (lane == 0) l2_prefetch(st.c + size_t(G) * 32, 512u * n);  // lanes 0 and 1 hold the block's bases
-    if (lane == 1) l2_prefetch(st.s + size_t(G) * 8, 64u * n);
-  };
-  auto load = [&](int d) {
+  // The ring: the warp's groups in stream order through its kS stages, lane 0 filling stage i with the
+  // stream's group kS ahead of the one consumed from it; every lane waits on the stage's mbarrier (phase =
+  // the stage's use count, mod 2), reads its 16 bytes of codes and its sb pair, and (after the warp's reads)
+  // lane 0 refills it.
+  const uint32_t ring_s = smem_u32(wring + warp * kS * kStage), bar_s = smem_u32(bars + warp * kS);
+  int lu = blockIdx.x, lg = 0;  // the fill cursor: unit, group
+  Stream4 ls = stream_of(g, unit_of<BM>(g, lu, its, pu, n_items), warp);
+  int fill = 0, cons = 0;  // the stages to fill and to consume next
+  uint32_t phase = 0;      // the consumed stage's phase parity
+  auto issue = [&]() {
     if (lu >= n_units) return;
-    rc[d] = ld_stream(ls.c + size_t(lg) * 32);
-    rs[d] = ld_stream2(ls.s + size_t(lg) * 8);
-    if (pfd) {
-      if (lg + pfd < nG) {
-        l2_groups(ls, lg + pfd, 1);
-      } else if (lg + pfd == nG && lu + int(gridDim.x) < n_units) {
-        l2_groups(stream_of(g, unit_of<BM>(g, lu + gridDim.x, its, pu, n_items), warp, lane), 0, pfd);
-      }
+    if (lane == 0) {
+      const uint32_t bar = bar_s + fill * 8, dst = ring_s + fill * kStage;
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the warp's reads of the stage before the refill
+      mbar_expect_tx(bar, kStage);
+      bulk_g2s(dst, ls.c + size_t(lg) * 512, 512, bar);
+      bulk_g2s(dst + 512, ls.s + size_t(lg) * 64, 64, bar);
     }
+    if (++fill == kS) fill = 0;
     if (++lg == nG) {
       lg = 0;
       lu += gridDim.x;
-      if (lu < n_units) ls = stream_of(g, unit_of<BM>(g, lu, its, pu, n_items), warp, lane);
+      if (lu < n_units) ls = stream_of(g, unit_of<BM>(g, lu, its, pu, n_items), warp);
     }
   };
-  if (pfd && kD < nG) l2_groups(ls, kD, min(pfd, nG - kD));
-#pragma unroll
-  for (int d = 0; d < kD; ++d) load(d);
+  auto next = [&](uint4& c, uint2& q) {
+    mbar_wait(bar_s + cons * 8, phase);
+    const uint32_t st = ring_s + cons * kStage;
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(c.x), "=r"(c.y), "=r"(c.z), "=r"(c.w) : "r"(st + lane * 16));
+    asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(q.x), "=r"(q.y) : "r"(st + 512 + gq * 8));
+    if (++cons == kS) cons = 0, phase ^= 1;
+    __syncwarp();
+    issue();
+  };
 
   // Chunk h (columns [h·KC, +KC)) of unit t's activation rows into buffer b (rows past m_cnt zero), as one
   // cp.async group: 16-byte piece q of group G of row m at G·BM·128 + m·128 + ((q ^ (m & 7)) << 4).
@@ -290,6 +302,7 @@ __global__ void __launch_bounds__(kThreads, NT == 8 ? 1 : 2) xgemm_kernel(XArgs 
     cp_commit();
   };
 
+  for (int i = 0; i < kS; ++i) issue();
   Unit ct = unit_of<BM>(g, blockIdx.x, its, pu, n_items);
   int buf = 0;
   stage_x(ct, 0, 0);
@@ -321,10 +334,10 @@ __global__ void __launch_bounds__(kThreads, NT == 8 ? 1 : 2) xgemm_kernel(XArgs 
       const float2* sxs = reinterpret_cast<const float2*>(sx + plane * TERMS);
       buf ^= 1;
       const uint32_t gs = BM * 128, pl = uint32_t(plane);
-      if (wn == 8) chunk_mma<8, NT, TERMS>(acc, rc, rs, load, sx_s, gs, pl, sxs, gpc, nsub, tq);
-      else if (NT >= 2 && wn == 16) chunk_mma<(NT >= 2 ? 16 : 8), NT, TERMS>(acc, rc, rs, load, sx_s, gs, pl, sxs, gpc, nsub, tq);
-      else if (NT >= 4 && wn == 32) chunk_mma<(NT >= 4 ? 32 : 8), NT, TERMS>(acc, rc, rs, load, sx_s, gs, pl, sxs, gpc, nsub, tq);
-      else if (NT >= 8) chunk_mma<(NT >= 8 ? 64 : 8), NT, TERMS>(acc, rc, rs, load, sx_s, gs, pl, sxs, gpc, nsub, tq);
+      if (wn == 8) chunk_mma<8, NT, TERMS>(acc, next, sx_s, gs, pl, sxs, gpc, nsub, tq);
+      else if (NT >= 2 && wn == 16) chunk_mma<(NT >= 2 ? 16 : 8), NT, TERMS>(acc, next, sx_s, gs, pl, sxs, gpc, nsub, tq);
+      else if (NT >= 4 && wn == 32) chunk_mma<(NT >= 4 ? 32 : 8), NT, TERMS>(acc, next, sx_s, gs, pl, sxs, gpc, nsub, tq);
+      else if (NT >= 8) chunk_mma<(NT >= 8 ? 64 : 8), NT, TERMS>(acc, next, sx_s, gs, pl, sxs, gpc, nsub, tq);
     }
 
     // ---- the unit's epilogue (as qgemm's, one m-tile a warp) ----
@@ -384,12 +397,15 @@ __global__ void __launch_bounds__(kThreads, NT == 8 ? 1 : 2) xgemm_kernel(XArgs 
 template <int NT, int MODE, int TERMS> Status launch(const XArgs& g, cudaStream_t s) {
   constexpr int BM = 8 * NT, per_sm = NT == 8 ? 1 : 2;
   auto k = xgemm_kernel<NT, MODE, TERMS>;
-  const size_t rest = size_t(kWarps) * BM * 8 + BM * 4 + size_t(g.a.max_items) * 20 + 16 + 1024;  // + alignment slack
-  // Activation chunks: the widest KC (K / 2^i, a multiple of 64·kD) whose two buffers leave per_sm blocks an SM.
-  const size_t cap = per_sm == 2 ? 110 * 1024 : 220 * 1024;
+  // The weight ring and its barriers, the epilogue's scratch, the items, + 1024 bytes of alignment slack.
+  const size_t rest = size_t(kWarps) * kS * (kStage + 8) + size_t(kWarps) * BM * 8 + BM * 4 + size_t(g.a.max_items) * 20 + 16 + 1024;
+  // Activation chunks: the widest KC (K / 2^i, a multiple of 128: an even number of groups) whose two buffers
+  // leave per_sm blocks an SM.
+  const size_t cap = per_sm == 2 ? 112 * 1024 : 220 * 1024;
   XArgs h = g;
   h.KC = g.K;
-  while (2 * x_bytes(BM, h.KC, TERMS) + rest > cap && h.KC % 2 == 0 && (h.KC / 2) % (64 * kD) == 0) h.KC /= 2;
+  while (2 * x_bytes(BM, h.KC, TERMS) + rest > cap && h.KC % 2 == 0 && (h.KC / 2) % 128 == 0) h.KC /= 2;
+  if (2 * x_bytes(BM, h.KC, TERMS) + rest > cap) return cu_err("xgemm: K {} with {} items does not fit the shared memory", g.K, g.a.max_items);
   const size_t smem = 2 * x_bytes(BM, h.KC, TERMS) + rest;
   static size_t attr = 0;
   if (smem > attr) {
@@ -443,7 +459,7 @@ Status frag_pack_experts(const QW& gate, const QW& up, const QW& sh_gate_up, con
 
 Status frag_experts(DevWeights& d, int E, int I, int H, void** mem, Stream s) {
   *mem = nullptr;
-  if (H % (64 * kD) != 0 || I % (64 * kD) != 0) return Status::ok();  // no xgemm at these K: no copies
+  if (H % (kKMult) != 0 || I % (kKMult) != 0) return Status::ok();  // no xgemm at these K: no copies
   const size_t per = frag_expert_bytes(E, I, H);
   LILY_CU_TRY(cudaMalloc(mem, per * d.layers.size()));
   uint8_t* p = static_cast<uint8_t*>(*mem);
@@ -457,21 +473,16 @@ Status frag_experts(DevWeights& d, int E, int I, int H, void** mem, Stream s) {
 
 bool xgemm_fits(const QGemmArgs& a) {
   const int nt = qgemm_items_nt(a);
-  return a.items && a.w.cols % (64 * kD) == 0 && (nt == 1 || nt == 2 || nt == 4 || nt == 8) && (a.swiglu ? a.n_out % 64 == 0 : a.n_out % 128 == 0);
+  return a.items && a.w.cols % (kKMult) == 0 && (nt == 1 || nt == 2 || nt == 4 || nt == 8) && (a.swiglu ? a.n_out % 64 == 0 : a.n_out % 128 == 0);
 }
 
 Status xgemm(const QGemmArgs& a, const FragW& w, const FragW& sh, Stream stream) {
-  if (!xgemm_fits(a)) return cu_err("xgemm: needs items, K % {} == 0 (K {}), a tile of 8, 16, 32 or 64 rows and whole tiles", 64 * kD, a.w.cols);
+  if (!xgemm_fits(a)) return cu_err("xgemm: needs items, K % {} == 0 (K {}), a tile of 8, 16, 32 or 64 rows and whole tiles", kKMult, a.w.cols);
   if (!w.codes || !sh.codes || w.K != a.w.cols || sh.K != a.w.cols) return cu_err("xgemm: fragment copies of K {} needed", a.w.cols);
   if (!a.x || !a.xs || !a.xrow || !a.yrow || a.max_items < 1 || a.max_items > kMaxItems || a.E < 1)
     return cu_err("xgemm: items mode needs x, xs, xrow, yrow, max_items (1..{}) and E", kMaxItems);
   XArgs g{};
   g.a = a, g.w = w, g.sh = sh, g.K = a.w.cols, g.nG = a.w.cols / 64;
-  static const int pf = [] {  // A/B: the L2 prefetch distance in groups
-    const char* e = std::getenv("LILY_XGEMM_PF");
-    return e ? std::max(0, std::atoi(e)) : 0;
-  }();
-  g.pf = pf;
   if (a.swiglu) {
     if (!a.yx || !a.yxs || !a.xlo != !a.yxlo) return cu_err("xgemm: swiglu writes packed rows (yx, yxs; yxlo with xlo)");
     g.T = a.n_out / 64, g.bpe = a.n_out / 8;
