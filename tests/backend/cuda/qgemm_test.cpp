@@ -4,7 +4,7 @@
 // split and unsplit k, rows on both sides of every tile height (1..130), every forced tile height,
 // and the expert-major MoE (gate+up+SwiGLU packed for down, down per entry) on routings from broute, by
 // qgemm and, where K allows, by xgemm (moe/xgemm.h) on fragment copies of the same experts (against the
-// same reference; each kernel batch-invariant on its own: their tensor-core sums group k differently).
+// same reference, and equal to qgemm's outputs bit for bit).
 // Tolerance per output: 1e-5 · Σ|terms| (fp32 sums over K ≤ 4096; a wrong k order or fragment is
 // O(Σ|terms|)). Batch invariance: a row's outputs are bit-identical at every row count and tile
 // height of one kernel (the mma.sync tiles, or the dense wgmma tile from qgemm_wg_rows(N) rows), and the
@@ -249,7 +249,7 @@ TEST(CudaQgemm, MoeMatchesCpuAndIsBatchInvariant) {
       ASSERT_TRUE(cuda::frag_pack_experts(gate.q, up.q, shgu.q, down.q, shd.q, c.E, c.I, c.H, fr.p, &fx, nullptr).is_ok());
     }
     // Rows 0..2 keep their routing at every B (the routing's first rows are drawn first from a reset seed).
-    std::vector<float> base_act[2], base_y[2];  // per kernel (qgemm, xgemm): rows 0..2's entries at the first B
+    std::vector<float> base_act, base_y;  // rows 0..2's entries at the first B
     for (int B : {3, 1, 17, kMaxB}) {
       for (int skew : {0, 4}) {
         if (skew && B != kMaxB) continue;
@@ -269,10 +269,12 @@ TEST(CudaQgemm, MoeMatchesCpuAndIsBatchInvariant) {
             ref_act[size_t(en) * c.I + o] = silu(gv) * uv;
           }
         }
+        std::vector<uint16_t> q_act;  // qgemm's packed act and y at nt = 0, for xgemm's exact check
+        std::vector<float> q_y;
         for (int kern : {0, 1})
         for (int nt : {0, 1, 2, 4, 8}) {
           if (nt && B != kMaxB) continue;
-          if (kern == 1 && !xcase) continue;
+          if (kern == 1 && (!xcase || nt > 4)) continue;
           D<uint16_t> act(size_t(nent) * c.I), actlo(size_t(nent) * c.I);
           D<float> acts(size_t(nent) * c.I / 64 * 2);
           D<float> y(size_t(nent) * c.H);
@@ -327,6 +329,14 @@ TEST(CudaQgemm, MoeMatchesCpuAndIsBatchInvariant) {
           }
           const std::string rows = std::string(kern ? "xgemm " : "") + "B=" + std::to_string(B) + (skew ? " skewed" : "") +
                                    " nt=" + (nt ? std::to_string(nt) : "auto");
+          if (nt == 0 && kern == 0) q_act = pa.X, q_y = gy;
+          if (nt == 0 && kern == 1) {  // the same arithmetic as qgemm's: equal bit for bit
+            float dq = 0;
+            for (size_t i = 0; i < q_y.size() && i < gy.size(); ++i) dq = std::max(dq, std::fabs(gy[i] - q_y[i]));
+            const bool same = pa.X == q_act && dq == 0.f;
+            table("moe xgemm = qgemm", shape, rows, dq, same);
+            EXPECT_TRUE(same) << shape << " " << rows << ": xgemm differs from qgemm (y by " << dq << ")";
+          }
           table("moe gate+up", shape, rows, std::max(worst_a, worst_s), worst_a <= 1 && worst_s <= 1);
           table("moe down", shape, rows, worst_y, worst_y <= 1);
           EXPECT_EQ(fails, 0) << shape << " " << rows;
@@ -338,14 +348,13 @@ TEST(CudaQgemm, MoeMatchesCpuAndIsBatchInvariant) {
               for (int o = 0; o < c.I; ++o) ra.push_back(float(pa.x(en, o) * pa.inv(en, o / 64)));
               for (int n = 0; n < c.H; ++n) ry.push_back(gy[size_t(en) * c.H + n]);
             }
-          if (base_act[kern].empty()) base_act[kern] = ra, base_y[kern] = ry;
-          const std::vector<float>&ba = base_act[kern], &by = base_y[kern];
+          if (base_act.empty()) base_act = ra, base_y = ry;
           float dv = 0;
-          for (size_t i = 0; i < std::min(ra.size(), ba.size()); ++i) dv = std::max(dv, std::fabs(ra[i] - ba[i]));
-          for (size_t i = 0; i < std::min(ry.size(), by.size()); ++i) dv = std::max(dv, std::fabs(ry[i] - by[i]));
+          for (size_t i = 0; i < std::min(ra.size(), base_act.size()); ++i) dv = std::max(dv, std::fabs(ra[i] - base_act[i]));
+          for (size_t i = 0; i < std::min(ry.size(), base_y.size()); ++i) dv = std::max(dv, std::fabs(ry[i] - base_y[i]));
           if (!skew) {
             table("moe invariance", shape, rows, dv, dv == 0.f);
-            EXPECT_EQ(dv, 0.f) << shape << " " << rows << ": rows 0..2 differ from the same kernel's at B=3";
+            EXPECT_EQ(dv, 0.f) << shape << " " << rows << ": rows 0..2 differ from B=3";
           }
         }
       }

@@ -1,6 +1,5 @@
-// Hopper (sm_90a) warpgroup MMA primitives for the prefill GEMMs and the batched step's experts (xgemm):
-// the 128-byte-swizzle shared memory descriptor, wgmma m64nNk16 f16 → f32 with A from registers (N = 8,
-// 16, 32, 64), fences, cp.async helpers.
+// Hopper (sm_90a) warpgroup MMA primitives for the prefill GEMMs: the 128-byte-swizzle shared
+// memory descriptor, wgmma m64n64k16 f16 → f32 with A from registers, fences, cp.async helpers.
 #pragma once
 #include <cstdint>
 
@@ -40,34 +39,6 @@ __device__ __forceinline__ void wgmma_64x64_rs(float (&d)[32], const uint32_t (&
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
-}
-
-// D[64×N] (+)= A[64×16] (registers) · B[16×N] (smem desc, K-major) for N = 8, 16, 32 (d: N/2 floats a thread,
-// the layout of wgmma_64x64_rs's first N/8 column tiles); N = 64 is wgmma_64x64_rs.
-template <int N> __device__ __forceinline__ void wgmma_rs(float* d, const uint32_t (&a)[4], uint64_t desc, int scale_d);
-template <> __device__ __forceinline__ void wgmma_rs<8>(float* d, const uint32_t (&a)[4], uint64_t desc, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
-}
-template <> __device__ __forceinline__ void wgmma_rs<16>(float* d, const uint32_t (&a)[4], uint64_t desc, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
-}
-template <> __device__ __forceinline__ void wgmma_rs<32>(float* d, const uint32_t (&a)[4], uint64_t desc, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
-}
-template <> __device__ __forceinline__ void wgmma_rs<64>(float* d, const uint32_t (&a)[4], uint64_t desc, int scale_d) {
-  wgmma_64x64_rs(*reinterpret_cast<float(*)[32]>(d), a, desc, scale_d);
 }
 
 __device__ __forceinline__ void cp16_async(uint32_t dst, const void* src, bool valid) {

@@ -1,22 +1,16 @@
-// xgemm (contract in xgemm.h): persistent blocks of two warpgroups walk the work units of qgemm's items
-// mode (unit = one item × one tile of 8 warp blocks × one chunk of BM = 8·NT activation rows). The block
-// stages the unit's activation rows (fp16 hi [+ lo], and the group sums) in shared memory in chunks of KC
-// columns through two buffers, the next chunk (or the next unit's first) loading while one computes. Each
-// warp streams its 16-row weight block group by group through a ring of kS shared-memory stages that the
-// copy engine fills (bulk copies completing on an mbarrier per stage), kS groups ahead and on into the
-// warp's block of the next unit, so the weight loads never stop at a unit or chunk boundary and hold no
-// registers. Per group a warpgroup (4 blocks = 64 weight rows, the A operand converted into registers) runs
-// four wgmma k-steps (eight with two passes) over the group's activation tile (the B operand, read by the
-// tensor cores from shared memory once for the 64 rows: mma.sync made each warp read it, which bound the
-// kernel on shared memory) into a zeroed partial, then y += (scale·2^-e)·part + bias·Σx in fp32 (qgemm's
-// formula), that epilogue overlapping the next group's wgmmas. The wgmma width is the unit's rows rounded
-// up to 8, 16, 32 or 64.
+// xgemm (contract in xgemm.h): persistent blocks of 8 warps walk the work units of qgemm's items mode
+// (unit = one item × one tile of 8 warp blocks × one chunk of BM = 8·NT activation rows). The block stages
+// the unit's activation rows (fp16 hi [+ lo], and the group sums) in shared memory in chunks of KC columns
+// through two buffers, the next chunk (or the next unit's first) loading while one computes; each warp
+// streams its 16-row weight block's groups from HBM into a ring of kD register slots, kD groups ahead, the
+// ring running on into the warp's block of the next unit, so the weight loads never stop at a unit boundary.
+// Per group: four k-steps of m16n8k16 (weights as A, activation rows as B) into a zeroed partial, then
+// y += (scale·2^-e)·part + bias·Σx, exactly as qgemm.
 #include <cuda_fp16.h>
 
 #include <algorithm>
 
 #include "backend/cuda/common/common.cuh"
-#include "backend/cuda/common/wgmma_util.cuh"
 #include "backend/cuda/gemm/q4_mma.cuh"
 #include "backend/cuda/moe/xgemm.h"
 
@@ -24,10 +18,7 @@ namespace lily::cuda {
 namespace {
 using namespace q4;
 
-constexpr int kThreads = 256, kWarps = 8, kMaxItems = 1024;
-// The weight ring: kS stages a warp, each one group (512 bytes of codes + 64 of sb), filled by the copy engine.
-constexpr int kS = 7, kStage = 576;
-constexpr int kKMult = 256;  // K of the matrices xgemm takes (and frag_experts copies): a multiple of this
+constexpr int kThreads = 256, kWarps = 8, kD = 4, kMaxItems = 1024;
 enum Mode : int { kItems = 1, kSwiglu = 2 };
 
 struct XArgs {
@@ -38,30 +29,19 @@ struct XArgs {
 };
 
 // ---- the fragment copy ----
-// Thread per (block, group, lane 4·gq + t): per row (r0, r1) two words, words 0..3 and 4..7 of the row's
-// eight, word w's nibbles t and t + 4 at bits 4(w & 3) and 16 + 4(w & 3); and (lanes with t == 0) the
-// {sb(r0), sb(r1)} pair.
-__device__ __forceinline__ uint2 lane_nibbles(const uint32_t* c, int t) {
-  uint32_t lo = 0, hi = 0;
-#pragma unroll
-  for (int w = 0; w < 8; ++w) {
-    const uint32_t v = (c[w] >> (4 * t)) & 0x000F000Fu;
-    (w < 4 ? lo : hi) |= v << (4 * (w & 3));
-  }
-  return make_uint2(lo, hi);
-}
+// Thread per (block, group, lane): four code words, and (lanes with tq == 0) the {sb(r0), sb(r1)} pair.
 __global__ void frag_pack_kernel(QW a, QW b, int ra, int oa, int rb, int ob, int blocks, uint32_t* codes, uint32_t* sb) {
   const int nG = a.cols / 64, wpr = a.cols / 8;
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x, n = size_t(blocks) * nG * 32;
   if (i >= n) return;
   const int lane = int(i & 31), G = int((i >> 5) % size_t(nG));
   const size_t blk = (i >> 5) / size_t(nG);
-  const int gq = lane >> 2, t = lane & 3;
+  const int gq = lane >> 2, tq = lane & 3;
   const size_t r0 = size_t(ra) * blk + size_t(oa) + gq, r1 = size_t(rb) * blk + size_t(ob) + gq;
-  const uint2 n0 = lane_nibbles(a.codes + r0 * wpr + size_t(G) * 8, t);
-  const uint2 n1 = lane_nibbles(b.codes + r1 * wpr + size_t(G) * 8, t);
-  reinterpret_cast<uint4*>(codes)[i] = make_uint4(n0.x, n0.y, n1.x, n1.y);
-  if (t == 0) {
+  const uint32_t* c0 = a.codes + r0 * wpr + size_t(G) * 8 + 2 * tq;
+  const uint32_t* c1 = b.codes + r1 * wpr + size_t(G) * 8 + 2 * tq;
+  reinterpret_cast<uint4*>(codes)[i] = make_uint4(c0[0], c0[1], c1[0], c1[1]);
+  if (tq == 0) {
     const uint32_t* s0 = reinterpret_cast<const uint32_t*>(a.sb) + r0 * nG + G;
     const uint32_t* s1 = reinterpret_cast<const uint32_t*>(b.sb) + r1 * nG + G;
     reinterpret_cast<uint2*>(sb)[(i >> 5) * 8 + gq] = make_uint2(*s0, *s1);
@@ -84,140 +64,48 @@ template <int BM> __device__ __forceinline__ Unit unit_of(const XArgs& g, int u,
   return r;
 }
 
-// The warp's weight stream: unit u's block of this warp, group by group (512 bytes of codes, 64 of sb a
-// group), then the next unit's.
+// The warp's weight stream: unit u's block of this warp, group by group, then the next unit's.
 struct Stream4 {
-  const uint8_t* c;  // the block's codes, group 0
-  const uint8_t* s;  // the block's {sb(r0), sb(r1)} × 8, group 0
+  const uint4* c;  // this lane's code words of group 0 of the block
+  const uint2* s;  // this lane's {sb(r0), sb(r1)} of group 0
 };
-__device__ __forceinline__ Stream4 stream_of(const XArgs& g, const Unit& t, int warp) {
+__device__ __forceinline__ Stream4 stream_of(const XArgs& g, const Unit& t, int warp, int lane) {
   const bool shared = t.expert == g.a.E;
   const FragW& f = shared ? g.sh : g.w;
   const size_t blk = size_t(shared ? 0 : t.expert) * g.bpe + size_t(t.tile) * kWarps + warp;
-  return Stream4{reinterpret_cast<const uint8_t*>(f.codes) + blk * g.nG * 512,
-                 reinterpret_cast<const uint8_t*>(f.sb) + blk * g.nG * 64};
+  Stream4 r;
+  r.c = reinterpret_cast<const uint4*>(f.codes) + blk * g.nG * 32 + lane;
+  r.s = reinterpret_cast<const uint2*>(f.sb) + blk * g.nG * 8 + (lane >> 2);
+  return r;
 }
-// The shared-memory mbarrier at bar: init (count arrivals), arrive expecting tx bytes, wait for a phase parity.
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
 }
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred p;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
-}
-// bytes (a multiple of 16) from global src to shared dst by the copy engine, completing tx bytes on bar.
-__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
-}
-
-// Bytes of one activation buffer of BM rows × KC columns (x hi [+ lo], {Σx, 2^-e}), 1024-aligned.
-__host__ __device__ constexpr size_t x_bytes(int BM, int KC, int terms) {
-  return (size_t(BM) * KC * 2 * terms + size_t(BM) * (KC / 64) * 8 + 1023) / 1024 * 1024;
-}
-
-// A group's wgmmas at width N (the unit's rows rounded up to 8, 16, 32 or 64): four k-steps of the hi
-// plane, then (two passes) four of the lo plane, into a zeroed partial, as one wgmma group.
-template <int N, int TERMS>
-__device__ __forceinline__ void group_issue(float* part, const uint32_t (&af)[4][4], uint64_t dh, uint64_t dl) {
-  pf::wg_arrive();
-#pragma unroll
-  for (int s = 0; s < 4; ++s) pf::wgmma_rs<N>(part, af[s], dh + 2 * s, s > 0);
-  if constexpr (TERMS == 2) {
-#pragma unroll
-    for (int s = 0; s < 4; ++s) pf::wgmma_rs<N>(part, af[s], dl + 2 * s, 1);
-  }
-  pf::wg_commit();
-}
-// A group's epilogue: per 8-row tile n holding rows, acc[n] += (scale·2^-e)·part + bias·Σx (qgemm's formula).
-// sb: {sb(r0), sb(r1)}; sxs: the chunk's {Σx, 2^-e} [BM][gpc].
-template <int N, int NT>
-__device__ __forceinline__ void group_acc(float (&acc)[NT][4], float (&part)[N / 2], uint2 sb, const float2* sxs, int gpc,
-                                          int Gl, int nsub, int tq) {
-  pf::fence_regs(part);
-  const float s0 = __uint_as_float(sb.x << 16), b0 = __uint_as_float(sb.x & 0xFFFF0000u);
-  const float s1 = __uint_as_float(sb.y << 16), b1 = __uint_as_float(sb.y & 0xFFFF0000u);
-#pragma unroll
-  for (int n = 0; n < N / 8; ++n) {
-    if (n >= nsub) break;
-    const int m = 8 * n + 2 * tq;
-    const float2 xa = sxs[m * gpc + Gl], xb = sxs[(m + 1) * gpc + Gl];
-    float* cc = acc[n];
-    const float* pp = part + 4 * n;
-    cc[0] = fmaf(s0 * xa.y, pp[0], fmaf(b0, xa.x, cc[0]));
-    cc[1] = fmaf(s0 * xb.y, pp[1], fmaf(b0, xb.x, cc[1]));
-    cc[2] = fmaf(s1 * xa.y, pp[2], fmaf(b1, xa.x, cc[2]));
-    cc[3] = fmaf(s1 * xb.y, pp[3], fmaf(b1, xb.x, cc[3]));
-  }
-}
-// One chunk's gpc groups (gpc even) at width N, each group's weights from next(c, q) (the warp's ring),
-// pipelined: group G's wgmmas are issued before group G − 1's epilogue, so the tensor cores run while the
-// warp does its FMAs; all done on return (the chunk's buffer may be overwritten after the block's next
-// barrier). x tile of group G at sx_s + G·gstride (hi) and + plane (lo).
-template <int N, int NT, int TERMS, class Next>
-__device__ __forceinline__ void chunk_mma(float (&acc)[NT][4], Next& next, uint32_t sx_s, uint32_t gstride, uint32_t plane,
-                                          const float2* sxs, int gpc, int nsub, int tq) {
-  float part[2][N / 2];
-  uint2 sbp = make_uint2(0u, 0u);
-  for (int G0 = 0; G0 < gpc; G0 += 2) {
-#pragma unroll
-    for (int d = 0; d < 2; ++d) {
-      const int Gl = G0 + d;
-      uint4 c;
-      uint2 q;
-      next(c, q);
-      // A fragments of k-step s: rows r0 / r1, words 2s (k-slots 2t, 2t + 1) and 2s + 1 (2t + 8, 2t + 9).
-      uint32_t af[4][4];
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        const uint32_t w0 = s < 2 ? c.x : c.y, w1 = s < 2 ? c.z : c.w;
-        const int s0 = 8 * (s & 1), s1 = s0 + 4;
-        af[s][0] = nib2h(w0 >> s0), af[s][1] = nib2h(w1 >> s0), af[s][2] = nib2h(w0 >> s1), af[s][3] = nib2h(w1 >> s1);
-      }
-      const uint32_t gb = sx_s + uint32_t(Gl) * gstride;
-      group_issue<N, TERMS>(part[d], af, pf::sw128_desc(gb), pf::sw128_desc(gb + plane));
-      if (d > 0 || G0 > 0) {
-        pf::wg_wait<1>();
-        group_acc<N, NT>(acc, part[d ^ 1], sbp, sxs, gpc, Gl - 1, nsub, tq);
-      }
-      sbp = q;
-    }
-  }
-  pf::wg_wait<0>();
-  group_acc<N, NT>(acc, part[1], sbp, sxs, gpc, gpc - 1, nsub, tq);  // gpc even: the last group's partial
+__device__ __forceinline__ uint2 ld_stream2(const uint2* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
 }
 
 template <int NT, int MODE, int TERMS>
-__global__ void __launch_bounds__(kThreads, NT == 8 ? 1 : 2) xgemm_kernel(XArgs g) {
+__global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
   constexpr int BM = 8 * NT;
-  extern __shared__ __align__(16) uint8_t smraw[];
-  uint8_t* sm = smraw + ((1024u - (smem_u32(smraw) & 1023u)) & 1023u);
+  extern __shared__ __align__(16) uint8_t sm[];
   const QGemmArgs& a = g.a;
   const int K = g.K, nG = g.nG;
-  // Shared memory (1024-aligned): two activation buffers, each one chunk of KC columns of the unit's rows:
-  // x hi as KC/64 group tiles of [BM rows][128 bytes] in the 128-byte swizzle (the wgmma B operand), x lo
-  // the same, {Σx, 2^-e} [BM][KC/64]; then the swiglu epilogue's [kWarps][BM] {max, sum} and [BM] scales,
-  // the items and their unit prefix.
+  // Shared memory: two activation buffers, each one chunk of KC columns of the unit's rows: x hi [BM][KC]
+  // fp16 (16-byte chunk q of row m at ((q ^ (m & 1)) << 4)), x lo the same, {Σx, 2^-e} [BM][KC/64]; then
+  // the swiglu epilogue's [kWarps][BM] {max, sum} and [BM] scales, the items and their unit prefix.
   const int KC = g.KC, gpc = KC / 64, nC = K / KC;  // groups a chunk, chunks a unit
-  const size_t plane = size_t(BM) * KC * 2, xbytes = x_bytes(BM, KC, TERMS);
-  // The weight ring (kWarps × kS stages of kStage bytes) and its mbarriers follow the buffers.
-  uint8_t* wring = sm + xbytes * 2;
-  uint64_t* bars = reinterpret_cast<uint64_t*>(wring + kWarps * kS * kStage);
-  float2* red = reinterpret_cast<float2*>(bars + kWarps * kS);
+  const size_t plane = size_t(BM) * KC * 2, xbytes = plane * TERMS + size_t(BM) * gpc * 8;
+  float2* red = reinterpret_cast<float2*>(sm + xbytes * 2);
   float* rsc = reinterpret_cast<float*>(red + kWarps * BM);
   int4* its = reinterpret_cast<int4*>(rsc + BM);
   int* pu = reinterpret_cast<int*>(its + a.max_items);
-
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
-  if (lane == 0) {
-    for (int i = 0; i < kS; ++i) mbar_init(smem_u32(bars + warp * kS + i), 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
+
   pdl_wait();
   pdl_trigger();
   const int n_items = min(__ldcg(a.n_items), a.max_items);
@@ -245,50 +133,35 @@ __global__ void __launch_bounds__(kThreads, NT == 8 ? 1 : 2) xgemm_kernel(XArgs 
   const int n_units = pu[n_items];
   if (int(blockIdx.x) >= n_units) return;
 
-  // The ring: the warp's groups in stream order through its kS stages, lane 0 filling stage i with the
-  // stream's group kS ahead of the one consumed from it; every lane waits on the stage's mbarrier (phase =
-  // the stage's use count, mod 2), reads its 16 bytes of codes and its sb pair, and (after the warp's reads)
-  // lane 0 refills it.
-  const uint32_t ring_s = smem_u32(wring + warp * kS * kStage), bar_s = smem_u32(bars + warp * kS);
-  int lu = blockIdx.x, lg = 0;  // the fill cursor: unit, group
-  Stream4 ls = stream_of(g, unit_of<BM>(g, lu, its, pu, n_items), warp);
-  int fill = 0, cons = 0;  // the stages to fill and to consume next
-  uint32_t phase = 0;      // the consumed stage's phase parity
-  auto issue = [&]() {
+  // The ring: slot d holds the stream's group ≡ d (mod kD) (nG % kD == 0, so a unit starts at slot 0).
+  // kD = 4: 4 × 528 bytes in flight a warp, 34 KB an SM at two blocks (kD = 8 spilled at 128 registers).
+  uint4 rc[kD];
+  uint2 rs[kD];
+  int lu = blockIdx.x, lg = 0;  // the load cursor: unit, group
+  Stream4 ls = stream_of(g, unit_of<BM>(g, lu, its, pu, n_items), warp, lane);
+  auto load = [&](int d) {
     if (lu >= n_units) return;
-    if (lane == 0) {
-      const uint32_t bar = bar_s + fill * 8, dst = ring_s + fill * kStage;
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the warp's reads of the stage before the refill
-      mbar_expect_tx(bar, kStage);
-      bulk_g2s(dst, ls.c + size_t(lg) * 512, 512, bar);
-      bulk_g2s(dst + 512, ls.s + size_t(lg) * 64, 64, bar);
-    }
-    if (++fill == kS) fill = 0;
+    rc[d] = ld_stream(ls.c + size_t(lg) * 32);
+    rs[d] = ld_stream2(ls.s + size_t(lg) * 8);
     if (++lg == nG) {
       lg = 0;
       lu += gridDim.x;
-      if (lu < n_units) ls = stream_of(g, unit_of<BM>(g, lu, its, pu, n_items), warp);
+      if (lu < n_units) ls = stream_of(g, unit_of<BM>(g, lu, its, pu, n_items), warp, lane);
     }
   };
-  auto next = [&](uint4& c, uint2& q) {
-    mbar_wait(bar_s + cons * 8, phase);
-    const uint32_t st = ring_s + cons * kStage;
-    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(c.x), "=r"(c.y), "=r"(c.z), "=r"(c.w) : "r"(st + lane * 16));
-    asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(q.x), "=r"(q.y) : "r"(st + 512 + gq * 8));
-    if (++cons == kS) cons = 0, phase ^= 1;
-    __syncwarp();
-    issue();
-  };
+#pragma unroll
+  for (int d = 0; d < kD; ++d) load(d);
 
   // Chunk h (columns [h·KC, +KC)) of unit t's activation rows into buffer b (rows past m_cnt zero), as one
-  // cp.async group: 16-byte piece q of group G of row m at G·BM·128 + m·128 + ((q ^ (m & 7)) << 4).
+  // cp.async group.
   auto stage_x = [&](const Unit& t, int h, int b) {
     uint8_t* bx = sm + xbytes * b;
-    for (int c = tid; c < BM * gpc * 8; c += kThreads) {
-      const int q = c & 7, mg = c >> 3, m = mg / gpc, G = mg - m * gpc;
+    const int cpr = KC / 8;  // 16-byte chunks per row
+    for (int c = tid; c < BM * cpr; c += kThreads) {
+      const int m = c / cpr, q = c - m * cpr;
       const bool ok = m < t.m_cnt;
-      const size_t src = (ok ? size_t(__ldg(a.xrow + t.e0 + m)) * a.ldx : 0) + size_t(h) * KC + G * 64 + q * 8;
-      const uint32_t dst = smem_u32(bx + size_t(G) * BM * 128 + pf::sw128_off(m, q));
+      const size_t src = (ok ? size_t(__ldg(a.xrow + t.e0 + m)) * a.ldx : 0) + size_t(h) * KC + q * 8;
+      const uint32_t dst = smem_u32(bx + size_t(m) * KC * 2 + ((q ^ (m & 1)) << 4));
       cp16(dst, a.x + src, ok);
       if constexpr (TERMS == 2) cp16(dst + uint32_t(plane), a.xlo + src, ok);
     }
@@ -302,7 +175,6 @@ __global__ void __launch_bounds__(kThreads, NT == 8 ? 1 : 2) xgemm_kernel(XArgs 
     cp_commit();
   };
 
-  for (int i = 0; i < kS; ++i) issue();
   Unit ct = unit_of<BM>(g, blockIdx.x, its, pu, n_items);
   int buf = 0;
   stage_x(ct, 0, 0);
@@ -314,14 +186,14 @@ __global__ void __launch_bounds__(kThreads, NT == 8 ? 1 : 2) xgemm_kernel(XArgs 
     for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
-    // The 8-row tiles holding the unit's rows, as the wgmma width (rounded up to a power of two; the rows
-    // past m_cnt are zero and never stored). Block-uniform.
-    const int nsub = (ct.m_cnt + 7) >> 3, wn = nsub <= 1 ? 8 : nsub <= 2 ? 16 : nsub <= 4 ? 32 : 64;
+    // 32-row tiles: the 8-row activation tiles holding the unit's rows; the MMAs of the tiles past them are
+    // skipped (their rows are zero, so their sums would be too: the epilogue reads rows below m_cnt only).
+    // An expert with 9..16 rows of a 32-row tile issues half the MMAs.
+    const int nsub = (ct.m_cnt + 7) >> 3;
     for (int hc = 0; hc < nC; ++hc) {
-      // Chunk hc is in buffer buf; every warp's wgmmas on the last chunk are done, so the other buffer takes
-      // the next one (this unit's, or the next unit's first) while this one computes.
+      // Chunk hc is in buffer buf; every warp is done with the last chunk, so the other buffer takes the
+      // next one (this unit's, or the next unit's first) while this one computes.
       cp_wait<0>();
-      pf::fence_async_smem();  // the cp.async writes (generic proxy) before the wgmma reads (async proxy)
       __syncthreads();
       if (hc + 1 < nC) {
         stage_x(ct, hc + 1, buf ^ 1);
@@ -330,14 +202,88 @@ __global__ void __launch_bounds__(kThreads, NT == 8 ? 1 : 2) xgemm_kernel(XArgs 
         stage_x(nt, 0, buf ^ 1);
       }
       const uint8_t* sx = sm + xbytes * buf;
-      const uint32_t sx_s = smem_u32(sx);
       const float2* sxs = reinterpret_cast<const float2*>(sx + plane * TERMS);
       buf ^= 1;
-      const uint32_t gs = BM * 128, pl = uint32_t(plane);
-      if (wn == 8) chunk_mma<8, NT, TERMS>(acc, next, sx_s, gs, pl, sxs, gpc, nsub, tq);
-      else if (NT >= 2 && wn == 16) chunk_mma<(NT >= 2 ? 16 : 8), NT, TERMS>(acc, next, sx_s, gs, pl, sxs, gpc, nsub, tq);
-      else if (NT >= 4 && wn == 32) chunk_mma<(NT >= 4 ? 32 : 8), NT, TERMS>(acc, next, sx_s, gs, pl, sxs, gpc, nsub, tq);
-      else if (NT >= 8) chunk_mma<(NT >= 8 ? 64 : 8), NT, TERMS>(acc, next, sx_s, gs, pl, sxs, gpc, nsub, tq);
+      for (int G0 = hc * gpc; G0 < (hc + 1) * gpc; G0 += kD) {
+#pragma unroll
+        for (int d = 0; d < kD; ++d) {
+          const int G = G0 + d, Gl = G - hc * gpc;  // the weights' group, the chunk's
+          const uint4 c = rc[d];
+          const uint2 q = rs[d];
+          load(d);  // the slot's next group (kD ahead), while this one computes
+          float part[NT][4];
+#pragma unroll
+          for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) part[n][i] = 0.f;
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {  // 16-byte x chunk j of the lane's 32 bytes per group: k-steps 2j, 2j+1
+            if constexpr (NT <= 2) {
+              // Every tile's x chunk loaded before the MMAs (the order the 8- and 16-row tiles measured fastest:
+              // the per-tile order below cost 6% of the 16- and 64-row decode step, H100 2026-12-06).
+              uint4 xv[NT][TERMS];
+#pragma unroll
+              for (int n = 0; n < NT; ++n) {
+                const int m = 8 * n + gq;
+                const uint8_t* px = sx + size_t(m) * KC * 2 + (((Gl * 8 + 2 * tq + j) ^ (m & 1)) << 4);
+#pragma unroll
+                for (int h = 0; h < TERMS; ++h) xv[n][h] = *reinterpret_cast<const uint4*>(px + h * plane);
+              }
+#pragma unroll
+              for (int p = 0; p < 2; ++p) {
+                uint32_t a0, a1, a2, a3;
+                cvt4(j ? c.y : c.x, p, a0, a2);
+                cvt4(j ? c.w : c.z, p, a1, a3);
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                  for (int h = 0; h < TERMS; ++h) {
+                    const uint4 v = xv[n][h];
+                    mma(part[n], a0, a1, a2, a3, p ? v.z : v.x, p ? v.w : v.y);
+                  }
+              }
+            } else {
+              // 32-row tiles: the weights' A fragments of both k-steps first, then one 8-row tile at a time (its
+              // x chunk held only while its MMAs issue, within the two-blocks-an-SM registers), the tiles past
+              // the unit's rows skipped. Per part[n] the MMAs run in the order p, h as above: the same bits.
+              uint32_t af[2][4];
+#pragma unroll
+              for (int p = 0; p < 2; ++p) {
+                cvt4(j ? c.y : c.x, p, af[p][0], af[p][2]);
+                cvt4(j ? c.w : c.z, p, af[p][1], af[p][3]);
+              }
+#pragma unroll
+              for (int n = 0; n < NT; ++n) {
+                if (n >= nsub) break;  // block-uniform: the unit's rows end in an earlier 8-row tile
+                const int m = 8 * n + gq;
+                const uint8_t* px = sx + size_t(m) * KC * 2 + (((Gl * 8 + 2 * tq + j) ^ (m & 1)) << 4);
+                uint4 xv[TERMS];
+#pragma unroll
+                for (int h = 0; h < TERMS; ++h) xv[h] = *reinterpret_cast<const uint4*>(px + h * plane);
+#pragma unroll
+                for (int p = 0; p < 2; ++p)
+#pragma unroll
+                  for (int h = 0; h < TERMS; ++h)
+                    mma(part[n], af[p][0], af[p][1], af[p][2], af[p][3], p ? xv[h].z : xv[h].x, p ? xv[h].w : xv[h].y);
+              }
+            }
+          }
+          const float s0 = __uint_as_float(q.x << 16), b0 = __uint_as_float(q.x & 0xFFFF0000u);
+          const float s1 = __uint_as_float(q.y << 16), b1 = __uint_as_float(q.y & 0xFFFF0000u);
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            if (NT > 2 && n >= nsub) break;
+            const int m = 8 * n + 2 * tq;
+            const float2 xa = sxs[m * gpc + Gl], xb = sxs[(m + 1) * gpc + Gl];
+            float* cc = acc[n];
+            const float* pp = part[n];
+            cc[0] = fmaf(s0 * xa.y, pp[0], fmaf(b0, xa.x, cc[0]));
+            cc[1] = fmaf(s0 * xb.y, pp[1], fmaf(b0, xb.x, cc[1]));
+            cc[2] = fmaf(s1 * xa.y, pp[2], fmaf(b1, xa.x, cc[2]));
+            cc[3] = fmaf(s1 * xb.y, pp[3], fmaf(b1, xb.x, cc[3]));
+          }
+        }
+      }
     }
 
     // ---- the unit's epilogue (as qgemm's, one m-tile a warp) ----
@@ -395,31 +341,28 @@ __global__ void __launch_bounds__(kThreads, NT == 8 ? 1 : 2) xgemm_kernel(XArgs 
 }
 
 template <int NT, int MODE, int TERMS> Status launch(const XArgs& g, cudaStream_t s) {
-  constexpr int BM = 8 * NT, per_sm = NT == 8 ? 1 : 2;
+  constexpr int BM = 8 * NT;
   auto k = xgemm_kernel<NT, MODE, TERMS>;
-  // The weight ring and its barriers, the epilogue's scratch, the items, + 1024 bytes of alignment slack.
-  const size_t rest = size_t(kWarps) * kS * (kStage + 8) + size_t(kWarps) * BM * 8 + BM * 4 + size_t(g.a.max_items) * 20 + 16 + 1024;
-  // Activation chunks: the widest KC (K / 2^i, a multiple of 128: an even number of groups) whose two buffers
-  // leave per_sm blocks an SM.
-  const size_t cap = per_sm == 2 ? 112 * 1024 : 220 * 1024;
+  const size_t rest = size_t(kWarps) * BM * 8 + BM * 4 + size_t(g.a.max_items) * 20 + 16;
+  // Activation chunks: the widest KC (K / 2^i, a multiple of 64·kD) whose two buffers leave two blocks an SM
+  // (K = 2048 at 8 rows, two passes: 1,024; K = 512: all of it).
+  auto xbytes = [&](int kc) { return size_t(BM) * kc * 2 * TERMS + size_t(BM) * (kc / 64) * 8; };
   XArgs h = g;
   h.KC = g.K;
-  while (2 * x_bytes(BM, h.KC, TERMS) + rest > cap && h.KC % 2 == 0 && (h.KC / 2) % 128 == 0) h.KC /= 2;
-  if (2 * x_bytes(BM, h.KC, TERMS) + rest > cap) return cu_err("xgemm: K {} with {} items does not fit the shared memory", g.K, g.a.max_items);
-  const size_t smem = 2 * x_bytes(BM, h.KC, TERMS) + rest;
+  while (2 * xbytes(h.KC) + rest > 110 * 1024 && h.KC % 2 == 0 && (h.KC / 2) % (64 * kD) == 0) h.KC /= 2;
+  const size_t smem = 2 * xbytes(h.KC) + rest;
   static size_t attr = 0;
   if (smem > attr) {
     LILY_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     attr = smem;
   }
-  return launch_k("xgemm", k, dim3(per_sm * sm_count()), dim3(kThreads), smem, s, h);
+  return launch_k("xgemm", k, dim3(2 * sm_count()), dim3(kThreads), smem, s, h);
 }
 template <int MODE> Status launch_nt(int nt, const XArgs& g, cudaStream_t s) {
   const bool two = g.a.xlo != nullptr;
   if (nt == 1) return two ? launch<1, MODE, 2>(g, s) : launch<1, MODE, 1>(g, s);
   if (nt == 2) return two ? launch<2, MODE, 2>(g, s) : launch<2, MODE, 1>(g, s);
-  if (nt == 4) return two ? launch<4, MODE, 2>(g, s) : launch<4, MODE, 1>(g, s);
-  return two ? launch<8, MODE, 2>(g, s) : launch<8, MODE, 1>(g, s);
+  return two ? launch<4, MODE, 2>(g, s) : launch<4, MODE, 1>(g, s);
 }
 
 }  // namespace
@@ -459,7 +402,7 @@ Status frag_pack_experts(const QW& gate, const QW& up, const QW& sh_gate_up, con
 
 Status frag_experts(DevWeights& d, int E, int I, int H, void** mem, Stream s) {
   *mem = nullptr;
-  if (H % (kKMult) != 0 || I % (kKMult) != 0) return Status::ok();  // no xgemm at these K: no copies
+  if (H % (64 * kD) != 0 || I % (64 * kD) != 0) return Status::ok();  // no xgemm at these K: no copies
   const size_t per = frag_expert_bytes(E, I, H);
   LILY_CU_TRY(cudaMalloc(mem, per * d.layers.size()));
   uint8_t* p = static_cast<uint8_t*>(*mem);
@@ -473,11 +416,11 @@ Status frag_experts(DevWeights& d, int E, int I, int H, void** mem, Stream s) {
 
 bool xgemm_fits(const QGemmArgs& a) {
   const int nt = qgemm_items_nt(a);
-  return a.items && a.w.cols % (kKMult) == 0 && (nt == 1 || nt == 2 || nt == 4 || nt == 8) && (a.swiglu ? a.n_out % 64 == 0 : a.n_out % 128 == 0);
+  return a.items && a.w.cols % (64 * kD) == 0 && (nt == 1 || nt == 2 || nt == 4) && (a.swiglu ? a.n_out % 64 == 0 : a.n_out % 128 == 0);
 }
 
 Status xgemm(const QGemmArgs& a, const FragW& w, const FragW& sh, Stream stream) {
-  if (!xgemm_fits(a)) return cu_err("xgemm: needs items, K % {} == 0 (K {}), a tile of 8, 16, 32 or 64 rows and whole tiles", kKMult, a.w.cols);
+  if (!xgemm_fits(a)) return cu_err("xgemm: needs items, K % {} == 0 (K {}), a tile of 8, 16 or 32 rows and whole tiles", 64 * kD, a.w.cols);
   if (!w.codes || !sh.codes || w.K != a.w.cols || sh.K != a.w.cols) return cu_err("xgemm: fragment copies of K {} needed", a.w.cols);
   if (!a.x || !a.xs || !a.xrow || !a.yrow || a.max_items < 1 || a.max_items > kMaxItems || a.E < 1)
     return cu_err("xgemm: items mode needs x, xs, xrow, yrow, max_items (1..{}) and E", kMaxItems);

@@ -1,18 +1,14 @@
 // xgemm: the batched step's expert GEMMs (qgemm's items mode, gemm/qgemm.h) on expert weights laid out
-// in the wgmma A fragment order, so each warp streams its weights from HBM straight into registers: no
-// shared-memory staging of weights, one 16-byte load per lane per 64-group. Why:
-// docs/perf/2026-12-05-qgemm-experts.md (qgemm's expert tiles are issue-bound) and 2026-12-06-kv-f16.md
-// (the mma.sync form of this kernel bound by shared-memory reads of the activations). Same per-group
-// partial sums and epilogue as qgemm; the tensor cores group k differently, so a row's results agree with
-// qgemm's items mode to fp32 rounding (1e-6·Σ|terms|) and are bit-identical at every row count and tile
-// height of xgemm.
+// in the MMA's fragment order, so each warp streams its weights from HBM straight into registers: no
+// shared-memory staging of weights, no swizzle arithmetic, one 16-byte load per lane per 64-group.
+// Why: docs/perf/2026-12-05-qgemm-experts.md (qgemm's expert tiles are issue-bound at ~800 instructions
+// a warp per 256-k stage). The arithmetic is qgemm's (same fragments, k order, per-group partial sums
+// and epilogue), so a row's results equal qgemm's items mode bit for bit.
 //
 // Fragment layout of a 4-bit MLX matrix (FragW): blocks of 16 weight rows, each block's K/64 groups in
-// order, each group 512 bytes: lane L = 4·gq + t holds, for the block's rows r0(gq) and r1(gq), two words
-// {r0 lo, r0 hi, r1 lo, r1 hi}: "lo" carries code words 0..3 of the row's 8 in the group, "hi" words 4..7,
-// word w's nibbles t and t + 4 at bits 4(w & 3) and 16 + 4(w & 3) (the A fragments of the group's four
-// k-steps: k-step s takes words 2s and 2s + 1); and per group 8 × {sb(r0), sb(r1)} (bf16 scale | bias
-// words). Which rows form a block:
+// order, each group 512 bytes: lane L = 4·gq + tq holds the code words 2tq, 2tq+1 (of the group's 8) of
+// the block's rows r0(gq) and r1(gq) — {r0 w0, r0 w1, r1 w0, r1 w1}, the A fragments of the group's four
+// k-steps; and per group 8 × {sb(r0), sb(r1)} (bf16 scale | bias words). Which rows form a block:
 //   gate+up (swiglu):  block b of expert e: r0(i) = gate row e·I + 8b + i, r1(i) = up row e·I + 8b + i
 //                      (shared expert, [gate|up] rows: r0 = 8b + i, r1 = I + 8b + i);
 //   down:              block b of expert e: r0(i) = e·H + 16b + i, r1(i) = r0(i) + 8.
@@ -35,7 +31,8 @@ Status frag_pack(const QW& a, const QW& b, int ra, int oa, int rb, int ob, int b
 
 // qgemm's items mode (a.items set; swiglu or plain, 4-bit experts) on fragment copies: w of the routed
 // experts (gate+up blocks for swiglu, down blocks otherwise), sh of the shared expert. Needs K % 256 == 0
-// and a tile height of 8, 16, 32 or 64 rows (a.nt ∈ {0, 1, 2, 4, 8}; 0 chooses as qgemm does).
+// and a tile height of 8, 16 or 32 rows (a.nt ∈ {0, 1, 2, 4}; 0 chooses as qgemm does, and a call whose rows
+// would take a taller tile returns an error: xgemm_fits tells before).
 bool xgemm_fits(const QGemmArgs& a);
 // One layer's four fragment copies (routed gate+up, shared gate+up, routed down, shared down; E experts of
 // intermediate size I, hidden H) into dst, frag_expert_bytes(E, I, H) of device memory, in that order.
