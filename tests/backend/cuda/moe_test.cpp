@@ -35,15 +35,9 @@
 namespace lily::test_ops {
 namespace {
 
-// ---------------------------------------------------------------- router: Q8 GEMV + top-k
-void router_case(int E, int H, int k) {
-  HostQ R(E, H, 8, 3.f), SG(1, H, 8, 1.f);
-  DevQ D({&R.w, &SG.w});
-  auto x = rand_bf16(H);
-  std::vector<float> l(E + 1);
-  cpu::qmatmul(D.q.rows == E + 1 ? R.w : R.w, x.data(), 1, H, l.data(), E, false);
-  cpu::qmatmul(SG.w, x.data(), 1, H, l.data() + E, 1, false);
-  // reference routing (as the CPU forward): softmax fp32, top-k by p (ties → lowest id), renormalize
+// Reference routing (as the CPU forward): softmax fp32 over l[0..E), top-k by p (ties → lowest id),
+// renormalized when norm; w[k] = σ(l[E]) (the shared-expert gate).
+void ref_route(const std::vector<float>& l, int E, int k, bool norm, std::vector<int32_t>& ids, std::vector<float>& w) {
   const float mx = *std::max_element(l.begin(), l.begin() + E);
   std::vector<float> p(E);
   float sum = 0;
@@ -54,9 +48,24 @@ void router_case(int E, int H, int k) {
   std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
   float tsum = 0;
   for (int j = 0; j < k; ++j) tsum += p[idx[j]];
-  std::vector<float> ref_w(k + 1), ref_ids(k);
-  for (int j = 0; j < k; ++j) ref_ids[j] = float(idx[j]), ref_w[j] = p[idx[j]] / tsum;
-  ref_w[k] = 1.0f / (1.0f + std::exp(-l[E]));
+  ids.assign(idx.begin(), idx.begin() + k);
+  w.resize(k + 1);
+  for (int j = 0; j < k; ++j) w[j] = norm ? p[idx[j]] / tsum : p[idx[j]];
+  w[k] = 1.0f / (1.0f + std::exp(-l[E]));
+}
+
+// ---------------------------------------------------------------- router: Q8 GEMV + top-k
+void router_case(int E, int H, int k) {
+  HostQ R(E, H, 8, 3.f), SG(1, H, 8, 1.f);
+  DevQ D({&R.w, &SG.w});
+  auto x = rand_bf16(H);
+  std::vector<float> l(E + 1);
+  cpu::qmatmul(D.q.rows == E + 1 ? R.w : R.w, x.data(), 1, H, l.data(), E, false);
+  cpu::qmatmul(SG.w, x.data(), 1, H, l.data() + E, 1, false);
+  std::vector<int32_t> rid;
+  std::vector<float> ref_w;
+  ref_route(l, E, k, /*norm=*/true, rid, ref_w);
+  const std::vector<float> ref_ids(rid.begin(), rid.end());
   DBuf<float> dx(x), dl(E + 1), dw(k + 1);
   DBuf<int32_t> di(k);
   DBuf<cuda::StepCtl> ctl(1);
@@ -83,25 +92,6 @@ TEST(CudaOps, RouterTopK) {
 }
 
 // ---------------------------------------------------------------- MoE gate_up + down_combine
-// Reference routing (as the CPU forward): softmax fp32 over l[0..E), top-k by p (ties → lowest id),
-// renormalized when norm; w[k] = σ(l[E]) (the shared-expert gate).
-void ref_route(const std::vector<float>& l, int E, int k, bool norm, std::vector<int32_t>& ids, std::vector<float>& w) {
-  const float mx = *std::max_element(l.begin(), l.begin() + E);
-  std::vector<float> p(E);
-  float sum = 0;
-  for (int e = 0; e < E; ++e) sum += (p[e] = std::exp(l[e] - mx));
-  for (int e = 0; e < E; ++e) p[e] /= sum;
-  std::vector<int> idx(E);
-  std::iota(idx.begin(), idx.end(), 0);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-  float tsum = 0;
-  for (int j = 0; j < k; ++j) tsum += p[idx[j]];
-  ids.assign(idx.begin(), idx.begin() + k);
-  w.resize(k + 1);
-  for (int j = 0; j < k; ++j) w[j] = norm ? p[idx[j]] / tsum : p[idx[j]];
-  w[k] = 1.0f / (1.0f + std::exp(-l[E]));
-}
-
 // MoeArgs::tc of the cases below: unset, moe.cu's kernels; MoeTc sets it (the decode step's calls: the
 // tensor-core down kernel where it applies).
 bool g_tc = false;
