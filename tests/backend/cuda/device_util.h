@@ -216,4 +216,35 @@ struct HostQ {
   }
 };
 
+// Device copy of a quantized weight, or of several stacked by rows (same cols and bits), in the backend's
+// layout: codes as on disk, {scale, bias} bf16 pairs per 64-group.
+struct DevQ {
+  DBuf<uint32_t> codes;
+  DBuf<uint16_t> sb;
+  cuda::QW q;
+  explicit DevQ(const QWeight& w) : DevQ(std::vector<const QWeight*>{&w}) {}
+  explicit DevQ(std::vector<const QWeight*> parts)
+      : codes(count_words(parts)), sb(count_groups(parts) * 2) {
+    std::vector<uint32_t> c;
+    std::vector<uint16_t> s;
+    for (auto* p : parts) {
+      c.insert(c.end(), p->codes, p->codes + size_t(p->rows) * p->words_per_row());
+      for (size_t i = 0; i < size_t(p->rows) * p->groups_per_row(); ++i) s.push_back(p->scales[i].bits), s.push_back(p->biases[i].bits);
+      q.rows += p->rows;
+    }
+    codes.up(c), sb.up(s);
+    q.codes = codes.p, q.sb = sb.p, q.cols = parts[0]->cols, q.bits = parts[0]->bits;
+  }
+  static size_t count_words(const std::vector<const QWeight*>& ps) {
+    size_t n = 0;
+    for (auto* p : ps) n += size_t(p->rows) * p->words_per_row();
+    return n;
+  }
+  static size_t count_groups(const std::vector<const QWeight*>& ps) {
+    size_t n = 0;
+    for (auto* p : ps) n += size_t(p->rows) * p->groups_per_row();
+    return n;
+  }
+};
+
 }  // namespace lily::testcuda

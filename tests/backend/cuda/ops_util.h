@@ -58,34 +58,7 @@ struct HostQ : testcuda::HostQ {
   HostQ(int rows, int cols, int bits, float gain = 1.f) : testcuda::HostQ(rng(), rows, cols, bits, gain) {}
 };
 
-// Device copy of a (row-concatenation of) quantized weight(s) in the backend's layout.
-struct DevQ {
-  DBuf<uint32_t> codes;
-  DBuf<uint16_t> sb;
-  QW q;
-  explicit DevQ(std::vector<const QWeight*> parts)
-      : codes(count_words(parts)), sb(count_groups(parts) * 2) {
-    std::vector<uint32_t> c;
-    std::vector<uint16_t> s;
-    for (auto* p : parts) {
-      c.insert(c.end(), p->codes, p->codes + size_t(p->rows) * p->words_per_row());
-      for (size_t i = 0; i < size_t(p->rows) * p->groups_per_row(); ++i) s.push_back(p->scales[i].bits), s.push_back(p->biases[i].bits);
-      q.rows += p->rows;
-    }
-    codes.up(c), sb.up(s);
-    q.codes = codes.p, q.sb = sb.p, q.cols = parts[0]->cols, q.bits = parts[0]->bits;
-  }
-  static size_t count_words(const std::vector<const QWeight*>& ps) {
-    size_t n = 0;
-    for (auto* p : ps) n += size_t(p->rows) * p->words_per_row();
-    return n;
-  }
-  static size_t count_groups(const std::vector<const QWeight*>& ps) {
-    size_t n = 0;
-    for (auto* p : ps) n += size_t(p->rows) * p->groups_per_row();
-    return n;
-  }
-};
+using testcuda::DevQ;
 
 inline std::vector<float> rand_bf16(size_t n, float scale = 1.f, float mean = 0.f) {
   std::vector<float> v(n);

@@ -59,18 +59,7 @@ inline std::vector<float> rand_bf16(size_t n, float scale = 1.f, float mean = 0.
 struct HostQ : testcuda::HostQ {
   HostQ(int rows, int cols, int bits, float gain = 1.f) : testcuda::HostQ(rng(), rows, cols, bits, gain) {}
 };
-struct DevQ {
-  DBuf<uint32_t> codes;
-  DBuf<uint16_t> sb;
-  QW q;
-  explicit DevQ(const QWeight& w) : codes(size_t(w.rows) * w.words_per_row()), sb(size_t(w.rows) * w.groups_per_row() * 2) {
-    codes.up(std::vector<uint32_t>(w.codes, w.codes + codes.n));
-    std::vector<uint16_t> s;
-    for (size_t i = 0; i < size_t(w.rows) * w.groups_per_row(); ++i) s.push_back(w.scales[i].bits), s.push_back(w.biases[i].bits);
-    sb.up(s);
-    q.codes = codes.p, q.sb = sb.p, q.rows = w.rows, q.cols = w.cols, q.bits = w.bits;
-  }
-};
+using testcuda::DevQ;
 
 inline bool check(const std::string& op, const std::string& shape, const std::vector<float>& got, const std::vector<float>& ref,
                   float atol, float rtol, const std::vector<char>* skip = nullptr, size_t row = 1) {
