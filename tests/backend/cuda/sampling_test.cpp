@@ -167,6 +167,23 @@ void draw_case(int V, int B, int kind, uint32_t seed, int* rows_checked) {
     ++*rows_checked;
   }
 }
+// The tiny synthetic model (seed 7) on the CUDA backend, with the weights its backend reads; m null (the
+// failure recorded) when it cannot be made.
+struct TinyCuda {
+  std::unique_ptr<SyntheticWeights> sw;
+  std::unique_ptr<Model> m;
+};
+TinyCuda tiny_cuda() {
+  TinyCuda t;
+  auto cfg = synthetic_config("tiny");
+  EXPECT_TRUE(cfg.is_ok());
+  if (!cfg.is_ok()) return t;
+  t.sw = make_synthetic_weights(*cfg, 7);
+  auto be = make_cuda_backend(t.sw->w, false);
+  EXPECT_TRUE(be.is_ok()) << be.message();
+  if (be.is_ok()) t.m = Model::over(t.sw->w.cfg, std::move(be).value());
+  return t;
+}
 #endif
 
 TEST(CudaDraw, DeviceDrawEqualsHostDrawRow) {
@@ -197,13 +214,10 @@ TEST(CudaDraw, BackendDecodeDrawEqualsForwardPlusHostDraw) {
 #else
   std::string why;
   if (!cuda_device_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
-  auto cfg = synthetic_config("tiny");
-  ASSERT_TRUE(cfg.is_ok());
-  auto sw = make_synthetic_weights(*cfg, 7);
-  auto be = make_cuda_backend(sw->w, false);
-  ASSERT_TRUE(be.is_ok()) << be.message();
-  auto m = Model::over(sw->w.cfg, std::move(be).value());
-  const int V = cfg->vocab_size;
+  TinyCuda t = tiny_cuda();
+  ASSERT_TRUE(t.m);
+  Model* m = t.m.get();
+  const int V = t.sw->w.cfg.vocab_size;
   for (int B : {1, 3, 17}) {
     std::vector<std::unique_ptr<SeqState>> a, r;
     std::vector<SeqState*> pa, pr;
@@ -260,14 +274,11 @@ TEST(CudaDraw, PipelinedLaunchCollectEqualsStepByStep) {
 #else
   std::string why;
   if (!cuda_device_present(why)) GTEST_SKIP() << "no CUDA device: " << why;
-  auto cfg = synthetic_config("tiny");
-  ASSERT_TRUE(cfg.is_ok());
-  auto sw = make_synthetic_weights(*cfg, 7);
-  auto be = make_cuda_backend(sw->w, false);
-  ASSERT_TRUE(be.is_ok()) << be.message();
-  auto m = Model::over(sw->w.cfg, std::move(be).value());
+  TinyCuda t = tiny_cuda();
+  ASSERT_TRUE(t.m);
+  Model* m = t.m.get();
   ASSERT_TRUE(m->pipelines());
-  const int V = cfg->vocab_size;
+  const int V = t.sw->w.cfg.vocab_size;
   std::unique_ptr<SeqState> a, p;
   {
     ScopedEnv initial("LILY_CUDA_KV_INITIAL", "16");
@@ -331,8 +342,8 @@ TEST(CudaDraw, PipelinedLaunchCollectEqualsStepByStep) {
   StepFeed f;
   const int32_t drawn_token = kDrawnToken;
   f.state = p.get(), f.tokens = std::span<const int32_t>(&drawn_token, 1), f.draw = &penalised, f.drawn = &d;
-  auto t = m->launch(std::span<const StepFeed>(&f, 1));
-  EXPECT_TRUE(!t.is_ok() || !m->wait(*t).is_ok()) << "kDrawnToken in a step that runs at launch";
+  auto h = m->launch(std::span<const StepFeed>(&f, 1));
+  EXPECT_TRUE(!h.is_ok() || !m->wait(*h).is_ok()) << "kDrawnToken in a step that runs at launch";
   std::printf("pipelined launch/wait == step-by-step host draws over %d steps (K/V grown to %d tokens)\n", steps,
               p->n_tokens());
 #endif
