@@ -29,7 +29,8 @@
 #   ops:    OPS           gtest filter [Cuda*-CudaModel.*]
 #           OPS_AB        ';'-separated settings, each "VAR=x VAR2=y" or "FILTER@VAR=x VAR2=y": the op tables
 #                         (or FILTER) again under that env ['']
-#           OPS_BENCH=1   also the kernel micro-benches (*Bench tests: qgemm, prefill GEMM, attention) [0]
+#           OPS_BENCH=1   also the kernel micro-benches (*Bench tests: qgemm, prefill GEMM, attention, the step's small
+#                         ops; OPS_BENCH_FILTER narrows them, e.g. CudaBatch.SmallOpsBench) [0]
 #   model:  ENGINE_TESTS  gtest filter run with LILY_BACKEND=cuda
 #                         [ForwardBatch.*:BatchingTest.*:Engine*:*Golden*:PrefixCache*:Service*]
 #           GOLDEN_ENV    ';'-separated settings, the goldens again under each [LILY_PREFILL_MIN=1000000: the
@@ -107,8 +108,9 @@ mode_ops() {
     gtest "ops_ab$n" 200 "$f" $e
   done
   if [[ ${OPS_BENCH:-0} == 1 ]]; then
-    gtest op_bench 200 'Cuda*.*Bench' LILY_QGEMM_BENCH=1 LILY_GEMM_BENCH=1 LILY_ATTN_BENCH=1
+    gtest op_bench 200 "${OPS_BENCH_FILTER:-Cuda*.*Bench}" LILY_QGEMM_BENCH=1 LILY_GEMM_BENCH=1 LILY_ATTN_BENCH=1 LILY_SMALL_OPS_BENCH=1
     grep -E '^\| |bench' "$LOGS/op_bench.txt" | grep -v '^\[' | head -60 | say
+    grep '^\[small-ops-bench\]' "$LOGS/op_bench.txt" | say
   fi
 }
 

@@ -31,6 +31,7 @@ using cuda::QW;
 
 using testcuda::bf16_of;
 using testcuda::D;
+using testcuda::GraphTimer;
 
 inline std::mt19937_64& rng() {
   static std::mt19937_64 r(77);

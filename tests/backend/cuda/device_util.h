@@ -247,4 +247,38 @@ struct DevQ {
   }
 };
 
+// Microseconds a call: a CUDA graph of n calls of f(stream) on a created stream, replayed once to warm up
+// and once timed (as the step runs kernels: no host launch cost, PDL between consecutive calls).
+struct GraphTimer {
+  cudaStream_t st{};
+  cudaEvent_t e0{}, e1{};
+  GraphTimer() {
+    cudaStreamCreate(&st);
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+  }
+  ~GraphTimer() {
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    cudaStreamDestroy(st);
+  }
+  GraphTimer(const GraphTimer&) = delete;
+  GraphTimer& operator=(const GraphTimer&) = delete;
+  template <typename F> double us(F&& f, int n = 20) {
+    cudaGraph_t gr;
+    cudaGraphExec_t ex;
+    cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+    for (int i = 0; i < n; ++i) f(st);
+    cudaStreamEndCapture(st, &gr);
+    cudaGraphInstantiate(&ex, gr, 0);
+    cudaGraphLaunch(ex, st);
+    cudaEventRecord(e0, st);
+    cudaGraphLaunch(ex, st);
+    cudaEventRecord(e1, st);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaGraphExecDestroy(ex), cudaGraphDestroy(gr);
+    return 1000.0 * ms / n;
+  }
+};
+
 }  // namespace lily::testcuda

@@ -253,7 +253,7 @@ TEST(CudaBatchTc, NormPackMatchesCpu) {
   LILY_REQUIRE_GPU();
   cpu::set_bf16_storage(false);
   for (bool two : {true, false})
-  for (int H : {2048, 256, 1472}) {  // 1472: 23 groups, one block a row
+  for (int H : {2048, 256, 1472, 4096}) {  // 1472: 23 groups, one slice; 4096: two values a thread a slice
     const int B = 17;
     const auto in = randv(size_t(B) * H), mix = randv(size_t(B) * H, 0.5f);
     std::vector<bf16> gh(static_cast<size_t>(H));
@@ -282,6 +282,18 @@ TEST(CudaBatchTc, NormPackMatchesCpu) {
     EXPECT_LE(ne.worst, 1e-5);  // measured 3.2e-6 on the H200 (the reference sums squares in another order)
     EXPECT_EQ(e_res, 0.f);
     EXPECT_TRUE(same_p);
+    // Every count of blocks a row (bnorm_pack picks one by B) gives the same bits.
+    for (int cs = 1; cs <= cuda::bnorm_slices(H); cs *= 2) {
+      D<float> n2(size_t(B) * H), res2(size_t(B) * H);
+      Packed16 p3(size_t(B), H);
+      cuda::BNormArgs c = a;
+      c.blocks = cs, c.res_out = res2.p, c.n_out = n2.p, c.X16 = p3.X.p, c.X16lo = two ? p3.Xlo.p : nullptr, c.XS = p3.XS.p;
+      ASSERT_TRUE(cuda::bnorm_pack(c, nullptr).is_ok());
+      const bool same = n2.get() == got && res2.get() == res.get() && p3.X.get() == p1.X.get() &&
+                        p3.XS.get() == p1.XS.get() && (!two || p3.Xlo.get() == p1.Xlo.get());
+      row(("add+norm, " + std::to_string(cs) + " blocks a row == default").c_str(), shape, B, same ? 0.f : 1.f);
+      EXPECT_TRUE(same) << shape << " blocks " << cs;
+    }
   }
 }
 

@@ -6,6 +6,8 @@
 // The router's top-k epilogue is tested with the MoE (moe_test.cpp).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -307,21 +309,61 @@ TEST(CudaBatch, GemvRowsEqualBatch1) {
   }
 }
 
-// The router's shape at the batched step's larger row counts (25 and 32 blocks of 8 rows, a partial last one).
+// The router's shape at the batched step's row counts, in every launch shape (staged rows a block, weight
+// rows a warp, rows a step of the sums, tiles a block): partial groups, blocks walking several tiles.
 TEST(CudaBatch, GroupedRouterEqualsBatch1) {
   LILY_REQUIRE_GPU();
   Q w(257, 2048, 8);
-  for (int B : {197, 256}) {
+  const cuda::GroupedShape shapes[] = {{}, {8, 2, 8, 0}, {4, 1, 4, 1}, {8, 1, 8, 3}, {16, 2, 4, 2}, {8, 2, 4, 17}, {4, 1, 4, 33}};
+  for (int B : {1, 5, 16, 64, 197, 256}) {
     D<float> x(randv(size_t(B) * 2048)), y(size_t(B) * 257), y1(size_t(B) * 257);
-    ASSERT_TRUE(cuda::bgemv_grouped(w.q, x.p, 2048, y.p, 257, B, nullptr).is_ok());
     for (int b = 0; b < B; ++b) {
       cuda::GemvArgs a{};
       a.w = w.q, a.pro = cuda::Pro::kPlain, a.in = x.p + size_t(b) * 2048, a.y = y1.p + size_t(b) * 257;
       ASSERT_TRUE(cuda::gemv(a, nullptr).is_ok());
     }
-    const float e = max_diff(y.get(), y1.get());
-    row("bgemv_grouped", "8-bit 257x2048", B, e);
-    EXPECT_EQ(e, 0.f) << "B " << B;
+    const auto ref = y1.get();
+    for (const cuda::GroupedShape& g : shapes) {
+      ASSERT_TRUE(cuda::bgemv_grouped(w.q, x.p, 2048, y.p, 257, B, nullptr, g).is_ok());
+      const float e = max_diff(y.get(), ref);
+      const std::string sh = "8-bit 257x2048, shape " + std::to_string(g.group) + "/" + std::to_string(g.r) + "/" +
+                             std::to_string(g.nb) + "/" + std::to_string(g.tiles);
+      row("bgemv_grouped", sh, B, e);
+      EXPECT_EQ(e, 0.f) << sh << " B " << B;
+    }
+  }
+}
+
+// The step's small kernels by launch shape (LILY_SMALL_OPS_BENCH=1; run.sh's OPS_BENCH): the router GEMV
+// (bgemv_grouped) and the add+norm+pack with the MoE combine (bnorm_pack), µs a call at the step's row counts.
+TEST(CudaBatch, SmallOpsBench) {
+  LILY_REQUIRE_GPU();
+  if (!std::getenv("LILY_SMALL_OPS_BENCH")) GTEST_SKIP() << "set LILY_SMALL_OPS_BENCH=1 to time the router GEMV and add+norm+pack";
+  GraphTimer t;
+  const int H = 2048, E = 256, k = 8;
+  Q w(E + 1, H, 8);
+  const cuda::GroupedShape shapes[] = {{}, {4, 1, 4, 0}, {8, 1, 4, 0}, {8, 1, 8, 0}, {8, 2, 4, 0}, {8, 2, 8, 0}, {16, 1, 4, 0}, {8, 1, 4, 33}, {8, 2, 8, 17}};
+  std::printf("[small-ops-bench] | op | shape | rows | us |\n");
+  for (int B : {4, 16, 64, 256, 736}) {
+    D<float> x(randv(size_t(B) * H)), y(size_t(B) * (E + 1));
+    for (const cuda::GroupedShape& g : shapes) {
+      const cuda::GroupedShape d = g.group ? g : cuda::bgemv_grouped_shape(w.q, B);
+      const double us = t.us([&](cudaStream_t s) { (void)cuda::bgemv_grouped(w.q, x.p, H, y.p, E + 1, B, s, g); });
+      std::printf("[small-ops-bench] | router bgemv_grouped | %s%d/%d/%d/%d | %d | %.1f |\n", g.group ? "" : "default ", d.group,
+                  d.r, d.nb, d.tiles, B, us);
+    }
+    D<float> in(randv(size_t(B) * H)), yd(randv(size_t(B) * (k + 1) * H)), tw(randv(size_t(B) * (k + 1)));
+    D<float> res(size_t(B) * H), n(size_t(B) * H);
+    D<uint16_t> gain(randbf(H, 1.f, 0.2f)), X(size_t(B) * H), Xlo(size_t(B) * H);
+    D<float> XS(size_t(B) * H / 32);
+    for (int cs : {0, 1, 2, 4, 8}) {
+      cuda::BNormArgs a{};
+      a.in = in.p, a.yd = yd.p, a.tw = tw.p, a.top_k = k, a.gain = gain.p, a.H = H, a.B = B, a.res_out = res.p, a.n_out = n.p;
+      a.X16 = X.p, a.X16lo = Xlo.p, a.XS = XS.p, a.blocks = cs;
+      const double us = t.us([&](cudaStream_t s) { (void)cuda::bnorm_pack(a, s); });
+      std::printf("[small-ops-bench] | add+norm+pack (MoE combine, two-pass) | %s blocks a row | %d | %.1f |\n",
+                  cs ? std::to_string(cs).c_str() : "default", B, us);
+    }
   }
 }
 

@@ -368,30 +368,8 @@ TEST(CudaQgemm, Bench) {
   const char* mode = std::getenv("LILY_QGEMM_BENCH");
   if (!mode) GTEST_SKIP() << "set LILY_QGEMM_BENCH=1 to time qgemm (=small: the dense projections at 1-64 rows only)";
   const bool small = std::string(mode) == "small";
-  // Each timing replays a CUDA graph of 20 calls on a created stream (as the step runs them: no host
-  // launch cost, PDL between consecutive calls).
-  cudaStream_t st;
-  cudaStreamCreate(&st);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0), cudaEventCreate(&e1);
-  auto time_us = [&](auto&& f) {
-    const int n = 20;
-    cudaGraph_t gr;
-    cudaGraphExec_t ex;
-    cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
-    for (int i = 0; i < n; ++i) f(st);
-    cudaStreamEndCapture(st, &gr);
-    cudaGraphInstantiate(&ex, gr, 0);
-    cudaGraphLaunch(ex, st);
-    cudaEventRecord(e0, st);
-    cudaGraphLaunch(ex, st);
-    cudaEventRecord(e1, st);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    cudaGraphExecDestroy(ex), cudaGraphDestroy(gr);
-    return 1000.0 * ms / n;
-  };
+  GraphTimer timer;
+  auto time_us = [&](auto&& f) { return timer.us(f); };
   const int H = 2048, I = 512, E = 256, k = 8;
   struct Dn {
     const char* name;
@@ -423,11 +401,7 @@ TEST(CudaQgemm, Bench) {
                       2.0 * B * c.N * c.K / us * 1e-6);
         }
   }
-  if (small) {
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-    cudaStreamDestroy(st);
-    return;
-  }
+  if (small) return;
   QMat gate(E * I, H, 4), up(E * I, H, 4), down(E * H, I, 4), shgu(2 * I, H, 4), shd(H, I, 4);
   const int Bm[] = {1, 16, 64, 256, 736};  // 736: a mixed step's rows (256 decode + 480 prompt)
   // xgemm's fragment copies of the same experts.
@@ -468,8 +442,6 @@ TEST(CudaQgemm, Bench) {
     }
     (void)items;
   }
-  cudaEventDestroy(e0), cudaEventDestroy(e1);
-  cudaStreamDestroy(st);
 }
 
 }  // namespace

@@ -179,10 +179,11 @@ template <int BITS> __device__ __forceinline__ void stage_plain(const float* __r
   }
 }
 // stage_plain of rows b < B (x [B][ldx]) at sm + b·rf (then its chunk sums at + nch·kStride), the loads of
-// two rows in flight together (one row at a time waited on a memory round trip per row; four spilled).
-template <int BITS>
+// RB rows in flight together (one row at a time waited on a memory round trip per row; RB = 4 spilled in
+// bgemv2_kernel, the grouped kernel stages 4 or 8 at once).
+template <int BITS, int RB = 2>
 __device__ __forceinline__ void stage_plain_rows(const float* __restrict__ x, int ldx, int K, int B, float* sm, int rf) {
-  constexpr int U = 8, RB = 2;
+  constexpr int U = 8;
   const int nt = blockDim.x, xcs_off = K * BITS / 128 * Chunk<BITS>::kStride;
   for (int e0 = threadIdx.x; e0 < K; e0 += U * nt)
     for (int b0 = 0; b0 < B; b0 += RB) {

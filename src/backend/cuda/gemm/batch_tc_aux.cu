@@ -37,74 +37,92 @@ __device__ __forceinline__ float combine(const float* yd, const float* tw, int k
   return fmaf(__ldcg(twb + k), __ldcg(yd + size_t(B * k + b) * H + e), m);
 }
 
-// A row per cluster of CS blocks (bnorm_cluster: 8 at H = 2048), block c owning the row's elements
-// [c·n, c·n + n), n = H/CS, whole 64-groups, thread t the elements t + 256u. The row's sum of squares: each
-// block's (warp sums, then its warps in order), then the CS partials in cluster-rank order through
-// distributed shared memory (the same order in every block, so every block of a row gets the same
-// scale); each block packs its own groups. One block per row left 116 of 132 SMs idle at 16 rows (H100:
-// ~13 µs a launch, 80 a step).
-template <int U> __global__ void __launch_bounds__(kThreads) bnorm_pack_kernel(BNormArgs a, int CS) {
-  __shared__ float xn[kThreads * U];
-  __shared__ float red[32];
-  __shared__ float part;
-  const int H = a.H, n = H / CS, b = blockIdx.x / CS, e0 = (blockIdx.x % CS) * n;
+// A row's H values as S slices of n = H/S (S = bnorm_slices(H)), thread t holding elements t + 256u of a
+// slice; a row per CS blocks (CS divides S; a cluster when CS > 1), block c owning the SPB = S/CS slices
+// from c·SPB. The row's sum of squares has one order whatever CS: each slice's (a thread's values in u
+// order, a warp butterfly, the warps in block_sum's order), then the slices in order (other blocks' through
+// distributed shared memory), so every CS gives a row the same bits and CS can follow the row count: at 16
+// rows a block a row left 116 of 132 SMs idle (H100: ~13 µs a launch, 80 a step), at 256 rows clusters of 8
+// ran 2,048 blocks of one element a thread and two cluster barriers each.
+template <int U, int SPB> __global__ void __launch_bounds__(kThreads) bnorm_pack_kernel(BNormArgs a, int S) {
+  __shared__ float xn[kThreads * U * SPB];
+  __shared__ float red[SPB][32];
+  __shared__ float part[SPB];
+  const int H = a.H, n = H / S, CS = S / SPB, b = blockIdx.x / CS, e0 = (blockIdx.x % CS) * SPB * n;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint16_t* gain = static_cast<const uint16_t*>(a.gain);
-  float g[U];
+  float g[SPB][U];
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int e = threadIdx.x + u * kThreads;
-    g[u] = e < n ? bf(__ldg(gain + e0 + e)) : 0.f;
-  }
+  for (int j = 0; j < SPB; ++j)
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int e = threadIdx.x + u * kThreads;
+      g[j][u] = e < n ? bf(__ldg(gain + e0 + j * n + e)) : 0.f;
+    }
   pdl_wait();
   pdl_trigger();
-  float v[U];
+  float v[SPB][U];
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int e = e0 + threadIdx.x + u * kThreads;
-    v[u] = 0.f;
-    if (threadIdx.x + u * kThreads < n) {
-      v[u] = __ldcg(a.in + size_t(b) * H + e);
-      if (a.yd) v[u] += combine(a.yd, a.tw, a.top_k, H, a.B, b, e);
-      else if (a.mix) v[u] += __ldcg(a.mix + size_t(b) * H + e);
+  for (int j = 0; j < SPB; ++j)
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int e = e0 + j * n + threadIdx.x + u * kThreads;
+      v[j][u] = 0.f;
+      if (threadIdx.x + u * kThreads < n) {
+        v[j][u] = __ldcg(a.in + size_t(b) * H + e);
+        if (a.yd) v[j][u] += combine(a.yd, a.tw, a.top_k, H, a.B, b, e);
+        else if (a.mix) v[j][u] += __ldcg(a.mix + size_t(b) * H + e);
+      }
     }
-  }
-  float ss = 0.f;
-#pragma unroll
-  for (int u = 0; u < U; ++u) ss += v[u] * v[u];
   if (a.res_out) {
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (threadIdx.x + u * kThreads < n) a.res_out[size_t(b) * H + e0 + threadIdx.x + u * kThreads] = v[u];
+    for (int j = 0; j < SPB; ++j)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (threadIdx.x + u * kThreads < n) a.res_out[size_t(b) * H + e0 + j * n + threadIdx.x + u * kThreads] = v[j][u];
   }
-  ss = block_sum(ss, red);
+#pragma unroll
+  for (int j = 0; j < SPB; ++j) {
+    float ss = 0.f;
+#pragma unroll
+    for (int u = 0; u < U; ++u) ss += v[j][u] * v[j][u];
+    ss = warp_sum(ss);
+    if (lane == 0) red[j][warp] = ss;
+  }
+  __syncthreads();
+  float ss = 0.f;  // the block's slices (block_sum's second stage each), in slice order
+#pragma unroll
+  for (int j = 0; j < SPB; ++j) {
+    const float pj = warp_sum(lane < kThreads / 32 ? red[j][lane] : 0.f);
+    if (CS > 1 && threadIdx.x == 0) part[j] = pj;
+    ss += pj;
+  }
   namespace cg = cooperative_groups;
-  if (CS > 1) {  // launch-uniform
-    if (threadIdx.x == 0) part = ss;
+  if (CS > 1) {  // launch-uniform: every slice of the row, in order
     cg::this_cluster().sync();
     ss = 0.f;
-    for (int r = 0; r < CS; ++r) ss += *cg::this_cluster().map_shared_rank(&part, r);
+    for (int r = 0; r < CS; ++r) {
+      const float* pr = cg::this_cluster().map_shared_rank(part, r);
+#pragma unroll
+      for (int j = 0; j < SPB; ++j) ss += pr[j];
+    }
   }
   const float inv = 1.0f / sqrtf(ss / float(H) + a.eps);
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int e = threadIdx.x + u * kThreads;
-    if (e < n) {
-      const float y = v[u] * inv * g[u];
-      xn[e] = y;
-      if (a.n_out) a.n_out[size_t(b) * H + e0 + e] = y;
+  for (int j = 0; j < SPB; ++j)
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int e = threadIdx.x + u * kThreads;
+      if (e < n) {
+        const float y = v[j][u] * inv * g[j][u];
+        xn[j * n + e] = y;
+        if (a.n_out) a.n_out[size_t(b) * H + e0 + j * n + e] = y;
+      }
     }
-  }
   __syncthreads();
-  pack16_row(xn, n, a.X16 + size_t(b) * H + e0, a.XS + (size_t(b) * (H / 64) + e0 / 64) * 2,
+  pack16_row(xn, SPB * n, a.X16 + size_t(b) * H + e0, a.XS + (size_t(b) * (H / 64) + e0 / 64) * 2,
              a.X16lo ? a.X16lo + size_t(b) * H + e0 : nullptr);
   if (CS > 1) cg::this_cluster().sync();  // no block leaves while another reads its shared memory
-}
-
-// Blocks per row of bnorm_pack: the most of 8, 4, 2, 1 that split H into whole 64-groups.
-int bnorm_cluster(int H) {
-  int cs = 8;
-  while (cs > 1 && H % (64 * cs) != 0) cs /= 2;
-  return cs;
 }
 
 __global__ void bcombine_kernel(const float* yd, const float* tw, int k, int H, int B, float* out) {
@@ -232,19 +250,46 @@ __global__ void brow_gather_kernel(const uint32_t* src, int words, const int32_t
 
 }  // namespace
 
+// The slices of a row in bnorm_pack's sum of squares: the most of 8, 4, 2, 1 that split H into whole
+// 64-groups.
+int bnorm_slices(int H) {
+  int s = 8;
+  while (s > 1 && H % (64 * s) != 0) s /= 2;
+  return s;
+}
+
+// Blocks a row: the fewest (of S, S/2, ..., 1) that still give every SM a block.
+static int bnorm_blocks(int H, int B) {
+  int cs = bnorm_slices(H);
+  while (cs > 1 && B * (cs / 2) >= sm_count()) cs /= 2;
+  return cs;
+}
+
+template <int U, int SPB> static Status bnorm_launch(const BNormArgs& a, int S, int cs, cudaStream_t st) {
+  return launch_kc("bnorm_pack", bnorm_pack_kernel<U, SPB>, dim3(a.B * cs), dim3(kThreads), 0, st, cs > 1 ? cs : 0, a, S);
+}
+template <int U> static Status bnorm_spb(const BNormArgs& a, int S, int cs, cudaStream_t st) {
+  const int spb = S / cs;
+  if (spb == 1) return bnorm_launch<U, 1>(a, S, cs, st);
+  if constexpr (U <= 8) if (spb == 2) return bnorm_launch<U, 2>(a, S, cs, st);  // U·SPB ≤ 16: H ≤ 4096
+  if constexpr (U <= 4) if (spb == 4) return bnorm_launch<U, 4>(a, S, cs, st);
+  if constexpr (U <= 2) if (spb == 8) return bnorm_launch<U, 8>(a, S, cs, st);
+  return cu_err("bnorm_pack: {} slices of {} a block unsupported", spb, a.H / S);
+}
+
 Status bnorm_pack(const BNormArgs& a, Stream s) {
   if (a.H <= 0 || a.H % 64 != 0 || a.H > 16 * kThreads) return cu_err("bnorm_pack: H={} unsupported", a.H);
   if (!a.X16 || !a.XS || a.B < 1 || (a.yd && (!a.tw || a.top_k < 1)))
     return cu_err("bnorm_pack: bad arguments");
-  const int cs = bnorm_cluster(a.H), n = a.H / cs;
+  const int S = bnorm_slices(a.H), n = a.H / S;
+  const int cs = a.blocks ? a.blocks : bnorm_blocks(a.H, a.B);
+  if (cs < 1 || S % cs != 0) return cu_err("bnorm_pack: {} blocks a row do not divide its {} slices", cs, S);
   const auto st = static_cast<cudaStream_t>(s);
-  const dim3 grid(a.B * cs), block(kThreads);
-  const int cl = cs > 1 ? cs : 0;
-  if (n <= kThreads) return launch_kc("bnorm_pack", bnorm_pack_kernel<1>, grid, block, 0, st, cl, a, cs);
-  if (n <= 2 * kThreads) return launch_kc("bnorm_pack", bnorm_pack_kernel<2>, grid, block, 0, st, cl, a, cs);
-  if (n <= 4 * kThreads) return launch_kc("bnorm_pack", bnorm_pack_kernel<4>, grid, block, 0, st, cl, a, cs);
-  if (n <= 8 * kThreads) return launch_kc("bnorm_pack", bnorm_pack_kernel<8>, grid, block, 0, st, cl, a, cs);
-  return launch_kc("bnorm_pack", bnorm_pack_kernel<16>, grid, block, 0, st, cl, a, cs);
+  if (n <= kThreads) return bnorm_spb<1>(a, S, cs, st);
+  if (n <= 2 * kThreads) return bnorm_spb<2>(a, S, cs, st);
+  if (n <= 4 * kThreads) return bnorm_spb<4>(a, S, cs, st);
+  if (n <= 8 * kThreads) return bnorm_spb<8>(a, S, cs, st);
+  return bnorm_spb<16>(a, S, cs, st);
 }
 
 Status bmoe_combine(const float* yd, const float* tw, int top_k, int H, int B, float* out, Stream s) {

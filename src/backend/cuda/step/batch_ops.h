@@ -17,11 +17,18 @@ int bgemv_group_rows(const QW& w);
 // y[b·ldy + r] = Σ_c scale·Σq·x_b + bias·Σx_b for every row r of w and b < B, x fp32 [B][ldx]
 // (plain input). B ≤ bgemv_group_rows(w). Per (b, r) the same sums as gemv() with Pro::kPlain.
 Status bgemv(const QW& w, const float* x, int ldx, float* y, int ldy, int B, Stream s);
-// bgemv's sums (each (b, r) bit-identical to gemv) for any B ≥ 1 in one launch: blocks of 8 staged rows ×
-// tiles of 16 weight rows, so each block stages only its 8 rows. For small matrices at many rows (the
-// router: 257 × 2048 8-bit), where staging every row in each block would cost more than the sums.
-// 8 staged rows must fit the shared memory (K ≤ 4096 at 4 bits, ≤ 2048 at 8).
-Status bgemv_grouped(const QW& w, const float* x, int ldx, float* y, int ldy, int B, Stream s);
+// bgemv's sums (each (b, r) bit-identical to gemv) for any B ≥ 1 in one launch: blocks of `group` staged
+// rows × weight tiles of 8·r rows (r a warp), so each block stages only its group. For small matrices at
+// many rows (the router: 257 × 2048 8-bit), where staging every row in each block would cost more than
+// the sums. A block walks the tiles t, t + tiles, ... (each tile's weights loaded under the previous one's
+// sums; tiles 0: as many a block as leave one wave); nb: rows a warp's sums take at once (conversions
+// shared). Every shape gives the same bits; a zero group: bgemv_grouped_shape(w, B). The group must fit
+// the shared memory (8 rows: K ≤ 4096 at 4 bits, ≤ 2048 at 8).
+struct GroupedShape {
+  int group = 0, r = 0, nb = 0, tiles = 0;  // group % nb == 0; r 1 or 2; nb 4 or 8; 0 ≤ tiles ≤ ⌈rows / 8r⌉
+};
+GroupedShape bgemv_grouped_shape(const QW& w, int B);
+Status bgemv_grouped(const QW& w, const float* x, int ldx, float* y, int ldy, int B, Stream s, GroupedShape g = {});
 
 // Per row b (B blocks): r = in_b + mix_b (mix may be null); res_out_b = r; n_out_b = rms(r)·gain
 // (the gemv kAddNorm staging's arithmetic). All fp32 [B][H], gain bf16 [H]; H ≤ 4096.
@@ -104,10 +111,10 @@ size_t battn_partial_floats(int nh, int nkv, int hd, int n_split);
 // The step's GEMMs are qgemm (gemm/qgemm.h): not bit-identical to the batch-1 GEMV, but batch
 // invariant: each row's arithmetic depends only on that row and the weights.
 
-// Per row b (B blocks): r = in_b + mix_b, where mix_b is mix (plain, [B][H]) or, when yd is set, the MoE
+// Per row b (1 to 8 blocks, a cluster): r = in_b + mix_b, where mix_b is mix (plain, [B][H]) or, when yd is set, the MoE
 // combine Σ_j tw[b][j]·yd[b·k + j] + tw[b][k]·yd[B·k + b] (slot order, then the shared expert);
 // res_out = r (if set); n = rms(r)·gain → n_out (fp32, if set) and packed for qgemm into X16 / XS
-// (X16lo: the two-pass remainders, or null).
+// (X16lo: the two-pass remainders, or null). The sum of squares in one order for any blocks a row.
 struct BNormArgs {
   const float* in = nullptr;
   const float* mix = nullptr;
@@ -122,7 +129,9 @@ struct BNormArgs {
   uint16_t* X16 = nullptr;    // fp16 [B][H] (gemm/qgemm.h)
   uint16_t* X16lo = nullptr;  // fp16 [B][H] or null
   float* XS = nullptr;        // [B][H/64][2]
+  int blocks = 0;             // blocks a row (a divisor of bnorm_slices(H)); 0: by B (any gives the same bits)
 };
+int bnorm_slices(int H);
 Status bnorm_pack(const BNormArgs& a, Stream s);
 // out[b] = the MoE combine of bnorm_pack (tests).
 Status bmoe_combine(const float* yd, const float* tw, int top_k, int H, int B, float* out, Stream s);
