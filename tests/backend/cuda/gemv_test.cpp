@@ -276,7 +276,9 @@ namespace {
 
 // bgemv in staging groups, as forward_batch calls it.
 void bgemv_all(const QW& w, const float* x, int ldx, float* y, int ldy, int B) {
-  const int G = cuda::bgemv_group_rows(w), ng = (B + G - 1) / G, per = (B + ng - 1) / ng;
+  const int G = cuda::bgemv_group_rows(w);
+  ASSERT_GT(G, 0);
+  const int ng = (B + G - 1) / G, per = (B + ng - 1) / ng;
   for (int b0 = 0; b0 < B; b0 += per)
     ASSERT_TRUE(cuda::bgemv(w, x + size_t(b0) * ldx, ldx, y + size_t(b0) * ldy, ldy, std::min(per, B - b0), nullptr).is_ok());
 }

@@ -41,55 +41,6 @@ __device__ __forceinline__ void load_rows(const QW& w, int rb, int nch, uint4 (&
     }
 }
 
-// Grid-stride over weight tiles (block-uniform). Shared memory: B staged rows [xs | xcs].
-template <int BITS, int CPL, int R>
-__global__ void __launch_bounds__(kThreads) bgemv_kernel(QW w, const float* __restrict__ x, int ldx, float* y, int ldy,
-                                                          int B) {
-  extern __shared__ float sm[];
-  constexpr int CS = Chunk<BITS>::kStride;
-  const int K = w.cols, nch = K * BITS / 128, rows = w.rows, rf = row_floats<BITS>(K);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int rstep = gridDim.x * kWarps * R;
-  uint4 wv[R][CPL];
-  uint32_t sbv[R][CPL];
-  int tb = blockIdx.x * kWarps * R;
-  load_rows<BITS, CPL, R>(w, tb + warp * R, nch, wv, sbv);  // weights only: may overlap the previous kernel
-  pdl_wait();
-  pdl_trigger();
-  stage_plain_rows<BITS>(x, ldx, K, B, sm, rf);
-  __syncthreads();
-  for (; tb < rows; tb += rstep) {
-    const int rb = tb + warp * R;
-    for (int b = 0; b < B; ++b) {
-      const float* xs = sm + b * rf;
-      const float* xcs = xs + nch * CS;
-      float acc[R];
-#pragma unroll
-      for (int j = 0; j < R; ++j) acc[j] = 0.f;
-#pragma unroll
-      for (int i = 0; i < CPL; ++i) {
-        const int c = lane + 32 * i;
-        if (c < nch) {
-          const float* xc = xs + c * CS;
-          const float xsum = xcs[c];
-#pragma unroll
-          for (int j = 0; j < R; ++j) {
-            const float d = chunk_dot<BITS>(wv[j][i], xc);
-            acc[j] += fmaf(__uint_as_float(sbv[j][i] << 16), d, __uint_as_float(sbv[j][i] & 0xFFFF0000u) * xsum);
-          }
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < R; ++j) {
-        const float v = warp_sum(acc[j]);
-        if (lane == 0 && rb + j < rows) y[size_t(b) * ldy + rb + j] = v;
-      }
-    }
-    if (tb + rstep < rows) load_rows<BITS, CPL, R>(w, tb + rstep + warp * R, nch, wv, sbv);
-  }
-}
-
-
 // v2: the same sums with the loops turned so the work per step is shared: per 4-byte word of a
 // chunk, the R rows' codes are converted once and applied to NB staged rows (conversion amortized
 // over NB), and each x value read from shared memory feeds R weight rows. Per (b, row) the fmaf
@@ -237,21 +188,6 @@ __global__ void __launch_bounds__(kThreads) bgemv_grouped_kernel(QW w, const flo
 }
 
 
-template <int BITS, int CPL, int R> Status launch_bgemv(const QW& w, const float* x, int ldx, float* y, int ldy, int B,
-                                                       cudaStream_t s) {
-  auto kern = bgemv_kernel<BITS, CPL, R>;
-  const size_t smem = size_t(B) * row_floats<BITS>(w.cols) * sizeof(float);
-  static size_t attr = 0;  // per instantiation
-  if (smem > 48 * 1024 && smem > attr) {
-    LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemCap)));
-    attr = kSmemCap;
-  }
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kThreads, smem) != cudaSuccess || per_sm <= 0) per_sm = 1;
-  const int need = (w.rows + kWarps * R - 1) / (kWarps * R), cap = sm_count() * per_sm;
-  return launch_k("bgemv", kern, dim3(need < cap ? need : cap), dim3(kThreads), smem, s, w, x, ldx, y, ldy, B);
-}
-
 template <int BITS, int CPL, int R, int NB>
 Status launch_bgemv2(const QW& w, const float* x, int ldx, float* y, int ldy, int B, cudaStream_t s) {
   auto kern = bgemv2_kernel<BITS, CPL, R, NB>;
@@ -294,23 +230,19 @@ Status launch_grouped_rn(const QW& w, const float* x, int ldx, float* y, int ldy
   return g.nb == 4 ? launch_grouped<BITS, CPL, 2, 4>(w, x, ldx, y, ldy, B, g, s) : launch_grouped<BITS, CPL, 2, 8>(w, x, ldx, y, ldy, B, g, s);
 }
 
-// v2 (bgemv2_kernel) wherever its staged rows, rounded up to 8, fit the shared memory; else v1. B = 16 / 64
-// aggregate tok/s on the H200 (docs/perf/2026-12-03-batching-cuda.md): 838 / 918 with v2 at 2 weight rows
-// per warp; v1 everywhere 737 / —; one launch of 8-row groups × one weight tile per block (v3) 550 / 647;
+// bgemv2_kernel, its staged rows rounded up to 4 (B ≤ 4) or 8 (bgemv_group_rows keeps them in the shared
+// memory). B = 16 / 64 aggregate tok/s on the H200 (docs/perf/2026-12-03-batching-cuda.md): 838 / 918 with
+// v2 at 2 weight rows per warp; one row per (b, weight row) pass (v1, since deleted) 737 / —; one launch of
+// 8-row groups × one weight tile per block (v3) 550 / 647;
 // 4 rows per warp for K ≤ 2048, 865 / 961 against 866 / 936 (both with logits through a pinned buffer),
 // not adopted.
 template <int BITS, int CPL> Status pick_r(const QW& w, const float* x, int ldx, float* y, int ldy, int B, cudaStream_t s) {
-  const size_t row_bytes = size_t(row_floats<BITS>(w.cols)) * sizeof(float);
-  if (size_t((B + 7) / 8 * 8) * row_bytes <= kSmemCap) {
-    if (B <= 4) {
-      if (w.rows >= 2 * kWarps * sm_count()) return launch_bgemv2<BITS, CPL, 2, 4>(w, x, ldx, y, ldy, B, s);
-      return launch_bgemv2<BITS, CPL, 1, 4>(w, x, ldx, y, ldy, B, s);
-    }
-    if (w.rows >= 2 * kWarps * sm_count()) return launch_bgemv2<BITS, CPL, 2, 8>(w, x, ldx, y, ldy, B, s);
-    return launch_bgemv2<BITS, CPL, 1, 8>(w, x, ldx, y, ldy, B, s);
+  if (B <= 4) {
+    if (w.rows >= 2 * kWarps * sm_count()) return launch_bgemv2<BITS, CPL, 2, 4>(w, x, ldx, y, ldy, B, s);
+    return launch_bgemv2<BITS, CPL, 1, 4>(w, x, ldx, y, ldy, B, s);
   }
-  if (w.rows >= 4 * kWarps * sm_count()) return launch_bgemv<BITS, CPL, 4>(w, x, ldx, y, ldy, B, s);
-  return launch_bgemv<BITS, CPL, 1>(w, x, ldx, y, ldy, B, s);
+  if (w.rows >= 2 * kWarps * sm_count()) return launch_bgemv2<BITS, CPL, 2, 8>(w, x, ldx, y, ldy, B, s);
+  return launch_bgemv2<BITS, CPL, 1, 8>(w, x, ldx, y, ldy, B, s);
 }
 
 // ---- small per-row kernels ----------------------------------------------------------------------
@@ -407,14 +339,14 @@ __global__ void bfinish_kernel(StepCtl* const* ctl, const int32_t* pos, int B) {
 int bgemv_group_rows(const QW& w) {
   const size_t per = size_t(w.bits == 8 ? row_floats<8>(w.cols) : row_floats<4>(w.cols)) * sizeof(float);
   const int n = std::min(int(kSmemCap / per), kMaxGroup);
-  return n >= 8 ? n / 8 * 8 : n;  // a multiple of v2's 8-row tiles
+  return n >= 8 ? n / 8 * 8 : n >= 4 ? 4 : 0;  // a multiple of the 4- or 8-row steps of the sums
 }
 
 Status bgemv(const QW& w, const float* x, int ldx, float* y, int ldy, int B, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (w.bits != 4 && w.bits != 8) return cu_err("bgemv: {} bits unsupported", w.bits);
   if (w.cols % 64 != 0 || w.cols <= 0 || w.rows <= 0) return cu_err("bgemv: shape {}x{} unsupported", w.rows, w.cols);
-  if (B < 1 || B > bgemv_group_rows(w)) return cu_err("bgemv: {} rows exceed the staging group {}", B, bgemv_group_rows(w));
+  if (B < 1 || B > bgemv_group_rows(w)) return cu_err("bgemv: {} rows exceed the staging group {} (K={} at {} bits)", B, bgemv_group_rows(w), w.cols, w.bits);
   const int cpl = (w.cols * w.bits / 128 + 31) / 32;
   if (w.bits == 4) {
     if (cpl == 1) return pick_r<4, 1>(w, x, ldx, y, ldy, B, s);

@@ -147,6 +147,7 @@ BGdnArgs bgdn_args(const BatchCtx& x, const ModelConfig& c, const DevLayer& L, i
 // Rows of B in staging groups (each bgemv launch takes at most bgemv_group_rows(w) rows).
 static Status gemv_rows(const QW& w, const float* x, int ldx, float* y, int ldy, int B, cudaStream_t s) {
   const int G = bgemv_group_rows(w);
+  if (G < 1) return cu_err("cuda step: no row of K={} at {} bits fits the batched GEMV's staging", w.cols, w.bits);
   const int ng = (B + G - 1) / G, per = (B + ng - 1) / ng;
   for (int b0 = 0; b0 < B; b0 += per)
     LILY_TRY(bgemv(w, x + size_t(b0) * ldx, ldx, y + size_t(b0) * ldy, ldy, std::min(per, B - b0), s));
