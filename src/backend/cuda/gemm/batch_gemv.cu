@@ -385,13 +385,16 @@ Status bfinish(StepCtl* const* ctl, const int32_t* pos, int B, Stream s) {
 
 static int grouped_tiles(const QW& w, int r) { return (w.rows + kWarps * r - 1) / (kWarps * r); }
 
-// One weight row a warp and 4 rows a step of its sums (119 registers: two blocks an SM; 2 rows × 8 took 199,
-// one block an SM, and the 8-warp, 2-row tiles of the earlier kernel left the router at 256 rows in four
-// waves of one block an SM); 4 staged rows a block up to 32 rows (16 rows: 4 × 33 blocks where 2 × 17 left
-// 98 SMs idle), 8 above; as many weight tiles a block as leave one wave (tiles 0: the launch counts them).
+// By the row count, as CudaBatch.SmallOpsBench measured the router (257 × 2048 8-bit) on an H100
+// (2026-12-06, µs at 16 / 64 / 256 / 736 rows): up to 64 rows 4 staged rows a block, one weight row a warp
+// and 4 rows a step of its sums (7.4 / 14.8; 119 registers, two blocks an SM: every SM busy); above, 8
+// staged rows, 2 weight rows a warp and 8 rows a step (30.2 / 81.6, against 38.5 / 106.1 for the small
+// shape: 199 registers and one block an SM, but a fifth fewer instructions a sum). The earlier kernel
+// (8 staged rows × 16-row tiles, one tile a block, 154 registers) measured 68 µs a call at 256 rows in the
+// step's profile (four waves of one block an SM). Tiles 0: the launch fits one wave.
 GroupedShape bgemv_grouped_shape(const QW& w, int B) {
   (void)w;
-  return GroupedShape{B <= 32 ? 4 : 8, 1, 4, 0};
+  return B <= 64 ? GroupedShape{4, 1, 4, 0} : GroupedShape{8, 2, 8, 0};
 }
 
 Status bgemv_grouped(const QW& w, const float* x, int ldx, float* y, int ldy, int B, Stream stream, GroupedShape g) {
