@@ -1,9 +1,10 @@
-// xgemm (contract in xgemm.h): persistent blocks of 8 warps walk the work units of qgemm's items mode
-// (unit = one item × one tile of 8 warp blocks × one chunk of BM = 8·NT activation rows). The block stages
-// the unit's activation rows (fp16 hi [+ lo], and the group sums) in shared memory in chunks of KC columns
-// through two buffers, the next chunk (or the next unit's first) loading while one computes; each warp
-// streams its 16-row weight block's groups from HBM into a ring of kD register slots, kD groups ahead, the
-// ring running on into the warp's block of the next unit, so the weight loads never stop at a unit boundary.
+// xgemm (contract in xgemm.h): persistent blocks walk the work units of qgemm's items mode (unit = one item ×
+// one tile of 8 weight blocks of 16 rows × one chunk of BM = 8·NT activation rows), a block's warps holding
+// WB weight blocks each (8 / WB warps). The block stages the unit's activation rows (fp16 hi [+ lo], and the
+// group sums) in shared memory in chunks of KC columns through two buffers, the next chunk (or the next
+// unit's first) loading while one computes; each warp streams its weight blocks' groups from HBM into a ring
+// of kD / WB register slots a block, the ring running on into the warp's blocks of the next unit, so the
+// weight loads never stop at a unit boundary; each activation fragment read feeds the warp's WB blocks.
 // Per group: four k-steps of m16n8k16 (weights as A, activation rows as B) into a zeroed partial, then
 // y += (scale·2^-e)·part + bias·Σx, exactly as qgemm.
 #include <cuda_fp16.h>
@@ -18,7 +19,9 @@ namespace lily::cuda {
 namespace {
 using namespace q4;
 
-constexpr int kThreads = 256, kWarps = 8, kD = 4, kMaxItems = 1024;
+// kBlocks 16-row weight blocks a unit tile; WB of them a warp (kBlocks / WB warps a block); kD groups of
+// ring a stream (kD / WB with two streams a warp: the same bytes in flight a warp).
+constexpr int kBlocks = 8, kD = 4, kMaxItems = 1024;
 enum Mode : int { kItems = 1, kSwiglu = 2 };
 
 struct XArgs {
@@ -69,10 +72,10 @@ struct Stream4 {
   const uint4* c;  // this lane's code words of group 0 of the block
   const uint2* s;  // this lane's {sb(r0), sb(r1)} of group 0
 };
-__device__ __forceinline__ Stream4 stream_of(const XArgs& g, const Unit& t, int warp, int lane) {
+__device__ __forceinline__ Stream4 stream_of(const XArgs& g, const Unit& t, int bi, int lane) {
   const bool shared = t.expert == g.a.E;
   const FragW& f = shared ? g.sh : g.w;
-  const size_t blk = size_t(shared ? 0 : t.expert) * g.bpe + size_t(t.tile) * kWarps + warp;
+  const size_t blk = size_t(shared ? 0 : t.expert) * g.bpe + size_t(t.tile) * kBlocks + bi;
   Stream4 r;
   r.c = reinterpret_cast<const uint4*>(f.codes) + blk * g.nG * 32 + lane;
   r.s = reinterpret_cast<const uint2*>(f.sb) + blk * g.nG * 8 + (lane >> 2);
@@ -89,19 +92,19 @@ __device__ __forceinline__ uint2 ld_stream2(const uint2* p) {
   return v;
 }
 
-template <int NT, int MODE, int TERMS>
-__global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
-  constexpr int BM = 8 * NT;
+template <int NT, int MODE, int TERMS, int WB>
+__global__ void __launch_bounds__(32 * kBlocks / WB, 2 * WB) xgemm_kernel(XArgs g) {
+  constexpr int BM = 8 * NT, kThreads = 32 * kBlocks / WB, KD = kD / WB;
   extern __shared__ __align__(16) uint8_t sm[];
   const QGemmArgs& a = g.a;
   const int K = g.K, nG = g.nG;
   // Shared memory: two activation buffers, each one chunk of KC columns of the unit's rows: x hi [BM][KC]
   // fp16 (16-byte chunk q of row m at ((q ^ (m & 1)) << 4)), x lo the same, {Σx, 2^-e} [BM][KC/64]; then
-  // the swiglu epilogue's [kWarps][BM] {max, sum} and [BM] scales, the items and their unit prefix.
+  // the swiglu epilogue's [kBlocks][BM] {max, sum} and [BM] scales, the items and their unit prefix.
   const int KC = g.KC, gpc = KC / 64, nC = K / KC;  // groups a chunk, chunks a unit
   const size_t plane = size_t(BM) * KC * 2, xbytes = plane * TERMS + size_t(BM) * gpc * 8;
   float2* red = reinterpret_cast<float2*>(sm + xbytes * 2);
-  float* rsc = reinterpret_cast<float*>(red + kWarps * BM);
+  float* rsc = reinterpret_cast<float*>(red + kBlocks * BM);
   int4* its = reinterpret_cast<int4*>(rsc + BM);
   int* pu = reinterpret_cast<int*>(its + a.max_items);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
@@ -133,24 +136,28 @@ __global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
   const int n_units = pu[n_items];
   if (int(blockIdx.x) >= n_units) return;
 
-  // The ring: slot d holds the stream's group ≡ d (mod kD) (nG % kD == 0, so a unit starts at slot 0).
+  // The ring: slot d holds the streams' group ≡ d (mod KD) (nG % KD == 0, so a unit starts at slot 0); a
+  // warp's WB blocks are consecutive in the copy (block 2w + 1 is nG groups after 2w's).
   // kD = 4: 4 × 528 bytes in flight a warp, 34 KB an SM at two blocks (kD = 8 spilled at 128 registers).
-  uint4 rc[kD];
-  uint2 rs[kD];
+  uint4 rc[KD][WB];
+  uint2 rs[KD][WB];
   int lu = blockIdx.x, lg = 0;  // the load cursor: unit, group
-  Stream4 ls = stream_of(g, unit_of<BM>(g, lu, its, pu, n_items), warp, lane);
+  Stream4 ls = stream_of(g, unit_of<BM>(g, lu, its, pu, n_items), warp * WB, lane);
   auto load = [&](int d) {
     if (lu >= n_units) return;
-    rc[d] = ld_stream(ls.c + size_t(lg) * 32);
-    rs[d] = ld_stream2(ls.s + size_t(lg) * 8);
+#pragma unroll
+    for (int wb = 0; wb < WB; ++wb) {
+      rc[d][wb] = ld_stream(ls.c + (size_t(wb) * nG + lg) * 32);
+      rs[d][wb] = ld_stream2(ls.s + (size_t(wb) * nG + lg) * 8);
+    }
     if (++lg == nG) {
       lg = 0;
       lu += gridDim.x;
-      if (lu < n_units) ls = stream_of(g, unit_of<BM>(g, lu, its, pu, n_items), warp, lane);
+      if (lu < n_units) ls = stream_of(g, unit_of<BM>(g, lu, its, pu, n_items), warp * WB, lane);
     }
   };
 #pragma unroll
-  for (int d = 0; d < kD; ++d) load(d);
+  for (int d = 0; d < KD; ++d) load(d);
 
   // Chunk h (columns [h·KC, +KC)) of unit t's activation rows into buffer b (rows past m_cnt zero), as one
   // cp.async group.
@@ -181,11 +188,13 @@ __global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
   for (int cu = blockIdx.x; cu < n_units; cu += gridDim.x) {
     const int nx = cu + int(gridDim.x);
     Unit nt{};
-    float acc[NT][4];
+    float acc[WB][NT][4];
 #pragma unroll
-    for (int n = 0; n < NT; ++n)
+    for (int wb = 0; wb < WB; ++wb)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[wb][n][i] = 0.f;
     // 32-row tiles: the 8-row activation tiles holding the unit's rows; the MMAs of the tiles past them are
     // skipped (their rows are zero, so their sums would be too: the epilogue reads rows below m_cnt only).
     // An expert with 9..16 rows of a 32-row tile issues half the MMAs.
@@ -204,23 +213,28 @@ __global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
       const uint8_t* sx = sm + xbytes * buf;
       const float2* sxs = reinterpret_cast<const float2*>(sx + plane * TERMS);
       buf ^= 1;
-      for (int G0 = hc * gpc; G0 < (hc + 1) * gpc; G0 += kD) {
+      for (int G0 = hc * gpc; G0 < (hc + 1) * gpc; G0 += KD) {
 #pragma unroll
-        for (int d = 0; d < kD; ++d) {
+        for (int d = 0; d < KD; ++d) {
           const int G = G0 + d, Gl = G - hc * gpc;  // the weights' group, the chunk's
-          const uint4 c = rc[d];
-          const uint2 q = rs[d];
-          load(d);  // the slot's next group (kD ahead), while this one computes
-          float part[NT][4];
+          uint4 c[WB];
+          uint2 q[WB];
 #pragma unroll
-          for (int n = 0; n < NT; ++n)
+          for (int wb = 0; wb < WB; ++wb) c[wb] = rc[d][wb], q[wb] = rs[d][wb];
+          load(d);  // the slot's next group (KD ahead), while this one computes
+          float part[WB][NT][4];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) part[n][i] = 0.f;
+          for (int wb = 0; wb < WB; ++wb)
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) part[wb][n][i] = 0.f;
 #pragma unroll
           for (int j = 0; j < 2; ++j) {  // 16-byte x chunk j of the lane's 32 bytes per group: k-steps 2j, 2j+1
             if constexpr (NT <= 2) {
               // Every tile's x chunk loaded before the MMAs (the order the 8- and 16-row tiles measured fastest:
-              // the per-tile order below cost 6% of the 16- and 64-row decode step, H100 2026-12-06).
+              // the per-tile order below cost 6% of the 16- and 64-row decode step, H100 2026-12-06), each x
+              // fragment feeding the warp's WB weight blocks.
               uint4 xv[NT][TERMS];
 #pragma unroll
               for (int n = 0; n < NT; ++n) {
@@ -230,28 +244,32 @@ __global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
                 for (int h = 0; h < TERMS; ++h) xv[n][h] = *reinterpret_cast<const uint4*>(px + h * plane);
               }
 #pragma unroll
-              for (int p = 0; p < 2; ++p) {
-                uint32_t a0, a1, a2, a3;
-                cvt4(j ? c.y : c.x, p, a0, a2);
-                cvt4(j ? c.w : c.z, p, a1, a3);
+              for (int p = 0; p < 2; ++p)
 #pragma unroll
-                for (int n = 0; n < NT; ++n)
+                for (int wb = 0; wb < WB; ++wb) {
+                  uint32_t a0, a1, a2, a3;
+                  cvt4(j ? c[wb].y : c[wb].x, p, a0, a2);
+                  cvt4(j ? c[wb].w : c[wb].z, p, a1, a3);
 #pragma unroll
-                  for (int h = 0; h < TERMS; ++h) {
-                    const uint4 v = xv[n][h];
-                    mma(part[n], a0, a1, a2, a3, p ? v.z : v.x, p ? v.w : v.y);
-                  }
-              }
+                  for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int h = 0; h < TERMS; ++h) {
+                      const uint4 v = xv[n][h];
+                      mma(part[wb][n], a0, a1, a2, a3, p ? v.z : v.x, p ? v.w : v.y);
+                    }
+                }
             } else {
               // 32-row tiles: the weights' A fragments of both k-steps first, then one 8-row tile at a time (its
               // x chunk held only while its MMAs issue, within the two-blocks-an-SM registers), the tiles past
               // the unit's rows skipped. Per part[n] the MMAs run in the order p, h as above: the same bits.
-              uint32_t af[2][4];
+              uint32_t af[WB][2][4];
 #pragma unroll
-              for (int p = 0; p < 2; ++p) {
-                cvt4(j ? c.y : c.x, p, af[p][0], af[p][2]);
-                cvt4(j ? c.w : c.z, p, af[p][1], af[p][3]);
-              }
+              for (int wb = 0; wb < WB; ++wb)
+#pragma unroll
+                for (int p = 0; p < 2; ++p) {
+                  cvt4(j ? c[wb].y : c[wb].x, p, af[wb][p][0], af[wb][p][2]);
+                  cvt4(j ? c[wb].w : c[wb].z, p, af[wb][p][1], af[wb][p][3]);
+                }
 #pragma unroll
               for (int n = 0; n < NT; ++n) {
                 if (n >= nsub) break;  // block-uniform: the unit's rows end in an earlier 8-row tile
@@ -261,108 +279,129 @@ __global__ void __launch_bounds__(kThreads, 2) xgemm_kernel(XArgs g) {
 #pragma unroll
                 for (int h = 0; h < TERMS; ++h) xv[h] = *reinterpret_cast<const uint4*>(px + h * plane);
 #pragma unroll
-                for (int p = 0; p < 2; ++p)
+                for (int wb = 0; wb < WB; ++wb)
 #pragma unroll
-                  for (int h = 0; h < TERMS; ++h)
-                    mma(part[n], af[p][0], af[p][1], af[p][2], af[p][3], p ? xv[h].z : xv[h].x, p ? xv[h].w : xv[h].y);
+                  for (int p = 0; p < 2; ++p)
+#pragma unroll
+                    for (int h = 0; h < TERMS; ++h)
+                      mma(part[wb][n], af[wb][p][0], af[wb][p][1], af[wb][p][2], af[wb][p][3], p ? xv[h].z : xv[h].x,
+                          p ? xv[h].w : xv[h].y);
               }
             }
           }
-          const float s0 = __uint_as_float(q.x << 16), b0 = __uint_as_float(q.x & 0xFFFF0000u);
-          const float s1 = __uint_as_float(q.y << 16), b1 = __uint_as_float(q.y & 0xFFFF0000u);
 #pragma unroll
-          for (int n = 0; n < NT; ++n) {
-            if (NT > 2 && n >= nsub) break;
-            const int m = 8 * n + 2 * tq;
-            const float2 xa = sxs[m * gpc + Gl], xb = sxs[(m + 1) * gpc + Gl];
-            float* cc = acc[n];
-            const float* pp = part[n];
-            cc[0] = fmaf(s0 * xa.y, pp[0], fmaf(b0, xa.x, cc[0]));
-            cc[1] = fmaf(s0 * xb.y, pp[1], fmaf(b0, xb.x, cc[1]));
-            cc[2] = fmaf(s1 * xa.y, pp[2], fmaf(b1, xa.x, cc[2]));
-            cc[3] = fmaf(s1 * xb.y, pp[3], fmaf(b1, xb.x, cc[3]));
+          for (int wb = 0; wb < WB; ++wb) {
+            const float s0 = __uint_as_float(q[wb].x << 16), b0 = __uint_as_float(q[wb].x & 0xFFFF0000u);
+            const float s1 = __uint_as_float(q[wb].y << 16), b1 = __uint_as_float(q[wb].y & 0xFFFF0000u);
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+              if (NT > 2 && n >= nsub) break;
+              const int m = 8 * n + 2 * tq;
+              const float2 xa = sxs[m * gpc + Gl], xb = sxs[(m + 1) * gpc + Gl];
+              float* cc = acc[wb][n];
+              const float* pp = part[wb][n];
+              cc[0] = fmaf(s0 * xa.y, pp[0], fmaf(b0, xa.x, cc[0]));
+              cc[1] = fmaf(s0 * xb.y, pp[1], fmaf(b0, xb.x, cc[1]));
+              cc[2] = fmaf(s1 * xa.y, pp[2], fmaf(b1, xa.x, cc[2]));
+              cc[3] = fmaf(s1 * xb.y, pp[3], fmaf(b1, xb.x, cc[3]));
+            }
           }
         }
       }
     }
 
-    // ---- the unit's epilogue (as qgemm's, one m-tile a warp) ----
-    // Lane values: acc[n][u] = weight row r0 (block row gq), activation row 8n + 2t + u; acc[n][2 + u] row r1.
+    // ---- the unit's epilogue (as qgemm's, one m-tile a weight block) ----
+    // Lane values: acc[wb][n][u] = weight row r0 (block row gq) of the tile's block bi = WB·warp + wb,
+    // activation row 8n + 2t + u; acc[wb][n][2 + u] row r1.
     if constexpr (MODE == kSwiglu) {
-      // Warp w's block: outputs tile·64 + 8w + gq, gate in acc[..][0..1], up in acc[..][2..3].
-      float act[NT][2];
+      // Block bi: outputs tile·64 + 8·bi + gq, gate in acc[..][0..1], up in acc[..][2..3].
+      float act[WB][NT][2];
 #pragma unroll
-      for (int n = 0; n < NT; ++n)
+      for (int wb = 0; wb < WB; ++wb)
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const float v = silu(acc[n][u]) * acc[n][2 + u];
-          act[n][u] = v;
-          float mx = fabsf(v), sum = v;
+        for (int n = 0; n < NT; ++n)
 #pragma unroll
-          for (int off = 4; off < 32; off <<= 1) {
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-            sum += __shfl_xor_sync(0xffffffffu, sum, off);
+          for (int u = 0; u < 2; ++u) {
+            const float v = silu(acc[wb][n][u]) * acc[wb][n][2 + u];
+            act[wb][n][u] = v;
+            float mx = fabsf(v), sum = v;
+#pragma unroll
+            for (int off = 4; off < 32; off <<= 1) {
+              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+              sum += __shfl_xor_sync(0xffffffffu, sum, off);
+            }
+            if (gq == 0) red[(WB * warp + wb) * BM + 8 * n + 2 * tq + u] = make_float2(mx, sum);
           }
-          if (gq == 0) red[warp * BM + 8 * n + 2 * tq + u] = make_float2(mx, sum);
-        }
       __syncthreads();
       if (tid < BM && tid < ct.m_cnt) {
-        const float2 r = swiglu_row_scale(red, kWarps, BM, tid, &rsc[tid]);
+        const float2 r = swiglu_row_scale(red, kBlocks, BM, tid, &rsc[tid]);
         reinterpret_cast<float2*>(a.yxs)[size_t(__ldg(a.yrow + ct.e0 + tid)) * (a.n_out / 64) + ct.tile] = r;
       }
       __syncthreads();
-      const int opos = ct.tile * 64 + 8 * warp + 2 * (gq & 3) + (gq >> 2);
 #pragma unroll
-      for (int n = 0; n < NT; ++n)
+      for (int wb = 0; wb < WB; ++wb) {
+        const int opos = ct.tile * 64 + 8 * (WB * warp + wb) + 2 * (gq & 3) + (gq >> 2);
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const int m = 8 * n + 2 * tq + u;
-          if (m < ct.m_cnt) {
-            const int yr = __ldg(a.yrow + ct.e0 + m);
-            put_act<TERMS>(a.yx, a.yxlo, size_t(yr) * a.n_out + opos, act[n][u] * rsc[m]);
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const int m = 8 * n + 2 * tq + u;
+            if (m < ct.m_cnt) {
+              const int yr = __ldg(a.yrow + ct.e0 + m);
+              put_act<TERMS>(a.yx, a.yxlo, size_t(yr) * a.n_out + opos, act[wb][n][u] * rsc[m]);
+            }
           }
-        }
+      }
     } else {
-      const int n0 = ct.tile * 128 + 16 * warp + gq;
 #pragma unroll
-      for (int n = 0; n < NT; ++n)
+      for (int wb = 0; wb < WB; ++wb) {
+        const int n0 = ct.tile * 128 + 16 * (WB * warp + wb) + gq;
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const int m = 8 * n + 2 * tq + u;
-          if (m < ct.m_cnt) {
-            float* y = a.y + size_t(__ldg(a.yrow + ct.e0 + m)) * a.ldy;
-            y[n0] = acc[n][u];
-            y[n0 + 8] = acc[n][2 + u];
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const int m = 8 * n + 2 * tq + u;
+            if (m < ct.m_cnt) {
+              float* y = a.y + size_t(__ldg(a.yrow + ct.e0 + m)) * a.ldy;
+              y[n0] = acc[wb][n][u];
+              y[n0 + 8] = acc[wb][n][2 + u];
+            }
           }
-        }
+      }
     }
     ct = nt;
   }
 }
 
-template <int NT, int MODE, int TERMS> Status launch(const XArgs& g, cudaStream_t s) {
-  constexpr int BM = 8 * NT;
-  auto k = xgemm_kernel<NT, MODE, TERMS>;
-  const size_t rest = size_t(kWarps) * BM * 8 + BM * 4 + size_t(g.a.max_items) * 20 + 16;
-  // Activation chunks: the widest KC (K / 2^i, a multiple of 64·kD) whose two buffers leave two blocks an SM
-  // (K = 2048 at 8 rows, two passes: 1,024; K = 512: all of it).
+// WB weight blocks a warp: 2·WB blocks of 8 / WB warps an SM, each with 1/WB of the SM's shared memory for its
+// activation chunks.
+template <int NT, int MODE, int TERMS, int WB> Status launch(const XArgs& g, cudaStream_t s) {
+  constexpr int BM = 8 * NT, KD = kD / WB;
+  auto k = xgemm_kernel<NT, MODE, TERMS, WB>;
+  const size_t rest = size_t(kBlocks) * BM * 8 + BM * 4 + size_t(g.a.max_items) * 20 + 16;
+  // Activation chunks: the widest KC (K / 2^i, a multiple of 64·KD) whose two buffers leave 2·WB blocks an SM
+  // (WB 1: K = 2048 at 8 rows, two passes: 1,024; K = 512: all of it).
   auto xbytes = [&](int kc) { return size_t(BM) * kc * 2 * TERMS + size_t(BM) * (kc / 64) * 8; };
   XArgs h = g;
   h.KC = g.K;
-  while (2 * xbytes(h.KC) + rest > 110 * 1024 && h.KC % 2 == 0 && (h.KC / 2) % (64 * kD) == 0) h.KC /= 2;
+  while (2 * xbytes(h.KC) + rest > 110 * 1024 / WB && h.KC % 2 == 0 && (h.KC / 2) % (64 * KD) == 0) h.KC /= 2;
   const size_t smem = 2 * xbytes(h.KC) + rest;
   static size_t attr = 0;
   if (smem > attr) {
     LILY_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     attr = smem;
   }
-  return launch_k("xgemm", k, dim3(2 * sm_count()), dim3(kThreads), smem, s, h);
+  return launch_k("xgemm", k, dim3(2 * WB * sm_count()), dim3(32 * kBlocks / WB), smem, s, h);
 }
+// 16-row tiles two weight blocks a warp (half the shared-memory reads of the activation fragments a weight
+// byte: the 256-row step's experts were bound by them, 2026-12-06-kv-f16.md; 127 registers, no spill); 8- and
+// 32-row tiles one (32-row tiles with two spilled ~300 bytes). Every block's MMAs and sums are the same
+// whatever WB: the same bits.
 template <int MODE> Status launch_nt(int nt, const XArgs& g, cudaStream_t s) {
   const bool two = g.a.xlo != nullptr;
-  if (nt == 1) return two ? launch<1, MODE, 2>(g, s) : launch<1, MODE, 1>(g, s);
-  if (nt == 2) return two ? launch<2, MODE, 2>(g, s) : launch<2, MODE, 1>(g, s);
-  return two ? launch<4, MODE, 2>(g, s) : launch<4, MODE, 1>(g, s);
+  if (nt == 1) return two ? launch<1, MODE, 2, 1>(g, s) : launch<1, MODE, 1, 1>(g, s);
+  if (nt == 2) return two ? launch<2, MODE, 2, 2>(g, s) : launch<2, MODE, 1, 2>(g, s);
+  return two ? launch<4, MODE, 2, 1>(g, s) : launch<4, MODE, 1, 1>(g, s);
 }
 
 }  // namespace
