@@ -41,9 +41,9 @@ __device__ __forceinline__ void load_rows(const QW& w, int rb, int nch, uint4 (&
     }
 }
 
-// v2: the same sums with the loops turned so the work per step is shared: per 4-byte word of a
-// chunk, the R rows' codes are converted once and applied to NB staged rows (conversion amortized
-// over NB), and each x value read from shared memory feeds R weight rows. Per (b, row) the fmaf
+// v2 (bgemv and bgemv_grouped): the same sums with the loops turned so the work per step is shared: per
+// 4-byte word of a chunk, the R rows' codes are converted once and applied to NB staged rows (conversion
+// amortized over NB), and each x value read from shared memory feeds R weight rows. Per (b, row) the fmaf
 // chain is chunk_dot's (a0 over the even, a1 over the odd elements of the chunk, word by word),
 // then acc += fmaf(scale, a0 + a1, bias·Σx) chunk by chunk and the butterfly warp sum: bit-identical.
 // One weight tile (the warp's R rows from rb, in wv / sbv) against the B staged rows at sm.
@@ -133,28 +133,6 @@ __device__ __forceinline__ void v2_tile(const uint4 (&wv)[R][CPL], const uint32_
   }
 }
 
-// All B rows staged in every block (grid-stride over weight tiles).
-template <int BITS, int CPL, int R, int NB>
-__global__ void __launch_bounds__(kThreads) bgemv2_kernel(QW w, const float* __restrict__ x, int ldx, float* y, int ldy,
-                                                           int B) {
-  extern __shared__ float sm[];
-  const int K = w.cols, nch = K * BITS / 128, rows = w.rows, rf = row_floats<BITS>(K);
-  const int warp = threadIdx.x >> 5;
-  const int rstep = gridDim.x * kWarps * R;
-  uint4 wv[R][CPL];
-  uint32_t sbv[R][CPL];
-  int tb = blockIdx.x * kWarps * R;
-  load_rows<BITS, CPL, R>(w, tb + warp * R, nch, wv, sbv);  // weights only: may overlap the previous kernel
-  pdl_wait();
-  pdl_trigger();
-  stage_plain_rows<BITS>(x, ldx, K, B, sm, rf);
-  __syncthreads();
-  for (; tb < rows; tb += rstep) {
-    v2_tile<BITS, CPL, R, NB>(wv, sbv, sm, rf, nch, B, tb + warp * R, rows, y, ldy);
-    if (tb + rstep < rows) load_rows<BITS, CPL, R>(w, tb + rstep + warp * R, nch, wv, sbv);
-  }
-}
-
 // The grouped form: block (g, t) stages the G rows of group g (the loads of NB rows in flight at once) and
 // walks the weight tiles t, t + gridDim.y, ..., each tile's weights loaded while the previous one computes.
 template <int BITS, int CPL, int R, int NB>
@@ -189,23 +167,6 @@ __global__ void __launch_bounds__(kThreads) bgemv_grouped_kernel(QW w, const flo
 
 
 template <int BITS, int CPL, int R, int NB>
-Status launch_bgemv2(const QW& w, const float* x, int ldx, float* y, int ldy, int B, cudaStream_t s) {
-  auto kern = bgemv2_kernel<BITS, CPL, R, NB>;
-  // Staged rows rounded up to NB (the tail tile reads them; their results are dropped).
-  const int Bp = (B + NB - 1) / NB * NB;
-  const size_t smem = size_t(Bp) * row_floats<BITS>(w.cols) * sizeof(float);
-  static size_t attr = 0;
-  if (smem > 48 * 1024 && smem > attr) {
-    LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemCap)));
-    attr = kSmemCap;
-  }
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kThreads, smem) != cudaSuccess || per_sm <= 0) per_sm = 1;
-  const int need = (w.rows + kWarps * R - 1) / (kWarps * R), cap = sm_count() * per_sm;
-  return launch_k("bgemv2", kern, dim3(need < cap ? need : cap), dim3(kThreads), smem, s, w, x, ldx, y, ldy, B);
-}
-
-template <int BITS, int CPL, int R, int NB>
 Status launch_grouped(const QW& w, const float* x, int ldx, float* y, int ldy, int B, const GroupedShape& g, cudaStream_t s) {
   auto kern = bgemv_grouped_kernel<BITS, CPL, R, NB>;
   const size_t smem = size_t(g.group) * row_floats<BITS>(w.cols) * sizeof(float);
@@ -230,19 +191,16 @@ Status launch_grouped_rn(const QW& w, const float* x, int ldx, float* y, int ldy
   return g.nb == 4 ? launch_grouped<BITS, CPL, 2, 4>(w, x, ldx, y, ldy, B, g, s) : launch_grouped<BITS, CPL, 2, 8>(w, x, ldx, y, ldy, B, g, s);
 }
 
-// bgemv2_kernel, its staged rows rounded up to 4 (B ≤ 4) or 8 (bgemv_group_rows keeps them in the shared
-// memory). B = 16 / 64 aggregate tok/s on the H200 (docs/perf/2026-12-03-batching-cuda.md): 838 / 918 with
+// The grouped kernel with one group of all B rows, rounded up to 4 (B ≤ 4) or 8 (bgemv_group_rows keeps
+// them in the shared memory). B = 16 / 64 aggregate tok/s on the H200 (docs/perf/2026-12-03-batching-cuda.md): 838 / 918 with
 // v2 at 2 weight rows per warp; one row per (b, weight row) pass (v1, since deleted) 737 / —; one launch of
 // 8-row groups × one weight tile per block (v3) 550 / 647;
 // 4 rows per warp for K ≤ 2048, 865 / 961 against 866 / 936 (both with logits through a pinned buffer),
 // not adopted.
 template <int BITS, int CPL> Status pick_r(const QW& w, const float* x, int ldx, float* y, int ldy, int B, cudaStream_t s) {
-  if (B <= 4) {
-    if (w.rows >= 2 * kWarps * sm_count()) return launch_bgemv2<BITS, CPL, 2, 4>(w, x, ldx, y, ldy, B, s);
-    return launch_bgemv2<BITS, CPL, 1, 4>(w, x, ldx, y, ldy, B, s);
-  }
-  if (w.rows >= 2 * kWarps * sm_count()) return launch_bgemv2<BITS, CPL, 2, 8>(w, x, ldx, y, ldy, B, s);
-  return launch_bgemv2<BITS, CPL, 1, 8>(w, x, ldx, y, ldy, B, s);
+  // One group of all B rows (staged rounded up to the step of the sums), tiles filling one wave.
+  const int r = w.rows >= 2 * kWarps * sm_count() ? 2 : 1, nb = B <= 4 ? 4 : 8;
+  return launch_grouped_rn<BITS, CPL>(w, x, ldx, y, ldy, B, GroupedShape{(B + nb - 1) / nb * nb, r, nb, 0}, s);
 }
 
 // ---- small per-row kernels ----------------------------------------------------------------------

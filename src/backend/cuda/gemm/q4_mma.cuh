@@ -41,6 +41,11 @@ __device__ __forceinline__ void cvt4(uint32_t w, int p, uint32_t& lo, uint32_t& 
   lo = h2u(__hsub2(u2h(a), u2h(0x64006400u)));                     // 1024 + n − 1024
   hi = h2u(__hfma2(u2h(b), u2h(0x2C002C00u), u2h(0xD400D400u)));   // (1024 + 16n)/16 − 64
 }
+// Nibbles n and n + 4 of a code word (v = word >> 4n; only bits 0..3 and 16..19 are read) → half2 of the
+// exact integers: the A fragment pair of the wgmma tile (qgemm_wg.cu).
+__device__ __forceinline__ uint32_t nib2h(uint32_t v) {
+  return h2u(__hsub2(u2h(lop_or(v, 0x000F000Fu, 0x64006400u)), u2h(0x64006400u)));
+}
 // 8-bit word (b0..b3) → (b0, b2), (b1, b3).
 __device__ __forceinline__ void cvt8(uint32_t w, uint32_t& lo, uint32_t& hi) {
   lo = h2u(__hsub2(u2h(lop_or(w, 0x00FF00FFu, 0x64006400u)), u2h(0x64006400u)));

@@ -14,6 +14,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/common/common.cuh"
+#include "backend/cuda/gemm/q4_mma.cuh"
 #include "backend/cuda/gemm/qgemm_wg.h"
 #include "backend/cuda/common/wgmma_util.cuh"
 
@@ -31,17 +32,7 @@ constexpr int kRed = 16;                         // the last-arrival flag, after
 __device__ __forceinline__ void cp8_async(uint32_t dst, const void* src, bool ok) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 8 : 0) : "memory");
 }
-__device__ __forceinline__ uint32_t lop_or(uint32_t a, uint32_t m, uint32_t c) {  // (a & m) | c
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(m), "r"(c));
-  return r;
-}
-// Nibbles n and n + 4 of a code word (v = word >> 4n) → half2 of the exact integers.
-__device__ __forceinline__ uint32_t nib2h(uint32_t v) {
-  const uint32_t a = lop_or(v, 0x000F000Fu, 0x64006400u);
-  const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&a), __halves2half2(__ushort_as_half(0x6400), __ushort_as_half(0x6400)));
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
+using q4::nib2h;
 
 template <bool TWO> __global__ void __launch_bounds__(kThreads, 2) qgemm_wg_kernel(WgArgs g) {
   const QGemmArgs& a = g.a;
