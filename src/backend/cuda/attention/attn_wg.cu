@@ -137,7 +137,7 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(Attn
     const int m = m0 + r, w = r >> 6, rr = r & 63;
     const bool ok = m < a.M;
     const uint16_t* src = qb + pl * qplane + (size_t(ok ? m : 0) * a.nh + h) * HD + c16 * 8;
-    cp16_async(sq + uint32_t(((pl * 2 + w) * CB + c16 / 8) * L::kQBlk) + sw128_off(rr, c16 % 8), src, ok);
+    cp16(sq + uint32_t(((pl * 2 + w) * CB + c16 / 8) * L::kQBlk) + sw128_off(rr, c16 % 8), src, ok);
   }
   auto load_k = [&](int j) {
     if (j < NJ) {
@@ -146,20 +146,20 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(Attn
         const int c16 = idx % (HD / 8), r = (idx / (HD / 8)) % kBN, pl = idx / (HD / 8) / kBN;
         const uint16_t* src = ks + pl * kplane + (size_t(kvh) * Np + j * kBN + r) * HD + c16 * 8;
         const int blk = pl * CB + c16 / 8;
-        cp16_async(st + uint32_t(blk * L::kKBlk) + sw128_off(r, c16 % 8), src, true);
+        cp16(st + uint32_t(blk * L::kKBlk) + sw128_off(r, c16 % 8), src, true);
       }
     }
-    cp_async_commit();
+    cp_commit();
   };
   auto load_v = [&](int j) {
     if (j < NJ) {
       for (int idx = tid; idx < 2 * HD * (kBN / 8); idx += 256) {
         const int c = idx % (kBN / 8), d = (idx / (kBN / 8)) % HD, pl = idx / (kBN / 8) / HD;
         const uint16_t* src = vt + pl * kplane + (size_t(kvh) * HD + d) * Np + j * kBN + c * 8;
-        cp16_async(sv + uint32_t(pl * L::kVPlane) + sw64_off(d, c), src, true);
+        cp16(sv + uint32_t(pl * L::kVPlane) + sw64_off(d, c), src, true);
       }
     }
-    cp_async_commit();
+    cp_commit();
   };
   load_k(0);  // group 0: Q and K tile 0
   load_v(0);  // group 1: V tile 0
@@ -178,7 +178,7 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(Attn
   for (int j = 0; j < NJ; ++j) {
     const int j0 = j * kBN;
     const bool active = j0 <= qmax && m0 + wg * 64 < a.M;
-    cp_async_wait<1>();  // K tile j (and Q) landed; V tile j may be in flight
+    cp_wait<1>();  // K tile j (and Q) landed; V tile j may be in flight
     fence_async_smem();
     __syncthreads();
     const uint32_t kst = sk + uint32_t(j & 1) * L::kKStage;
@@ -241,7 +241,7 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(Attn
         split_pair(s[8 * kk + 6], s[8 * kk + 7], ph[kk][3], pl[kk][3]);
       }
     }
-    cp_async_wait<1>();  // V tile j landed; K tile j + 1 may be in flight
+    cp_wait<1>();  // V tile j landed; K tile j + 1 may be in flight
     fence_async_smem();
     __syncthreads();
     if (active) {
@@ -260,7 +260,7 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(Attn
     __syncthreads();  // both warpgroups are done with V tile j
     load_v(j + 1);
   }
-  cp_async_wait<0>();
+  cp_wait<0>();
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     lrow[hr] += __shfl_xor_sync(0xffffffffu, lrow[hr], 1);

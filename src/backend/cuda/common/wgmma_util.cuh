@@ -1,11 +1,11 @@
 // Hopper (sm_90a) warpgroup MMA primitives for the prefill GEMMs: the 128-byte-swizzle shared
-// memory descriptor, wgmma m64n64k16 f16 → f32 with A from registers, fences, cp.async helpers.
+// memory descriptor, wgmma m64n64k16 f16 → f32 with A from registers, fences (the cp.async copies: mma_sync.cuh).
 #pragma once
 #include <cstdint>
 
-namespace lily::cuda::pf {
+#include "backend/cuda/common/mma_sync.cuh"
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+namespace lily::cuda::pf {
 
 // K-major operand tile with 128-byte rows (64 fp16 of k) in the 128B swizzle: 16-byte chunk c of
 // row r lives at r·128 + ((c ^ (r & 7)) << 4); 8-row atoms 1024 bytes apart (SBO), base aligned
@@ -41,13 +41,5 @@ __device__ __forceinline__ void wgmma_64x64_rs(float (&d)[32], const uint32_t (&
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
 }
 
-__device__ __forceinline__ void cp16_async(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp4_async(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 }  // namespace lily::cuda::pf

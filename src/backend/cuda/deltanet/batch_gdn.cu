@@ -5,6 +5,7 @@
 
 #include "backend/cuda/step/batch_ops.h"
 #include "backend/cuda/common/common.cuh"
+#include "backend/cuda/common/mma_sync.cuh"
 
 namespace lily::cuda {
 namespace {
@@ -90,11 +91,6 @@ __host__ __device__ constexpr int gdn_stages(int dk, int dv) {
   return int(kGdnSmemBudget / gdn_stage_bytes(dk, dv)) > 3 ? 3 : int(kGdnSmemBudget / gdn_stage_bytes(dk, dv));
 }
 
-__device__ __forceinline__ void cp16g(uint32_t dst, const void* src, bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_commit_g() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_wait_g() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // Persistent: grid ≤ blocks an SM × SMs, (dk / 32) · dv threads; items (row, value head) = blockIdx.x + j·gridDim.x.
 template <int NS> __global__ void __launch_bounds__(1024) bgdn_state_kernel(BGdnArgs a) {
@@ -113,7 +109,7 @@ template <int NS> __global__ void __launch_bounds__(1024) bgdn_state_kernel(BGdn
     const uint32_t st = sm0 + uint32_t(slot * stage);
     if (state) {
       const char* S = reinterpret_cast<const char*>(reinterpret_cast<const ST*>(a.S[row]) + size_t(h) * d.dk * d.dv);
-      for (int c = tid; c < s16; c += nt) cp16g(st + c * 16, S + 16 * c, true);
+      for (int c = tid; c < s16; c += nt) cp16(st + c * 16, S + 16 * c, true);
     }
     if (vecs && tid < v16) {
       const float* p = a.prep + size_t(row) * pf;
@@ -121,7 +117,7 @@ template <int NS> __global__ void __launch_bounds__(1024) bgdn_state_kernel(BGdn
       const float* src = tid < dk4 ? p + kh * d.dk + 4 * tid
                          : tid < 2 * dk4 ? p + d.kd + kh * d.dk + 4 * (tid - dk4)
                                          : p + 2 * d.kd + h * d.dv + 4 * (tid - 2 * dk4);
-      cp16g(st + uint32_t(s16) * 16 + tid * 16, src, true);
+      cp16(st + uint32_t(s16) * 16 + tid * 16, src, true);
     }
   };
   const int first = blockIdx.x, step = gridDim.x;
@@ -132,7 +128,7 @@ template <int NS> __global__ void __launch_bounds__(1024) bgdn_state_kernel(BGdn
   pdl_trigger();
   for (int s = 0; s < NS - 1; ++s) {
     load(first + s * step, s, false, true);
-    cp_commit_g();
+    cp_commit();
   }
   const float gg = bf(static_cast<const uint16_t*>(a.gnorm)[col]);
   for (int it = 0, item = first; item < n_items; ++it, item += step) {
@@ -140,10 +136,10 @@ template <int NS> __global__ void __launch_bounds__(1024) bgdn_state_kernel(BGdn
     // Early loads of what the tail needs: the gates and z.
     const float2 ab = reinterpret_cast<const float2*>(a.prep + size_t(row) * pf + 2 * d.kd + d.vd)[h];
     const float zz = kq == 0 ? a.u[size_t(row) * a.ldu + d.C + h * d.dv + col] : 0.f;
-    cp_wait_g<NS - 2>();
+    cp_wait<NS - 2>();
     __syncthreads();
     load(item + (NS - 1) * step, (it + NS - 1) % NS, true, true);
-    cp_commit_g();
+    cp_commit();
     const ST* st = reinterpret_cast<const ST*>(gsm + size_t(it % NS) * stage);
     const float *qs = reinterpret_cast<const float*>(st + d.dk * d.dv), *ks = qs + d.dk, *vs = ks + d.dk;
     const int i0 = 32 * kq;
@@ -187,7 +183,7 @@ template <int NS> __global__ void __launch_bounds__(1024) bgdn_state_kernel(BGdn
       a.og[size_t(row) * a.ldo + h * d.dv + col] = gg * osum * inv * silu(zz);
     }
   }
-  cp_wait_g<0>();
+  cp_wait<0>();
 }
 
 template <int NS> Status launch_state(const BGdnArgs& a, cudaStream_t s) {

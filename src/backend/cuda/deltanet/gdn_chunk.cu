@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/common/common.cuh"
+#include "backend/cuda/common/mma_sync.cuh"
 #include "backend/cuda/step/prefill_ops.h"
 
 namespace lily::cuda::pf {
@@ -20,12 +21,6 @@ constexpr int kSlices = kD / kCS;
 constexpr int kOffU = 0, kOffW = kC * kD, kOffP = 2 * kC * kD, kOffG = kOffP + kC * kC;
 constexpr int kPer = kOffG + kC;
 
-__device__ __forceinline__ void cp16(void* dst, const void* src, bool valid) {
-  const uint32_t d = uint32_t(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // x = hi + lo, both tf32 (hi = x rounded to 10 mantissa bits, lo = the rest rounded likewise).
 __device__ __forceinline__ void split(float x, uint32_t& hi, uint32_t& lo) {

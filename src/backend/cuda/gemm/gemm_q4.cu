@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/common/common.cuh"
+#include "backend/cuda/common/mma_sync.cuh"
 #include "backend/cuda/step/prefill_ops.h"
 
 namespace lily::cuda::pf {
@@ -24,21 +25,8 @@ struct Buf {
   float xs[BM];
 };
 
-__device__ __forceinline__ void mma_f16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 __device__ __forceinline__ uint32_t ld32(const __half* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-// Two codes (q0, q1) → half2 exact integers: (1024 + q) − 1024.
-__device__ __forceinline__ uint32_t q2h(uint32_t q0, uint32_t q1) {
-  const uint32_t pk = q0 | (q1 << 16) | 0x64006400u;
-  __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&pk), __halves2half2(__ushort_as_half(0x6400), __ushort_as_half(0x6400)));
-  return *reinterpret_cast<uint32_t*>(&h);
-}
 
 template <int TERMS> __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(GemmArgs p) {
   constexpr int BITS = 4;

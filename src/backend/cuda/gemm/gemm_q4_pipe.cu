@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/common/common.cuh"
+#include "backend/cuda/common/mma_sync.cuh"
 #include "backend/cuda/step/prefill_ops.h"
 
 namespace lily::cuda::pf {
@@ -26,36 +27,7 @@ struct Layout {
   static constexpr int kSmem = kStage * kStages;
 };
 
-__device__ __forceinline__ void cp16(void* dst, const void* src, bool valid) {
-  const uint32_t d = uint32_t(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp4(void* dst, const void* src, bool valid) {
-  const uint32_t d = uint32_t(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-__device__ __forceinline__ void mma_f16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void ldsm_x4(uint32_t* r, const void* p) {
-  const uint32_t addr = uint32_t(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-// Two codes (q0, q1) → half2 exact integers: (1024 + q) − 1024.
-__device__ __forceinline__ uint32_t q2h(uint32_t q0, uint32_t q1) {
-  const uint32_t pk = q0 | (q1 << 16) | 0x64006400u;
-  __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&pk), __halves2half2(__ushort_as_half(0x6400), __ushort_as_half(0x6400)));
-  return *reinterpret_cast<uint32_t*>(&h);
-}
 
 __global__ void __launch_bounds__(kThreads, 2) gemm_pipe_kernel(GemmArgs p) {
   using Lo = Layout;

@@ -109,14 +109,14 @@ template <bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_k
       const size_t k0 = size_t(kt) * BK;
 #pragma unroll
       for (int i = 0; i < AR; ++i) {
-        cp16_async(st + adst[i], p.ah + aoff[i] + k0, aval[i]);
-        if (two) cp16_async(st + Lo::kPlane + adst[i], p.al + aoff[i] + k0, aval[i]);
+        cp16(st + adst[i], p.ah + aoff[i] + k0, aval[i]);
+        if (two) cp16(st + Lo::kPlane + adst[i], p.al + aoff[i] + k0, aval[i]);
       }
-      cp16_async(st + Lo::kCodes + br * 32 + bc * 16, bsrc + k0 / 2, bvalid);
-      if (tid < BW) cp4_async(st + Lo::kSb + tid * 4, sbsrc + kt, sbvalid);
-      else if (tid < BW + BT) cp4_async(st + Lo::kXs + (tid - BW) * 4, xssrc + kt, xsvalid);
+      cp16(st + Lo::kCodes + br * 32 + bc * 16, bsrc + k0 / 2, bvalid);
+      if (tid < BW) cp4(st + Lo::kSb + tid * 4, sbsrc + kt, sbvalid);
+      else if (tid < BW + BT) cp4(st + Lo::kXs + (tid - BW) * 4, xssrc + kt, xsvalid);
     }
-    cp_async_commit();
+    cp_commit();
   };
 
   // This thread's weight rows (local): r0 and r0 + 8 of warpgroup wg's 64-row slice.
@@ -179,7 +179,7 @@ template <bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_k
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) issue(s);
   for (int kt = 0; kt < KT; ++kt) {
-    cp_async_wait<S - 2>();
+    cp_wait<S - 2>();
     fence_async_smem();  // cp.async writes (generic proxy) → wgmma reads (async proxy)
     __syncthreads();
     issue(kt + S - 1);
@@ -188,7 +188,7 @@ template <bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_k
     mma(kt % S, a);
     fold(kt % S);
   }
-  cp_async_wait<0>();
+  cp_wait<0>();
 
   // acc[4j + 2hv + e]: weight row r0 + 8hv, token 8j + 2t + e.
   if constexpr (!SWIGLU) {

@@ -1,31 +1,19 @@
-// The quantized tensor-core GEMMs' device helpers (gemm/qgemm.cu, moe/xgemm.cu): cp.async copies, the
-// m16n8k16 f16 MMA with fp32 accumulation, the exact conversion of 4-bit (and 8-bit) MLX codes into fp16
-// integer pairs in the k order the activation packers use (gemm/qgemm.h: qgemm_xpos), the items' unit
+// The quantized tensor-core GEMMs' device helpers (gemm/qgemm.cu, moe/xgemm.cu), beside common/mma_sync.cuh's
+// copies and MMA: the f16 MMA by fragment registers, the exact conversion of 4-bit (and 8-bit) MLX codes into
+// fp16 integer pairs in the k order the activation packers use (gemm/qgemm.h: qgemm_xpos), the items' unit
 // lookup, and the SwiGLU epilogue's packing of its output rows.
 #pragma once
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
+#include "backend/cuda/common/mma_sync.cuh"
+
 namespace lily::cuda::q4 {
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void cp16(uint32_t dst, const void* src, bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp8(uint32_t dst, const void* src, int bytes) {  // bytes 8, 4 (zero the rest) or 0
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void cp4(uint32_t dst, const void* src, bool ok) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(ok ? 4 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
 __device__ __forceinline__ void mma(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  const uint32_t a[4] = {a0, a1, a2, a3};
+  mma_f16(c, a, b0, b1);
 }
 __device__ __forceinline__ uint32_t lop_or(uint32_t a, uint32_t m, uint32_t c) {  // (a & m) | c
   uint32_t r;

@@ -37,8 +37,8 @@ using q4::nib2h;
 template <bool TWO> __global__ void __launch_bounds__(kThreads, 2) qgemm_wg_kernel(WgArgs g) {
   const QGemmArgs& a = g.a;
   extern __shared__ __align__(16) unsigned char smraw[];
-  unsigned char* sm = smraw + ((1024u - (pf::smem_u32(smraw) & 1023u)) & 1023u);
-  const uint32_t sm_s = pf::smem_u32(sm);
+  unsigned char* sm = smraw + ((1024u - (smem_u32(smraw) & 1023u)) & 1023u);
+  const uint32_t sm_s = smem_u32(sm);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, w4 = warp & 3, gq = lane >> 2, t = lane & 3;
   const int tile = blockIdx.x, chunk = blockIdx.y, split = blockIdx.z;
   const int n0 = tile * kRows, m0 = chunk * kTok, m_cnt = min(kTok, a.M - m0);
@@ -69,8 +69,8 @@ template <bool TWO> __global__ void __launch_bounds__(kThreads, 2) qgemm_wg_kern
   auto issue_w = [&](int kt) {  // the weights of group kt (they never depend on the previous kernel)
     if (kt >= kt1) return;
     const uint32_t st = sm_s + uint32_t((kt - kt0) % kStages) * kStage;
-    pf::cp16_async(st + kCodes + (tid >> 1) * 32 + (tid & 1) * 16, csrc + size_t(kt) * 32, cval);
-    if (tid < kRows) pf::cp4_async(st + kSb + tid * 4, ssrc + kt, sval);
+    cp16(st + kCodes + (tid >> 1) * 32 + (tid & 1) * 16, csrc + size_t(kt) * 32, cval);
+    if (tid < kRows) cp4(st + kSb + tid * 4, ssrc + kt, sval);
   };
   auto issue_x = [&](int kt) {  // the activations of group kt
     if (kt >= kt1) return;
@@ -78,8 +78,8 @@ template <bool TWO> __global__ void __launch_bounds__(kThreads, 2) qgemm_wg_kern
     const size_t k0 = size_t(kt) * 64;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      pf::cp16_async(st + xdst[i], a.x + xoff[i] + k0, xval[i]);
-      if (TWO) pf::cp16_async(st + kPlane + xdst[i], a.xlo + xoff[i] + k0, xval[i]);
+      cp16(st + xdst[i], a.x + xoff[i] + k0, xval[i]);
+      if (TWO) cp16(st + kPlane + xdst[i], a.xlo + xoff[i] + k0, xval[i]);
     }
     if (tid >= kRows && tid < kRows + kTok) cp8_async(st + kXs + (tid - kRows) * 8, xssrc + 2 * kt, xsval);
   };
@@ -92,7 +92,7 @@ template <bool TWO> __global__ void __launch_bounds__(kThreads, 2) qgemm_wg_kern
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     issue_x(kt0 + s);
-    pf::cp_async_commit();
+    cp_commit();
   }
 
   // This thread's weight rows (local): r0 and r0 + 8 of warpgroup wg's 64-row slice.
@@ -103,12 +103,12 @@ template <bool TWO> __global__ void __launch_bounds__(kThreads, 2) qgemm_wg_kern
 
   for (int kt = kt0; kt < kt1; ++kt) {
     const int stg = (kt - kt0) % kStages;
-    pf::cp_async_wait<kStages - 2>();
+    cp_wait<kStages - 2>();
     pf::fence_async_smem();  // cp.async writes (generic proxy) → wgmma reads (async proxy)
     __syncthreads();
     issue_w(kt + kStages - 1);
     issue_x(kt + kStages - 1);
-    pf::cp_async_commit();
+    cp_commit();
     const unsigned char* st = sm + size_t(stg) * kStage;
     // A fragments: rows r0 / r0 + 8, k-step s: nibbles t, t + 4 of code words 2s (k-slots 2t, 2t + 1)
     // and 2s + 1 (k-slots 2t + 8, 2t + 9).
@@ -155,7 +155,7 @@ template <bool TWO> __global__ void __launch_bounds__(kThreads, 2) qgemm_wg_kern
       acc[4 * j + 3] = fmaf(s1 * x.w, part[4 * j + 3], fmaf(b1, x.z, acc[4 * j + 3]));
     }
   }
-  pf::cp_async_wait<0>();
+  cp_wait<0>();
 
   bool last = true;
   if (g.S > 1) {  // partials to the workspace; the last split to arrive sums all of them in split order
