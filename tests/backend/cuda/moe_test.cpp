@@ -397,52 +397,78 @@ std::vector<float> unpack16(const std::vector<uint16_t>& X, const std::vector<ui
 
 
 // Expert-major MoE as the batched step runs it: pack, route, gate+up+SwiGLU (packed for down), down,
-// combine.
+// combine. A shared expert of the routed width I is the routing table's last item; of another width Is it
+// runs apart as moe_tc runs it (dense gate+up, xpack16_swiglu, dense down into the shared rows of yd).
 struct TcMoe {
-  int H, I, E, k;
+  int H, I, E, k, Is;
   HQ gate, up, down, shgu, shd;
-  TcMoe(int H_, int I_, int E_, int k_)
-      : H(H_), I(I_), E(E_), k(k_), gate(E_ * I_, H_, 4), up(E_ * I_, H_, 4), down(E_ * H_, I_, 4), shgu(2 * I_, H_, 4),
-        shd(H_, I_, 4) {}
-  // out [B][H] and act [B·k + B][I] (the packed down input, unpacked) for x [B][H], ids [B][k], tw [B][k+1].
+  TcMoe(int H_, int I_, int E_, int k_, int Is_)
+      : H(H_), I(I_), E(E_), k(k_), Is(Is_), gate(E_ * I_, H_, 4), up(E_ * I_, H_, 4), down(E_ * H_, I_, 4),
+        shgu(2 * Is_, H_, 4), shd(H_, Is_, 4) {}
+  // out [B][H] and act (unpacked down inputs: [B·k][I] routed entries, then [B][Is] shared) for x [B][H],
+  // ids [B][k], tw [B][k+1].
   void run(const std::vector<float>& xh, const std::vector<int32_t>& ids, const std::vector<float>& tw, int B,
            std::vector<float>& out, std::vector<float>& act, bool two) {
     const int nent = B * k + B;
-    D<float> x(xh), yd(size_t(nent) * H), dtw(tw), dout(size_t(B) * H);
-    Packed16 pa(size_t(B), H), pb(size_t(nent), I);
+    const bool apart = Is != I;
+    D<float> x(xh), yd(size_t(nent) * H), dtw(tw), dout(size_t(B) * H), gu(apart ? size_t(B) * 2 * Is : 1);
+    D<float> ws(std::max(cuda::qgemm_ws_floats(2 * Is, H, B), cuda::qgemm_ws_floats(H, Is, B)));
+    D<int32_t> cnt(std::max(cuda::qgemm_counters(2 * Is, H, B), cuda::qgemm_counters(H, Is, B)));
+    Packed16 pa(size_t(B), H), pb(size_t(nent), I), ps(size_t(B), Is);
     D<int32_t> dids(ids), items(size_t(E + 2) * 4), nit(4), rowb(static_cast<size_t>(nent)), ent(static_cast<size_t>(nent));
     ASSERT_TRUE(cuda::xpack16(x.p, H, H, B, pa.X.p, pa.XS.p, two ? pa.Xlo.p : nullptr, nullptr).is_ok());
-    ASSERT_TRUE(cuda::broute(dids.p, B, k, E, items.p, nit.p, rowb.p, ent.p, nullptr).is_ok());
+    ASSERT_TRUE(cuda::broute(dids.p, B, k, E, items.p, nit.p, rowb.p, ent.p, !apart, nullptr).is_ok());
     cuda::QGemmArgs m{};
-    m.w = gate.q, m.w2 = up.q, m.sh = shgu.q, m.x = pa.X.p, m.xs = pa.XS.p, m.xlo = two ? pa.Xlo.p : nullptr, m.ldx = H;
-    m.swiglu = true, m.yx = pb.X.p, m.yxs = pb.XS.p, m.yxlo = two ? pb.Xlo.p : nullptr, m.n_out = I, m.items = items.p;
-    m.n_items = nit.p, m.max_items = std::min(B * k, E) + 1, m.E = E, m.xrow = rowb.p, m.yrow = ent.p, m.ent_hint = B * k;
+    m.w = gate.q, m.w2 = up.q, m.sh = apart ? QW{} : shgu.q, m.x = pa.X.p, m.xs = pa.XS.p, m.xlo = two ? pa.Xlo.p : nullptr;
+    m.ldx = H, m.swiglu = true, m.yx = pb.X.p, m.yxs = pb.XS.p, m.yxlo = two ? pb.Xlo.p : nullptr, m.n_out = I;
+    m.items = items.p, m.n_items = nit.p, m.max_items = std::min(B * k, E) + 1, m.E = E, m.xrow = rowb.p, m.yrow = ent.p;
+    m.ent_hint = B * k;
     ASSERT_TRUE(cuda::qgemm(m, nullptr).is_ok());
-    m.w = down.q, m.w2 = QW{}, m.sh = shd.q, m.x = pb.X.p, m.xs = pb.XS.p, m.xlo = two ? pb.Xlo.p : nullptr, m.ldx = I;
-    m.swiglu = false, m.yx = nullptr, m.yxs = nullptr, m.yxlo = nullptr, m.y = yd.p, m.ldy = H, m.n_out = H, m.xrow = ent.p;
+    cuda::QGemmArgs g{};
+    if (apart) {
+      g.w = shgu.q, g.x = pa.X.p, g.xs = pa.XS.p, g.xlo = two ? pa.Xlo.p : nullptr, g.ldx = H, g.M = B, g.y = gu.p;
+      g.ldy = 2 * Is, g.ws = ws.p, g.cnt = cnt.p;
+      ASSERT_TRUE(cuda::qgemm(g, nullptr).is_ok());
+      ASSERT_TRUE(cuda::xpack16_swiglu(gu.p, 2 * Is, Is, B, ps.X.p, ps.XS.p, two ? ps.Xlo.p : nullptr, nullptr).is_ok());
+    }
+    m.w = down.q, m.w2 = QW{}, m.sh = apart ? QW{} : shd.q, m.x = pb.X.p, m.xs = pb.XS.p, m.xlo = two ? pb.Xlo.p : nullptr;
+    m.ldx = I, m.swiglu = false, m.yx = nullptr, m.yxs = nullptr, m.yxlo = nullptr, m.y = yd.p, m.ldy = H, m.n_out = H;
+    m.xrow = ent.p;
     ASSERT_TRUE(cuda::qgemm(m, nullptr).is_ok());
+    if (apart) {
+      g.w = shd.q, g.x = ps.X.p, g.xs = ps.XS.p, g.xlo = two ? ps.Xlo.p : nullptr, g.ldx = Is, g.y = yd.p + size_t(B) * k * H;
+      g.ldy = H;
+      ASSERT_TRUE(cuda::qgemm(g, nullptr).is_ok());
+    }
     ASSERT_TRUE(cuda::bmoe_combine(yd.p, dtw.p, k, H, B, dout.p, nullptr).is_ok());
     out = dout.get();
     const auto lo = pb.Xlo.get();
-    act = unpack16(pb.X.get(), two ? &lo : nullptr, pb.XS.get(), size_t(nent), I);
+    act = unpack16(pb.X.get(), two ? &lo : nullptr, pb.XS.get(), size_t(apart ? B * k : nent), I);
+    if (apart) {
+      const auto slo = ps.Xlo.get();
+      const auto sa = unpack16(ps.X.get(), two ? &slo : nullptr, ps.XS.get(), size_t(B), Is);
+      act.insert(act.end(), sa.begin(), sa.end());
+    }
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   }
   // The reference formula per row (cpu::qmatmul, fp32 activations): act of each routed slot and the
-  // shared expert, out = Σ_j tw_j·down_j(act_j) + σ·sdown(act_s).
+  // shared expert (k·I then Is values), out = Σ_j tw_j·down_j(act_j) + σ·sdown(act_s).
   void ref(const float* x, const int32_t* id, const float* tw, float* out, std::vector<float>& acts) {
-    std::vector<float> g(static_cast<size_t>(I)), u(static_cast<size_t>(I)), a(static_cast<size_t>(I)), y(static_cast<size_t>(H));
     std::vector<double> acc(static_cast<size_t>(H), 0.0);
+    std::vector<float> y(static_cast<size_t>(H));
     acts.clear();
     for (int j = 0; j <= k; ++j) {
       const bool sh = j == k;
-      const QWeight wg = sh ? shgu.w.rows_slice(0, I) : gate.w.rows_slice(id[j] * I, I);
-      const QWeight wu = sh ? shgu.w.rows_slice(I, I) : up.w.rows_slice(id[j] * I, I);
+      const int W = sh ? Is : I;
+      std::vector<float> g(static_cast<size_t>(W)), u(static_cast<size_t>(W)), a(static_cast<size_t>(W));
+      const QWeight wg = sh ? shgu.w.rows_slice(0, Is) : gate.w.rows_slice(id[j] * I, I);
+      const QWeight wu = sh ? shgu.w.rows_slice(Is, Is) : up.w.rows_slice(id[j] * I, I);
       const QWeight wd = sh ? shd.w : down.w.rows_slice(id[j] * H, H);
-      cpu::qmatmul(wg, x, 1, H, g.data(), I, false);
-      cpu::qmatmul(wu, x, 1, H, u.data(), I, false);
-      for (int i = 0; i < I; ++i) a[size_t(i)] = g[size_t(i)] / (1.f + std::exp(-g[size_t(i)])) * u[size_t(i)];
+      cpu::qmatmul(wg, x, 1, H, g.data(), W, false);
+      cpu::qmatmul(wu, x, 1, H, u.data(), W, false);
+      for (int i = 0; i < W; ++i) a[size_t(i)] = g[size_t(i)] / (1.f + std::exp(-g[size_t(i)])) * u[size_t(i)];
       acts.insert(acts.end(), a.begin(), a.end());
-      cpu::qmatmul(wd, a.data(), 1, I, y.data(), H, false);
+      cpu::qmatmul(wd, a.data(), 1, W, y.data(), H, false);
       for (int c = 0; c < H; ++c) acc[size_t(c)] += double(tw[j]) * y[size_t(c)];
     }
     for (int c = 0; c < H; ++c) out[c] = float(acc[size_t(c)]);
@@ -451,12 +477,12 @@ struct TcMoe {
 
 // One MoE case for the expert kernels: R = 64 rows with their routing (expert 0 hot: every other row,
 // so more than 8 rows at B = 64) and weights, the input rows, and the CPU reference's outputs and
-// activations per entry (k routed, then the shared expert).
+// activations per row (k routed entries of I, then the shared expert's Is).
 struct MoeCase {
-  int H, I, E, k, R = 64;
+  int H, I, E, k, Is, R = 64;
   std::vector<int32_t> ids;
   std::vector<float> tw, xh, refo, refa;
-  MoeCase(TcMoe& moe, int H_, int I_, int E_, int k_) : H(H_), I(I_), E(E_), k(k_) {
+  explicit MoeCase(TcMoe& moe) : H(moe.H), I(moe.I), E(moe.E), k(moe.k), Is(moe.Is) {
     ids.resize(size_t(R) * k), tw.resize(size_t(R) * (k + 1));
     for (int r = 0; r < R; ++r) {
       std::vector<int32_t> perm(static_cast<size_t>(E));
@@ -475,7 +501,8 @@ struct MoeCase {
     }
   }
   std::string shape(const char* tag) const {
-    return "H " + std::to_string(H) + " I " + std::to_string(I) + " E " + std::to_string(E) + " " + tag;
+    return "H " + std::to_string(H) + " I " + std::to_string(I) + (Is != I ? " Is " + std::to_string(Is) : "") + " E " +
+           std::to_string(E) + " " + tag;
   }
 };
 
@@ -486,15 +513,15 @@ using MoeRun = std::function<void(const std::vector<float>&, const std::vector<i
                                   std::vector<float>&, std::vector<float>&)>;
 void check_moe(const MoeCase& c, const std::string& label, const std::string& shape, const MoeRun& run,
                std::vector<float>& out64, std::vector<float>& act64, double tol) {
-  const int H = c.H, I = c.I, k = c.k, R = c.R;
+  const int H = c.H, I = c.I, Is = c.Is, k = c.k, R = c.R;
   run(c.xh, c.ids, c.tw, R, out64, act64);
   NormErr ne_out, ne_act;
+  const size_t per_row = size_t(k) * I + Is;  // the reference's activations a row
   for (int r = 0; r < R; ++r) {
     ne_out.add(&out64[size_t(r) * H], &c.refo[size_t(r) * H], H);
-    for (int j = 0; j <= k; ++j) {
-      const size_t entry = j < k ? size_t(r) * k + j : size_t(R) * k + r;
-      ne_act.add(&act64[entry * I], &c.refa[(size_t(r) * (k + 1) + j) * I], I);
-    }
+    for (int j = 0; j < k; ++j)
+      ne_act.add(&act64[(size_t(r) * k + j) * I], &c.refa[size_t(r) * per_row + size_t(j) * I], I);
+    ne_act.add(&act64[size_t(R) * k * I + size_t(r) * Is], &c.refa[size_t(r) * per_row + size_t(k) * I], Is);
   }
   row((label + " act vs cpu (normwise)").c_str(), shape, R, float(ne_act.worst));
   row((label + " out vs cpu (normwise)").c_str(), shape, R, float(ne_out.worst));
@@ -526,10 +553,12 @@ void check_moe(const MoeCase& c, const std::string& label, const std::string& sh
 TEST(CudaBatchTc, MoeMatchesCpuAndIsBatchInvariant) {
   LILY_REQUIRE_GPU();
   cpu::set_bf16_storage(false);
-  struct S { int H, I, E, k; };
-  for (S s : {S{2048, 512, 64, 8}, S{256, 64, 12, 4}, S{320, 128, 24, 6}, S{2048, 512, 256, 8}}) {
-    TcMoe moe(s.H, s.I, s.E, s.k);
-    const MoeCase c(moe, s.H, s.I, s.E, s.k);
+  // The last two: a shared expert wider and narrower than the routed ones (run apart from the table).
+  struct S { int H, I, E, k, Is; };
+  for (S s : {S{2048, 512, 64, 8, 512}, S{256, 64, 12, 4, 64}, S{320, 128, 24, 6, 128}, S{2048, 512, 256, 8, 512},
+              S{320, 64, 16, 4, 128}, S{2048, 512, 64, 8, 256}}) {
+    TcMoe moe(s.H, s.I, s.E, s.k, s.Is);
+    const MoeCase c(moe);
     for (bool two : {true, false}) {
       std::vector<float> out64, act64;
       auto run = [&](const std::vector<float>& x, const std::vector<int32_t>& ids, const std::vector<float>& tw, int B,
@@ -550,8 +579,11 @@ TEST(CudaBatchTc, RouteTopkFusedEqualsSplit) {
     D<int32_t> rb(static_cast<size_t>(nent)), rb2(static_cast<size_t>(nent)), en(static_cast<size_t>(nent)), en2(static_cast<size_t>(nent));
     D<float> w(size_t(B) * (k + 1)), w2(size_t(B) * (k + 1));
     ASSERT_TRUE(cuda::brouter_topk(lg.p, E + 1, E, k, true, true, ids.p, w.p, B, nullptr).is_ok());
-    ASSERT_TRUE(cuda::broute(ids.p, B, k, E, it.p, n.p, rb.p, en.p, nullptr).is_ok());
-    ASSERT_TRUE(cuda::broute_topk(lg.p, E + 1, true, true, ids2.p, w2.p, B, k, E, it2.p, n2.p, rb2.p, en2.p, nullptr).is_ok());
+    ASSERT_TRUE(cuda::broute(ids.p, B, k, E, it.p, n.p, rb.p, en.p, true, nullptr).is_ok());
+    ASSERT_TRUE(cuda::broute_topk(lg.p, E + 1, true, true, ids2.p, w2.p, B, k, E, it2.p, n2.p, rb2.p, en2.p, true, nullptr).is_ok());
+    // Without the shared item (a shared expert of another width): the routed items alone, the same entries.
+    D<int32_t> it3(size_t(mi) * 4), n3(4), rb3(static_cast<size_t>(nent)), en3(static_cast<size_t>(nent));
+    ASSERT_TRUE(cuda::broute(ids.p, B, k, E, it3.p, n3.p, rb3.p, en3.p, false, nullptr).is_ok());
     const bool same = ids.get() == ids2.get() && w.get() == w2.get() && it.get() == it2.get() && n.get() == n2.get() &&
                       rb.get() == rb2.get() && en.get() == en2.get();
     // The table itself: every entry once, rows of an expert in (b, slot) order, expert ids ascending.
@@ -576,9 +608,15 @@ TEST(CudaBatchTc, RouteTopkFusedEqualsSplit) {
     }
     table_ok = table_ok && hn[1] == chunks;
     for (int v : seen) table_ok = table_ok && v == 1;
+    const auto hn3 = n3.get(), hit3 = it3.get(), hen3 = en3.get();
+    bool apart_ok = hn3[0] == ni - 1 && hn3[1] == chunks - (B + 7) / 8 &&
+                    std::equal(hit3.begin(), hit3.begin() + size_t(ni - 1) * 4, hit.begin()) &&
+                    std::equal(hen3.begin(), hen3.begin() + size_t(B) * k, hen.begin());
     row("tc route table / fused top-k == split", "E 256 k 8", B, (same && table_ok) ? 0.f : 1.f);
+    row("tc route table without the shared item", "E 256 k 8", B, apart_ok ? 0.f : 1.f);
     EXPECT_TRUE(same);
     EXPECT_TRUE(table_ok);
+    EXPECT_TRUE(apart_ok);
   }
 }
 

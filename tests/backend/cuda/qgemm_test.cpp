@@ -198,7 +198,7 @@ struct Routing {
   Routing(int B_, int k_, int E_, int skew)
       : B(B_), k(k_), E(E_), ids(gen(B_, k_, E_, skew)), dids(ids), items(size_t(std::min(B_ * k_, E_) + 1) * 4),
         n_items(4), rowb(size_t(B_) * (k_ + 1)), ent(size_t(B_) * (k_ + 1)) {
-    EXPECT_TRUE(cuda::broute(dids.p, B, k, E, items.p, n_items.p, rowb.p, ent.p, nullptr).is_ok());
+    EXPECT_TRUE(cuda::broute(dids.p, B, k, E, items.p, n_items.p, rowb.p, ent.p, true, nullptr).is_ok());
   }
   // skew > 0: row b prefers experts 0..skew-1 (many rows per expert, as at large B).
   static std::vector<int32_t> gen(int B, int k, int E, int skew) {

@@ -151,6 +151,7 @@ struct RouteArgs {
   const float* logits = nullptr;
   int ld = 0;
   bool norm_topk = true, has_shared = true;
+  bool shared_item = true;  // the shared expert as the table's last item (false: its width differs, run apart)
   int32_t* ids_out = nullptr;
   float* w_out = nullptr;
   int B = 0, k = 0, E = 0;
@@ -209,9 +210,9 @@ __global__ void __launch_bounds__(1024) broute_kernel(RouteArgs a) {
   if (e < E) offs[e] = off;
   if (act) a.items[rank] = make_int4(e, c, off, bh + ih - ch);
   if (threadIdx.x == 0) {
-    a.items[ta] = make_int4(E, B, n, th);
-    a.n_items[0] = ta + 1;
-    a.n_items[1] = th + (B + 7) / 8;
+    if (a.shared_item) a.items[ta] = make_int4(E, B, n, th);
+    a.n_items[0] = ta + (a.shared_item ? 1 : 0);
+    a.n_items[1] = th + (a.shared_item ? (B + 7) / 8 : 0);
   }
   __syncthreads();
   // Entry i = (row b, expert x) goes to x's list at its row's rank among x's rows: (b, slot) order.
@@ -300,18 +301,20 @@ Status bmoe_combine(const float* yd, const float* tw, int top_k, int H, int B, f
 }
 
 Status broute(const int32_t* ids, int B, int top_k, int E, int32_t* items, int32_t* n_items, int32_t* rowb,
-              int32_t* ent, Stream s) {
+              int32_t* ent, bool shared_item, Stream s) {
   RouteArgs a;
   a.ids = ids, a.B = B, a.k = top_k, a.E = E, a.items = reinterpret_cast<int4*>(items), a.n_items = n_items;
-  a.rowb = rowb, a.ent = ent;
+  a.rowb = rowb, a.ent = ent, a.shared_item = shared_item;
   return route_launch(a, s);
 }
 
 Status broute_topk(const float* logits, int ld, bool norm_topk, bool has_shared, int32_t* ids, float* w, int B,
-                   int top_k, int E, int32_t* items, int32_t* n_items, int32_t* rowb, int32_t* ent, Stream s) {
+                   int top_k, int E, int32_t* items, int32_t* n_items, int32_t* rowb, int32_t* ent, bool shared_item,
+                   Stream s) {
   RouteArgs a;
   a.logits = logits, a.ld = ld, a.norm_topk = norm_topk, a.has_shared = has_shared, a.ids_out = ids, a.w_out = w;
   a.B = B, a.k = top_k, a.E = E, a.items = reinterpret_cast<int4*>(items), a.n_items = n_items, a.rowb = rowb, a.ent = ent;
+  a.shared_item = shared_item;
   return route_launch(a, s);
 }
 

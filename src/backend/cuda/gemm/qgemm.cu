@@ -662,18 +662,20 @@ Status qgemm(const QGemmArgs& a, Stream stream) {
     g.n_units = g.T * g.S * g.C;
     return w.bits == 4 ? launch_terms<4, kDense>(nt, g, sm_count(), s) : launch_terms<8, kDense>(nt, g, sm_count(), s);
   }
-  if (w.bits != 4 || !a.sh.codes || a.sh.cols != w.cols || a.sh.bits != 4) return cu_err("qgemm: experts must be 4-bit with a shared expert of the same K");
+  // No shared expert (sh empty): the routing table has no shared item (broute's shared_item false).
+  const bool sh = a.sh.codes != nullptr;
+  if (w.bits != 4 || (sh && (a.sh.cols != w.cols || a.sh.bits != 4))) return cu_err("qgemm: experts must be 4-bit, a shared expert of the same K");
   if (a.n_out <= 0 || a.max_items < 1 || a.max_items > kMaxItems || !a.xrow || !a.yrow || a.E < 1)
     return cu_err("qgemm: items mode needs n_out, max_items (1..{}), xrow, yrow and E", kMaxItems);
   if (w.rows < a.E * a.n_out) return cu_err("qgemm: expert matrix has {} rows, fewer than E·n_out", w.rows);
   if (a.swiglu) {
-    if (!a.w2.codes || a.w2.cols != w.cols || a.w2.rows != w.rows || a.sh.rows < 2 * a.n_out)
+    if (!a.w2.codes || a.w2.cols != w.cols || a.w2.rows != w.rows || (sh && a.sh.rows < 2 * a.n_out))
       return cu_err("qgemm: swiglu needs up weights like gate and a shared [gate|up]");
     if (a.n_out % 64 != 0 || !a.yx || !a.yxs) return cu_err("qgemm: swiglu writes packed rows: n_out % 64 == 0, yx and yxs");
     if (!a.xlo != !a.yxlo) return cu_err("qgemm: two-pass swiglu reads xlo and writes yxlo (both or neither)");
     g.mode = kSwiglu, g.T = (a.n_out + 63) / 64;
   } else {
-    if (!a.y || a.ldy < a.n_out || a.sh.rows < a.n_out) return cu_err("qgemm: items output y needs ldy >= n_out");
+    if (!a.y || a.ldy < a.n_out || (sh && a.sh.rows < a.n_out)) return cu_err("qgemm: items output y needs ldy >= n_out");
     g.mode = kItems, g.T = tiles_of(a.n_out);
   }
   g.S = 1, g.C = 0, g.N = a.n_out;

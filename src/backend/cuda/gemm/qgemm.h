@@ -40,6 +40,8 @@ namespace lily::cuda {
 //      ~22 bits of every x (the two-pass precision; without it, single pass).
 // xpack16 packs fp32 rows x [R][ldx] (K ≤ ldx) into that form (Xlo may be null).
 Status xpack16(const float* x, int ldx, int K, int R, uint16_t* X, float* XS, uint16_t* Xlo, Stream s);
+// The same of act = silu(gate)·up from rows gu fp32 [R][ld] = [gate K | up K] (ld ≥ 2K).
+Status xpack16_swiglu(const float* gu, int ld, int K, int R, uint16_t* X, float* XS, uint16_t* Xlo, Stream s);
 // Where value k of a row sits in X.
 constexpr int qgemm_xpos(int k) { return (k & ~7) | ((k & 3) << 1) | ((k >> 2) & 1); }
 

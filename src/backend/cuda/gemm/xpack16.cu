@@ -1,5 +1,7 @@
 // xpack16: fp32 activation rows → qgemm's fp16 rows with per-group {Σx, 2^-e} (pack16.cuh): a group per
 // warp, 8 groups of a row per block (grid: rows × ⌈K/512⌉; a row per block left most SMs idle at 16 rows).
+// xpack16_swiglu: the same of silu(gate)·up from [gate | up] rows (the shared expert outside the routing
+// table, the value qgemm's SwiGLU epilogue packs).
 #include "backend/cuda/common/common.cuh"
 #include "backend/cuda/gemm/pack16.cuh"
 #include "backend/cuda/gemm/qgemm.h"
@@ -7,13 +9,16 @@
 namespace lily::cuda {
 namespace {
 
+template <bool SWIGLU>
 __global__ void __launch_bounds__(256) xpack16_kernel(const float* x, int ldx, int K, uint16_t* X, float* XS, uint16_t* Xlo) {
   pdl_wait();
   pdl_trigger();
   const int r = blockIdx.x, G = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (G >= K / 64) return;
   const float* xg = x + size_t(r) * ldx + 64 * G + 8 * (lane >> 2) + (lane & 3);
-  pack16_group(xg[0], xg[4], reinterpret_cast<__half2*>(X + size_t(r) * K + 64 * G),
+  float v0 = xg[0], v1 = xg[4];
+  if constexpr (SWIGLU) v0 = silu(v0) * xg[K], v1 = silu(v1) * xg[K + 4];
+  pack16_group(v0, v1, reinterpret_cast<__half2*>(X + size_t(r) * K + 64 * G),
                reinterpret_cast<float2*>(XS + size_t(r) * (K / 64) * 2) + G,
                Xlo ? reinterpret_cast<__half2*>(Xlo + size_t(r) * K + 64 * G) : nullptr);
 }
@@ -23,7 +28,13 @@ __global__ void __launch_bounds__(256) xpack16_kernel(const float* x, int ldx, i
 Status xpack16(const float* x, int ldx, int K, int R, uint16_t* X, float* XS, uint16_t* Xlo, Stream s) {
   if (K <= 0 || K % 64 != 0 || ldx < K || ldx % 2 != 0 || R < 1 || !x || !X || !XS)
     return cu_err("xpack16: K={} ldx={} R={} unsupported", K, ldx, R);
-  return launch_k("xpack16", xpack16_kernel, dim3(R, (K / 64 + 7) / 8), dim3(256), 0, static_cast<cudaStream_t>(s), x, ldx, K, X, XS, Xlo);
+  return launch_k("xpack16", xpack16_kernel<false>, dim3(R, (K / 64 + 7) / 8), dim3(256), 0, static_cast<cudaStream_t>(s), x, ldx, K, X, XS, Xlo);
+}
+
+Status xpack16_swiglu(const float* gu, int ld, int K, int R, uint16_t* X, float* XS, uint16_t* Xlo, Stream s) {
+  if (K <= 0 || K % 64 != 0 || ld < 2 * K || ld % 2 != 0 || R < 1 || !gu || !X || !XS)
+    return cu_err("xpack16_swiglu: K={} ld={} R={} unsupported", K, ld, R);
+  return launch_k("xpack16_swiglu", xpack16_kernel<true>, dim3(R, (K / 64 + 7) / 8), dim3(256), 0, static_cast<cudaStream_t>(s), gu, ld, K, X, XS, Xlo);
 }
 
 }  // namespace lily::cuda

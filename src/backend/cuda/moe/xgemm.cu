@@ -432,11 +432,13 @@ Status frag_pack_experts(const QW& gate, const QW& up, const QW& sh_gate_up, con
   uint8_t* p = static_cast<uint8_t*>(dst);
   LILY_TRY(frag_pack(gate, up, 8, 0, 8, 0, E * I / 8, p, &out->gu, s));
   p += frag_bytes(E * I / 8, H);
-  LILY_TRY(frag_pack(sh_gate_up, sh_gate_up, 8, 0, 8, I, I / 8, p, &out->sgu, s));
+  // The shared expert in the table only at the routed experts' width (else it runs apart: no copies).
+  const bool sh = sh_gate_up.rows == 2 * I && sh_down.cols == I;
+  if (sh) LILY_TRY(frag_pack(sh_gate_up, sh_gate_up, 8, 0, 8, I, I / 8, p, &out->sgu, s));
   p += frag_bytes(I / 8, H);
   LILY_TRY(frag_pack(down, down, 16, 0, 16, 8, E * H / 16, p, &out->dn, s));
   p += frag_bytes(E * H / 16, I);
-  return frag_pack(sh_down, sh_down, 16, 0, 16, 8, H / 16, p, &out->sdn, s);
+  return sh ? frag_pack(sh_down, sh_down, 16, 0, 16, 8, H / 16, p, &out->sdn, s) : Status::ok();
 }
 
 Status frag_experts(DevWeights& d, int E, int I, int H, void** mem, Stream s) {
@@ -460,7 +462,8 @@ bool xgemm_fits(const QGemmArgs& a) {
 
 Status xgemm(const QGemmArgs& a, const FragW& w, const FragW& sh, Stream stream) {
   if (!xgemm_fits(a)) return cu_err("xgemm: needs items, K % {} == 0 (K {}), a tile of 8, 16 or 32 rows and whole tiles", 64 * kD, a.w.cols);
-  if (!w.codes || !sh.codes || w.K != a.w.cols || sh.K != a.w.cols) return cu_err("xgemm: fragment copies of K {} needed", a.w.cols);
+  // No shared copy (sh empty): the routing table has no shared item (broute's shared_item false).
+  if (!w.codes || w.K != a.w.cols || (sh.codes && sh.K != a.w.cols)) return cu_err("xgemm: fragment copies of K {} needed", a.w.cols);
   if (!a.x || !a.xs || !a.xrow || !a.yrow || a.max_items < 1 || a.max_items > kMaxItems || a.E < 1)
     return cu_err("xgemm: items mode needs x, xs, xrow, yrow, max_items (1..{}) and E", kMaxItems);
   XArgs g{};
@@ -472,7 +475,7 @@ Status xgemm(const QGemmArgs& a, const FragW& w, const FragW& sh, Stream stream)
     if (!a.y || a.ldy < a.n_out) return cu_err("xgemm: items output y needs ldy >= n_out");
     g.T = a.n_out / 128, g.bpe = a.n_out / 16;
   }
-  if (w.blocks < a.E * g.bpe || sh.blocks < g.bpe) return cu_err("xgemm: fragment copies hold {} / {} blocks, fewer than the experts' {}", w.blocks, sh.blocks, g.bpe);
+  if (w.blocks < a.E * g.bpe || (sh.codes && sh.blocks < g.bpe)) return cu_err("xgemm: fragment copies hold {} / {} blocks, fewer than the experts' {}", w.blocks, sh.blocks, g.bpe);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int nt = qgemm_items_nt(a);
   return a.swiglu ? launch_nt<kSwiglu>(nt, g, s) : launch_nt<kItems>(nt, g, s);

@@ -79,7 +79,7 @@ Status CudaBackend::batch_alloc(int B) {
   x.rl = dalloc<float>(Bc * (c.num_experts + 1), x.owned);
   x.topk_ids = dalloc<int32_t>(Bc * c.num_experts_per_tok, x.owned);
   x.topk_w = dalloc<float>(Bc * (c.num_experts_per_tok + 1), x.owned);
-  x.act = dalloc<float>(Bc * (size_t(c.num_experts_per_tok) * c.moe_intermediate_size + Is), x.owned);
+  x.act = dalloc<float>(Bc * std::max(size_t(c.num_experts_per_tok) * c.moe_intermediate_size + Is, 2 * Is), x.owned);
   x.logits = dalloc<float>(Bc * c.vocab_size, x.owned);
   x.partial = dalloc<float>(Bc * battn_partial_floats(c.num_attention_heads, c.num_key_value_heads, c.head_dim, attn_max_splits()), x.owned);
   {
@@ -96,17 +96,24 @@ Status CudaBackend::batch_alloc(int B) {
     x.X_b = dalloc<uint16_t>(nent * I, x.owned);
     x.Xl_a = dalloc<uint16_t>(Bc * kmax, x.owned);
     x.Xl_b = dalloc<uint16_t>(nent * I, x.owned);
+    const bool sh_apart = Is != I;
+    if (sh_apart) {
+      x.X_s = dalloc<uint16_t>(Bc * Is, x.owned);
+      x.Xl_s = dalloc<uint16_t>(Bc * Is, x.owned);
+      x.XS_s = dalloc<float>(Bc * Is / 32, x.owned);
+    }
     size_t wsf = 0, nc = 0;
     const int qkv_rows = qrows, in_rows = C + vd + 2 * nv;
     for (auto [r, k] : {std::pair{in_rows, H}, {H, vd}, {qkv_rows, H}, {H, c.num_attention_heads * c.head_dim},
-                        {c.vocab_size, H}}) {
+                        {c.vocab_size, H}, {2 * int(Is), H}, {H, int(Is)}}) {
       wsf = std::max(wsf, qgemm_ws_floats(r, k, cap));
       nc = std::max(nc, qgemm_counters(r, k, cap));
     }
     x.ws = dalloc<float>(std::max<size_t>(wsf, 1), x.owned);
     x.cnt = dalloc<int32_t>(std::max<size_t>(nc, 1), x.owned);
     if (x.cnt) cudaMemset(x.cnt, 0, std::max<size_t>(nc, 1) * sizeof(int32_t));
-    if (!x.yd || !x.ent || !x.XS_a || !x.XS_b || !x.X_a || !x.X_b || !x.Xl_a || !x.Xl_b || !x.ws || !x.cnt) {
+    if (!x.yd || !x.ent || !x.XS_a || !x.XS_b || !x.X_a || !x.X_b || !x.Xl_a || !x.Xl_b || !x.ws || !x.cnt ||
+        (sh_apart && (!x.X_s || !x.Xl_s || !x.XS_s))) {
       x.release();
       return cu_err("cuda forward_batch: out of device memory for {} rows", cap);
     }
@@ -179,24 +186,41 @@ static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, const
     LILY_TRY(pf::gemm(g, s));
   }
   mk("router");
+  // The shared expert is the routing table's last item at the routed experts' width; at another width it
+  // runs apart as two dense GEMMs over the B rows (gate+up into act, SwiGLU packed, down into yd's shared
+  // rows B·k + b), so the combine is the same.
+  const int Is = c.shared_expert_intermediate_size;
+  const bool sh_item = Is == I;
   if (route_split(B)) {
     LILY_TRY(brouter_topk(x.rl, E + 1, E, k, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, s));
-    LILY_TRY(broute(x.topk_ids, B, k, E, x.items, x.n_items, x.rowb, x.ent, s));
+    LILY_TRY(broute(x.topk_ids, B, k, E, x.items, x.n_items, x.rowb, x.ent, sh_item, s));
   } else {
     LILY_TRY(broute_topk(x.rl, E + 1, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, k, E, x.items,
-                         x.n_items, x.rowb, x.ent, s));
+                         x.n_items, x.rowb, x.ent, sh_item, s));
   }
   mk("top-k + route");
   QGemmArgs m{};
-  m.w = L.gate, m.w2 = L.up, m.sh = L.sh_gate_up, m.x = x.X_a, m.xs = x.XS_a, m.xlo = la, m.ldx = H, m.swiglu = true;
-  m.yx = x.X_b, m.yxs = x.XS_b, m.yxlo = lb, m.n_out = I, m.items = x.items, m.n_items = x.n_items;
+  m.w = L.gate, m.w2 = L.up, m.sh = sh_item ? L.sh_gate_up : QW{}, m.x = x.X_a, m.xs = x.XS_a, m.xlo = la, m.ldx = H;
+  m.swiglu = true, m.yx = x.X_b, m.yxs = x.XS_b, m.yxlo = lb, m.n_out = I, m.items = x.items, m.n_items = x.n_items;
   m.max_items = std::min(B * k, E) + 1, m.E = E, m.xrow = x.rowb, m.yrow = x.ent, m.ent_hint = B * k;
   // The experts' fragment copies where made (CudaBackend::frag_copies) and the rows fit their tiles.
   LILY_TRY(L.frag.gu.codes && xgemm_fits(m) ? xgemm(m, L.frag.gu, L.frag.sgu, s) : qgemm(m, s));
+  QGemmArgs g{};  // the shared expert apart: dense
+  if (!sh_item) {
+    g.w = L.sh_gate_up, g.x = x.X_a, g.xs = x.XS_a, g.xlo = la, g.ldx = H, g.M = B, g.y = x.act, g.ldy = 2 * Is;
+    g.ws = x.ws, g.cnt = x.cnt;
+    LILY_TRY(qgemm(g, s));
+    LILY_TRY(xpack16_swiglu(x.act, 2 * Is, Is, B, x.X_s, x.XS_s, lb ? x.Xl_s : nullptr, s));
+  }
   mk("moe gate+up (experts)");
-  m.w = L.down, m.w2 = QW{}, m.sh = L.sh_down, m.x = x.X_b, m.xs = x.XS_b, m.xlo = lb, m.ldx = I, m.swiglu = false;
-  m.yx = nullptr, m.yxs = nullptr, m.yxlo = nullptr, m.y = x.yd, m.ldy = H, m.n_out = H, m.xrow = x.ent;
+  m.w = L.down, m.w2 = QW{}, m.sh = sh_item ? L.sh_down : QW{}, m.x = x.X_b, m.xs = x.XS_b, m.xlo = lb, m.ldx = I;
+  m.swiglu = false, m.yx = nullptr, m.yxs = nullptr, m.yxlo = nullptr, m.y = x.yd, m.ldy = H, m.n_out = H, m.xrow = x.ent;
   LILY_TRY(L.frag.dn.codes && xgemm_fits(m) ? xgemm(m, L.frag.dn, L.frag.sdn, s) : qgemm(m, s));
+  if (!sh_item) {
+    g.w = L.sh_down, g.x = x.X_s, g.xs = x.XS_s, g.xlo = lb ? x.Xl_s : nullptr, g.ldx = Is, g.y = x.yd + size_t(B) * k * H;
+    g.ldy = H;
+    LILY_TRY(qgemm(g, s));
+  }
   mk("moe down (experts)");
   return Status::ok();
 }
@@ -293,7 +317,7 @@ Status CudaBackend::enqueue_batch(int B, cudaStream_t s) {
   BatchCtx& x = *batch_;
   const Marker mk = [&](const char* name) { x.mark(name, s); };
   mk("start");
-  if (tc_on() && c.shared_expert_intermediate_size == c.moe_intermediate_size) {
+  if (tc_on()) {
     LILY_TRY(enqueue_tc(x, c, d_, B, s, mk, nullptr));
     return bfinish(x.ctl(), x.pos(), B, s);
   }
@@ -392,7 +416,7 @@ constexpr int kPfSmallMoeMax = 256;
 
 bool CudaBackend::moe_rows_ok(int M) {
   const ModelConfig& c = cfg_;
-  if (M > kPfSmallMoeMax || !tc_on() || c.shared_expert_intermediate_size != c.moe_intermediate_size) return false;
+  if (M > kPfSmallMoeMax || !tc_on()) return false;
   // The batch scratch holds M rows: (re)allocated here while no step graph is captured; never regrown
   // under captured graphs (prepare sizes it for both).
   if (batch_ && batch_->cap >= M) return true;

@@ -36,6 +36,10 @@ struct BatchCtx {
   // k split's workspace and counters.
   uint16_t *X_a = nullptr, *X_b = nullptr, *Xl_a = nullptr, *Xl_b = nullptr;
   float *XS_a = nullptr, *XS_b = nullptr, *yd = nullptr;
+  // A shared expert of another width Is than the routed experts' runs apart (moe_tc): its [gate | up]
+  // rows fp32 in act [cap][2·Is], the SwiGLU packed in X_s / Xl_s [cap][Is], XS_s [cap][Is/64][2].
+  uint16_t *X_s = nullptr, *Xl_s = nullptr;
+  float* XS_s = nullptr;
   int32_t *items = nullptr, *n_items = nullptr, *rowb = nullptr, *ent = nullptr;
   float* ws = nullptr;
   int32_t* cnt = nullptr;

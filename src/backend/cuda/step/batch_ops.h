@@ -145,11 +145,14 @@ Status brow_gather(const void* src, size_t row_bytes, const int32_t* idx, int n,
 // rowb/ent [B·k + B]: per entry in item order, the token row b and the entry index (b·k + slot, or
 // B·k + b for the shared expert), rows of one expert in (b, slot) order. n_items[0] = active + 1,
 // n_items[1] = Σ ⌈rows/8⌉ over the items (8-row chunks; items[i][3] is the prefix of that sum).
-// items must hold (min(B·k, E) + 1)·4 ints. E ≤ 1024; a row's k ids must be distinct (top-k).
+// shared_item false: no shared item (a shared expert of another width than the routed ones runs apart;
+// n_items counts the routed items only). items must hold (min(B·k, E) + 1)·4 ints. E ≤ 1024; a row's k
+// ids must be distinct (top-k).
 Status broute(const int32_t* ids, int B, int top_k, int E, int32_t* items, int32_t* n_items, int32_t* rowb,
-              int32_t* ent, Stream s);
+              int32_t* ent, bool shared_item, Stream s);
 // brouter_topk (same arithmetic: ids [B][k], w [B][k+1] from logits [B][ld]) and broute in one launch.
 Status broute_topk(const float* logits, int ld, bool norm_topk, bool has_shared, int32_t* ids, float* w, int B,
-                   int top_k, int E, int32_t* items, int32_t* n_items, int32_t* rowb, int32_t* ent, Stream s);
+                   int top_k, int E, int32_t* items, int32_t* n_items, int32_t* rowb, int32_t* ent, bool shared_item,
+                   Stream s);
 
 }  // namespace lily::cuda
