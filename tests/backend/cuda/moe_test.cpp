@@ -328,51 +328,9 @@ TEST(CudaPrefill, Moe) {
 }  // namespace
 }  // namespace lily::test_prefill
 
-// ---- CudaBatch, CudaBatchTc: the batched expert kernels ---------------------------------------------------
+// ---- CudaBatchTc: the batched step's expert kernels ------------------------------------------------------
 namespace lily::test_batch {
 namespace {
-
-TEST(CudaBatch, MoeEqualsBatch1) {
-  LILY_REQUIRE_GPU();
-  struct S { int H, I, Is, E, k; };
-  for (S s : {S{2048, 512, 512, 24, 8}, S{256, 64, 96, 12, 4}}) {
-    Q gate(s.E * s.I, s.H, 4), up(s.E * s.I, s.H, 4), down(s.E * s.H, s.I, 4), shgu(2 * s.Is, s.H, 4), shd(s.H, s.Is, 4);
-    for (int B : kBs) {
-      std::vector<int32_t> hid(size_t(B) * s.k);
-      std::vector<float> hw(size_t(B) * (s.k + 1));
-      for (int b = 0; b < B; ++b) {
-        std::vector<int32_t> perm(size_t(s.E));
-        for (int e = 0; e < s.E; ++e) perm[size_t(e)] = e;
-        std::shuffle(perm.begin(), perm.end(), rng());
-        for (int j = 0; j < s.k; ++j) hid[size_t(b) * s.k + j] = perm[size_t(j)];
-        for (int j = 0; j <= s.k; ++j) hw[size_t(b) * (s.k + 1) + j] = 0.05f + std::fabs(randn()) * 0.2f;
-      }
-      const size_t na = size_t(s.k) * s.I + s.Is;
-      D<int32_t> ids(hid);
-      D<float> tw(hw), x(randv(size_t(B) * s.H)), act(size_t(B) * na), out(size_t(B) * s.H);
-      cuda::BMoeArgs m{};
-      m.gate = gate.q, m.up = up.q, m.down = down.q, m.sh_gate_up = shgu.q, m.sh_down = shd.q, m.topk_ids = ids.p;
-      m.topk_w = tw.p, m.top_k = s.k, m.H = s.H, m.I = s.I, m.Is = s.Is, m.B = B, m.x = x.p, m.act = act.p, m.out = out.p;
-      ASSERT_TRUE(cuda::bmoe_gate_up(m, nullptr).is_ok());
-      ASSERT_TRUE(cuda::bmoe_down(m, nullptr).is_ok());
-      D<float> act1(size_t(B) * na), out1(size_t(B) * s.H);
-      for (int b = 0; b < B; ++b) {
-        cuda::MoeArgs a{};
-        a.gate = gate.q, a.up = up.q, a.down = down.q, a.sh_gate_up = shgu.q, a.sh_down = shd.q;
-        a.topk_ids = ids.p + size_t(b) * s.k, a.topk_w = tw.p + size_t(b) * (s.k + 1), a.top_k = s.k, a.H = s.H;
-        a.I = s.I, a.Is = s.Is, a.x = x.p + size_t(b) * s.H, a.act = act1.p + size_t(b) * na, a.out = out1.p + size_t(b) * s.H;
-        ASSERT_TRUE(cuda::moe_gate_up(a, nullptr).is_ok());
-        ASSERT_TRUE(cuda::moe_down_combine(a, nullptr).is_ok());
-      }
-      const float e1 = max_diff(act.get(), act1.get()), e2 = max_diff(out.get(), out1.get());
-      const std::string shape = "H " + std::to_string(s.H) + " I " + std::to_string(s.I) + " Is " + std::to_string(s.Is);
-      row("moe gate+up+swiglu", shape, B, e1);
-      row("moe down+combine", shape, B, e2);
-      EXPECT_EQ(e1, 0.f);
-      EXPECT_EQ(e2, 0.f);
-    }
-  }
-}
 
 // fp32 values of packed rows (R of K): (hi + lo)·2^-e, in k order.
 std::vector<float> unpack16(const std::vector<uint16_t>& X, const std::vector<uint16_t>* lo, const std::vector<float>& XS,

@@ -120,7 +120,7 @@ struct MoeArgs {
   int32_t* ids_out = nullptr;  // [top_k] or null
   float* w_out = nullptr;      // [top_k + 1] or null
   // The tensor-core down kernel where it applies (moe_tc.cu; the decode step sets this; gate+up stays on
-  // moe.cu's kernel). Unset: moe.cu's kernels, whose sums the batched ones (batch_moe.cu) repeat bit for bit.
+  // moe.cu's kernel). Unset: moe.cu's kernels (the CUDA-core reference of the tensor-core one's tests).
   bool tc = false;
 };
 Status moe_gate_up(const MoeArgs& a, Stream s);

@@ -1,8 +1,9 @@
-// Batched quantized GEMV (4/8-bit, group 64) and the small per-row kernels of the batched decode
-// step. Each warp keeps R weight rows in registers (loaded once) and applies them to every staged
-// input row b, with the per-(b, row) arithmetic of gemv_q4.cu: lane l sums chunks l, l+32, ... in
-// that order (fmaf(scale, Σq·x, bias·Σx)), then a butterfly warp sum, so y is bit-identical to the
-// batch-1 GEMV. Inputs are plain fp32 rows staged by stage_plain (the norms run in badd_norm first).
+// The batched step's router GEMV (4/8-bit, group 64; bgemv_grouped) and its small per-row kernels (router
+// top-k, embedding rows, the position update). Each warp keeps R weight rows in registers (loaded once) and
+// applies them to every staged input row b, with the per-(b, row) arithmetic of gemv_q4.cu: lane l sums
+// chunks l, l+32, ... in that order (fmaf(scale, Σq·x, bias·Σx)), then a butterfly warp sum, so a row's
+// logits are bit-identical to the batch-1 GEMV's (decode rows route as they would alone). Inputs are plain
+// fp32 rows staged by stage_plain.
 #include <algorithm>
 #include <cfloat>
 #include <climits>
@@ -14,7 +15,7 @@
 namespace lily::cuda {
 namespace {
 
-constexpr int kThreads = 256, kWarps = 8, kMaxGroup = 16;
+constexpr int kThreads = 256, kWarps = 8;
 constexpr size_t kSmemCap = 190 * 1024;
 
 // Floats of one staged row [xs | xcs], rounded up to 4 so every row starts 16-byte aligned (float4 reads).
@@ -41,7 +42,7 @@ __device__ __forceinline__ void load_rows(const QW& w, int rb, int nch, uint4 (&
     }
 }
 
-// v2 (bgemv and bgemv_grouped): the same sums with the loops turned so the work per step is shared: per
+// v2 (bgemv_grouped): the same sums with the loops turned so the work per step is shared: per
 // 4-byte word of a chunk, the R rows' codes are converted once and applied to NB staged rows (conversion
 // amortized over NB), and each x value read from shared memory feeds R weight rows. Per (b, row) the fmaf
 // chain is chunk_dot's (a0 over the even, a1 over the odd elements of the chunk, word by word),
@@ -165,7 +166,6 @@ __global__ void __launch_bounds__(kThreads) bgemv_grouped_kernel(QW w, const flo
   }
 }
 
-
 template <int BITS, int CPL, int R, int NB>
 Status launch_grouped(const QW& w, const float* x, int ldx, float* y, int ldy, int B, const GroupedShape& g, cudaStream_t s) {
   auto kern = bgemv_grouped_kernel<BITS, CPL, R, NB>;
@@ -191,67 +191,7 @@ Status launch_grouped_rn(const QW& w, const float* x, int ldx, float* y, int ldy
   return g.nb == 4 ? launch_grouped<BITS, CPL, 2, 4>(w, x, ldx, y, ldy, B, g, s) : launch_grouped<BITS, CPL, 2, 8>(w, x, ldx, y, ldy, B, g, s);
 }
 
-// The grouped kernel with one group of all B rows, rounded up to 4 (B ≤ 4) or 8 (bgemv_group_rows keeps
-// them in the shared memory). B = 16 / 64 aggregate tok/s on the H200 (docs/perf/2026-12-03-batching-cuda.md): 838 / 918 with
-// v2 at 2 weight rows per warp; one row per (b, weight row) pass (v1, since deleted) 737 / —; one launch of
-// 8-row groups × one weight tile per block (v3) 550 / 647;
-// 4 rows per warp for K ≤ 2048, 865 / 961 against 866 / 936 (both with logits through a pinned buffer),
-// not adopted.
-template <int BITS, int CPL> Status pick_r(const QW& w, const float* x, int ldx, float* y, int ldy, int B, cudaStream_t s) {
-  // One group of all B rows (staged rounded up to the step of the sums), tiles filling one wave.
-  const int r = w.rows >= 2 * kWarps * sm_count() ? 2 : 1, nb = B <= 4 ? 4 : 8;
-  return launch_grouped_rn<BITS, CPL>(w, x, ldx, y, ldy, B, GroupedShape{(B + nb - 1) / nb * nb, r, nb, 0}, s);
-}
-
 // ---- small per-row kernels ----------------------------------------------------------------------
-
-// The gemv kAddNorm staging for one row per block (256 threads: thread t owns elements t + u·256,
-// its squares summed in u order, then block_sum), so the normed row is the GEMV's x exactly.
-__global__ void __launch_bounds__(kThreads) badd_norm_kernel(const float* in, const float* mix, const uint16_t* gain,
-                                                               int H, float eps, float* res_out, float* n_out) {
-  constexpr int U = 16;
-  __shared__ float red[32];
-  const int b = blockIdx.x, nt = blockDim.x;
-  float g[U];
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int e = threadIdx.x + u * nt;
-    g[u] = e < H ? bf(__ldg(gain + e)) : 0.f;
-  }
-  pdl_wait();
-  pdl_trigger();
-  in += size_t(b) * H;
-  float v[U];
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int e = threadIdx.x + u * nt;
-    v[u] = e < H ? __ldcg(in + e) : 0.f;
-  }
-  if (mix) {
-    mix += size_t(b) * H;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int e = threadIdx.x + u * nt;
-      if (e < H) v[u] += __ldcg(mix + e);
-    }
-  }
-  float ss = 0.f;
-#pragma unroll
-  for (int u = 0; u < U; ++u) ss += v[u] * v[u];
-  if (res_out) {
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (threadIdx.x + u * nt < H) res_out[size_t(b) * H + threadIdx.x + u * nt] = v[u];
-  }
-  ss = block_sum(ss, red);
-  const float inv = 1.0f / sqrtf(ss / float(H) + eps);
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int e = threadIdx.x + u * nt;
-    if (e < H) n_out[size_t(b) * H + e] = v[u] * inv * g[u];
-  }
-}
-
 
 // gemv_q4.cu's router_topk, one warp per row: softmax over E, top_k argmax rounds (ties → lowest
 // id), renormalize; sigmoid of the shared-expert gate logit.
@@ -293,37 +233,6 @@ __global__ void bfinish_kernel(StepCtl* const* ctl, const int32_t* pos, int B) {
 }
 
 }  // namespace
-
-int bgemv_group_rows(const QW& w) {
-  const size_t per = size_t(w.bits == 8 ? row_floats<8>(w.cols) : row_floats<4>(w.cols)) * sizeof(float);
-  const int n = std::min(int(kSmemCap / per), kMaxGroup);
-  return n >= 8 ? n / 8 * 8 : n >= 4 ? 4 : 0;  // a multiple of the 4- or 8-row steps of the sums
-}
-
-Status bgemv(const QW& w, const float* x, int ldx, float* y, int ldy, int B, Stream stream) {
-  auto s = static_cast<cudaStream_t>(stream);
-  if (w.bits != 4 && w.bits != 8) return cu_err("bgemv: {} bits unsupported", w.bits);
-  if (w.cols % 64 != 0 || w.cols <= 0 || w.rows <= 0) return cu_err("bgemv: shape {}x{} unsupported", w.rows, w.cols);
-  if (B < 1 || B > bgemv_group_rows(w)) return cu_err("bgemv: {} rows exceed the staging group {} (K={} at {} bits)", B, bgemv_group_rows(w), w.cols, w.bits);
-  const int cpl = (w.cols * w.bits / 128 + 31) / 32;
-  if (w.bits == 4) {
-    if (cpl == 1) return pick_r<4, 1>(w, x, ldx, y, ldy, B, s);
-    if (cpl == 2) return pick_r<4, 2>(w, x, ldx, y, ldy, B, s);
-    if (cpl <= 4) return pick_r<4, 4>(w, x, ldx, y, ldy, B, s);
-  } else {
-    if (cpl == 1) return pick_r<8, 1>(w, x, ldx, y, ldy, B, s);
-    if (cpl == 2) return pick_r<8, 2>(w, x, ldx, y, ldy, B, s);
-    if (cpl <= 4) return pick_r<8, 4>(w, x, ldx, y, ldy, B, s);
-  }
-  return cu_err("bgemv: K={} too large for {}-bit", w.cols, w.bits);
-}
-
-Status badd_norm(const float* in, const float* mix, const void* gain, int H, float eps, float* res_out, float* n_out,
-                 int B, Stream s) {
-  if (H <= 0 || H % 32 != 0 || H > 16 * kThreads) return cu_err("badd_norm: H={} unsupported", H);
-  return launch_k("badd_norm", badd_norm_kernel, dim3(B), dim3(kThreads), 0, static_cast<cudaStream_t>(s), in, mix,
-                  static_cast<const uint16_t*>(gain), H, eps, res_out, n_out);
-}
 
 Status brouter_topk(const float* logits, int ld, int E, int top_k, bool norm_topk, bool has_shared, int32_t* ids,
                     float* w, int B, Stream s) {

@@ -4,7 +4,7 @@
 //     fused add+RMSNorm or gated-norm prologue, router top-k or lm_head argmax epilogue; y fp32 [rows];
 //   pf::gemm (step/prefill_ops.h; gemm_q4.cu, gemm_q4_pipe.cu, gemm_wg.cu): fp32 x [M, K] → fp32 y [M, N],
 //     x as fp16 hi + lo (~22 bits; terms 1: one fp16); dense, SwiGLU or grouped expert tiles;
-//   bgemv (step/batch_ops.h; batch_gemv.cu): B fp32 rows, each bit-identical to gemv;
+//   bgemv_grouped (step/batch_ops.h; batch_gemv.cu): B fp32 rows, each bit-identical to gemv (the step's router);
 //   qgemm (below; qgemm.cu, qgemm_wg.cu, xpack16.cu; batch_tc_aux.cu packs rows and routes for it).
 //
 // The quantized GEMM family of the serving step: 4-bit (and the routers' 8-bit) MLX weights times

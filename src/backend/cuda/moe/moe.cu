@@ -3,8 +3,8 @@
 // with the routing weights and the σ-gated shared expert. Activations fp32, weights 4-bit (router
 // 8-bit), fp32 sums. Entry points: moe_gate_up / moe_down_combine (common/ops.h; moe.cu, moe_tc.cu: one
 // token, x fp32 [H] → act fp32 [k·I + Is] → out fp32 [H]); pf::moe_route / pf::moe_combine
-// (step/prefill_ops.h; moe_prefill.cu: M tokens, expert GEMMs by gemm/'s pf::gemm); bmoe_gate_up /
-// bmoe_down (step/batch_ops.h; batch_moe.cu: B rows, each bit-identical to the one-token kernels).
+// (step/prefill_ops.h; moe_prefill.cu: M tokens, expert GEMMs by gemm/'s pf::gemm); the batched step's
+// experts are qgemm / xgemm on the routing table (gemm/qgemm.h, moe/xgemm.h).
 //
 // MoE decode in two kernels, expert ids read on the device: (1) gate+up+SwiGLU for the top-k
 // routed experts (width I) and the shared expert (width Is) as one extra slot; (2) down for all

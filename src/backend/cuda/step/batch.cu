@@ -1,7 +1,6 @@
 // CudaBackend::forward_batch: one decode step for B sequences (issue 7). The step is the decode
 // graph's sequence of ops with every projection, the router, the experts and the lm_head applied to
-// all B rows by the qgemm family (gemm/qgemm.h; the exact CUDA-core kernels of batch_gemv.cu and
-// batch_moe.cu where the qgemm step does not apply) and the mixers per row on each row's own state
+// all B rows by the qgemm family (gemm/qgemm.h) and the mixers per row on each row's own state
 // (deltanet/batch_gdn.cu, attention/batch_attn.cu).
 // Per-row state pointers, positions and tokens live in one device table uploaded per step (one
 // H2D copy), so the step is captured once per batch size as a CUDA graph and replayed for any set
@@ -30,12 +29,6 @@ void destroy_batch_ctx(BatchCtx* b) { delete b; }
 bool env_is(const char* name, const char* val) {
   const char* e = std::getenv(name);
   return e && std::strcmp(e, val) == 0;
-}
-// The qgemm step unless LILY_BATCH_TC=0 (the exact CUDA-core kernels, each bit-identical to the batch-1
-// kernel it copies; the batch-1 step itself runs the tensor-core GEMV and MoE down and the chunked attention).
-bool tc_on() {
-  static const bool on = !env_is("LILY_BATCH_TC", "0");
-  return on;
 }
 namespace {
 bool graphs_on() { return !env_is("LILY_BATCH_GRAPH", "0"); }
@@ -66,7 +59,7 @@ Status CudaBackend::batch_alloc(int B) {
   const int H = c.hidden_size, C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), nv = c.linear_num_value_heads;
   const int qrows = c.num_attention_heads * (c.attn_output_gate ? 2 : 1) * c.head_dim + 2 * c.num_key_value_heads * c.head_dim;
   x.urows = std::max(C + vd + 2 * nv, qrows);
-  const size_t Bc = size_t(cap), Is = c.shared_expert_intermediate_size > 0 ? c.shared_expert_intermediate_size : c.moe_intermediate_size;
+  const size_t Bc = size_t(cap), Is = size_t(c.shared_expert_intermediate_size);
   for (int i = 0; i < 2; ++i) x.xres[i] = dalloc<float>(Bc * H, x.owned);
   x.mix = dalloc<float>(Bc * H, x.owned);
   x.xn = dalloc<float>(Bc * H, x.owned);
@@ -79,7 +72,6 @@ Status CudaBackend::batch_alloc(int B) {
   x.rl = dalloc<float>(Bc * (c.num_experts + 1), x.owned);
   x.topk_ids = dalloc<int32_t>(Bc * c.num_experts_per_tok, x.owned);
   x.topk_w = dalloc<float>(Bc * (c.num_experts_per_tok + 1), x.owned);
-  x.act = dalloc<float>(Bc * std::max(size_t(c.num_experts_per_tok) * c.moe_intermediate_size + Is, 2 * Is), x.owned);
   x.logits = dalloc<float>(Bc * c.vocab_size, x.owned);
   x.partial = dalloc<float>(Bc * battn_partial_floats(c.num_attention_heads, c.num_key_value_heads, c.head_dim, attn_max_splits()), x.owned);
   {
@@ -98,6 +90,7 @@ Status CudaBackend::batch_alloc(int B) {
     x.Xl_b = dalloc<uint16_t>(nent * I, x.owned);
     const bool sh_apart = Is != I;
     if (sh_apart) {
+      x.act = dalloc<float>(Bc * 2 * Is, x.owned);
       x.X_s = dalloc<uint16_t>(Bc * Is, x.owned);
       x.Xl_s = dalloc<uint16_t>(Bc * Is, x.owned);
       x.XS_s = dalloc<float>(Bc * Is / 32, x.owned);
@@ -113,7 +106,7 @@ Status CudaBackend::batch_alloc(int B) {
     x.cnt = dalloc<int32_t>(std::max<size_t>(nc, 1), x.owned);
     if (x.cnt) cudaMemset(x.cnt, 0, std::max<size_t>(nc, 1) * sizeof(int32_t));
     if (!x.yd || !x.ent || !x.XS_a || !x.XS_b || !x.X_a || !x.X_b || !x.Xl_a || !x.Xl_b || !x.ws || !x.cnt ||
-        (sh_apart && (!x.X_s || !x.Xl_s || !x.XS_s))) {
+        (sh_apart && (!x.act || !x.X_s || !x.Xl_s || !x.XS_s))) {
       x.release();
       return cu_err("cuda forward_batch: out of device memory for {} rows", cap);
     }
@@ -128,7 +121,7 @@ Status CudaBackend::batch_alloc(int B) {
   x.Gx = dalloc<uint16_t>(Bc * H, x.owned);
   x.Gxl = dalloc<uint16_t>(Bc * H, x.owned);
   x.Gxs = dalloc<float>(Bc * H / 32, x.owned);
-  if (!x.tab_dev || !x.partial || !x.logits || !x.act || !x.mtab_dev || !x.Gx || !x.Gxl || !x.Gxs || !x.gprep) {
+  if (!x.tab_dev || !x.partial || !x.logits || !x.mtab_dev || !x.Gx || !x.Gxl || !x.Gxs || !x.gprep) {
     x.release();
     return cu_err("cuda forward_batch: out of device memory for {} rows", cap);
   }
@@ -149,16 +142,6 @@ BGdnArgs bgdn_args(const BatchCtx& x, const ModelConfig& c, const DevLayer& L, i
   g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.dk = c.linear_key_head_dim;
   g.dv = c.linear_value_head_dim, g.prep = x.gprep, g.K = c.linear_conv_kernel_dim, g.B = B, g.eps = c.rms_norm_eps;
   return g;
-}
-
-// Rows of B in staging groups (each bgemv launch takes at most bgemv_group_rows(w) rows).
-static Status gemv_rows(const QW& w, const float* x, int ldx, float* y, int ldy, int B, cudaStream_t s) {
-  const int G = bgemv_group_rows(w);
-  if (G < 1) return cu_err("cuda step: no row of K={} at {} bits fits the batched GEMV's staging", w.cols, w.bits);
-  const int ng = (B + G - 1) / G, per = (B + ng - 1) / ng;
-  for (int b0 = 0; b0 < B; b0 += per)
-    LILY_TRY(bgemv(w, x + size_t(b0) * ldx, ldx, y + size_t(b0) * ldy, ldy, std::min(per, B - b0), s));
-  return Status::ok();
 }
 
 // The MoE block of the qgemm step on B rows packed in x.X_a (+ x.Xl_a) / x.XS_a, the same rows fp32 in hn
@@ -313,68 +296,10 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
 }
 
 Status CudaBackend::enqueue_batch(int B, cudaStream_t s) {
-  const ModelConfig& c = cfg_;
   BatchCtx& x = *batch_;
   const Marker mk = [&](const char* name) { x.mark(name, s); };
   mk("start");
-  if (tc_on()) {
-    LILY_TRY(enqueue_tc(x, c, d_, B, s, mk, nullptr));
-    return bfinish(x.ctl(), x.pos(), B, s);
-  }
-  const int H = c.hidden_size, C = c.gdn_conv_dim(), vd = c.gdn_value_dim(), E = c.num_experts, k = c.num_experts_per_tok;
-  const int nhd = c.num_attention_heads * c.head_dim;
-  const float eps = c.rms_norm_eps;
-  LILY_TRY(bembed(d_.embed, x.tok(), x.xres[0], B, s));
-  mk("embed");
-  int p = 0;
-  const float* mix = nullptr;
-  for (int i = 0; i < c.num_hidden_layers; ++i) {
-    const DevLayer& L = d_.layers[i];
-    LILY_TRY(badd_norm(x.xres[p], mix, L.in_norm, H, eps, x.xres[p ^ 1], x.xn, B, s));
-    mk("add+norm");
-    if (!L.attn) {
-      LILY_TRY(gemv_rows(L.in_proj, x.xn, H, x.u, x.urows, B, s));
-      mk("gdn in_proj gemv");
-      LILY_TRY(bgdn_step(bgdn_args(x, c, L, i, 0, B), s));
-      mk("gdn step");
-      LILY_TRY(gemv_rows(L.out_proj, x.og, vd, x.mix, H, B, s));
-      mk("gdn out_proj gemv");
-    } else {
-      LILY_TRY(gemv_rows(L.qkv, x.xn, H, x.u, x.urows, B, s));
-      mk("attn qkv gemv");
-      BAttnArgs a{};
-      a.qkv = x.u, a.ldqkv = x.urows, a.q_norm = L.q_norm, a.k_norm = L.k_norm, a.q = x.q, a.kc = x.p0(i), a.vc = x.p1(i);
-      a.cap = x.caps(), a.pos = x.pos(), a.out = x.o, a.partial = x.partial, a.nh = c.num_attention_heads;
-      a.nkv = c.num_key_value_heads, a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim;
-      a.rot = c.rotary_dim(), a.n_split = attn_max_splits(), a.B = B;
-      a.theta = c.rope_theta, a.eps = eps;
-      LILY_TRY(battn(a, s));
-      mk("attn prep+decode+merge");
-      LILY_TRY(gemv_rows(L.o_proj, x.o, nhd, x.mix, H, B, s));
-      mk("attn o_proj gemv");
-    }
-    p ^= 1;
-    LILY_TRY(badd_norm(x.xres[p], x.mix, L.post_norm, H, eps, x.xres[p ^ 1], x.xn, B, s));
-    mk("add+norm");
-    LILY_TRY(gemv_rows(L.router, x.xn, H, x.rl, E + 1, B, s));
-    LILY_TRY(brouter_topk(x.rl, E + 1, E, k, c.norm_topk_prob, L.router.rows > E, x.topk_ids, x.topk_w, B, s));
-    mk("router gemv+top-k");
-    p ^= 1;
-    BMoeArgs m{};
-    m.gate = L.gate, m.up = L.up, m.down = L.down, m.sh_gate_up = L.sh_gate_up, m.sh_down = L.sh_down;
-    m.topk_ids = x.topk_ids, m.topk_w = x.topk_w, m.top_k = k, m.H = H, m.I = c.moe_intermediate_size;
-    m.Is = c.shared_expert_intermediate_size > 0 ? c.shared_expert_intermediate_size : c.moe_intermediate_size;
-    m.B = B, m.x = x.xn, m.act = x.act, m.out = x.mix;
-    LILY_TRY(bmoe_gate_up(m, s));
-    mk("moe gate+up");
-    LILY_TRY(bmoe_down(m, s));
-    mk("moe down+combine");
-    mix = x.mix;
-  }
-  LILY_TRY(badd_norm(x.xres[p], x.mix, d_.final_norm, H, eps, nullptr, x.xn, B, s));
-  LILY_TRY(gemv_rows(d_.lm_head, x.xn, H, x.logits, c.vocab_size, B, s));
-  mk("final norm+lm_head");
-  (void)C;
+  LILY_TRY(enqueue_tc(x, cfg_, d_, B, s, mk, nullptr));
   return bfinish(x.ctl(), x.pos(), B, s);
 }
 
@@ -415,8 +340,7 @@ void CudaBackend::print_profile(int B) {
 constexpr int kPfSmallMoeMax = 256;
 
 bool CudaBackend::moe_rows_ok(int M) {
-  const ModelConfig& c = cfg_;
-  if (M > kPfSmallMoeMax || !tc_on()) return false;
+  if (M > kPfSmallMoeMax) return false;
   // The batch scratch holds M rows: (re)allocated here while no step graph is captured; never regrown
   // under captured graphs (prepare sizes it for both).
   if (batch_ && batch_->cap >= M) return true;

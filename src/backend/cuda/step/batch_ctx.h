@@ -30,7 +30,7 @@ struct BatchCtx {
   float* gprep = nullptr;  // the GDN step's per-row scratch (bgdn_prep_floats)
   int32_t* topk_ids = nullptr;
   int urows = 0;
-  // qgemm step (LILY_BATCH_TC, default on): packed GEMM inputs (gemm/qgemm.h: X_a the normed rows, og,
+  // The qgemm step: packed GEMM inputs (gemm/qgemm.h: X_a the normed rows, og,
   // o; X_b the MoE activations per entry; Xl_* their two-pass remainders; XS_* the group sums and
   // scales), per-entry MoE outputs (entries: B·k routed + B shared), the routing table, and the dense
   // k split's workspace and counters.
@@ -139,7 +139,6 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
 BGdnArgs bgdn_args(const BatchCtx& x, const ModelConfig& c, const DevLayer& L, int i, size_t r0, int B);
 // The environment knobs the batched steps read (batch.cu).
 bool env_is(const char* name, const char* val);
-bool tc_on();  // the qgemm step (LILY_BATCH_TC, default on)
 // Whether the mixed step (step_mixed.cu) runs this model at today's knobs: the qgemm step and shapes the
 // batched and prefill kernels take. Its fp32-state condition is per step.
 bool mixed_step_ok(const ModelConfig& c);

@@ -1,8 +1,9 @@
-// Host wrappers of the batched decode kernels (issue 7): B sequences decode one token each, every
-// weight read once per step for all rows. Each kernel's per-row arithmetic is a copy of the batch-1
-// decode kernel's (same chunk order, same reductions), so a row's result is bit-identical to the
-// sequence decoded alone. Per-row state comes from device pointer tables (one per layer), so one
-// captured CUDA graph per batch size serves any set of sequences. Pointers are device pointers.
+// Host wrappers of the batched step's kernels besides its GEMMs (gemm/qgemm.h): B rows, each a sequence's
+// token, every weight read once per step for all rows. The router GEMV and the mixers (DeltaNet step,
+// decode attention) copy the batch-1 kernels' per-row arithmetic (same chunk order, same reductions), so
+// a row routes and mixes as it would alone. Per-row state comes from device pointer tables (one per
+// layer), so one captured CUDA graph per batch size serves any set of sequences. Pointers are device
+// pointers.
 #pragma once
 #include <cstdint>
 
@@ -11,14 +12,9 @@
 
 namespace lily::cuda {
 
-// Rows of a batched GEMV staged in shared memory at once (the host splits B into groups of this).
-int bgemv_group_rows(const QW& w);
-
-// y[b·ldy + r] = Σ_c scale·Σq·x_b + bias·Σx_b for every row r of w and b < B, x fp32 [B][ldx]
-// (plain input). B ≤ bgemv_group_rows(w). Per (b, r) the same sums as gemv() with Pro::kPlain.
-Status bgemv(const QW& w, const float* x, int ldx, float* y, int ldy, int B, Stream s);
-// bgemv's sums (each (b, r) bit-identical to gemv) for any B ≥ 1 in one launch: blocks of `group` staged
-// rows × weight tiles of 8·r rows (r a warp), so each block stages only its group. For small matrices at
+// y[b·ldy + r] = Σ_c scale·Σq·x_b + bias·Σx_b for every row r of w and b < B, x fp32 [B][ldx] (plain
+// input), each (b, r) bit-identical to gemv() with Pro::kPlain, for any B ≥ 1 in one launch: blocks of
+// `group` staged rows × weight tiles of 8·r rows (r a warp), so each block stages only its group. For small matrices at
 // many rows (the router: 257 × 2048 8-bit), where staging every row in each block would cost more than
 // the sums. A block walks the tiles t, t + tiles, ... (each tile's weights loaded under the previous one's
 // sums; tiles 0: as many a block as leave one wave); nb: rows a warp's sums take at once (conversions
@@ -30,11 +26,6 @@ struct GroupedShape {
 GroupedShape bgemv_grouped_shape(const QW& w, int B);
 Status bgemv_grouped(const QW& w, const float* x, int ldx, float* y, int ldy, int B, Stream s, GroupedShape g = {});
 
-// Per row b (B blocks): r = in_b + mix_b (mix may be null); res_out_b = r; n_out_b = rms(r)·gain
-// (the gemv kAddNorm staging's arithmetic). All fp32 [B][H], gain bf16 [H]; H ≤ 4096.
-Status badd_norm(const float* in, const float* mix, const void* gain, int H, float eps, float* res_out, float* n_out,
-                 int B, Stream s);
-
 // Router epilogue per row: logits fp32 [B][ld] (E routed + 1 shared-gate); ids [B][top_k],
 // w [B][top_k + 1] (renormalized weights, then sigmoid of the shared gate when has_shared).
 Status brouter_topk(const float* logits, int ld, int E, int top_k, bool norm_topk, bool has_shared, int32_t* ids,
@@ -45,21 +36,6 @@ Status bembed(const QW& e, const int32_t* tok, float* x, int B, Stream s);
 
 // ctl[b]->pos = pos[b] + 1 (the state's control block follows the batched step).
 Status bfinish(StepCtl* const* ctl, const int32_t* pos, int B, Stream s);
-
-// MoE per row: gate+up+SwiGLU (x [B][H] → act [B][k·I + Is]) and down + combine + shared
-// (act → out [B][H]); ids [B][k], w [B][k+1]. Blocks of the same weight tile for all rows run
-// together, so an expert chosen by several rows is read from DRAM about once.
-struct BMoeArgs {
-  QW gate, up, down, sh_gate_up, sh_down;
-  const int32_t* topk_ids = nullptr;
-  const float* topk_w = nullptr;
-  int top_k = 8, H = 0, I = 0, Is = 0, B = 0;
-  const float* x = nullptr;
-  float* act = nullptr;
-  float* out = nullptr;
-};
-Status bmoe_gate_up(const BMoeArgs& a, Stream s);
-Status bmoe_down(const BMoeArgs& a, Stream s);
 
 // GDN decode step per row (fused gated norm), fp32 windows, fp16 states: row b reads u [b][ldu],
 // conv[b] ([2, C, K-1] fp32), S[b] ([nv, dk, dv] fp16), pos[b]; writes og [b][nv·dv].
@@ -107,7 +83,7 @@ Status battn(const BAttnArgs& a, Stream s);
 size_t battn_partial_floats(int nh, int nkv, int hd, int n_split);
 
 
-// ---- the qgemm step's small kernels (batch_tc_aux.cu; LILY_BATCH_TC=0 keeps the kernels above) ----
+// ---- the qgemm step's small kernels (batch_tc_aux.cu) ----
 // The step's GEMMs are qgemm (gemm/qgemm.h): not bit-identical to the batch-1 GEMV, but batch
 // invariant: each row's arithmetic depends only on that row and the weights.
 

@@ -33,7 +33,7 @@ constexpr size_t kOwnPrefillRows = 1024;
 constexpr int kRecurrentRows = 16;
 
 bool mixed_step_ok(const ModelConfig& c) {
-  return tc_on() && c.linear_value_head_dim <= 256 && prefill_shapes_ok(c);
+  return c.linear_value_head_dim <= 256 && prefill_shapes_ok(c);
 }
 
 Status CudaBackend::step(std::span<const StepFeed> feeds) {
