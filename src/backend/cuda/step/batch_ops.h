@@ -31,9 +31,6 @@ Status bgemv_grouped(const QW& w, const float* x, int ldx, float* y, int ldy, in
 Status brouter_topk(const float* logits, int ld, int E, int top_k, bool norm_topk, bool has_shared, int32_t* ids,
                     float* w, int B, Stream s);
 
-// Embedding rows: x[b] (fp32 [H]) = dequantized row tok[b].
-Status bembed(const QW& e, const int32_t* tok, float* x, int B, Stream s);
-
 // ctl[b]->pos = pos[b] + 1 (the state's control block follows the batched step).
 Status bfinish(StepCtl* const* ctl, const int32_t* pos, int B, Stream s);
 
