@@ -166,6 +166,9 @@ __global__ void __launch_bounds__(kThreads) bgemv_grouped_kernel(QW w, const flo
   }
 }
 
+// Weight tiles of r rows a warp over w's rows.
+int grouped_tiles(const QW& w, int r) { return (w.rows + kWarps * r - 1) / (kWarps * r); }
+
 template <int BITS, int CPL, int R, int NB>
 Status launch_grouped(const QW& w, const float* x, int ldx, float* y, int ldy, int B, const GroupedShape& g, cudaStream_t s) {
   auto kern = bgemv_grouped_kernel<BITS, CPL, R, NB>;
@@ -181,7 +184,7 @@ Status launch_grouped(const QW& w, const float* x, int ldx, float* y, int ldy, i
   if (!tiles) {  // as many tiles a block as leave one wave of resident blocks
     int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kThreads, smem) != cudaSuccess || per_sm < 1) per_sm = 1;
-    tiles = std::max(1, std::min((w.rows + kWarps * R - 1) / (kWarps * R), sm_count() * per_sm / groups));
+    tiles = std::max(1, std::min(grouped_tiles(w, R), sm_count() * per_sm / groups));
   }
   return launch_k("bgemv_grouped", kern, dim3(groups, tiles), dim3(kThreads), smem, s, w, x, ldx, y, ldy, B, g.group);
 }
@@ -228,8 +231,6 @@ Status brouter_topk(const float* logits, int ld, int E, int top_k, bool norm_top
 Status bfinish(StepCtl* const* ctl, const int32_t* pos, int B, Stream s) {
   return launch_k("bfinish", bfinish_kernel, dim3(1), dim3(64), 0, static_cast<cudaStream_t>(s), ctl, pos, B);
 }
-
-static int grouped_tiles(const QW& w, int r) { return (w.rows + kWarps * r - 1) / (kWarps * r); }
 
 // By the row count, as CudaBatch.SmallOpsBench measured the router (257 × 2048 8-bit) on an H100
 // (2026-12-06, µs at 16 / 64 / 256 / 736 rows): up to 64 rows 4 staged rows a block, one weight row a warp

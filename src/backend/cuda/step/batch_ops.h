@@ -14,9 +14,9 @@ namespace lily::cuda {
 
 // y[b·ldy + r] = Σ_c scale·Σq·x_b + bias·Σx_b for every row r of w and b < B, x fp32 [B][ldx] (plain
 // input), each (b, r) bit-identical to gemv() with Pro::kPlain, for any B ≥ 1 in one launch: blocks of
-// `group` staged rows × weight tiles of 8·r rows (r a warp), so each block stages only its group. For small matrices at
-// many rows (the router: 257 × 2048 8-bit), where staging every row in each block would cost more than
-// the sums. A block walks the tiles t, t + tiles, ... (each tile's weights loaded under the previous one's
+// `group` staged rows × weight tiles of 8·r rows (r a warp), so each block stages only its group. For
+// small matrices at many rows (the router: 257 × 2048 8-bit), where staging every row in each block would
+// cost more than the sums. A block walks the tiles t, t + tiles, ... (each tile's weights loaded under the previous one's
 // sums; tiles 0: as many a block as leave one wave); nb: rows a warp's sums take at once (conversions
 // shared). Every shape gives the same bits; a zero group: bgemv_grouped_shape(w, B). The group must fit
 // the shared memory (8 rows: K ≤ 4096 at 4 bits, ≤ 2048 at 8).
