@@ -246,8 +246,11 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
       LILY_TRY(dense(L.in_proj, x.u, x.urows));
       mk("gdn in_proj gemm");
       if (Bd > 0) LILY_TRY(bgdn_step(bgdn_args(x, c, L, i, 0, Bd), s));
-      if (mp) LILY_TRY(mp->seg_mixers(i, false));
       mk("gdn step");
+      if (mp) {
+        LILY_TRY(mp->seg_mixers(i, false));
+        mk("gdn segments (prefill kernels)");
+      }
       LILY_TRY(xpack16(x.og, vd, vd, B, x.X_a, x.XS_a, la, s));
       mk("pack");
       LILY_TRY(dense(L.out_proj, x.mix, H));
@@ -262,8 +265,11 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
       a.rot = c.rotary_dim(), a.n_split = attn_max_splits(), a.B = Ba;
       a.theta = c.rope_theta, a.eps = eps;
       if (Ba > 0) LILY_TRY(battn(a, s));
-      if (mp) LILY_TRY(mp->seg_mixers(i, true));
       mk("attn prep+decode+merge");
+      if (mp) {
+        LILY_TRY(mp->seg_mixers(i, true));
+        mk("attn segments (prefill kernels)");
+      }
       LILY_TRY(xpack16(x.o, nhd, nhd, B, x.X_a, x.XS_a, la, s));
       mk("pack");
       LILY_TRY(dense(L.o_proj, x.mix, H));
