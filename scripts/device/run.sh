@@ -40,6 +40,8 @@
 #   bench:  CTXS [256,4096,8192,32768]  BATCHES [1,16,64]  BATCH_CTX [256]  BATCH_STEPS [8]  LABEL (into the JSON)
 #           BATCH_ARGS    more `lily bench-batch` options for every batched run, e.g. '--prompt-tokens 480 --segment 96'
 #                         (the mixed step: decode rows plus prompt segments) ['']
+#           MIXED_ARGS    bench-batch options of one more run (and profile) at MIXED_BATCHES [16,256], beside the
+#                         decode-only ones: the mixed step, e.g. '--prompt-tokens 480 --segment 96' ['']
 #           PROFILE=1     per-op profiles: batch-1 decode graph (lily bench --profile) at PROFILE_CTXS [256],
 #                         prefill (LILY_PREFILL_PROFILE=PF_PROFILE_MODE [1]) at PF_PROFILE_CTX [8192], batched
 #                         step (LILY_BATCH_PROFILE) at PROFILE_BATCHES [16,64]   [0]
@@ -226,10 +228,12 @@ mode_bench() {
   full_wait   # nothing else on the GPU while timing
   bench1 bench "${CTXS:-256,4096,8192,32768}"
   benchb bench_batch "${BATCHES:-1,16,64}" "${BATCH_STEPS:-8}"
+  [[ -n ${MIXED_ARGS:-} ]] && BATCH_ARGS="${BATCH_ARGS:-} $MIXED_ARGS" benchb bench_mixed "${MIXED_BATCHES:-16,256}" "${BATCH_STEPS:-8}"
   if [[ ${PROFILE:-0} == 1 ]]; then
     bench1 profile_decode "${PROFILE_CTXS:-256}" --profile
     bench1 profile_prefill "${PF_PROFILE_CTX:-8192}" LILY_PREFILL_PROFILE="${PF_PROFILE_MODE:-1}"
     benchb profile_batch "${PROFILE_BATCHES:-16,64}" 3 LILY_BATCH_PROFILE=1  # --check takes step 0: 3 mixed steps
+    [[ -n ${MIXED_ARGS:-} ]] && BATCH_ARGS="${BATCH_ARGS:-} $MIXED_ARGS" benchb profile_mixed "${MIXED_BATCHES:-16,256}" 3 LILY_BATCH_PROFILE=1
   fi
   split "${AB:-}"
   for e in "${SPLIT[@]}"; do

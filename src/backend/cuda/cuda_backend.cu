@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <cstring>
+#include <functional>
 
 namespace lily {
 namespace cuda {
@@ -151,13 +152,13 @@ Status CudaBackend::profile_graphs(CudaSeqState& st) {
   LILY_CU_TRY(cudaMemcpyAsync(backup, st.ctl, sizeof(StepCtl), cudaMemcpyDeviceToDevice, stream_));
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0), cudaEventCreate(&e1);
-  auto time_graph = [&](const char* only, double* ms_out) -> Status {
-    only_ = only;
+  // What `enqueue` launches, captured as one graph: ms a replay (the mean of 3 after a warm-up; `reset`, if
+  // set, is enqueued after each).
+  auto time_captured = [&](const std::function<Status()>& enqueue, bool reset, double* ms_out) -> Status {
     cudaGraph_t g = nullptr;
     LILY_CU_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    Status s1 = enqueue_step(st, stream_, true);
+    Status s1 = enqueue();
     cudaError_t ce = cudaStreamEndCapture(stream_, &g);
-    only_ = nullptr;
     LILY_TRY(s1);
     if (ce != cudaSuccess) return cu_err("profile: capture failed: {}", cudaGetErrorString(ce));
     cudaGraphExec_t ex = nullptr;
@@ -168,7 +169,7 @@ Status CudaBackend::profile_graphs(CudaSeqState& st) {
       LILY_CU_TRY(cudaEventRecord(e0, stream_));
       LILY_CU_TRY(cudaGraphLaunch(ex, stream_));
       LILY_CU_TRY(cudaEventRecord(e1, stream_));
-      LILY_CU_TRY(cudaMemcpyAsync(st.ctl, backup, sizeof(StepCtl), cudaMemcpyDeviceToDevice, stream_));
+      if (reset) LILY_CU_TRY(cudaMemcpyAsync(st.ctl, backup, sizeof(StepCtl), cudaMemcpyDeviceToDevice, stream_));
       LILY_CU_TRY(cudaStreamSynchronize(stream_));
       float ms = 0;
       cudaEventElapsedTime(&ms, e0, e1);
@@ -177,6 +178,16 @@ Status CudaBackend::profile_graphs(CudaSeqState& st) {
     cudaGraphExecDestroy(ex);
     *ms_out = tot / 3;
     return Status::ok();
+  };
+  // The step (or only the ops named `only`), its control block restored after each replay.
+  auto time_graph = [&](const char* only, double* ms_out) -> Status {
+    auto step = [&]() -> Status {
+      only_ = only;
+      Status s1 = enqueue_step(st, stream_, true);
+      only_ = nullptr;
+      return s1;
+    };
+    return time_captured(step, true, ms_out);
   };
   double full_ms = 0;
   Status s = time_graph(nullptr, &full_ms);
@@ -199,29 +210,16 @@ Status CudaBackend::profile_graphs(CudaSeqState& st) {
   // Cost of a kernel boundary alone: graphs of 100 empty PDL kernels at several grid sizes.
   for (int blocks : {1, 132, 528, 1056}) {
     if (!s) break;
-    cudaGraph_t g = nullptr;
-    LILY_CU_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    Status s1 = Status::ok();
-    for (int i = 0; i < 100 && s1; ++i) s1 = launch_k("empty", empty_pdl_kernel, dim3(blocks), dim3(256), 0, stream_);
-    cudaError_t ce = cudaStreamEndCapture(stream_, &g);
-    LILY_TRY(s1);
-    if (ce != cudaSuccess) return cu_err("profile: capture failed: {}", cudaGetErrorString(ce));
-    cudaGraphExec_t ex = nullptr;
-    LILY_CU_TRY(cudaGraphInstantiate(&ex, g, 0));
-    cudaGraphDestroy(g);
-    double tot = 0;
-    for (int r = 0; r < 4; ++r) {
-      LILY_CU_TRY(cudaEventRecord(e0, stream_));
-      LILY_CU_TRY(cudaGraphLaunch(ex, stream_));
-      LILY_CU_TRY(cudaEventRecord(e1, stream_));
-      LILY_CU_TRY(cudaStreamSynchronize(stream_));
-      float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
-      if (r > 0) tot += ms;
-    }
-    cudaGraphExecDestroy(ex);
-    std::fprintf(stderr, "| empty PDL kernel, %d blocks x 256 threads | %.2f us per kernel (100 in a graph) |\n", blocks,
-                 tot / 3 / 100 * 1e3);
+    auto empties = [&]() -> Status {
+      Status s1 = Status::ok();
+      for (int i = 0; i < 100 && s1; ++i) s1 = launch_k("empty", empty_pdl_kernel, dim3(blocks), dim3(256), 0, stream_);
+      return s1;
+    };
+    double ms = 0;
+    s = time_captured(empties, false, &ms);
+    if (s)
+      std::fprintf(stderr, "| empty PDL kernel, %d blocks x 256 threads | %.2f us per kernel (100 in a graph) |\n", blocks,
+                   ms / 100 * 1e3);
   }
   cudaEventDestroy(e0), cudaEventDestroy(e1);
   cudaFree(backup);
@@ -268,8 +266,18 @@ Status CudaBackend::profile_step(CudaSeqState& st) {
   prof_ = nullptr;
   LILY_CU_TRY(cudaStreamSynchronize(stream_));
   st.n += 1;
-  if (!s) return s;
-  std::vector<std::pair<std::string, std::pair<double, int>>> agg;
+  if (!s) {
+    for (auto& e : ev) cudaEventDestroy(e.second);
+    return s;
+  }
+  const double total = print_op_rows(
+      ev, "cuda profile (one un-captured step at pos " + std::to_string(st.n - 1) + ", events between ops; includes launch gaps):");
+  std::fprintf(stderr, "| total | | %.3f | |\n", total);
+  return Status::ok();
+}
+
+double print_op_rows(std::vector<std::pair<const char*, cudaEvent_t>>& ev, const std::string& title) {
+  std::vector<std::pair<std::string, std::pair<double, int>>> agg;  // op → {ms, launches}
   double total = 0;
   for (size_t i = 1; i < ev.size(); ++i) {
     float ms = 0;
@@ -280,12 +288,11 @@ Status CudaBackend::profile_step(CudaSeqState& st) {
     else it->second.first += ms, it->second.second += 1;
   }
   for (auto& e : ev) cudaEventDestroy(e.second);
-  std::fprintf(stderr, "cuda profile (one un-captured step at pos %d, events between ops; includes launch gaps):\n", st.n - 1);
-  std::fprintf(stderr, "| op | launches | total ms | share |\n|---|---:|---:|---:|\n");
+  ev.clear();
+  std::fprintf(stderr, "%s\n| op | launches | total ms | share |\n|---|---:|---:|---:|\n", title.c_str());
   for (auto& a : agg)
     std::fprintf(stderr, "| %s | %d | %.3f | %.1f%% |\n", a.first.c_str(), a.second.second, a.second.first, 100 * a.second.first / total);
-  std::fprintf(stderr, "| total | | %.3f | |\n", total);
-  return Status::ok();
+  return total;
 }
 
 }  // namespace cuda

@@ -40,6 +40,10 @@ class CudaBackend;
 bool prefill_shapes_ok(const ModelConfig& c);
 struct BatchCtx;  // batched decode scratch, row table and graphs per batch size (step/batch.cu)
 void destroy_batch_ctx(BatchCtx* b);
+// The profiles' per-op table (stderr): events recorded after each op (ev[i] closes op ev[i].first, ev[0] the
+// start), summed by op name in first-seen order: the title, then | op | launches | total ms | share | rows.
+// Destroys the events; returns the total ms (the caller writes the total row).
+double print_op_rows(std::vector<std::pair<const char*, cudaEvent_t>>& ev, const std::string& title);
 
 struct CudaSeqState final : SeqState {
   // K/V cache and conv window: fp32 when `f32` (default; LILY_CUDA_KV=bf16 at new_state gives

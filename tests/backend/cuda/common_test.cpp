@@ -16,7 +16,7 @@
 #include "core/bf16.h"
 #include "ops_util.h"
 
-// ---- CudaOps: embedding row and standalone add + RMSNorm --------------------------------------------------
+// ---- CudaOps: embedding rows and standalone add + RMSNorm -------------------------------------------------
 namespace lily::test_ops {
 namespace {
 
@@ -51,6 +51,15 @@ TEST(CudaOps, Embed) {
       ASSERT_TRUE(cuda::embed_row(D.q, nullptr, tok, dx.p, nullptr).is_ok());
       check("embed row", dims({V, H}) + " tok " + std::to_string(tok), dx.down(), ref, 0, 0);
     }
+    // Rows from a device token array (the prefill and the batched step), repeats and both ends included.
+    const std::vector<int32_t> toks = {V - 1, 0, V / 3, 7 % V, V - 1, V / 2};
+    const int M = int(toks.size());
+    std::vector<float> ref(size_t(M) * H);
+    cpu::embed_rows(E.w, toks, ref.data());
+    DBuf<int32_t> dt(toks);
+    DBuf<float> dx(size_t(M) * H);
+    ASSERT_TRUE(cuda::embed_rows(D.q, dt.p, M, dx.p, nullptr).is_ok());
+    check("embed rows", dims({V, H}) + " M " + std::to_string(M), dx.down(), ref, 0, 0);
   }
 }
 

@@ -30,17 +30,8 @@ inline std::mt19937_64& rng() {
   return r;
 }
 inline float randn() { return std::normal_distribution<float>(0.f, 1.f)(rng()); }
-inline uint16_t bf16_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return uint16_t((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
-}
-inline float f_of_bf16(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+inline uint16_t bf16_of(float f) { return f32_to_bf16(f).bits; }
+inline float f_of_bf16(uint16_t b) { return bf16_to_f32(bf16{b}); }
 // fp16 bits of f, rounded to nearest even as the hardware (__float2half_rn) does, subnormals included.
 inline uint16_t half_of(float f) {
   uint32_t u;

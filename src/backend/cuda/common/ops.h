@@ -92,6 +92,8 @@ int gemv_argmax_max_blocks();
 
 // x (fp32 [H]) = scale·q + bias of row ctl->tok (or of `token` when ctl is null).
 Status embed_row(const QW& e, const StepCtl* ctl, int token, float* x, Stream s);
+// x[m] (fp32 [M][H]) = the dequantized embedding row of tok[m] (device), m < M: the prefill and the batched step.
+Status embed_rows(const QW& e, const int32_t* tok, int M, float* x, Stream s);
 
 // Standalone residual add + RMSNorm: r = x + mix; n = rms(r)·gain (fp32; gain bf16). (H ≤ 8192)
 Status add_rmsnorm(const float* x, const float* mix, const void* gain, int H, float eps, float* r_out, float* n_out,

@@ -1,5 +1,5 @@
 // The batched step's router GEMV (4/8-bit, group 64; bgemv_grouped) and its small per-row kernels (router
-// top-k, embedding rows, the position update). Each warp keeps R weight rows in registers (loaded once) and
+// top-k, the position update). Each warp keeps R weight rows in registers (loaded once) and
 // applies them to every staged input row b, with the per-(b, row) arithmetic of gemv_q4.cu: lane l sums
 // chunks l, l+32, ... in that order (fmaf(scale, Σq·x, bias·Σx)), then a butterfly warp sum, so a row's
 // logits are bit-identical to the batch-1 GEMV's (decode rows route as they would alone). Inputs are plain
@@ -166,6 +166,9 @@ __global__ void __launch_bounds__(kThreads) bgemv_grouped_kernel(QW w, const flo
   }
 }
 
+// Weight tiles of r rows a warp over w's rows.
+int grouped_tiles(const QW& w, int r) { return (w.rows + kWarps * r - 1) / (kWarps * r); }
+
 template <int BITS, int CPL, int R, int NB>
 Status launch_grouped(const QW& w, const float* x, int ldx, float* y, int ldy, int B, const GroupedShape& g, cudaStream_t s) {
   auto kern = bgemv_grouped_kernel<BITS, CPL, R, NB>;
@@ -181,7 +184,7 @@ Status launch_grouped(const QW& w, const float* x, int ldx, float* y, int ldy, i
   if (!tiles) {  // as many tiles a block as leave one wave of resident blocks
     int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kThreads, smem) != cudaSuccess || per_sm < 1) per_sm = 1;
-    tiles = std::max(1, std::min((w.rows + kWarps * R - 1) / (kWarps * R), sm_count() * per_sm / groups));
+    tiles = std::max(1, std::min(grouped_tiles(w, R), sm_count() * per_sm / groups));
   }
   return launch_k("bgemv_grouped", kern, dim3(groups, tiles), dim3(kThreads), smem, s, w, x, ldx, y, ldy, B, g.group);
 }
@@ -210,22 +213,6 @@ __global__ void brouter_topk_kernel(const float* logits, int ld, int E, int top_
   if (lane == 0 && has_shared) wout[b * (top_k + 1) + top_k] = sigmoid(__ldcg(l + E));
 }
 
-__global__ void bembed_kernel(QW e, const int32_t* tokv, float* xb) {
-  pdl_wait();
-  pdl_trigger();
-  const int tok = tokv[blockIdx.x];
-  const int H = e.cols, wpr = H / 8, groups = H / 64;
-  float* x = xb + size_t(blockIdx.x) * H;
-  const uint32_t* codes = e.codes + size_t(tok) * wpr;
-  const uint32_t* sb = reinterpret_cast<const uint32_t*>(e.sb) + size_t(tok) * groups;
-  for (int c = threadIdx.x; c < H; c += blockDim.x) {
-    const uint32_t q = (codes[c / 8] >> (4 * (c % 8))) & 0xF;
-    const uint32_t pp = sb[c / 64];
-    const float s = __uint_as_float(pp << 16), bb = __uint_as_float(pp & 0xFFFF0000u);
-    x[c] = __fadd_rn(__fmul_rn(s, float(q)), bb);  // unfused, as embed.cu
-  }
-}
-
 __global__ void bfinish_kernel(StepCtl* const* ctl, const int32_t* pos, int B) {
   pdl_wait();
   pdl_trigger();
@@ -241,16 +228,9 @@ Status brouter_topk(const float* logits, int ld, int E, int top_k, bool norm_top
                   static_cast<cudaStream_t>(s), logits, ld, E, top_k, norm_topk, has_shared, ids, w);
 }
 
-Status bembed(const QW& e, const int32_t* tok, float* x, int B, Stream s) {
-  if (e.bits != 4 || e.cols % 64 != 0) return cu_err("bembed: needs a 4-bit table with group 64");
-  return launch_k("bembed", bembed_kernel, dim3(B), dim3(256), 0, static_cast<cudaStream_t>(s), e, tok, x);
-}
-
 Status bfinish(StepCtl* const* ctl, const int32_t* pos, int B, Stream s) {
   return launch_k("bfinish", bfinish_kernel, dim3(1), dim3(64), 0, static_cast<cudaStream_t>(s), ctl, pos, B);
 }
-
-static int grouped_tiles(const QW& w, int r) { return (w.rows + kWarps * r - 1) / (kWarps * r); }
 
 // By the row count, as CudaBatch.SmallOpsBench measured the router (257 × 2048 8-bit) on an H100
 // (2026-12-06, µs at 16 / 64 / 256 / 736 rows): up to 64 rows 4 staged rows a block, one weight row a warp

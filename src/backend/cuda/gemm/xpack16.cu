@@ -23,18 +23,23 @@ __global__ void __launch_bounds__(256) xpack16_kernel(const float* x, int ldx, i
                Xlo ? reinterpret_cast<__half2*>(Xlo + size_t(r) * K + 64 * G) : nullptr);
 }
 
+// Rows of ldx floats holding K values (2K under SWIGLU: gate then up).
+template <bool SWIGLU>
+Status pack_launch(const char* name, const float* x, int ldx, int K, int R, uint16_t* X, float* XS, uint16_t* Xlo, Stream s) {
+  if (K <= 0 || K % 64 != 0 || ldx < (SWIGLU ? 2 * K : K) || ldx % 2 != 0 || R < 1 || !x || !X || !XS)
+    return cu_err("{}: K={} ldx={} R={} unsupported", name, K, ldx, R);
+  return launch_k(name, xpack16_kernel<SWIGLU>, dim3(R, (K / 64 + 7) / 8), dim3(256), 0, static_cast<cudaStream_t>(s), x, ldx,
+                  K, X, XS, Xlo);
+}
+
 }  // namespace
 
 Status xpack16(const float* x, int ldx, int K, int R, uint16_t* X, float* XS, uint16_t* Xlo, Stream s) {
-  if (K <= 0 || K % 64 != 0 || ldx < K || ldx % 2 != 0 || R < 1 || !x || !X || !XS)
-    return cu_err("xpack16: K={} ldx={} R={} unsupported", K, ldx, R);
-  return launch_k("xpack16", xpack16_kernel<false>, dim3(R, (K / 64 + 7) / 8), dim3(256), 0, static_cast<cudaStream_t>(s), x, ldx, K, X, XS, Xlo);
+  return pack_launch<false>("xpack16", x, ldx, K, R, X, XS, Xlo, s);
 }
 
 Status xpack16_swiglu(const float* gu, int ld, int K, int R, uint16_t* X, float* XS, uint16_t* Xlo, Stream s) {
-  if (K <= 0 || K % 64 != 0 || ld < 2 * K || ld % 2 != 0 || R < 1 || !gu || !X || !XS)
-    return cu_err("xpack16_swiglu: K={} ld={} R={} unsupported", K, ld, R);
-  return launch_k("xpack16_swiglu", xpack16_kernel<true>, dim3(R, (K / 64 + 7) / 8), dim3(256), 0, static_cast<cudaStream_t>(s), gu, ld, K, X, XS, Xlo);
+  return pack_launch<true>("xpack16_swiglu", gu, ld, K, R, X, XS, Xlo, s);
 }
 
 }  // namespace lily::cuda

@@ -234,7 +234,7 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
     n.X16lo = la;
     return bnorm_pack(n, s);
   };
-  LILY_TRY(bembed(d.embed, x.tok(), x.xres[0], B, s));
+  LILY_TRY(embed_rows(d.embed, x.tok(), B, x.xres[0], s));
   mk("embed");
   int p = 0;
   bool moe_pending = false;
@@ -246,8 +246,11 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
       LILY_TRY(dense(L.in_proj, x.u, x.urows));
       mk("gdn in_proj gemm");
       if (Bd > 0) LILY_TRY(bgdn_step(bgdn_args(x, c, L, i, 0, Bd), s));
-      if (mp) LILY_TRY(mp->seg_mixers(i, false));
       mk("gdn step");
+      if (mp) {
+        LILY_TRY(mp->seg_mixers(i, false));
+        mk("gdn segments (prefill kernels)");
+      }
       LILY_TRY(xpack16(x.og, vd, vd, B, x.X_a, x.XS_a, la, s));
       mk("pack");
       LILY_TRY(dense(L.out_proj, x.mix, H));
@@ -262,8 +265,11 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
       a.rot = c.rotary_dim(), a.n_split = attn_max_splits(), a.B = Ba;
       a.theta = c.rope_theta, a.eps = eps;
       if (Ba > 0) LILY_TRY(battn(a, s));
-      if (mp) LILY_TRY(mp->seg_mixers(i, true));
       mk("attn prep+decode+merge");
+      if (mp) {
+        LILY_TRY(mp->seg_mixers(i, true));
+        mk("attn segments (prefill kernels)");
+      }
       LILY_TRY(xpack16(x.o, nhd, nhd, B, x.X_a, x.XS_a, la, s));
       mk("pack");
       LILY_TRY(dense(L.o_proj, x.mix, H));
@@ -314,21 +320,8 @@ void CudaBackend::end_profile(int key, int B) {
 }
 
 void CudaBackend::print_profile(int B) {
-  BatchCtx& x = *batch_;
-  std::vector<std::pair<std::string, std::pair<double, int>>> agg;
-  double total = 0;
-  for (size_t i = 1; i < x.ev.size(); ++i) {
-    float ms = 0;
-    cudaEventElapsedTime(&ms, x.ev[i - 1].second, x.ev[i].second);
-    total += ms;
-    auto it = std::find_if(agg.begin(), agg.end(), [&](auto& a) { return a.first == x.ev[i].first; });
-    if (it == agg.end()) agg.push_back({x.ev[i].first, {ms, 1}});
-    else it->second.first += ms, it->second.second += 1;
-  }
-  std::fprintf(stderr, "cuda forward_batch profile, B = %d (one un-captured step, events between ops):\n", B);
-  std::fprintf(stderr, "| op | launches | total ms | share |\n|---|---:|---:|---:|\n");
-  for (auto& a : agg)
-    std::fprintf(stderr, "| %s | %d | %.3f | %.1f%% |\n", a.first.c_str(), a.second.second, a.second.first, 100 * a.second.first / total);
+  const double total = print_op_rows(
+      batch_->ev, "cuda forward_batch profile, B = " + std::to_string(B) + " (one un-captured step, events between ops):");
   std::fprintf(stderr, "| total | | %.3f | |\n", total);
 }
 

@@ -14,9 +14,9 @@ namespace lily::cuda {
 
 // y[b·ldy + r] = Σ_c scale·Σq·x_b + bias·Σx_b for every row r of w and b < B, x fp32 [B][ldx] (plain
 // input), each (b, r) bit-identical to gemv() with Pro::kPlain, for any B ≥ 1 in one launch: blocks of
-// `group` staged rows × weight tiles of 8·r rows (r a warp), so each block stages only its group. For small matrices at
-// many rows (the router: 257 × 2048 8-bit), where staging every row in each block would cost more than
-// the sums. A block walks the tiles t, t + tiles, ... (each tile's weights loaded under the previous one's
+// `group` staged rows × weight tiles of 8·r rows (r a warp), so each block stages only its group. For
+// small matrices at many rows (the router: 257 × 2048 8-bit), where staging every row in each block would
+// cost more than the sums. A block walks the tiles t, t + tiles, ... (each tile's weights loaded under the previous one's
 // sums; tiles 0: as many a block as leave one wave); nb: rows a warp's sums take at once (conversions
 // shared). Every shape gives the same bits; a zero group: bgemv_grouped_shape(w, B). The group must fit
 // the shared memory (8 rows: K ≤ 4096 at 4 bits, ≤ 2048 at 8).
@@ -30,9 +30,6 @@ Status bgemv_grouped(const QW& w, const float* x, int ldx, float* y, int ldy, in
 // w [B][top_k + 1] (renormalized weights, then sigmoid of the shared gate when has_shared).
 Status brouter_topk(const float* logits, int ld, int E, int top_k, bool norm_topk, bool has_shared, int32_t* ids,
                     float* w, int B, Stream s);
-
-// Embedding rows: x[b] (fp32 [H]) = dequantized row tok[b].
-Status bembed(const QW& e, const int32_t* tok, float* x, int B, Stream s);
 
 // ctl[b]->pos = pos[b] + 1 (the state's control block follows the batched step).
 Status bfinish(StepCtl* const* ctl, const int32_t* pos, int B, Stream s);

@@ -26,21 +26,8 @@ int env_int(const char* name, int def, int lo, int hi) {
 
 // Per-op time table of one profiled prefill (events recorded by mark()).
 void print_pf_profile(std::vector<std::pair<const char*, cudaEvent_t>>& ev, int M) {
-  std::vector<std::pair<std::string, std::pair<double, int>>> agg;
-  double total = 0;
-  for (size_t i = 1; i < ev.size(); ++i) {
-    float ms = 0;
-    cudaEventElapsedTime(&ms, ev[i - 1].second, ev[i].second);
-    total += ms;
-    auto it = std::find_if(agg.begin(), agg.end(), [&](auto& a) { return a.first == ev[i].first; });
-    if (it == agg.end()) agg.push_back({ev[i].first, {ms, 1}});
-    else it->second.first += ms, it->second.second += 1;
-  }
-  for (auto& e : ev) cudaEventDestroy(e.second);
-  std::fprintf(stderr, "cuda prefill profile, %d tokens:\n| op | launches | total ms | share |\n|---|---:|---:|---:|\n", M);
-  for (auto& a : agg)
-    std::fprintf(stderr, "| %s | %d | %.2f | %.1f%% |\n", a.first.c_str(), a.second.second, a.second.first, 100 * a.second.first / total);
-  std::fprintf(stderr, "| total | | %.2f | (%.0f tok/s) |\n", total, M / (total * 1e-3));
+  const double total = print_op_rows(ev, "cuda prefill profile, " + std::to_string(M) + " tokens:");
+  std::fprintf(stderr, "| total | | %.3f | (%.0f tok/s) |\n", total, M / (total * 1e-3));
 }
 }  // namespace
 
@@ -155,7 +142,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     auto* be = static_cast<CudaBackend*>(ctx);
     be->mark(what, be->stream_);
   };
-  LILY_TRY(pf::embed_rows(d_.embed, p.tok + t0, M, p.x, s));
+  LILY_TRY(embed_rows(d_.embed, p.tok + t0, M, p.x, s));
   mark("embed rows", s);
   const float* mix = nullptr;
   for (int i = 0; i < c.num_hidden_layers; ++i) {

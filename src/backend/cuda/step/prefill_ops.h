@@ -45,9 +45,7 @@ Status gemm_pipe(const GemmArgs& a, Stream s);
 Status gemm_wg(const GemmArgs& a, Stream s);
 constexpr int kGemmBM = 64;  // rows per tile (grouped tiles must use this)
 
-// ---- row-wise helpers (prefill_elem.cu) ------------------------------------------------------
-// x[m] (fp32 [M, H]) = dequantized embedding rows of tok[m].
-Status embed_rows(const QW& e, const int32_t* tok, int M, float* x, Stream s);
+// ---- row-wise helpers (prefill_elem.cu; the embedding rows: common/ops.h embed_rows) -----------------
 // x += mix (when mix); n = x·rsqrt(mean x²+eps)·gain. x, mix, n: fp32 [M, H]; gain bf16 [H].
 Status add_rmsnorm_rows(float* x, const float* mix, const void* gain, int M, int H, float eps, float* n, Stream s);
 

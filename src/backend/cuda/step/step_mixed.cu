@@ -154,6 +154,19 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
     LILY_CU_TRY(cudaMemcpyAsync(x.seg_args, gargs.data(), gargs.size() * sizeof(pf::GdnPrefillArgs), cudaMemcpyHostToDevice, stream_));
   }
   auto* seg_dev = static_cast<pf::GdnPrefillArgs*>(x.seg_args);
+  // LILY_BATCH_PROFILE=1: the segments' kernels get a row each in the step's table (host-side args only:
+  // the launches read the hook from the longest segment's args).
+  x.prof = env_is("LILY_BATCH_PROFILE", "1");
+  struct ProfCtx {
+    BatchCtx* x;
+    cudaStream_t s;
+  } pctx{&x, stream_};
+  auto prof_cb = +[](void* ctx, const char* what) {
+    auto* p = static_cast<ProfCtx*>(ctx);
+    p->x->mark(what, p->s);
+  };
+  if (x.prof)
+    for (int gi = 0; gi < n_gdn && S > 0; ++gi) gargs[size_t(gi) * S + longest].prof = prof_cb, gargs[size_t(gi) * S + longest].prof_ctx = &pctx;
   mp.seg_mixers = [&](int i, bool attn) -> Status {
     const DevLayer& Lw = d_.layers[size_t(i)];
     if (!attn) {
@@ -184,11 +197,11 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
     a.ldu = x.urows, a.q_norm = Lw.q_norm, a.k_norm = Lw.k_norm, a.kv_f32 = true, a.terms = 3;
     a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads, a.hd = c.head_dim;
     a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim(), a.theta = c.rope_theta, a.eps = eps;
+    if (x.prof) a.prof = prof_cb, a.prof_ctx = &pctx;
     return pf::attn_prefill_segments(a, as.data(), int(as.size()), stream_);
   };
-  // LILY_BATCH_PROFILE=1: an event after each op (segment mixers inside the mixer ops); the third mixed
-  // step of each row count prints the table.
-  x.prof = env_is("LILY_BATCH_PROFILE", "1");
+  // LILY_BATCH_PROFILE=1 (x.prof, set above): an event after each op; the third mixed step of each row
+  // count prints the table.
   const Marker mk = [&](const char* name) { x.mark(name, stream_); };
   mk("start");
   Status enq = enqueue_tc(x, c, d_, R, stream_, mk, &mp);
