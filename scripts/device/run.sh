@@ -36,6 +36,7 @@
 #           GOLDEN_ENV    ';'-separated settings, the goldens again under each [LILY_PREFILL_MIN=1000000: the
 #                         decode graph for every token]
 #           FULL_STEPS    decode steps of the full-size check [3]    BISECT=0  no bisect on failure [1]
+#           FULL=0        no full-size check (a short call: the goldens and tiny models only) [1]
 #           MODEL_AB      ';'-separated settings: tiny models, goldens and the full-size check again under each ['']
 #   bench:  CTXS [256,4096,8192,32768]  BATCHES [1,16,64]  BATCH_CTX [256]  BATCH_STEPS [8]  LABEL (into the JSON)
 #           BATCH_ARGS    more `lily bench-batch` options for every batched run, e.g. '--prompt-tokens 480 --segment 96'
@@ -165,7 +166,7 @@ mode_model() {
   done
   if [[ -n $FULL_PID ]]; then
     full_wait
-  elif [[ -z $FULL_DONE ]] && in_time full; then
+  elif [[ -z $FULL_DONE && ${FULL:-1} == 1 ]] && in_time full; then
     full_check; full_report "" $?; FULL_DONE=1
   fi
   n=0
@@ -177,7 +178,7 @@ mode_model() {
     # shellcheck disable=SC2086
     gtest "model_ab${n}_golden" 150 '*Golden*' LILY_BACKEND=cuda $e
     # shellcheck disable=SC2086
-    in_time "model_ab${n}_full" && { full_check "_ab$n" $e; full_report "_ab$n" $? "$e"; }
+    [[ ${FULL:-1} == 1 ]] && in_time "model_ab${n}_full" && { full_check "_ab$n" $e; full_report "_ab$n" $? "$e"; }
   done
 }
 
@@ -425,7 +426,7 @@ mode_llama() {
 
 # --- main --------------------------------------------------------------------------------------------------
 if has model || has bench || has serve || has cpu; then synth_start; fi
-if has model && [[ ${PAR:-1} == 1 ]]; then
+if has model && [[ ${PAR:-1} == 1 && ${FULL:-1} == 1 ]]; then
   full_check & FULL_PID=$!
 fi
 for m in "${MODES[@]}"; do
