@@ -54,7 +54,10 @@
 #                         (regex) also that kernel's sections at NCU_SECTION_BATCH [64], of its launch after
 #                         NCU_SKIP [20] earlier ones, NCU_COUNT [1] launches; NCU_BASE [function]: what the regex
 #                         matches (demangled: with template arguments as ncu prints them, '(int)4', so e.g.
-#                         'qgemm_kernel<.int.4, .int.1, .int.[12], .int.2>')
+#                         'qgemm_kernel<.int.4, .int.1, .int.[12], .int.2>'); NCU_SECTION_ARGS: more ncu options
+#                         of the sections run (at 256 rows '--replay-mode application': kernel replay saves and
+#                         restores the ~38 GB the step touches and runs past the limit); NCU_LILY_ARGS: more
+#                         bench-batch options of both ncu runs (e.g. '--prompt-tokens 480 --segment 96')
 #   serve:  CLIENTS       rows of concurrent streaming clients; "16s": 16 sharing a SYSTEM_WORDS [300] system
 #                         prompt ["1 16 64"]      REQ_PER_CLIENT [4] (1 client: REQ1 [4])
 #           MAX_TOKENS [128]  PROMPT_WORDS [48]  LOGPROBS=1 (per-token ITL too)  PARALLEL [64]  MAX_SEQ [2048]
@@ -216,9 +219,9 @@ benchb() {
 ncu_table() {
   in_time "ncu_b$1" || return 1
   log "ncu kernel times, bench-batch at $1 rows, 1 step (LILY_BATCH_GRAPH=0)"
-  # shellcheck disable=SC2086  # NCU_TABLE_ARGS: more ncu options, e.g. --kernel-name regex:...
+  # shellcheck disable=SC2086  # NCU_TABLE_ARGS, NCU_LILY_ARGS: more options, word-split on purpose
   LILY_BATCH_GRAPH=0 timeout "$(cap 200)" ncu --clock-control none --metrics gpu__time_duration.sum --csv ${NCU_TABLE_ARGS:-} \
-    "$LILY" bench-batch --model "$CK" --backend cuda --batches "$1" --context "${NCU_CTX:-1}" --steps 1 \
+    "$LILY" bench-batch --model "$CK" --backend cuda --batches "$1" --context "${NCU_CTX:-1}" --steps 1 ${NCU_LILY_ARGS:-} \
     > "$LOGS/ncu_b$1.csv" 2> "$LOGS/ncu_b$1.err"
   python3 "$REPO/scripts/device/ncu_table.py" "$LOGS/ncu_b$1.csv" > "$LOGS/ncu_b$1.txt" 2>&1
   head -40 "$LOGS/ncu_b$1.txt" | say
@@ -259,10 +262,11 @@ mode_bench() {
     for e in $(tr , " " <<< "${NCU_BATCHES:-1,64}"); do ncu_table "$e"; done
     if [[ -n ${NCU_KERNEL:-} ]] && in_time ncu_sections; then
       log "ncu sections of kernels matching '$NCU_KERNEL', bench-batch at ${NCU_SECTION_BATCH:-64} rows"
+      # shellcheck disable=SC2086  # NCU_SECTION_ARGS, NCU_LILY_ARGS: more options, word-split on purpose
       LILY_BATCH_GRAPH=0 timeout "$(cap 200)" ncu --clock-control none --kernel-name-base "${NCU_BASE:-function}" --kernel-name "regex:$NCU_KERNEL" --launch-skip "${NCU_SKIP:-20}" \
         --launch-count "${NCU_COUNT:-1}" --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-        --section MemoryWorkloadAnalysis "$LILY" bench-batch --model "$CK" --backend cuda --batches "${NCU_SECTION_BATCH:-64}" \
-        --context 1 --steps 1 > "$LOGS/ncu_sections.txt" 2>&1
+        --section MemoryWorkloadAnalysis ${NCU_SECTION_ARGS:-} "$LILY" bench-batch --model "$CK" --backend cuda \
+        --batches "${NCU_SECTION_BATCH:-64}" --context 1 --steps 1 ${NCU_LILY_ARGS:-} > "$LOGS/ncu_sections.txt" 2>&1
       grep -E 'Duration|Throughput|Registers|Occupancy|Block Limit|Stall|Warp Cycles|Eligible|L2 Hit|DRAM' \
         "$LOGS/ncu_sections.txt" | head -120 | say
     fi
