@@ -74,18 +74,24 @@ int run(const Args& a) {
   Model& m = **model;
   const double load_s = secs(tl, clock_type::now());
   // Analytic bytes per decode token, from a second (zero-copy) view of the same files.
-  size_t bytes_tok = 0, bytes_all = 0;
+  // And the FLOPs of a prefill's weight products: 2 per weight element a token multiplies, plus the
+  // last token's lm_head.
+  size_t bytes_tok = 0, bytes_all = 0, macs_tok = 0, macs_head = 0;
   if (auto ck = Checkpoint::open(a.model); ck.is_ok())
-    if (auto w = ModelWeights::from_checkpoint(**ck); w.is_ok()) bytes_tok = decode_bytes_per_token(*w), bytes_all = model_weight_bytes(*w);
+    if (auto w = ModelWeights::from_checkpoint(**ck); w.is_ok()) {
+      bytes_tok = decode_bytes_per_token(*w), bytes_all = model_weight_bytes(*w), macs_tok = macs_per_token(*w);
+      macs_head = size_t(w->lm_head.rows) * size_t(w->lm_head.cols);
+    }
   const int V = m.config().vocab_size;
   std::vector<int32_t> prompt(size_t(a.prompt_len));
   for (int i = 0; i < a.prompt_len; ++i) prompt[i] = int32_t((uint64_t(i) * 2654435761ull % (1ull << 32)) % uint64_t(V));
   const int cap = a.prompt_len + a.decode + 2;
   std::vector<float> logits(static_cast<size_t>(V));
 
-  fmt::print(stderr, "bench-cpu: {} threads, kernels {}, measuring memory bandwidth...\n", ThreadPool::global().size(),
-             cpu::fast::kernels().name);
+  fmt::print(stderr, "bench-cpu: {} threads, kernels {}, measuring memory bandwidth and the FMA peak...\n",
+             ThreadPool::global().size(), cpu::fast::kernels().name);
   const double bw = cpu::fast::measure_read_gbps(a.bw_gib);
+  const double fma_peak = cpu::fast::measure_fma_gflops();
 
   // Warm-up: same prompt shape, prefill + one decode step (touches the dense weights and sizes scratch).
   {
@@ -162,6 +168,11 @@ int run(const Args& a) {
   j["mem_read_gb_s"] = bw;
   j["file_pmd_mapped_bytes"] = cpu::fast::file_pmd_mapped_bytes();
   j["decode_bw_fraction"] = bw > 0 ? bytes_tok * dec_tps / 1e9 / bw : 0.0;
+  const double pre_gflops = 2.0 * double(macs_tok * size_t(a.prompt_len) + macs_head) / prefill_s / 1e9;
+  j["prefill_gflop_per_token"] = 2.0 * double(macs_tok) / 1e9;
+  j["prefill_gflop_s"] = pre_gflops;
+  j["fma_peak_gflop_s"] = fma_peak;
+  j["prefill_fma_fraction"] = fma_peak > 0 ? pre_gflops / fma_peak : 0.0;
   nlohmann::json ops = nlohmann::json::array();
   for (const auto& o : prof) {
     if (!o.calls) continue;
@@ -182,7 +193,10 @@ int run(const Args& a) {
   fmt::print("load average (1 min) {:.2f} before, {:.2f} after; CPU share of the {} threads: prefill {:.0f}%, decode {:.0f}% "
              "(below ~95%: other processes took cores; the numbers are then low)\n",
              load_before, loadavg1(), nthreads, 100 * prefill_share, 100 * decode_share);
-  fmt::print("prefill {} tokens: {:.3f} s = {:.2f} tok/s\n", a.prompt_len, prefill_s, pre_tps);
+  fmt::print("prefill {} tokens: {:.3f} s = {:.2f} tok/s; {:.2f} GFLOP/token of weight products -> {:.1f} GFLOP/s = {:.0f}% "
+             "of the {:.1f} GFLOP/s fp32 FMA peak measured now\n",
+             a.prompt_len, prefill_s, pre_tps, 2.0 * double(macs_tok) / 1e9, pre_gflops, 100.0 * pre_gflops / std::max(fma_peak, 1e-9),
+             fma_peak);
   fmt::print("decode {} steps: {:.3f} s = {:.2f} tok/s (median step {:.1f} ms); {:.2f} GB/token -> {:.1f} GB/s = {:.0f}% "
              "of the {:.1f} GB/s read bandwidth measured now\n",
              a.decode, decode_s, dec_tps, 1e3 * sorted[sorted.size() / 2], bytes_tok / 1e9, bytes_tok * dec_tps / 1e9,

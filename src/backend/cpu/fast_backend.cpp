@@ -551,6 +551,25 @@ size_t decode_bytes_per_token(const ModelWeights& w) {
   return b;
 }
 
+static size_t elems(const QWeight& q) { return size_t(q.rows) * size_t(q.cols); }
+
+size_t macs_per_token(const ModelWeights& w) {
+  const ModelConfig& c = w.cfg;
+  size_t n = 0;
+  for (const auto& L : w.layers) {
+    if (L.full_attention)
+      n += elems(L.attn.q_proj) + elems(L.attn.k_proj) + elems(L.attn.v_proj) + elems(L.attn.o_proj);
+    else
+      n += elems(L.gdn.in_proj_qkv) + elems(L.gdn.in_proj_z) + elems(L.gdn.in_proj_a) + elems(L.gdn.in_proj_b) +
+           elems(L.gdn.out_proj);
+    const MoeWeights& m = L.moe;
+    n += elems(m.router) + elems(m.shared_gate) + elems(m.shared_up) + elems(m.shared_down) + elems(m.shared_expert_gate) +
+         (elems(m.experts_gate) + elems(m.experts_up) + elems(m.experts_down)) / size_t(std::max(1, c.num_experts)) *
+             size_t(c.num_experts_per_tok);
+  }
+  return n;
+}
+
 Result<std::unique_ptr<Backend>> make_fast_cpu_backend(const ModelWeights& w, size_t state_limit_bytes) {
   using cpu::check_weight;
   LILY_TRY(check_weight(w.lm_head, "lm_head", -1));

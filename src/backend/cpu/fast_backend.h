@@ -17,5 +17,9 @@ Result<std::unique_ptr<Backend>> make_fast_cpu_backend(const ModelWeights& weigh
 size_t model_weight_bytes(const ModelWeights& w);
 // Bytes one decode token reads: dense weights, the top-k routed experts and the lm_head row set.
 size_t decode_bytes_per_token(const ModelWeights& w);
+// Weight elements one token multiplies outside the lm_head (each a multiply-add): the mixer projections,
+// router, shared expert and its gate, and the top-k routed experts. A prefill of M tokens does
+// 2·M·this FLOPs of weight products plus one lm_head row set (attention scores are not counted).
+size_t macs_per_token(const ModelWeights& w);
 
 }  // namespace lily

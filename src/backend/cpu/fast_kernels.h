@@ -118,6 +118,9 @@ struct KernelTable : GdnKernels {
   // ldS = the full width) is one valid call: prefill runs L1-sized column blocks over all tokens.
   void (*gdn_step)(float* S, const float* q, const float* k, const float* v, float alpha, float beta,
                    float* out, int dk, int dv, int ldS);
+  // The fp32 FMA rate of one core: iters rounds of independent register-wide FMA chains (no memory);
+  // returns the FLOPs done, the result's sum in *sink. For bench-cpu's compute peak (fast_membw.h).
+  double (*fma_flops)(long iters, float* sink);
 };
 
 const KernelTable& scalar_table();

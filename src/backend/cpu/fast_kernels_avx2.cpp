@@ -111,7 +111,7 @@ LILY_TGT void load_row_params(const QWeight& w, int r, int R, float* sb, float* 
 }  // namespace
 
 const KernelTable* avx2_table() {
-  static const KernelTable t{kGdnAvx2, "avx2", q4_rows, q4_gemm_avx2, q8_rows, dot, axpy, gdn_step};
+  static const KernelTable t{kGdnAvx2, "avx2", q4_rows, q4_gemm_avx2, q8_rows, dot, axpy, gdn_step, fma_flops};
   return &t;
 }
 

@@ -148,7 +148,7 @@ LILY_TGT void axpy(float* y, float s, const float* x, int n) {
 }  // namespace
 
 const KernelTable* avx512_table() {
-  static const KernelTable t{kGdnAvx512, "avx512-vnni", q4_rows, q4_gemm_avx512, q8_rows, dot, axpy, gdn_step};
+  static const KernelTable t{kGdnAvx512, "avx512-vnni", q4_rows, q4_gemm_avx512, q8_rows, dot, axpy, gdn_step, fma_flops};
   return &t;
 }
 

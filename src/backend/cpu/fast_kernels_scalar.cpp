@@ -173,15 +173,28 @@ void gdn_step(float* S, const float* q, const float* k, const float* v, float al
   }
 }
 
+// KernelTable::fma_flops on scalars (as compiled for the base ISA).
+double fma_flops(long iters, float* sink) {
+  constexpr int kChains = 12;
+  float acc[kChains];
+  for (int j = 0; j < kChains; ++j) acc[j] = 1.0f + 0.001f * float(j);
+  for (long i = 0; i < iters; ++i)
+    for (int j = 0; j < kChains; ++j) acc[j] = std::fma(acc[j], 0.99999994f, 1e-7f);
+  float s = 0;
+  for (float a : acc) s += a;
+  *sink = s;
+  return double(iters) * kChains * 2;
+}
+
 }  // namespace
 
 const KernelTable& scalar_table() {
-  static const KernelTable t{kGdnScalar, "scalar", q4_rows, q4_gemm_scalar, q8_rows, dot, axpy, gdn_step};
+  static const KernelTable t{kGdnScalar, "scalar", q4_rows, q4_gemm_scalar, q8_rows, dot, axpy, gdn_step, fma_flops};
   return t;
 }
 
 const KernelTable& scalar_f32_table() {
-  static const KernelTable t{kGdnScalar, "scalar-f32", q4_rows_f32, q4_gemm_scalar, q8_rows, dot, axpy, gdn_step};
+  static const KernelTable t{kGdnScalar, "scalar-f32", q4_rows_f32, q4_gemm_scalar, q8_rows, dot, axpy, gdn_step, fma_flops};
   return t;
 }
 

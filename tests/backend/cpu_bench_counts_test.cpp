@@ -1,0 +1,59 @@
+// The per-token counts `lily bench-cpu` reports its speeds with (fast_backend.h): the weight products one
+// token does (macs_per_token: prefill GFLOP/s against the FMA peak) and the bytes one decode token reads
+// (decode_bytes_per_token: GB/s against the bandwidth), each against a sum written here from the config's
+// shapes (model-spec §1), not from the loaded tensors, on a synthetic checkpoint of the small preset.
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "backend/cpu/fast_backend.h"
+#include "io/checkpoint.h"
+#include "io/synth.h"
+#include "model/weights.h"
+
+namespace lily {
+namespace {
+
+TEST(BenchCounts, PerTokenCountsFollowTheConfig) {
+  const std::string dir = (std::filesystem::temp_directory_path() / ("lily-counts-" + std::to_string(::getpid()))).string();
+  ASSERT_TRUE(write_synthetic_checkpoint({"small", 5, dir}).is_ok());
+  auto ck = Checkpoint::open(dir);
+  ASSERT_TRUE(ck) << ck.message();
+  auto w = ModelWeights::from_checkpoint(*ck.value());
+  ASSERT_TRUE(w) << w.message();
+  const ModelConfig& c = w.value().cfg;
+  const size_t H = size_t(c.hidden_size), I = size_t(c.moe_intermediate_size), Is = size_t(c.shared_expert_intermediate_size);
+  const size_t E = size_t(c.num_experts), k = size_t(c.num_experts_per_tok);
+  const size_t qd = size_t(c.num_attention_heads) * size_t(c.head_dim), kvd = size_t(c.num_key_value_heads) * size_t(c.head_dim);
+  const size_t kd = size_t(c.gdn_key_dim()), vd = size_t(c.gdn_value_dim()), nv = size_t(c.linear_num_value_heads);
+  // Weight elements a token multiplies, and the elements one decode token reads (the routed experts' k).
+  size_t macs = 0;
+  int n_attn = 0;
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    if (c.is_full_attention[size_t(i)]) {
+      ++n_attn;
+      macs += (qd * (c.attn_output_gate ? 2 : 1) + 2 * kvd) * H + H * qd;  // q(+gate), k, v; o
+    } else {
+      macs += (2 * kd + vd + vd + 2 * nv) * H + H * vd;  // qkv, z, a, b; out
+    }
+    macs += E * H + 2 * Is * H + H * Is + H + k * 3 * I * H;  // router, shared gate/up/down, its gate, k experts
+  }
+  ASSERT_GT(n_attn, 0);
+  ASSERT_LT(n_attn, c.num_hidden_layers);
+  EXPECT_EQ(macs_per_token(w.value()), macs);
+  // Bytes: 4-bit codes (8-bit router and shared-expert gate) plus a bf16 scale and bias a group of 64, every
+  // one of those elements, plus the lm_head and one embedding row (4-bit and 8-bit as the preset stores them).
+  const size_t router_elems = size_t(c.num_hidden_layers) * (E * H + H);
+  auto qbytes = [](size_t elems, int bits) { return elems * size_t(bits) / 8 + elems / 64 * 4; };
+  const size_t head = size_t(c.vocab_size) * H;
+  const size_t expect_bytes = qbytes(macs - router_elems, 4) + qbytes(router_elems, 8) + qbytes(head, w.value().lm_head.bits) +
+                              qbytes(H, w.value().embed.bits);
+  EXPECT_EQ(decode_bytes_per_token(w.value()), expect_bytes);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace lily
