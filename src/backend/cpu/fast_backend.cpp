@@ -518,57 +518,47 @@ std::pair<size_t, size_t> meminfo() {
 }  // namespace
 }  // namespace cpu
 
-// Bytes of a layer's mixer projections (attention or DeltaNet), all read every token.
-static size_t mixer_bytes(const LayerWeights& L) {
-  if (L.full_attention)
-    return L.attn.q_proj.nbytes() + L.attn.k_proj.nbytes() + L.attn.v_proj.nbytes() + L.attn.o_proj.nbytes();
-  return L.gdn.in_proj_qkv.nbytes() + L.gdn.in_proj_z.nbytes() + L.gdn.in_proj_a.nbytes() + L.gdn.in_proj_b.nbytes() +
-         L.gdn.out_proj.nbytes();
+// f summed over a layer's mixer projections (attention or DeltaNet), all used by every token.
+template <typename F>
+static size_t mixer_sum(const LayerWeights& L, F f) {
+  if (L.full_attention) return f(L.attn.q_proj) + f(L.attn.k_proj) + f(L.attn.v_proj) + f(L.attn.o_proj);
+  return f(L.gdn.in_proj_qkv) + f(L.gdn.in_proj_z) + f(L.gdn.in_proj_a) + f(L.gdn.in_proj_b) + f(L.gdn.out_proj);
 }
+
+// f summed over the weights one token uses outside the embedding and lm_head: every layer's mixer
+// projections, router, shared expert and its gate, and top-k routed experts (k/E of the stacked experts).
+template <typename F>
+static size_t token_sum(const ModelWeights& w, F f) {
+  const ModelConfig& c = w.cfg;
+  size_t n = 0;
+  for (const auto& L : w.layers) {
+    const MoeWeights& m = L.moe;
+    const size_t per_expert = (f(m.experts_gate) + f(m.experts_up) + f(m.experts_down)) / size_t(std::max(1, c.num_experts));
+    n += mixer_sum(L, f) + f(m.router) + f(m.shared_gate) + f(m.shared_up) + f(m.shared_down) + f(m.shared_expert_gate) +
+         per_expert * size_t(c.num_experts_per_tok);
+  }
+  return n;
+}
+
+static size_t nbytes(const QWeight& q) { return q.nbytes(); }
+static size_t elems(const QWeight& q) { return size_t(q.rows) * size_t(q.cols); }
 
 size_t model_weight_bytes(const ModelWeights& w) {
   size_t b = w.embed.nbytes() + w.lm_head.nbytes();
   for (const auto& L : w.layers) {
-    b += mixer_bytes(L);
     const MoeWeights& m = L.moe;
-    b += m.router.nbytes() + m.experts_gate.nbytes() + m.experts_up.nbytes() + m.experts_down.nbytes() +
-         m.shared_gate.nbytes() + m.shared_up.nbytes() + m.shared_down.nbytes() + m.shared_expert_gate.nbytes();
+    b += mixer_sum(L, nbytes) + m.router.nbytes() + m.experts_gate.nbytes() + m.experts_up.nbytes() +
+         m.experts_down.nbytes() + m.shared_gate.nbytes() + m.shared_up.nbytes() + m.shared_down.nbytes() +
+         m.shared_expert_gate.nbytes();
   }
   return b;
 }
 
 size_t decode_bytes_per_token(const ModelWeights& w) {
-  const ModelConfig& c = w.cfg;
-  size_t b = w.lm_head.nbytes() + w.embed.nbytes() / size_t(std::max(1, w.embed.rows));
-  for (const auto& L : w.layers) {
-    b += mixer_bytes(L);
-    const MoeWeights& m = L.moe;
-    const size_t per_expert = (m.experts_gate.nbytes() + m.experts_up.nbytes() + m.experts_down.nbytes()) /
-                              size_t(std::max(1, c.num_experts));
-    b += m.router.nbytes() + m.shared_gate.nbytes() + m.shared_up.nbytes() + m.shared_down.nbytes() +
-         m.shared_expert_gate.nbytes() + per_expert * size_t(c.num_experts_per_tok);
-  }
-  return b;
+  return w.lm_head.nbytes() + w.embed.nbytes() / size_t(std::max(1, w.embed.rows)) + token_sum(w, nbytes);
 }
 
-static size_t elems(const QWeight& q) { return size_t(q.rows) * size_t(q.cols); }
-
-size_t macs_per_token(const ModelWeights& w) {
-  const ModelConfig& c = w.cfg;
-  size_t n = 0;
-  for (const auto& L : w.layers) {
-    if (L.full_attention)
-      n += elems(L.attn.q_proj) + elems(L.attn.k_proj) + elems(L.attn.v_proj) + elems(L.attn.o_proj);
-    else
-      n += elems(L.gdn.in_proj_qkv) + elems(L.gdn.in_proj_z) + elems(L.gdn.in_proj_a) + elems(L.gdn.in_proj_b) +
-           elems(L.gdn.out_proj);
-    const MoeWeights& m = L.moe;
-    n += elems(m.router) + elems(m.shared_gate) + elems(m.shared_up) + elems(m.shared_down) + elems(m.shared_expert_gate) +
-         (elems(m.experts_gate) + elems(m.experts_up) + elems(m.experts_down)) / size_t(std::max(1, c.num_experts)) *
-             size_t(c.num_experts_per_tok);
-  }
-  return n;
-}
+size_t macs_per_token(const ModelWeights& w) { return token_sum(w, elems); }
 
 Result<std::unique_ptr<Backend>> make_fast_cpu_backend(const ModelWeights& w, size_t state_limit_bytes) {
   using cpu::check_weight;
