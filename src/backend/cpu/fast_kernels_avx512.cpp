@@ -41,10 +41,14 @@ LILY_TGT float dot(const float* a, const float* b, int n) {
 
 // Software prefetch of the decode kernel: a block of R rows is R·K/2 contiguous bytes, read as R
 // streams advancing 32 bytes a group; the prefetch walks the same bytes linearly, kPrefetchBytes
-// ahead of the block's start (R·32 bytes a group, so it stays that far ahead). Measured on the full
-// checkpoint, 2 threads, AVX-512 (docs/perf/2026-12-06-cpu-decode.md): 1 KiB ahead in every row stream
-// (the earlier scheme, which at K = 2048 prefetched the next row of the same block) 10.1 tok/s; linear
-// 2 KiB 11.1; with 512 KiB tasks (fast_ops.cpp) 12.1 at 2 KiB, 12.9 at 4 KiB, 12.8 at 8 KiB, 12.5 at 16 KiB.
+// past the block's end (R·32 bytes a group, so it stays a block and kPrefetchBytes ahead of the
+// block's first row). Measured on the full checkpoint, 2 threads, AVX-512 (docs/perf/2026-12-06-cpu-decode.md):
+// 1 KiB ahead in every row stream (the earlier scheme, which at K = 2048 prefetched the next row of the
+// same block) 10.1 tok/s; linear from the block's start 2 KiB 11.1; with 512 KiB tasks (fast_ops.cpp)
+// 12.1 at 2 KiB, 12.9 at 4 KiB, 12.8 at 8 KiB, 12.5 at 16 KiB. From the block's start, a K = 4096 block
+// (8 KiB) had its rows 2 and 3 prefetched barely ahead of their reads: past the block's end instead,
+// out_proj / o_proj 5.24 → 4.31 ms a token (36 → 44 GB/s) and decode 20.95 → 21.83 tok/s, medians of 9
+// alternating runs on the Zen 5 dev VM (docs/perf/2026-12-07-cpu-prefetch.md).
 constexpr int kPrefetchBytes = 4096;
 // q4_rows (fast_kernels_simd.inc): blocks of 4 rows x 4 tokens, 16 tokens at a time (x of 16 tokens,
 // hi + lo, 8 KiB each at K = 2048, stays in L2; the task's codes in L1/L2), the scales and biases
@@ -75,7 +79,8 @@ LILY_TGT void q4_block(const QArgs& a, int r, int i0, const float* sb, const flo
   const __m512i nib = _mm512_set1_epi16(0xF);
   const auto [codes, xp, xl, dx] = q4_streams<R, T>(a, r, i0);
   __m512 acc[R][T] = {};
-  const char* ahead = reinterpret_cast<const char*>(codes[0]) + kPrefetchBytes;  // rows r.. are contiguous
+  // Rows r.. are contiguous: the next block starts R·G·32 bytes on.
+  const char* ahead = reinterpret_cast<const char*>(codes[0]) + R * G * 32 + kPrefetchBytes;
   for (int g = 0; g < G; ++g) {
     // R·32 bytes of codes a group: one cache line every 2 / 1 group(s) at R = 1 / 2, two at R = 4.
     if (R * 32 >= 64 || (g & 1) == 0) _mm_prefetch(ahead + g * R * 32, _MM_HINT_T0);
