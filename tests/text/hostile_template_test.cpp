@@ -47,6 +47,23 @@ TEST(HostileTemplate, DoublingStringIsAnError) {
                "MemoryError");
 }
 
+// A namespace assigned into itself printed by following the cycle until the stack overflowed (found by
+// jinja_fuzz); Python's repr prints the revisited dict as {...}. A nesting as deep as a loop runs is
+// Python's RecursionError, not a crash.
+TEST(HostileTemplate, SelfReferenceAndDeepNestingPrint) {
+  auto r = render("{% set ns = namespace(S='ab') %}{% for i in range(40) %}{% set ns.s = ns %}{% endfor %}{{ ns }}");
+  ASSERT_TRUE(r.is_ok()) << r.message();
+  EXPECT_EQ(r.value(), "<Namespace {'S': 'ab', 's': <Namespace {...}>}>");
+  auto l = render("{% set ns = namespace(x=[1]) %}{% set ns.y = [ns, ns.x, ns.x] %}{{ ns.y }}");
+  ASSERT_TRUE(l.is_ok()) << l.message();
+  EXPECT_EQ(l.value(), "[<Namespace {'x': [1], 'y': [...]}>, [1], [1]]");
+  expect_error("{% set ns = namespace(x=1) %}{% for i in range(5000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
+               "RecursionError");
+  expect_error("{% set ns = namespace(x=1, y=1) %}{% for i in range(5000) %}{% set ns.x = [ns.x] %}{% set ns.y = [ns.y] %}"
+               "{% endfor %}{{ ns.x == ns.y }}",
+               "RecursionError");
+}
+
 TEST(HostileTemplate, NestedLoopsHitTheWorkBudget) {
   expect_error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
                "loop iterations and macro calls");

@@ -124,12 +124,50 @@ static std::string repr_string(const std::string& s) {
   return out;
 }
 
+namespace {
+// Python's recursion limit, for the functions below that recurse into lists and dicts: a namespace may be
+// assigned into itself (`{% set ns.s = ns %}`) or grow a nesting as deep as a loop runs
+// (`{% set ns.x = [ns.x] %}`), and an unbounded recursion here overflowed the stack (jinja_fuzz).
+constexpr int kMaxNesting = 900;
+thread_local int nesting = 0;
+// The containers whose repr is being written (Python's Py_ReprEnter): met again, they print as
+// [...] / {...}, as Python's list and dict repr do.
+thread_local std::vector<const void*> repr_active;
+struct Nest {
+  explicit Nest(const char* what) {
+    if (++nesting > kMaxNesting) {
+      --nesting;
+      throw Error(std::string("RecursionError: maximum recursion depth exceeded ") + what);
+    }
+  }
+  ~Nest() { --nesting; }
+  Nest(const Nest&) = delete;
+  Nest& operator=(const Nest&) = delete;
+};
+struct ReprEnter {
+  explicit ReprEnter(const void* p) : p(p) {
+    again = std::find(repr_active.begin(), repr_active.end(), p) != repr_active.end();
+    if (!again) repr_active.push_back(p);
+  }
+  ~ReprEnter() {
+    if (!again) repr_active.pop_back();
+  }
+  ReprEnter(const ReprEnter&) = delete;
+  ReprEnter& operator=(const ReprEnter&) = delete;
+  const void* p;
+  bool again = false;
+};
+}  // namespace
+
 std::string py_repr(const Value& v) {
   switch (v.kind) {
     case Kind::Undefined: return "Undefined";
     case Kind::String: return repr_string(v.s);
     case Kind::List: {
       if (v.is_iter) return "<generator object>";
+      Nest nest("while getting the repr of an object");
+      ReprEnter enter(v.list.get());
+      if (enter.again) return v.is_tuple ? "(...)" : "[...]";
       std::string out = v.is_tuple ? "(" : "[";
       for (size_t k = 0; k < v.list->size(); ++k) {
         if (k) out += ", ";
@@ -139,6 +177,9 @@ std::string py_repr(const Value& v) {
       return out + (v.is_tuple ? ")" : "]");
     }
     case Kind::Dict: {
+      Nest nest("while getting the repr of an object");
+      ReprEnter enter(v.dict.get());
+      if (enter.again) return v.is_namespace ? "<Namespace {...}>" : "{...}";
       std::string out = v.is_namespace ? "<Namespace {" : "{";
       bool first = true;
       for (auto& [k, x] : v.dict->items) {
@@ -182,6 +223,7 @@ std::string type_name(const Value& v) {
 
 bool py_equal(const Value& a, const Value& b) {
   if (a.is_undefined() || b.is_undefined()) return a.is_undefined() && b.is_undefined();
+  Nest nest("in comparison");
   if (a.is_number() && b.is_number()) {
     if (a.kind == Kind::Float || b.kind == Kind::Float) return a.as_double() == b.as_double();
     return a.as_int() == b.as_int();
@@ -214,6 +256,7 @@ bool py_equal(const Value& a, const Value& b) {
 int py_compare(const Value& a, const Value& b) {
   if (a.is_undefined()) fail_undefined(a);
   if (b.is_undefined()) fail_undefined(b);
+  Nest nest("in comparison");
   if (a.is_number() && b.is_number()) {
     if (a.kind == Kind::Float || b.kind == Kind::Float) {
       double x = a.as_double(), y = b.as_double();
