@@ -1,30 +1,21 @@
 // The per-token counts `lily bench-cpu` reports its speeds with (fast_backend.h): the weight products one
 // token does (macs_per_token: prefill GFLOP/s against the FMA peak) and the bytes one decode token reads
 // (decode_bytes_per_token: GB/s against the bandwidth), each against a sum written here from the config's
-// shapes (model-spec §1), not from the loaded tensors, on a synthetic checkpoint of the small preset.
-#include <unistd.h>
-
-#include <filesystem>
-#include <string>
-
+// shapes (model-spec §1), not from the tensors, on the tiny preset's synthetic weights (in memory).
 #include <gtest/gtest.h>
 
 #include "backend/cpu/fast_backend.h"
-#include "io/checkpoint.h"
-#include "io/synth.h"
-#include "model/weights.h"
+#include "model/synthetic_weights.h"
 
 namespace lily {
 namespace {
 
 TEST(BenchCounts, PerTokenCountsFollowTheConfig) {
-  const std::string dir = (std::filesystem::temp_directory_path() / ("lily-counts-" + std::to_string(::getpid()))).string();
-  ASSERT_TRUE(write_synthetic_checkpoint({"small", 5, dir}).is_ok());
-  auto ck = Checkpoint::open(dir);
-  ASSERT_TRUE(ck) << ck.message();
-  auto w = ModelWeights::from_checkpoint(*ck.value());
-  ASSERT_TRUE(w) << w.message();
-  const ModelConfig& c = w.value().cfg;
+  auto cfg = synthetic_config("tiny");
+  ASSERT_TRUE(cfg) << cfg.message();
+  const auto sw = make_synthetic_weights(*cfg, 5);
+  const ModelWeights& w = sw->w;
+  const ModelConfig& c = w.cfg;
   const size_t H = size_t(c.hidden_size), I = size_t(c.moe_intermediate_size), Is = size_t(c.shared_expert_intermediate_size);
   const size_t E = size_t(c.num_experts), k = size_t(c.num_experts_per_tok);
   const size_t qd = size_t(c.num_attention_heads) * size_t(c.head_dim), kvd = size_t(c.num_key_value_heads) * size_t(c.head_dim);
@@ -43,16 +34,15 @@ TEST(BenchCounts, PerTokenCountsFollowTheConfig) {
   }
   ASSERT_GT(n_attn, 0);
   ASSERT_LT(n_attn, c.num_hidden_layers);
-  EXPECT_EQ(macs_per_token(w.value()), macs);
+  EXPECT_EQ(macs_per_token(w), macs);
   // Bytes: 4-bit codes (8-bit router and shared-expert gate) plus a bf16 scale and bias a group of 64, every
   // one of those elements, plus the lm_head and one embedding row (4-bit and 8-bit as the preset stores them).
   const size_t router_elems = size_t(c.num_hidden_layers) * (E * H + H);
   auto qbytes = [](size_t elems, int bits) { return elems * size_t(bits) / 8 + elems / 64 * 4; };
   const size_t head = size_t(c.vocab_size) * H;
-  const size_t expect_bytes = qbytes(macs - router_elems, 4) + qbytes(router_elems, 8) + qbytes(head, w.value().lm_head.bits) +
-                              qbytes(H, w.value().embed.bits);
-  EXPECT_EQ(decode_bytes_per_token(w.value()), expect_bytes);
-  std::filesystem::remove_all(dir);
+  const size_t expect_bytes = qbytes(macs - router_elems, 4) + qbytes(router_elems, 8) + qbytes(head, w.lm_head.bits) +
+                              qbytes(H, w.embed.bits);
+  EXPECT_EQ(decode_bytes_per_token(w), expect_bytes);
 }
 
 }  // namespace
