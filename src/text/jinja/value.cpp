@@ -145,8 +145,7 @@ struct Nest {
   Nest& operator=(const Nest&) = delete;
 };
 struct ReprEnter {
-  explicit ReprEnter(const void* p) : p(p) {
-    again = std::find(repr_active.begin(), repr_active.end(), p) != repr_active.end();
+  explicit ReprEnter(const void* p) : again(std::find(repr_active.begin(), repr_active.end(), p) != repr_active.end()) {
     if (!again) repr_active.push_back(p);
   }
   ~ReprEnter() {
@@ -154,8 +153,7 @@ struct ReprEnter {
   }
   ReprEnter(const ReprEnter&) = delete;
   ReprEnter& operator=(const ReprEnter&) = delete;
-  const void* p;
-  bool again = false;
+  const bool again;
 };
 }  // namespace
 
