@@ -66,7 +66,7 @@
 #           SERVE_AB      ';'-separated settings, each words of VAR=x (server env; LOGPROBS=0|1 for the clients)
 #                         and --flag value (serve options), at SERVE_AB_CLIENTS [16]; LOGPROBS=, PROMPT_WORDS= and
 #                         MAX_TOKENS= there are the clients' settings,
-#                         e.g. 'LILY_QGEMM_TERMS=1;LOGPROBS=1 --step-tokens 1024' ['']
+#                         e.g. 'LOGPROBS=1 --step-tokens 1024' ['']
 #   cpu:    THREADS ["1 2 4 8 16"]  PROMPT [256]
 #   golden-envelope: GOLDENS (golden folders) [tests/data/golden/*]
 #   llama:  LLAMA_SRC (a carried llama.cpp checkout) [.llama/llama.cpp]  LLAMA_MODEL (a .gguf on the device)

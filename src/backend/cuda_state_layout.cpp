@@ -12,15 +12,14 @@ StateMemory CudaStateLayout::memory() const {
   m.initial_positions = initial_positions;
   m.position_step = kCudaKvStep;
   m.page = kCudaPage;
-  m.kv_elem = kv_elem;
+  m.kv_elem = kKvElem;
   m.s_elem = kSElem;
   return m;
 }
 
-CudaStateLayout cuda_state_layout(const ModelConfig& cfg, bool kv_f32, size_t ctl_bytes, int initial_positions) {
-  const size_t es = kv_f32 ? 4 : 2;
+CudaStateLayout cuda_state_layout(const ModelConfig& cfg, size_t ctl_bytes, int initial_positions) {
+  const size_t es = CudaStateLayout::kKvElem;
   CudaStateLayout l;
-  l.kv_elem = int(es);
   l.conv_bytes = 2 * size_t(cfg.gdn_conv_dim()) * (cfg.linear_conv_kernel_dim - 1) * es;
   l.S_bytes = size_t(cfg.linear_num_value_heads) * cfg.linear_key_head_dim * cfg.linear_value_head_dim * CudaStateLayout::kSElem;
   l.ctl_bytes = ctl_bytes;

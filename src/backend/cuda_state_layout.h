@@ -2,9 +2,9 @@
 // CPU-only build tests it, and one definition that cuda_state.cu allocates by and the engine's
 // memory plan counts by (CudaBackend::state_memory). A state is two allocations, which
 // cuda_state.cu carves into buffers:
-//   the fixed arena: per DeltaNet layer its conv window [2, C, K-1] (fp32; bf16 with
-//     LILY_CUDA_KV=bf16) and its state S [nv, dk, dv] fp16; then the StepCtl;
-//   the K/V arena: per attention layer K, then V, each [nkv, cap, hd] (fp32; bf16 with LILY_CUDA_KV=bf16).
+//   the fixed arena: per DeltaNet layer its conv window [2, C, K-1] fp32 and its state S [nv, dk, dv]
+//     fp16; then the StepCtl;
+//   the K/V arena: per attention layer K, then V, each [nkv, cap, hd] fp32.
 // Each buffer starts on 256 bytes with at least 16 free bytes after the one before it (the
 // kernels' vector tails). cudaMalloc takes allocations of 2 MiB or more in whole 2 MiB pages: one
 // allocation per kind, instead of one per buffer (81 at full size, 30 of them 2 MiB + 16 bytes),
@@ -26,7 +26,7 @@ struct CudaStateLayout {
   size_t S_bytes = 0;     // one DeltaNet layer's state S
   size_t ctl_bytes = 0;   // the StepCtl
   size_t kv_row = 0;      // one position of one K or V buffer: nkv * hd * element size
-  int kv_elem = 4;        // bytes an element of the K/V and conv windows (fp32, or bf16)
+  static constexpr int kKvElem = 4;  // bytes an element of the K/V caches and conv windows (fp32)
   static constexpr int kSElem = 2;  // bytes an element of S (fp16; every kernel computes in fp32)
   int n_gdn = 0, n_attn = 0;
   int initial_positions = kCudaKvInitial;
@@ -40,7 +40,7 @@ struct CudaStateLayout {
   StateMemory memory() const;
 };
 
-// kv_f32: fp32 K/V and conv windows (the default), else bf16. ctl_bytes: sizeof(StepCtl).
-CudaStateLayout cuda_state_layout(const ModelConfig& cfg, bool kv_f32, size_t ctl_bytes, int initial_positions);
+// ctl_bytes: sizeof(StepCtl).
+CudaStateLayout cuda_state_layout(const ModelConfig& cfg, size_t ctl_bytes, int initial_positions);
 
 }  // namespace lily

@@ -53,7 +53,7 @@ TEST(StateMemory, Arithmetic) {
 TEST(StateMemory, CudaLayoutOfTheRealModel) {
   auto cfg = synthetic_config("qwen3.6-35b-a3b");
   ASSERT_TRUE(cfg.is_ok());
-  const CudaStateLayout lay = cuda_state_layout(*cfg, /*kv_f32=*/true, /*ctl_bytes=*/80, /*initial=*/2048);
+  const CudaStateLayout lay = cuda_state_layout(*cfg, /*ctl_bytes=*/80, /*initial=*/2048);
   EXPECT_EQ(lay.n_gdn, 30);
   EXPECT_EQ(lay.n_attn, 10);
   EXPECT_EQ(lay.conv_bytes, 196608u);
@@ -72,12 +72,6 @@ TEST(StateMemory, CudaLayoutOfTheRealModel) {
   EXPECT_EQ(m.bytes_for(5000, 8192), 243269632u);
   for (int cap : {16, 2048, 5008, 8192})  // the linear form is exact: kv_row is a multiple of 256
     EXPECT_EQ(m.kv_base + m.per_position * size_t(cap), lay.kv_arena(cap)) << cap;
-  // bf16 K/V and conv windows: half the K/V and conv bytes, S unchanged.
-  const CudaStateLayout h = cuda_state_layout(*cfg, false, 80, 2048);
-  EXPECT_EQ(h.fixed_arena(), 34422016u);  // 30 x (98,560 + 1,048,832) + 256
-  EXPECT_EQ(h.memory().per_position, 20480u);
-  EXPECT_EQ(h.memory().kv_elem, 2);
-  EXPECT_EQ(h.memory().s_elem, 2);
 }
 
 // The CPU's: conv windows 8,192 x 3 and S 32 x 128 x 128 floats per DeltaNet layer, fp32 K/V; no

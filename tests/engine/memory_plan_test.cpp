@@ -15,7 +15,7 @@ namespace {
 StateMemory real_cuda_state() {
   auto cfg = synthetic_config("qwen3.6-35b-a3b");
   EXPECT_TRUE(cfg.is_ok());
-  return cuda_state_layout(*cfg, true, 80, 2048).memory();
+  return cuda_state_layout(*cfg, 80, 2048).memory();
 }
 
 // An H200 as cudaMemGetInfo reports it (140.4 GiB), 128 GB free after the weights and scratch.

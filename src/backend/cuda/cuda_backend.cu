@@ -29,7 +29,7 @@ __global__ void empty_pdl_kernel() {
 Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_logits) {
   const ModelConfig& c = cfg_;
   const int H = c.hidden_size, C = c.gdn_conv_dim();
-  const double es = st.f32 ? 4 : 2;
+  const double es = CudaStateLayout::kKvElem;
   // One op: launched unless profiling another op kind; marked (event) and its bytes counted when profiling.
   auto op = [&](const char* name, double bytes, auto&& launch) -> Status {
     if (only_ && std::strcmp(only_, name) != 0) return Status::ok();
@@ -62,7 +62,7 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
       LILY_TRY(op("gdn: add+norm+[qkv|z|a|b] gemv", qbytes(L.in_proj), [&] { return gemv(in, s); }));
       GdnArgs g{};
       g.u = u_, g.conv_w = L.conv_w, g.conv = SL.conv, g.S = SL.S, g.A_log = L.A_log, g.dt_bias = L.dt_bias;
-      g.o = o_, g.ctl = st.ctl, g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.win_f32 = st.f32;
+      g.o = o_, g.ctl = st.ctl, g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads;
       g.dk = c.linear_key_head_dim, g.dv = c.linear_value_head_dim, g.K = c.linear_conv_kernel_dim;
       // The gated RMSNorm at the end of the GDN step kernel (clusters; dv ≤ 256), out_proj staging a plain
       // input; wider heads keep it in out_proj's staging. H200, 2026-12-03: 440.0 tok/s at 256 against 386.1
@@ -88,7 +88,6 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
       LILY_TRY(op("attn: add+norm+[q|k|v] gemv", qbytes(L.qkv), [&] { return gemv(in, s); }));
       AttnArgs a{};
       a.qkv = u_, a.q_norm = L.q_norm, a.k_norm = L.k_norm, a.q = q_, a.kc = SL.kc, a.vc = SL.vc, a.out = o_;
-      a.kv_f32 = st.f32;
       a.partial = attn_partial_, a.ctl = st.ctl, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
       a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim();
       a.max_seq = st.cap, a.n_split = attn_max_splits(), a.theta = c.rope_theta, a.eps = c.rms_norm_eps;

@@ -46,13 +46,12 @@ void destroy_batch_ctx(BatchCtx* b);
 double print_op_rows(std::vector<std::pair<const char*, cudaEvent_t>>& ev, const std::string& title);
 
 struct CudaSeqState final : SeqState {
-  // K/V cache and conv window: fp32 when `f32` (default; LILY_CUDA_KV=bf16 at new_state gives
-  // bf16). The pointers keep their bf16 type for code written against bf16; with f32 they point at
-  // floats (use kv_f32()/conv_f32()).
+  // K/V cache and conv window in fp32 (a 16-bit cache measured outside the precision budget:
+  // docs/perf/2026-12-06-kv-f16.md).
   struct Layer {
-    uint16_t* kc = nullptr;  // [nkv, max_seq, hd] bf16, or fp32 when f32
-    uint16_t* vc = nullptr;
-    uint16_t* conv = nullptr;  // [2, C, K-1] bf16, or fp32 when f32
+    float* kc = nullptr;  // [nkv, cap, hd]
+    float* vc = nullptr;
+    float* conv = nullptr;  // [2, C, K-1]
     uint16_t* S = nullptr;     // fp16 bits [nv, dk, dv]
     size_t kv_bytes = 0, conv_bytes = 0, S_bytes = 0;
   };
@@ -65,7 +64,6 @@ struct CudaSeqState final : SeqState {
   int n = 0;
   int cap = 0;    // positions allocated in each K/V cache: the kernels' stride ([nkv, cap, hd])
   int limit = 0;  // max_seq: the most positions reserve() will grow to
-  bool f32 = true;  // K/V cache and conv window stored in fp32
   int nkv = 0, hd = 0;  // K/V cache shape per layer: [nkv, cap, hd]
   std::vector<Layer> layers;
   StepCtl* ctl = nullptr;
@@ -146,7 +144,7 @@ class CudaBackend final : public Backend {
   Result<std::unique_ptr<SeqState>> new_state(int max_seq) override;
   // new_state with K/V caches of cap0 positions to start (clone sizes a snapshot to what it holds).
   Result<std::unique_ptr<SeqState>> make_state(int max_seq, int cap0);
-  // What a state takes (cuda_state_layout.h, with today's LILY_CUDA_KV and LILY_CUDA_KV_INITIAL),
+  // What a state takes (cuda_state_layout.h, with today's LILY_CUDA_KV_INITIAL),
   // and the device's free memory (cudaMemGetInfo). cuda_state.cu.
   StateMemory state_memory(int max_seq) const override;
   Result<DeviceMemory> device_memory() override;
@@ -165,7 +163,7 @@ class CudaBackend final : public Backend {
   // recurrence over the kept tokens. At most kSpecFeeds verify feeds a step (each copies its ~63 MB of
   // DeltaNet state aside at full size).
   static constexpr int kSpecFeeds = 8;
-  bool speculates() const override;  // not with LILY_CUDA_KV=bf16: the mixed step takes fp32 states
+  bool speculates() const override;  // when the mixed step takes the model
   int spec_max_feeds() const override { return kSpecFeeds; }
   double spec_row_cost() const override;
   double spec_step_cost() const override;
@@ -213,15 +211,6 @@ class CudaBackend final : public Backend {
       if (t < 0 || t >= cfg_.vocab_size) return cu_err("forward: token id {} outside the vocabulary [0, {})", t, cfg_.vocab_size);
     if (!logits.empty() && int(logits.size()) != cfg_.vocab_size)
       return cu_err("forward: logits span has {} entries, vocab is {}", logits.size(), cfg_.vocab_size);
-    // The prefill kernels write bf16 K/V and conv windows; fp32 states take the decode graph.
-    if (M >= 2 && st->f32 && !pf_f32_ok_) {
-      static bool warned = false;
-      if (!warned && verbose_)
-        std::fprintf(stderr, "cuda: fp32 K/V state: prompt fed through the decode graph (the prefill kernels write bf16; "
-                             "LILY_CUDA_KV=bf16 selects them)\n");
-      warned = true;
-      return replay_tokens(*st, tokens, logits);
-    }
     return prefill(*st, tokens, logits);
   }
 
@@ -356,7 +345,6 @@ class CudaBackend final : public Backend {
   float* og_ = nullptr;  // GDN readout after the fused gated RMSNorm (fp32 [nv·dv])
   // Set by step/prefill.cu once its kernels read and write fp32 K/V caches and conv windows; until
   // then fp32 states (the default) are prefilled by replaying the decode graph.
-  bool pf_f32_ok_ = true;  // the prefill kernels write fp32 K/V and conv windows (step/prefill.cu)
   float *rl_ = nullptr, *topk_w_ = nullptr, *logits_ = nullptr, *am_partial_ = nullptr, *attn_partial_ = nullptr;
   int32_t* topk_ids_ = nullptr;
   int32_t* feed_ = nullptr;

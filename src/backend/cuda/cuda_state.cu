@@ -19,14 +19,7 @@ int initial_positions() {
   return v > 0 ? v : kCudaKvInitial;
 }
 
-bool kv_f32_now() {
-  const char* kv = std::getenv("LILY_CUDA_KV");
-  return !(kv && std::strcmp(kv, "bf16") == 0);
-}
-
-CudaStateLayout layout_of(const ModelConfig& cfg, bool f32) {
-  return cuda_state_layout(cfg, f32, sizeof(StepCtl), initial_positions());
-}
+CudaStateLayout layout_of(const ModelConfig& cfg) { return cuda_state_layout(cfg, sizeof(StepCtl), initial_positions()); }
 
 void replace_owned(std::vector<void*>& owned, void* old_p, void* new_p) {
   for (void*& p : owned)
@@ -44,8 +37,8 @@ void carve_kv(CudaSeqState& st, const std::vector<bool>& attn, char* arena, int 
   for (size_t i = 0; i < st.layers.size(); ++i) {
     if (!attn[i]) continue;
     auto& l = st.layers[i];
-    l.kc = reinterpret_cast<uint16_t*>(arena + off);
-    l.vc = reinterpret_cast<uint16_t*>(arena + off + span);
+    l.kc = reinterpret_cast<float*>(arena + off);
+    l.vc = reinterpret_cast<float*>(arena + off + span);
     l.kv_bytes = st.lay.kv_buffer(cap);
     off += 2 * span;
   }
@@ -54,7 +47,7 @@ void carve_kv(CudaSeqState& st, const std::vector<bool>& attn, char* arena, int 
 // Allocates a zeroed K/V arena of `cap` positions, copying the first `keep` positions of each head
 // from the current one; on failure nothing changes.
 Status realloc_kv(CudaSeqState& st, int cap, int keep) {
-  const size_t row = size_t(st.hd) * (st.f32 ? 4 : 2);  // bytes per position per head
+  const size_t row = size_t(st.hd) * CudaStateLayout::kKvElem;  // bytes per position per head
   const size_t bytes = st.lay.kv_arena(cap), span = CudaStateLayout::span(st.lay.kv_buffer(cap));
   char* fresh = nullptr;
   if (cudaMalloc(reinterpret_cast<void**>(&fresh), bytes) != cudaSuccess) {
@@ -101,7 +94,7 @@ Result<std::unique_ptr<SeqState>> CudaBackend::new_state(int max_seq) {
   return make_state(max_seq, std::min(max_seq, initial_positions()));
 }
 
-StateMemory CudaBackend::state_memory(int) const { return layout_of(cfg_, kv_f32_now()).memory(); }
+StateMemory CudaBackend::state_memory(int) const { return layout_of(cfg_).memory(); }
 
 Result<DeviceMemory> CudaBackend::device_memory() {
   size_t free = 0, total = 0;
@@ -115,8 +108,7 @@ Result<std::unique_ptr<SeqState>> CudaBackend::make_state(int max_seq, int cap0)
   auto st = std::make_unique<CudaSeqState>();
   st->be = this;
   st->limit = max_seq;
-  st->f32 = kv_f32_now();
-  st->lay = layout_of(cfg_, st->f32);
+  st->lay = layout_of(cfg_);
   st->mem = st->lay.memory();
   const CudaStateLayout& lay = st->lay;
   st->layers.resize(cfg_.num_hidden_layers);
@@ -147,7 +139,7 @@ Result<std::unique_ptr<SeqState>> CudaBackend::make_state(int max_seq, int cap0)
     auto& l = st->layers[size_t(i)];
     l.conv_bytes = lay.conv_bytes;
     l.S_bytes = lay.S_bytes;
-    l.conv = reinterpret_cast<uint16_t*>(fa + off);
+    l.conv = reinterpret_cast<float*>(fa + off);
     off += CudaStateLayout::span(lay.conv_bytes);
     l.S = reinterpret_cast<uint16_t*>(fa + off);
     off += CudaStateLayout::span(lay.S_bytes);
@@ -176,11 +168,10 @@ Status CudaSeqState::reserve(int n_tokens, int upto) {
 
 // A snapshot holds the positions in use (rounded up to 16), not the source's capacity.
 std::unique_ptr<SeqState> CudaSeqState::clone() const {
-  if (f32 != kv_f32_now()) return nullptr;  // the dtype knob changed since
   auto r = be->make_state(limit, std::min(limit, round_positions(std::max(n, 1))));
   if (!r) return nullptr;
   auto st = std::unique_ptr<CudaSeqState>(static_cast<CudaSeqState*>(std::move(r).value().release()));
-  const size_t row = size_t(hd) * (f32 ? 4 : 2);  // bytes per position per head
+  const size_t row = size_t(hd) * CudaStateLayout::kKvElem;  // bytes per position per head
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& a = layers[i];
     auto& b = st->layers[i];

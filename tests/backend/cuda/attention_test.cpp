@@ -1,5 +1,5 @@
 // The attention family (src/backend/cuda/attention/): CudaOps.Attention checks the decode prep and
-// split-K decode (attention.cu) against the CPU reference, fp32 and bf16 caches (ops_util.h);
+// split-K decode (attention.cu) against the CPU reference over fp32 caches (ops_util.h);
 // CudaPrefill.Attn* the prefill flash attention (attn_prefill.cu, attn_wg.cu) at every tile edge,
 // and times it with LILY_ATTN_BENCH=1 (prefill_util.h); CudaBatch.AttentionEqualsBatch1 the batched
 // decode (batch_attn.cu) against attn_prep (cache write, q: bit for bit) + attn_decode (within 1e-5)
@@ -33,13 +33,12 @@
 namespace lily::test_ops {
 namespace {
 
-// kv_f32: the cache in fp32 (default states) or bf16 (LILY_CUDA_KV=bf16).
-void attn_case(int nh, int nkv, int hd, int pos, int max_seq, bool kv_f32 = true) {
+void attn_case(int nh, int nkv, int hd, int pos, int max_seq) {
   const int qw = 2 * hd, rot = hd / 4, G = nh / nkv;
   auto qkv = rand_bf16(size_t(nh) * qw + 2 * size_t(nkv) * hd, 2.f);
   auto qn = rand_bf16(hd, 0.2f, 1.f), kn = rand_bf16(hd, 0.2f, 1.f);
   auto qnb = as_bf16(qn), knb = as_bf16(kn);
-  // cache rows before pos: random values representable in bf16 (valid in either cache dtype)
+  // cache rows before pos: random values
   std::vector<float> kc(size_t(nkv) * max_seq * hd, 0.f), vc(kc.size(), 0.f);
   for (int h = 0; h < nkv; ++h)
     for (int t = 0; t < pos; ++t)
@@ -56,7 +55,7 @@ void attn_case(int nh, int nkv, int hd, int pos, int max_seq, bool kv_f32 = true
   for (int h = 0; h < nkv; ++h)
     for (int d = 0; d < hd; ++d) {
       const float kv = kk[h * hd + d];
-      kc[(size_t(h) * max_seq + pos) * hd + d] = kv_f32 ? kv : round_bf16(kv);
+      kc[(size_t(h) * max_seq + pos) * hd + d] = kv;
       vc[(size_t(h) * max_seq + pos) * hd + d] = qkv[size_t(nh) * qw + size_t(nkv) * hd + h * hd + d];
     }
   std::vector<float> ref(size_t(nh) * hd);
@@ -83,27 +82,7 @@ void attn_case(int nh, int nkv, int hd, int pos, int max_seq, bool kv_f32 = true
   std::vector<float> kc0 = kc, vc0 = vc;
   for (int h = 0; h < nkv; ++h)
     for (int d = 0; d < hd; ++d) kc0[(size_t(h) * max_seq + pos) * hd + d] = vc0[(size_t(h) * max_seq + pos) * hd + d] = NAN;
-  const size_t es = kv_f32 ? 4 : 2;
-  DBuf<uint8_t> dk(kc0.size() * es), dv(vc0.size() * es);
-  auto put = [&](DBuf<uint8_t>& d, const std::vector<float>& v) {
-    if (kv_f32) cudaMemcpy(d.p, v.data(), v.size() * 4, cudaMemcpyHostToDevice);
-    else {
-      auto b = to_bits(v);
-      cudaMemcpy(d.p, b.data(), b.size() * 2, cudaMemcpyHostToDevice);
-    }
-  };
-  auto get = [&](const DBuf<uint8_t>& d) {
-    auto raw = d.down();
-    std::vector<float> v(raw.size() / es);
-    if (kv_f32) std::memcpy(v.data(), raw.data(), raw.size());
-    else {
-      std::vector<uint16_t> b(v.size());
-      std::memcpy(b.data(), raw.data(), raw.size());
-      v = from_bits(b);
-    }
-    return v;
-  };
-  put(dk, kc0), put(dv, vc0);
+  DBuf<float> dk(kc0), dv(vc0);
   DBuf<float> dqkv(qkv), dq(size_t(nh) * hd), dout(size_t(nh) * hd);
   DBuf<uint16_t> dqn(to_bits(qn)), dkn(to_bits(kn));
   DBuf<float> part(size_t(nkv) * cuda::attn_max_splits() * G * (hd + 2));
@@ -113,24 +92,24 @@ void attn_case(int nh, int nkv, int hd, int pos, int max_seq, bool kv_f32 = true
   cudaMemcpy(ctl.p, &c0, sizeof(c0), cudaMemcpyHostToDevice);
   ASSERT_TRUE(cuda::attn_init().is_ok());
   cuda::AttnArgs a{};
-  a.qkv = dqkv.p, a.q_norm = dqn.p, a.k_norm = dkn.p, a.q = dq.p, a.kc = dk.p, a.vc = dv.p, a.kv_f32 = kv_f32, a.out = dout.p;
+  a.qkv = dqkv.p, a.q_norm = dqn.p, a.k_norm = dkn.p, a.q = dq.p, a.kc = dk.p, a.vc = dv.p, a.out = dout.p;
   a.partial = part.p, a.ctl = ctl.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot, a.max_seq = max_seq;
   a.n_split = cuda::attn_max_splits();
   ASSERT_TRUE(cuda::attn_prep(a, nullptr).is_ok());
   for (int rep = 0; rep < 2; ++rep) ASSERT_TRUE(cuda::attn_decode(a, nullptr).is_ok());
   const std::string sh = "h" + std::to_string(nh) + "/" + std::to_string(nkv) + " d" + std::to_string(hd) + " ctx " +
-                         std::to_string(pos + 1) + (kv_f32 ? " kv f32" : " kv bf16");
+                         std::to_string(pos + 1);
   check("attn prep: q norm+rope", sh, dq.down(), q, 1e-5f, 1e-4f);
   std::vector<float> kpos, kref, vpos, vref;
-  auto kd = get(dk), vdv = get(dv);
+  auto kd = dk.down(), vdv = dv.down();
   for (int h = 0; h < nkv; ++h)
     for (int d = 0; d < hd; ++d) {
       const size_t i = (size_t(h) * max_seq + pos) * hd + d;
       kpos.push_back(kd[i]), kref.push_back(kc[i]), vpos.push_back(vdv[i]), vref.push_back(vc[i]);
     }
-  check("attn prep: k cache write", sh, kpos, kref, kv_f32 ? 1e-5f : 1e-2f, kv_f32 ? 1e-4f : 1e-2f);
+  check("attn prep: k cache write", sh, kpos, kref, 1e-5f, 1e-4f);
   check("attn prep: v cache write", sh, vpos, vref, 0, 0);
-  check("attn split-K decode + gate", sh, dout.down(), ref, kv_f32 ? 1e-4f : 1e-3f, 1e-3f);
+  check("attn split-K decode + gate", sh, dout.down(), ref, 1e-4f, 1e-3f);
 }
 TEST(CudaOps, Attention) {
   LILY_OPS_REQUIRE_GPU();
@@ -139,14 +118,11 @@ TEST(CudaOps, Attention) {
   attn_case(16, 2, 256, 64, 128);
   attn_case(16, 2, 256, 4200, 4300);
   attn_case(16, 2, 256, 40000, 40001);
-  attn_case(16, 2, 256, 4200, 4300, false);
-  attn_case(16, 2, 256, 40000, 40001, false);
   attn_case(4, 2, 64, 5, 16);
   attn_case(8, 8, 128, 300, 512);
   attn_case(2, 1, 256, 20, 32);   // small-seed11 golden
   attn_case(6, 2, 64, 37, 64);    // wide-seed23 golden: GQA group 3
   attn_case(4, 2, 128, 50, 64);   // golden-small-seed7
-  attn_case(4, 2, 128, 50, 64, false);
   attn_case(16, 2, 256, 66, 128);          // chunk tails (67 positions)
   attn_case(16, 2, 256, 32766, 32768);     // the 32k bench context
   attn_case(12, 2, 128, 1001, 1024);       // GQA group 6 (24 scores per chunk)
@@ -160,49 +136,27 @@ TEST(CudaOps, Attention) {
 namespace lily::test_prefill {
 namespace {
 
-// terms 3 (fp32 caches): q/K/V/P split into bf16 hi + lo, checked against the plain fp32
-// reference (the wgmma kernel, attn_wg.cu); terms 1: bf16 operands (the mma.sync kernel,
-// attn_prefill.cu), checked against a reference that rounds q/K/V to bf16.
-void attn_case(int nh, int nkv, int hd, int pos0, int M, bool kv_f32 = true, int terms = 3) {
-  if (!kv_f32) terms = 1;
+// q/K/V/P split into bf16 hi + lo (the wgmma kernel, attn_wg.cu), checked against the plain fp32
+// reference over fp32 caches.
+void attn_case(int nh, int nkv, int hd, int pos0, int M) {
   const int qw = 2 * hd, rot = hd / 4, ldu = nh * qw + 2 * nkv * hd, max_seq = pos0 + M + 3;
   auto u = randv(size_t(M) * ldu);
   auto qn = rand_bf16(hd, 0.1f, 1.f), kn = rand_bf16(hd, 0.1f, 1.f);
-  // Cache before: positions < pos0 random bf16 (as a previous prefill/decode left them).
+  // Cache before: positions < pos0 random (as a previous prefill/decode left them).
   std::vector<float> kc(size_t(nkv) * max_seq * hd, 0.f), vc = kc;
   for (int h = 0; h < nkv; ++h)
     for (int t = 0; t < pos0; ++t)
       for (int d = 0; d < hd; ++d) {
-        kc[(size_t(h) * max_seq + t) * hd + d] = round_bf16(randn());
-        vc[(size_t(h) * max_seq + t) * hd + d] = round_bf16(randn());
+        kc[(size_t(h) * max_seq + t) * hd + d] = randn();
+        vc[(size_t(h) * max_seq + t) * hd + d] = randn();
       }
-  DBuf<float> du(u), dout(size_t(M) * nh * hd);
-  // Cache on the device: fp32 (decode default) or bf16.
-  const size_t esz = kv_f32 ? 4 : 2, cbytes = kc.size() * esz;
-  DBuf<uint8_t> dkc(cbytes), dvc(cbytes);
-  auto upc = [&](DBuf<uint8_t>& d, const std::vector<float>& v) {
-    if (kv_f32) cudaMemcpy(d.p, v.data(), cbytes, cudaMemcpyHostToDevice);
-    else { auto b = to_bits(v); cudaMemcpy(d.p, b.data(), cbytes, cudaMemcpyHostToDevice); }
-  };
-  auto downc = [&](DBuf<uint8_t>& d) {
-    auto raw = d.down();
-    std::vector<float> v(kc.size());
-    if (kv_f32) std::memcpy(v.data(), raw.data(), cbytes);
-    else {
-      std::vector<uint16_t> b(v.size());
-      std::memcpy(b.data(), raw.data(), cbytes);
-      v = from_bits(b);
-    }
-    return v;
-  };
-  upc(dkc, kc), upc(dvc, vc);
-  DBuf<uint16_t> dqn(to_bits(qn)), dkn(to_bits(kn)), dqb(size_t(terms == 3 ? 2 : 1) * M * nh * hd);
+  DBuf<float> du(u), dout(size_t(M) * nh * hd), dkc(kc), dvc(vc);
+  DBuf<uint16_t> dqn(to_bits(qn)), dkn(to_bits(kn)), dqb(size_t(2) * M * nh * hd);
   cuda::pf::AttnPrefillArgs a{};
   a.u = du.p, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = dqn.p, a.k_norm = dkn.p, a.kc = dkc.p, a.vc = dvc.p;
-  a.kv_f32 = kv_f32, a.terms = terms, a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot, a.max_seq = max_seq;
+  a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot, a.max_seq = max_seq;
   ASSERT_TRUE(cuda::pf::attn_prefill(a, nullptr).is_ok());
-  // Reference: fp32 norm + rope; q, K, V rounded to bf16 when the kernel's MMAs take them so
-  // (terms 1); softmax in double.
+  // Reference: fp32 norm + rope; softmax in double.
   auto qnb = as_bf16(qn), knb = as_bf16(kn);
   std::vector<float> q(size_t(M) * nh * hd);
   for (int m = 0; m < M; ++m) {
@@ -217,12 +171,6 @@ void attn_case(int nh, int nkv, int hd, int pos0, int M, bool kv_f32 = true, int
         vc[(size_t(h) * max_seq + pos0 + m) * hd + d] = u[size_t(m) * ldu + nh * qw + nkv * hd + h * hd + d];
       }
   }
-  std::vector<float> kcr = kc, vcr = vc;
-  if (terms == 1) {
-    for (auto& x : q) x = round_bf16(x);
-    for (auto& x : kcr) x = round_bf16(x);
-    for (auto& x : vcr) x = round_bf16(x);
-  }
   std::vector<float> ref(size_t(M) * nh * hd);
   const float scale = 1.f / std::sqrt(float(hd));
   for (int m = 0; m < M; ++m)
@@ -232,29 +180,23 @@ void attn_case(int nh, int nkv, int hd, int pos0, int M, bool kv_f32 = true, int
       double mx = -1e30, sum = 0;
       for (int t = 0; t < n; ++t) {
         double s = 0;
-        for (int d = 0; d < hd; ++d) s += double(q[(size_t(m) * nh + h) * hd + d]) * kcr[(size_t(kvh) * max_seq + t) * hd + d];
+        for (int d = 0; d < hd; ++d) s += double(q[(size_t(m) * nh + h) * hd + d]) * kc[(size_t(kvh) * max_seq + t) * hd + d];
         p[t] = s * scale, mx = std::max(mx, p[t]);
       }
       for (auto& x : p) sum += (x = std::exp(x - mx));
       for (int d = 0; d < hd; ++d) {
         double o = 0;
-        for (int t = 0; t < n; ++t) o += p[t] * vcr[(size_t(kvh) * max_seq + t) * hd + d];
+        for (int t = 0; t < n; ++t) o += p[t] * vc[(size_t(kvh) * max_seq + t) * hd + d];
         const float gt = u[size_t(m) * ldu + h * qw + hd + d];
         ref[(size_t(m) * nh + h) * hd + d] = float(o / sum) / (1.f + std::exp(-gt));
       }
     }
-  const std::string shape = dims({nh, nkv, hd}) + " pos0=" + std::to_string(pos0) + " M=" + std::to_string(M) +
-                            (kv_f32 ? " f32 kv" : " bf16 kv") + (terms == 3 ? " split wgmma" : " bf16 ops");
-  // Split operands: ~16-bit products, errors ~1e-5 (tolerance 3e-4 + 1e-3·|ref|); bf16: ~3e-3.
-  if (terms == 3) check("attn prefill out", shape, dout.down(), ref, 3e-4f, 1e-3f);
-  else check("attn prefill out", shape, dout.down(), ref, 1.5e-2f, 2e-2f);
-  // K: fp32 norm + RoPE vs the reference's (last-bit differences; one bf16 ulp when stored bf16).
-  std::vector<float> kcb = kc;
-  for (auto& x : kcb) x = round_bf16(x);
-  check("attn prefill K cache", shape, downc(dkc), kv_f32 ? kc : kcb, kv_f32 ? 1e-5f : 1e-2f, kv_f32 ? 1e-5f : 8e-3f);
-  std::vector<float> vcb = vc;
-  for (auto& x : vcb) x = round_bf16(x);
-  check("attn prefill V cache", shape, downc(dvc), kv_f32 ? vc : vcb, 0.f, 0.f);
+  const std::string shape = dims({nh, nkv, hd}) + " pos0=" + std::to_string(pos0) + " M=" + std::to_string(M);
+  // Split operands: ~16-bit products, errors ~1e-5 (tolerance 3e-4 + 1e-3·|ref|).
+  check("attn prefill out", shape, dout.down(), ref, 3e-4f, 1e-3f);
+  // K: fp32 norm + RoPE vs the reference's (last-bit differences); V copied.
+  check("attn prefill K cache", shape, dkc.down(), kc, 1e-5f, 1e-5f);
+  check("attn prefill V cache", shape, dvc.down(), vc, 0.f, 0.f);
 }
 TEST(CudaPrefill, AttnPrefill) {
   LILY_PREFILL_REQUIRE_GPU();
@@ -264,12 +206,8 @@ TEST(CudaPrefill, AttnPrefill) {
   attn_case(4, 4, 128, 5, 200);
   attn_case(2, 1, 64, 0, 4097);
   attn_case(2, 1, 64, 4095, 2);
-  attn_case(16, 2, 256, 100, 65, /*kv_f32=*/true, /*terms=*/1);
-  attn_case(2, 1, 64, 0, 4097, /*kv_f32=*/true, /*terms=*/1);
-  attn_case(16, 2, 256, 100, 65, /*kv_f32=*/false);
-  attn_case(4, 2, 64, 37, 129, /*kv_f32=*/false);
 }
-// The wgmma split kernel (attn_wg.cu, the default): 128-query blocks of two 64-row warpgroups,
+// The wgmma split kernel (attn_wg.cu): 128-query blocks of two 64-row warpgroups,
 // 32-key tiles, the K/V split planes padded to 64 keys. The real shape (16 q / 2 kv heads, hd 256)
 // at every query-tile and key-tile edge, with and without cached positions (pos0 0 / 37 / 100),
 // chunks continuing far into the cache, one long row per head dim.
@@ -321,7 +259,7 @@ TEST(CudaPrefill, AttnPrefillSegmentsEqualAlone) {
     }
   }
   cuda::pf::AttnPrefillArgs base{};
-  base.ldu = ldu, base.q_norm = dqn.p, base.k_norm = dkn.p, base.kv_f32 = true, base.terms = 3, base.nh = nh;
+  base.ldu = ldu, base.q_norm = dqn.p, base.k_norm = dkn.p, base.nh = nh;
   base.nkv = nkv, base.hd = hd, base.qw = qw, base.rot = rot;
   std::vector<cuda::pf::AttnSeg> segs;
   for (auto& q : a) {
@@ -346,8 +284,7 @@ TEST(CudaPrefill, AttnPrefillSegmentsEqualAlone) {
   }
 }
 // Timing of the attention prefill (prep + K/V split + flash) at the real shape (16 q / 2 kv heads,
-// hd 256, gate) for a 4,096-token chunk with 0 and 4,096 cached positions, fp32 caches, per operand
-// mode (terms 3: split, the wgmma kernel, the default; terms 1: bf16, the mma.sync kernel). Runs only
+// hd 256, gate) for a 4,096-token chunk with 0 and 4,096 cached positions, fp32 caches. Runs only
 // with LILY_ATTN_BENCH=1. TF/s counts 4·hd FLOP per (query, key ≤ query) pair and head (the
 // products, not the three MMAs of a split one); the CPU rows above are the oracle.
 TEST(CudaPrefill, AttnBench) {
@@ -360,16 +297,14 @@ TEST(CudaPrefill, AttnBench) {
   DBuf<uint16_t> dqn(to_bits(rand_bf16(hd, 0.1f, 1.f))), dkn(to_bits(rand_bf16(hd, 0.1f, 1.f))), dqb(size_t(2) * M * nh * hd);
   for (int pos0 : {0, 4096}) {
     std::printf("| attn 16x2x256 M=%d pos0=%d |", M, pos0);
-    for (int terms : {3, 1}) {
-      cuda::pf::AttnPrefillArgs a{};
-      a.u = du.p, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = dqn.p, a.k_norm = dkn.p, a.kc = dkc.p, a.vc = dvc.p;
-      a.kv_f32 = true, a.terms = terms, a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot;
-      a.max_seq = max_seq;
-      const float ms = mean_ms(5, [&] { return cuda::pf::attn_prefill(a, nullptr).is_ok(); });
-      ASSERT_GE(ms, 0.f) << "terms " << terms << " pos0 " << pos0 << ": an attention call failed";
-      const double pairs = double(M) * pos0 + double(M) * (M + 1) / 2;
-      std::printf(" terms %d %7.3f ms %6.1f TF/s |", terms, ms, 4.0 * hd * nh * pairs / (ms * 1e-3) / 1e12);
-    }
+    cuda::pf::AttnPrefillArgs a{};
+    a.u = du.p, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = dqn.p, a.k_norm = dkn.p, a.kc = dkc.p, a.vc = dvc.p;
+    a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot;
+    a.max_seq = max_seq;
+    const float ms = mean_ms(5, [&] { return cuda::pf::attn_prefill(a, nullptr).is_ok(); });
+    ASSERT_GE(ms, 0.f) << "pos0 " << pos0 << ": an attention call failed";
+    const double pairs = double(M) * pos0 + double(M) * (M + 1) / 2;
+    std::printf(" %7.3f ms %6.1f TF/s |", ms, 4.0 * hd * nh * pairs / (ms * 1e-3) / 1e12);
     std::printf("\n");
     std::fflush(stdout);
   }
@@ -423,7 +358,7 @@ TEST(CudaBatch, AttentionEqualsBatch1) {
         cudaMemcpy(ctl.p, &c, sizeof c, cudaMemcpyHostToDevice);
         cuda::AttnArgs r{};
         r.qkv = qkv.p + size_t(b) * ld, r.q_norm = qn.p, r.k_norm = kn.p, r.q = q1.p + size_t(b) * s.nh * s.hd;
-        r.kc = k1.p + off[size_t(b)], r.vc = v1.p + off[size_t(b)], r.kv_f32 = true, r.out = out1.p + size_t(b) * s.nh * s.hd;
+        r.kc = k1.p + off[size_t(b)], r.vc = v1.p + off[size_t(b)], r.out = out1.p + size_t(b) * s.nh * s.hd;
         r.partial = part1.p, r.ctl = ctl.p, r.nh = s.nh, r.nkv = s.nkv, r.hd = s.hd, r.qw = qw, r.rot = s.rot;
         r.max_seq = hcap[size_t(b)], r.n_split = nsplit, r.min_per_split = 64, r.theta = 1e7, r.eps = 1e-6f;
         ASSERT_TRUE(cuda::attn_prep(r, nullptr).is_ok());

@@ -63,7 +63,7 @@ void gdn_case(int nk, int nv, int dk, int dv, int steps) {
     // device
     DBuf<float> du(u);
     cuda::GdnArgs a{};
-    a.u = du.p, a.conv_w = dconv_w.p, a.conv = dwin.p, a.win_f32 = true, a.A_log = dA.p, a.dt_bias = ddt.p;
+    a.u = du.p, a.conv_w = dconv_w.p, a.conv = dwin.p, a.A_log = dA.p, a.dt_bias = ddt.p;
     a.S = dS16.p;
     a.o = dout.p, a.pos = t, a.nk = nk, a.nv = nv, a.dk = dk, a.dv = dv, a.K = K;
     // Fused gated RMSNorm (clusters of dv/32 blocks): z is the z projection inside u, as in the step.
@@ -147,18 +147,15 @@ struct GdnCase {
 // The recurrence in the chunked WY form (gdn_chunk.cu). The state is stored in fp16, read once and written
 // once a piece: the reference rounds S to fp16 at the same points (its first value, and after each piece);
 // its tolerance adds the two neighbouring halves a piece may round to (one ulp: up to 2^-10 of |S|).
-void gdn_case(GdnCase& G, std::vector<int> pieces, bool nonzero_state, bool win_f32 = true) {
+void gdn_case(GdnCase& G, std::vector<int> pieces, bool nonzero_state) {
   const int nk = G.nk, nv = G.nv, C = 2 * nk * 128 + nv * 128, vd = nv * 128, kd = nk * 128, W = G.K - 1;
   const int ldu = C + vd + 2 * nv;
   int Mt = 0;
   for (int p : pieces) Mt += p;
   auto u = randv(size_t(Mt) * ldu, 0.5f);
   std::vector<float> win = nonzero_state ? rand_bf16(size_t(C) * W) : std::vector<float>(size_t(C) * W, 0.f);
-  // Window buffers: fp32 (decode default) or bf16, each [C, K-1], alternated by parity.
-  const size_t wbytes = size_t(C) * W * (win_f32 ? 4 : 2);
-  DBuf<uint8_t> wb0(wbytes), wb1(wbytes);
-  if (win_f32) cudaMemcpy(wb0.p, win.data(), wbytes, cudaMemcpyHostToDevice);
-  else { auto b = to_bits(win); cudaMemcpy(wb0.p, b.data(), wbytes, cudaMemcpyHostToDevice); }
+  // Window buffers: fp32, each [C, K-1], alternated by parity.
+  DBuf<float> wb0(win), wb1(win.size());
   std::vector<float> S = nonzero_state ? randv(size_t(nv) * 128 * 128, 0.05f) : std::vector<float>(size_t(nv) * 128 * 128, 0.f);
   for (auto& x : S) x = testcuda::round_half(x);
   DBuf<uint16_t> dcw(to_bits(G.conv_w)), ddt(to_bits(G.dt_bias)), dgn(to_bits(G.gnorm)), dS16(testcuda::halves(S));
@@ -172,8 +169,8 @@ void gdn_case(GdnCase& G, std::vector<int> pieces, bool nonzero_state, bool win_
     cuda::pf::GdnPrefillArgs a{};
     a.u = du.p + size_t(t0) * ldu, a.ldu = ldu, a.M = M;
     // Alternate the window buffers as the decode layout does (same buffer when M is even).
-    uint8_t* bufs[2] = {wb0.p, wb1.p};
-    a.win_in = bufs[par], a.win_out = bufs[par ^ (M & 1)], a.win_f32 = win_f32;
+    float* bufs[2] = {wb0.p, wb1.p};
+    a.win_in = bufs[par], a.win_out = bufs[par ^ (M & 1)];
     a.conv_w = dcw.p, a.A_log = dA.p, a.dt_bias = ddt.p, a.gnorm = dgn.p, a.S = dS16.p, a.nk = nk, a.nv = nv, a.K = G.K;
     a.qn = qn.p, a.kn = kn.p, a.v = v.p, a.g = g.p, a.beta = be.p, a.o_raw = oraw.p, a.o = o.p + size_t(t0) * vd;
     a.wy = wy.p;
@@ -181,14 +178,12 @@ void gdn_case(GdnCase& G, std::vector<int> pieces, bool nonzero_state, bool win_
     par ^= (M & 1);
     t0 += M;
   }
-  // CPU piece by piece (as the GPU ran), the window rounded to bf16 between pieces when stored so.
+  // CPU piece by piece (as the GPU ran).
   std::vector<float> ref, Sref = S, wref = win;
   t0 = 0;
   for (int M : pieces) {
     std::vector<float> up(u.begin() + size_t(t0) * ldu, u.begin() + size_t(t0 + M) * ldu), o1;
     G.cpu(up, M, ldu, wref, Sref, o1);
-    if (!win_f32)
-      for (auto& x : wref) x = round_bf16(x);
     for (auto& x : Sref) x = testcuda::round_half(x);
     ref.insert(ref.end(), o1.begin(), o1.end());
     t0 += M;
@@ -196,28 +191,17 @@ void gdn_case(GdnCase& G, std::vector<int> pieces, bool nonzero_state, bool win_
   std::string shape = dims({nk, nv}) + " M=";
   for (size_t i = 0; i < pieces.size(); ++i) shape += (i ? "+" : "") + std::to_string(pieces[i]);
   if (nonzero_state) shape += " S0≠0";
-  if (!win_f32) shape += " bf16 win";
   // The chunked form uses 3xTF32 products (~fp32); the fp16 state one rounding a piece (≤ 2^-10 of |S|) more.
   const float to = 5e-4f, ts = 2e-4f, ts16 = ts + float(pieces.size()) * 0x1p-10f;
   check("gdn chunk out", shape, o.down(), ref, to, to);
   check("gdn chunk state (fp16)", shape, testcuda::from_halves(dS16.down()), Sref, ts, ts16);
-  const DBuf<uint8_t>& wl = par ? wb1 : wb0;
-  std::vector<float> wgot(size_t(C) * W);
-  auto raw = wl.down();
-  if (win_f32) std::memcpy(wgot.data(), raw.data(), raw.size());
-  else {
-    std::vector<uint16_t> b(wgot.size());
-    std::memcpy(b.data(), raw.data(), raw.size());
-    wgot = from_bits(b);
-  }
-  check("gdn prefill window", shape, wgot, wref, 0.f, 0.f);
+  check("gdn prefill window", shape, (par ? wb1 : wb0).down(), wref, 0.f, 0.f);
 }
 TEST(CudaPrefill, GdnPrefill) {
   LILY_PREFILL_REQUIRE_GPU();
   GdnCase small(2, 4), real(16, 32);
   for (int M : {1, 2, 7, 8, 9, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097}) gdn_case(small, {M}, M % 2 == 1);
   gdn_case(small, {3, 64, 1, 130}, true);
-  gdn_case(small, {3, 64, 1, 130}, true, /*win_f32=*/false);
   gdn_case(real, {129}, false);
   gdn_case(real, {65, 2, 200}, true);
   gdn_case(real, {4097}, true);
@@ -227,7 +211,7 @@ TEST(CudaPrefill, GdnPrefill) {
 // Several independent sequences in one launch per kernel (pf::gdn_prefill_segments: the mixed serving
 // step's segments), each with its own state, window, rows of u and scratch: bit-identical to
 // gdn_prefill on each alone, and within the chunked form's tolerance of the CPU reference.
-void gdn_segments_case(GdnCase& G, const std::vector<int>& lens, bool win_f32) {
+void gdn_segments_case(GdnCase& G, const std::vector<int>& lens) {
   const int nk = G.nk, nv = G.nv, C = 2 * nk * 128 + nv * 128, vd = nv * 128, kd = nk * 128, W = G.K - 1;
   const int ldu = C + vd + 2 * nv, n = int(lens.size());
   int Mt = 0, Mmax = 0;
@@ -236,19 +220,17 @@ void gdn_segments_case(GdnCase& G, const std::vector<int>& lens, bool win_f32) {
   auto u = randv(size_t(Mt) * ldu, 0.5f);
   DBuf<uint16_t> dcw(to_bits(G.conv_w)), ddt(to_bits(G.dt_bias)), dgn(to_bits(G.gnorm));
   DBuf<float> dA(G.A_log), du(u);
-  const size_t wbytes = size_t(C) * W * (win_f32 ? 4 : 2);
   std::vector<std::vector<float>> win(n), S(n);
   // Two copies of every sequence's state: [0] for the segments launch, [1] for one launch each.
-  std::vector<std::unique_ptr<DBuf<uint8_t>>> wb[2][2];
+  std::vector<std::unique_ptr<DBuf<float>>> wb[2][2];
   std::vector<std::unique_ptr<DBuf<uint16_t>>> dS[2];  // fp16 states
   for (int j = 0; j < n; ++j) {
     win[j] = rand_bf16(size_t(C) * W);
     S[j] = randv(size_t(nv) * 128 * 128, 0.05f);
     for (auto& x : S[j]) x = testcuda::round_half(x);
     for (int c = 0; c < 2; ++c) {
-      for (int b = 0; b < 2; ++b) wb[c][b].push_back(std::make_unique<DBuf<uint8_t>>(wbytes));
-      if (win_f32) cudaMemcpy(wb[c][0][j]->p, win[j].data(), wbytes, cudaMemcpyHostToDevice);
-      else { auto bits = to_bits(win[j]); cudaMemcpy(wb[c][0][j]->p, bits.data(), wbytes, cudaMemcpyHostToDevice); }
+      wb[c][0].push_back(std::make_unique<DBuf<float>>(win[j]));
+      wb[c][1].push_back(std::make_unique<DBuf<float>>(win[j].size()));
       dS[c].push_back(std::make_unique<DBuf<uint16_t>>(testcuda::halves(S[j])));
     }
   }
@@ -261,7 +243,7 @@ void gdn_segments_case(GdnCase& G, const std::vector<int>& lens, bool win_f32) {
     cuda::pf::GdnPrefillArgs& a = args[j];
     const int M = lens[j];
     a.u = du.p + size_t(t0) * ldu, a.ldu = ldu, a.M = M;
-    a.win_in = wb[0][0][j]->p, a.win_out = wb[0][M & 1][j]->p, a.win_f32 = win_f32;
+    a.win_in = wb[0][0][j]->p, a.win_out = wb[0][M & 1][j]->p;
     a.conv_w = dcw.p, a.A_log = dA.p, a.dt_bias = ddt.p, a.gnorm = dgn.p, a.S = dS[0][j]->p, a.nk = nk, a.nv = nv, a.K = G.K;
     a.qn = qn.p + size_t(t0) * kd, a.kn = kn.p + size_t(t0) * kd, a.v = v.p + size_t(t0) * vd, a.g = g.p + size_t(t0) * nv;
     a.beta = be.p + size_t(t0) * nv, a.o_raw = oraw.p + size_t(t0) * vd, a.o = o.p + size_t(t0) * vd, a.wy = wy.p + wo;
@@ -281,7 +263,6 @@ void gdn_segments_case(GdnCase& G, const std::vector<int>& lens, bool win_f32) {
   }
   std::string shape = dims({nk, nv}) + " segments ";
   for (int j = 0; j < n; ++j) shape += (j ? "+" : "") + std::to_string(lens[j]);
-  if (!win_f32) shape += " bf16 win";
   check("gdn segments out == alone", shape, o.down(), o1.down(), 0.f, 0.f);
   std::vector<float> ref, got_S, ref_S, alone_S;
   t0 = 0;
@@ -302,9 +283,9 @@ void gdn_segments_case(GdnCase& G, const std::vector<int>& lens, bool win_f32) {
 TEST(CudaPrefill, GdnPrefillSegments) {
   LILY_PREFILL_REQUIRE_GPU();
   GdnCase small(2, 4), real(16, 32);
-  gdn_segments_case(small, {5, 64, 65, 2, 130}, true);
-  gdn_segments_case(small, {96, 7}, false);
-  gdn_segments_case(real, {96, 96, 33, 129, 2}, true);
+  gdn_segments_case(small, {5, 64, 65, 2, 130});
+  gdn_segments_case(small, {96, 7});
+  gdn_segments_case(real, {96, 96, 33, 129, 2});
 }
 
 }  // namespace
@@ -344,7 +325,7 @@ TEST(CudaBatch, GdnStepEqualsBatch1) {
     ASSERT_TRUE(cuda::bgdn_step(g, nullptr).is_ok());
     for (int b = 0; b < B; ++b) {
       cuda::GdnArgs a{};
-      a.u = u.p + size_t(b) * ldu, a.conv_w = conv_w.p, a.conv = W1.p + Wn * b, a.win_f32 = true, a.S = S1h.p + Sn * b;
+      a.u = u.p + size_t(b) * ldu, a.conv_w = conv_w.p, a.conv = W1.p + Wn * b, a.S = S1h.p + Sn * b;
       a.A_log = A_log.p, a.dt_bias = dt_bias.p, a.o = o1.p + size_t(b) * vd, a.pos = pos_of(b), a.nk = nk, a.nv = nv;
       a.dk = dk, a.dv = dv, a.K = K, a.z = u.p + size_t(b) * ldu + C, a.gnorm = gnorm.p, a.og = og1.p + size_t(b) * vd;
       ASSERT_TRUE(cuda::gdn_step(a, nullptr).is_ok());

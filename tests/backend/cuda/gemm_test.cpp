@@ -32,10 +32,9 @@ namespace {
 
 // split: A pre-split (split_rows), as the prefill runs its GEMMs: 4-bit weights on the Hopper wgmma
 // kernel (gemm_wg.cu), 8-bit ones on the pipelined mma.sync kernel (gemm_q4_pipe.cu); else (4-bit,
-// the lm_head) the register-prefetch kernel (gemm_q4.cu); terms 0: the fp32 reference kernel.
-// Every result against the fp32 reference: two-pass (the default) at 2e-4, fp32 at 1e-4, single
-// pass (terms 1, the LILY_PREFILL_TERMS=1 A/B) at the one-term tolerance 4e-3.
-void gemm_case(int M, int N, int K, int bits, int terms, bool split = false) {
+// the lm_head) the register-prefetch kernel (gemm_q4.cu). x enters as fp16 hi + lo: every result
+// against the fp32 reference at 2e-4.
+void gemm_case(int M, int N, int K, int bits, bool split = false) {
   HostQ W(N, K, bits);
   DevQ D(W.w);
   auto x = randv(size_t(M) * K);
@@ -43,48 +42,38 @@ void gemm_case(int M, int N, int K, int bits, int terms, bool split = false) {
   cpu::qmatmul(W.w, x.data(), M, K, ref.data(), N, false);
   DBuf<float> dx(x), dy(size_t(M) * N);
   cuda::pf::GemmArgs a{};
-  a.w = D.q, a.n_out = N, a.a = dx.p, a.lda = K, a.M = M, a.y = dy.p, a.ldy = N, a.terms = terms;
+  a.w = D.q, a.n_out = N, a.a = dx.p, a.lda = K, a.M = M, a.y = dy.p, a.ldy = N;
   std::unique_ptr<DevSplit> sp;
   if (split) sp = std::make_unique<DevSplit>(dx.p, K, M, K), sp->use(a);
   ASSERT_TRUE(cuda::pf::gemm(a, nullptr).is_ok());
-  const float tol = terms == 0 ? 1e-4f : terms == 2 ? 2e-4f : 4e-3f;
-  check(fmt::format("gemm q{} x{}{}", bits, terms == 0 ? "f32 ref" : terms == 2 ? "f16 hi+lo" : "f16",
-                    !split || terms == 0 ? "" : bits == 4 ? " wgmma" : " pipe"),
-        dims({M, N, K}), dy.down(), ref, tol, tol);
+  check(fmt::format("gemm q{} x f16 hi+lo{}", bits, !split ? "" : bits == 4 ? " wgmma" : " pipe"), dims({M, N, K}),
+        dy.down(), ref, 2e-4f, 2e-4f);
 }
 TEST(CudaPrefill, Gemm) {
   LILY_PREFILL_REQUIRE_GPU();
-  // Register-prefetch kernel (4-bit, no split: the lm_head, terms 1 by default, 2 under LILY_PREFILL_TERMS=2).
-  for (int M : {1, 2, 7, 8, 9, 63, 64, 65, 127, 128, 129}) gemm_case(M, 200, 512, 4, 2);
-  for (int terms : {1, 2}) {
-    gemm_case(257, 12352, 2048, 4, terms);  // [qkv|z|a|b]
-    gemm_case(130, 2048, 4096, 4, terms);   // out_proj / o_proj
-    gemm_case(130, 2048, 512, 4, terms);    // down
-  }
-  gemm_case(4097, 256, 256, 4, 2);
+  // Register-prefetch kernel (4-bit, no split: the lm_head).
+  for (int M : {1, 2, 7, 8, 9, 63, 64, 65, 127, 128, 129}) gemm_case(M, 200, 512, 4);
+  gemm_case(257, 12352, 2048, 4);  // [qkv|z|a|b]
+  gemm_case(130, 2048, 4096, 4);   // out_proj / o_proj
+  gemm_case(130, 2048, 512, 4);    // down
+  gemm_case(4097, 256, 256, 4);
   // Pipelined kernel (pre-split A, 8-bit): tile edges in M and N, K one and many tiles, the router.
-  for (int M : {1, 2, 7, 63, 64, 65, 129}) gemm_case(M, 200, 512, 8, 2, true);
-  gemm_case(65, 257, 2048, 8, 2, true);     // router + shared gate (8-bit)
-  gemm_case(9, 136, 64, 8, 2, true);        // one k tile, 8-bit
-  gemm_case(4097, 256, 256, 8, 2, true);    // a whole chunk (+1)
-  gemm_case(65, 257, 2048, 8, 0);  // fp32 reference path (A/B knob LILY_PREFILL_TERMS=0)
-  gemm_case(130, 2048, 512, 4, 0);
+  for (int M : {1, 2, 7, 63, 64, 65, 129}) gemm_case(M, 200, 512, 8, true);
+  gemm_case(65, 257, 2048, 8, true);     // router + shared gate (8-bit)
+  gemm_case(9, 136, 64, 8, true);        // one k tile, 8-bit
+  gemm_case(4097, 256, 256, 8, true);    // a whole chunk (+1)
 }
 // The Hopper wgmma kernel (gemm_wg.cu, 2 warpgroups = 128 weight rows per block): every 64-token tile
 // edge, weight-row block edges (N = 300 crosses 128 and 256), K one to many tiles, the real shapes.
 TEST(CudaPrefill, GemmWgmma) {
   LILY_PREFILL_REQUIRE_GPU();
-  for (int M : {1, 2, 7, 8, 9, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097}) gemm_case(M, 300, 256, 4, 2, true);
-  gemm_case(33, 64, 64, 4, 2, true);  // one k tile, one partial block
-  gemm_case(257, 12352, 2048, 4, 2, true);  // [qkv|z|a|b]
-  gemm_case(130, 2048, 4096, 4, 2, true);   // out_proj / o_proj
-  gemm_case(130, 9216, 2048, 4, 2, true);   // attention [q|gate|k|v]
-  gemm_case(130, 2048, 512, 4, 2, true);    // down
-  gemm_case(4097, 3000, 2048, 4, 2, true);  // a whole prefill chunk (+1) at the real K
-  // Single-pass fp16 x (terms 1, x_hi only; the LILY_PREFILL_TERMS=1 A/B), at the one-term tolerance.
-  for (int M : {1, 9, 64, 65, 129, 4097}) gemm_case(M, 300, 256, 4, 1, true);
-  gemm_case(257, 12352, 2048, 4, 1, true);
-  gemm_case(130, 2048, 4096, 4, 1, true);
+  for (int M : {1, 2, 7, 8, 9, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097}) gemm_case(M, 300, 256, 4, true);
+  gemm_case(33, 64, 64, 4, true);  // one k tile, one partial block
+  gemm_case(257, 12352, 2048, 4, true);  // [qkv|z|a|b]
+  gemm_case(130, 2048, 4096, 4, true);   // out_proj / o_proj
+  gemm_case(130, 9216, 2048, 4, true);   // attention [q|gate|k|v]
+  gemm_case(130, 2048, 512, 4, true);    // down
+  gemm_case(4097, 3000, 2048, 4, true);  // a whole prefill chunk (+1) at the real K
 }
 
 // Timing of the quantized GEMM kernels at the real shapes for a 4,096-token chunk (M = 4096;
@@ -188,14 +177,14 @@ namespace lily::test_batch {
 namespace {
 
 // Packs x (R rows of K) and runs qgemm dense: y [R][w.rows].
-std::vector<float> tc_dense(const QW& w, const std::vector<float>& xh, int R, bool two, int kernel = 0) {
+std::vector<float> tc_dense(const QW& w, const std::vector<float>& xh, int R, int kernel = 0) {
   const int K = w.cols;
   D<float> x(xh), y(size_t(R) * w.rows), ws(cuda::qgemm_ws_floats(w.rows, K, R));
   D<int32_t> cnt(cuda::qgemm_counters(w.rows, K, R));
   Packed16 p(size_t(R), K);
-  EXPECT_TRUE(cuda::xpack16(x.p, K, K, R, p.X.p, p.XS.p, two ? p.Xlo.p : nullptr, nullptr).is_ok());
+  EXPECT_TRUE(cuda::xpack16(x.p, K, K, R, p.X.p, p.XS.p, p.Xlo.p, nullptr).is_ok());
   cuda::QGemmArgs a{};
-  a.w = w, a.x = p.X.p, a.xs = p.XS.p, a.xlo = two ? p.Xlo.p : nullptr, a.ldx = K, a.M = R, a.y = y.p, a.ldy = w.rows;
+  a.w = w, a.x = p.X.p, a.xs = p.XS.p, a.xlo = p.Xlo.p, a.ldx = K, a.M = R, a.y = y.p, a.ldy = w.rows;
   a.ws = ws.p, a.cnt = cnt.p, a.kernel = kernel;
   EXPECT_TRUE(cuda::qgemm(a, nullptr).is_ok());
   auto v = y.get();
@@ -203,32 +192,30 @@ std::vector<float> tc_dense(const QW& w, const std::vector<float>& xh, int R, bo
   return v;
 }
 
-// qgemm (gemm/qgemm.h) against the model's CPU reference (cpu::qmatmul on fp32 activations), one and
-// two passes, and batch invariant (the same source row at B = 64 and at other B / positions: |Δ| = 0).
+// qgemm (gemm/qgemm.h) against the model's CPU reference (cpu::qmatmul on fp32 activations), and
+// batch invariant (the same source row at B = 64 and at other B / positions: |Δ| = 0).
 TEST(CudaBatchTc, GemmMatchesCpuAndIsBatchInvariant) {
   LILY_REQUIRE_GPU();
   cpu::set_bf16_storage(false);
   struct S { int bits, K, rows; };
-  for (bool two : {true, false})
   for (S s : {S{4, 2048, 12352}, S{4, 4096, 2048}, S{8, 2048, 257}, S{4, 2048, 2000}, S{4, 320, 96}, S{8, 128, 40}, S{4, 64, 17}}) {
     HQ w(s.rows, s.K, s.bits);
     const int R = 64;
     const auto xh = act_rows(R, s.K);
     std::vector<float> ref(size_t(R) * s.rows);
     cpu::qmatmul(w.w, xh.data(), R, s.K, ref.data(), s.rows, false);
-    const auto y64 = tc_dense(w.q, xh, R, two, 1);  // the mma.sync tiles (rows below qgemm_wg_rows())
-    const std::string shape = std::to_string(s.bits) + "-bit " + std::to_string(s.rows) + "x" + std::to_string(s.K) +
-                              (two ? " two-pass" : " one pass");
+    const auto y64 = tc_dense(w.q, xh, R, 1);  // the mma.sync tiles (rows below qgemm_wg_rows())
+    const std::string shape = std::to_string(s.bits) + "-bit " + std::to_string(s.rows) + "x" + std::to_string(s.K);
     NormErr ne;
     for (int r = 0; r < R; ++r) ne.add(&y64[size_t(r) * s.rows], &ref[size_t(r) * s.rows], s.rows);
     row("qgemm vs cpu (normwise)", shape, R, float(ne.worst));
-    EXPECT_LE(ne.worst, two ? kTolGemm : kTolGemm1) << shape;
+    EXPECT_LE(ne.worst, kTolGemm) << shape;
     if (s.bits == 4) {  // the dense wgmma tile (many rows)
-      const auto yw = tc_dense(w.q, xh, R, two, 2);
+      const auto yw = tc_dense(w.q, xh, R, 2);
       NormErr nw;
       for (int r = 0; r < R; ++r) nw.add(&yw[size_t(r) * s.rows], &ref[size_t(r) * s.rows], s.rows);
       row("qgemm wgmma vs cpu (normwise)", shape, R, float(nw.worst));
-      EXPECT_LE(nw.worst, two ? kTolGemm : kTolGemm1) << shape;
+      EXPECT_LE(nw.worst, kTolGemm) << shape;
     }
     for (int B : kBs) {
       if (B == 64) continue;
@@ -236,7 +223,7 @@ TEST(CudaBatchTc, GemmMatchesCpuAndIsBatchInvariant) {
       std::vector<float> xb(size_t(B) * s.K);
       for (int b = 0; b < B; ++b)
         std::copy_n(&xh[size_t((b * 7 + B) % R) * s.K], s.K, &xb[size_t(b) * s.K]);
-      const auto yb = tc_dense(w.q, xb, B, two, 1);
+      const auto yb = tc_dense(w.q, xb, B, 1);
       float inv = 0.f;
       for (int b = 0; b < B; ++b)
         for (int c = 0; c < s.rows; ++c)
@@ -248,11 +235,10 @@ TEST(CudaBatchTc, GemmMatchesCpuAndIsBatchInvariant) {
 }
 
 // The batched step's add + RMSNorm (+ residual out) against the CPU reference, and its packed output
-// equal to xpack16 of the normed rows bit for bit (one and two passes).
+// equal to xpack16 of the normed rows bit for bit.
 TEST(CudaBatchTc, NormPackMatchesCpu) {
   LILY_REQUIRE_GPU();
   cpu::set_bf16_storage(false);
-  for (bool two : {true, false})
   for (int H : {2048, 256, 1472, 4096}) {  // 1472: 23 groups, one slice; 4096: two values a thread a slice
     const int B = 17;
     const auto in = randv(size_t(B) * H), mix = randv(size_t(B) * H, 0.5f);
@@ -264,9 +250,9 @@ TEST(CudaBatchTc, NormPackMatchesCpu) {
     Packed16 p1(size_t(B), H), p2(size_t(B), H);
     cuda::BNormArgs a{};
     a.in = din.p, a.mix = dmix.p, a.gain = gain.p, a.H = H, a.B = B, a.res_out = res.p, a.n_out = n.p, a.X16 = p1.X.p;
-    a.X16lo = two ? p1.Xlo.p : nullptr, a.XS = p1.XS.p;
+    a.X16lo = p1.Xlo.p, a.XS = p1.XS.p;
     ASSERT_TRUE(cuda::bnorm_pack(a, nullptr).is_ok());
-    ASSERT_TRUE(cuda::xpack16(n.p, H, H, B, p2.X.p, p2.XS.p, two ? p2.Xlo.p : nullptr, nullptr).is_ok());
+    ASSERT_TRUE(cuda::xpack16(n.p, H, H, B, p2.X.p, p2.XS.p, p2.Xlo.p, nullptr).is_ok());
     std::vector<float> r(size_t(B) * H), ref(size_t(B) * H);
     for (size_t i = 0; i < r.size(); ++i) r[i] = in[i] + mix[i];
     cpu::rmsnorm(r.data(), B, H, gh.data(), 1e-6f, ref.data());
@@ -274,8 +260,8 @@ TEST(CudaBatchTc, NormPackMatchesCpu) {
     NormErr ne;
     for (int b = 0; b < B; ++b) ne.add(&got[size_t(b) * H], &ref[size_t(b) * H], H);
     const float e_res = max_diff(res.get(), r);
-    const bool same_p = p1.X.get() == p2.X.get() && p1.XS.get() == p2.XS.get() && (!two || p1.Xlo.get() == p2.Xlo.get());
-    const std::string shape = "H " + std::to_string(H) + (two ? " two-pass" : " one pass");
+    const bool same_p = p1.X.get() == p2.X.get() && p1.XS.get() == p2.XS.get() && p1.Xlo.get() == p2.Xlo.get();
+    const std::string shape = "H " + std::to_string(H);
     row("add+norm vs cpu (normwise)", shape, B, float(ne.worst));
     row("add+norm residual", shape, B, e_res);
     row("add+norm pack == xpack16(normed)", shape, B, same_p ? 0.f : 1.f);
@@ -287,10 +273,10 @@ TEST(CudaBatchTc, NormPackMatchesCpu) {
       D<float> n2(size_t(B) * H), res2(size_t(B) * H);
       Packed16 p3(size_t(B), H);
       cuda::BNormArgs c = a;
-      c.blocks = cs, c.res_out = res2.p, c.n_out = n2.p, c.X16 = p3.X.p, c.X16lo = two ? p3.Xlo.p : nullptr, c.XS = p3.XS.p;
+      c.blocks = cs, c.res_out = res2.p, c.n_out = n2.p, c.X16 = p3.X.p, c.X16lo = p3.Xlo.p, c.XS = p3.XS.p;
       ASSERT_TRUE(cuda::bnorm_pack(c, nullptr).is_ok());
       const bool same = n2.get() == got && res2.get() == res.get() && p3.X.get() == p1.X.get() &&
-                        p3.XS.get() == p1.XS.get() && (!two || p3.Xlo.get() == p1.Xlo.get());
+                        p3.XS.get() == p1.XS.get() && p3.Xlo.get() == p1.Xlo.get();
       row(("add+norm, " + std::to_string(cs) + " blocks a row == default").c_str(), shape, B, same ? 0.f : 1.f);
       EXPECT_TRUE(same) << shape << " blocks " << cs;
     }

@@ -217,10 +217,9 @@ TEST(CudaOps, MoeTc) {
 namespace lily::test_prefill {
 namespace {
 
-// As CudaBackend::pf_chunk runs it by default (terms 2): the GEMM inputs pre-split, the 4-bit GEMMs on
-// the wgmma kernel, the 8-bit router on the pipe kernel; terms 0: no split, the fp32 reference GEMMs.
-void moe_case(int M, int H, int E, int k, int I, int terms = 2) {
-  const bool pipe = terms != 0;
+// As CudaBackend::pf_chunk runs it: the GEMM inputs pre-split, the 4-bit GEMMs on the wgmma kernel, the
+// 8-bit router on the pipe kernel.
+void moe_case(int M, int H, int E, int k, int I) {
   HostQ gate(E * I, H, 4), up(E * I, H, 4), down(E * H, I, 4), shgu(2 * I, H, 4), shd(H, I, 4), router(E + 1, H, 8, 3.f);
   DevQ dg(gate.w), du(up.w), dd(down.w), dsgu(shgu.w), dsd(shd.w), dr(router.w);
   auto x = randv(size_t(M) * H);
@@ -270,9 +269,9 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 2) {
   DBuf<float> dsact(size_t(M) * I), dsy(size_t(M) * H), dout(size_t(M) * H);
   DBuf<int32_t> dids(static_cast<size_t>(S)), dslot_tok(S), dslot_of(S), dtiles(size_t(T) * 4), dscr(cuda::pf::moe_route_scratch_ints(E));
   cuda::pf::GemmArgs ra{};
-  ra.w = dr.q, ra.n_out = E + 1, ra.a = dx.p, ra.lda = H, ra.M = M, ra.y = drl.p, ra.ldy = E + 1, ra.terms = terms;
-  std::unique_ptr<DevSplit> sx;
-  if (pipe) sx = std::make_unique<DevSplit>(dx.p, H, M, H), sx->use(ra);
+  ra.w = dr.q, ra.n_out = E + 1, ra.a = dx.p, ra.lda = H, ra.M = M, ra.y = drl.p, ra.ldy = E + 1;
+  DevSplit sx(dx.p, H, M, H);
+  sx.use(ra);
   ASSERT_TRUE(cuda::pf::gemm(ra, nullptr).is_ok());
   cuda::pf::RouteArgs r{};
   r.logits = drl.p, r.M = M, r.E = E, r.top_k = k, r.topk_ids = dids.p, r.topk_w = dtw.p, r.slot_tok = dslot_tok.p;
@@ -280,23 +279,23 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 2) {
   ASSERT_TRUE(cuda::pf::moe_route(r, nullptr).is_ok());
   cuda::pf::GemmArgs gu{};
   gu.w = dg.q, gu.w2 = du.q, gu.n_out = I, gu.a = dx.p, gu.lda = H, gu.a_rows = dslot_tok.p, gu.y = dact.p, gu.ldy = I;
-  gu.swiglu = true, gu.tiles = dtiles.p, gu.max_tiles = T, gu.terms = terms;
-  if (pipe) sx->use(gu);
+  gu.swiglu = true, gu.tiles = dtiles.p, gu.max_tiles = T;
+  sx.use(gu);
   ASSERT_TRUE(cuda::pf::gemm(gu, nullptr).is_ok());
   cuda::pf::GemmArgs dn{};
-  dn.w = dd.q, dn.n_out = H, dn.a = dact.p, dn.lda = I, dn.y = dyd.p, dn.ldy = H, dn.tiles = dtiles.p, dn.max_tiles = T, dn.terms = terms;
-  std::unique_ptr<DevSplit> sa;
-  if (pipe) sa = std::make_unique<DevSplit>(dact.p, I, S, I), sa->use(dn);
+  dn.w = dd.q, dn.n_out = H, dn.a = dact.p, dn.lda = I, dn.y = dyd.p, dn.ldy = H, dn.tiles = dtiles.p, dn.max_tiles = T;
+  DevSplit sa(dact.p, I, S, I);
+  sa.use(dn);
   ASSERT_TRUE(cuda::pf::gemm(dn, nullptr).is_ok());
   cuda::pf::GemmArgs sg{};
   sg.w = dsgu.q, sg.w2 = dsgu.q, sg.row0_2 = I, sg.n_out = I, sg.a = dx.p, sg.lda = H, sg.M = M, sg.y = dsact.p, sg.ldy = I;
-  sg.swiglu = true, sg.terms = terms;
-  if (pipe) sx->use(sg);
+  sg.swiglu = true;
+  sx.use(sg);
   ASSERT_TRUE(cuda::pf::gemm(sg, nullptr).is_ok());
   cuda::pf::GemmArgs sd{};
-  sd.w = dsd.q, sd.n_out = H, sd.a = dsact.p, sd.lda = I, sd.M = M, sd.y = dsy.p, sd.ldy = H, sd.terms = terms;
-  std::unique_ptr<DevSplit> ss;
-  if (pipe) ss = std::make_unique<DevSplit>(dsact.p, I, M, I), ss->use(sd);
+  sd.w = dsd.q, sd.n_out = H, sd.a = dsact.p, sd.lda = I, sd.M = M, sd.y = dsy.p, sd.ldy = H;
+  DevSplit ss(dsact.p, I, M, I);
+  ss.use(sd);
   ASSERT_TRUE(cuda::pf::gemm(sd, nullptr).is_ok());
   ASSERT_TRUE(cuda::pf::moe_combine(dyd.p, dsy.p, dslot_of.p, dtw.p, M, H, k, dout.p, nullptr).is_ok());
   // Routing: ids must match except at near-ties of the reference (those tokens are skipped).
@@ -312,17 +311,13 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 2) {
     }
   }
   std::printf("| moe routing              | %-34s | %d of %d tokens differ (all near-ties) |\n", dims({M, E, k}).c_str(), flips, M);
-  check(fmt::format("moe (router..comb.) {}", terms == 0 ? "f32 ref" : "f16 hi+lo"),
-        dims({M, H, E, k, I}), dout.down(), ref, 5e-4f, 1e-3f, &skip, H);
+  check("moe (router..comb.) f16 hi+lo", dims({M, H, E, k, I}), dout.down(), ref, 5e-4f, 1e-3f, &skip, H);
 }
 TEST(CudaPrefill, Moe) {
   LILY_PREFILL_REQUIRE_GPU();
-  // The default (two-pass activations on the split GEMMs), then the fp32 reference GEMMs
-  // (LILY_PREFILL_TERMS=0, grouped + SwiGLU).
   for (int M : {1, 2, 9, 65, 129}) moe_case(M, 256, 16, 4, 256);
   moe_case(300, 2048, 256, 8, 512);  // real shapes
   moe_case(4097, 256, 64, 8, 128);   // many tiles, skewed counts
-  moe_case(129, 256, 16, 4, 256, /*terms=*/0);
 }
 
 }  // namespace
@@ -366,7 +361,7 @@ struct TcMoe {
   // out [B][H] and act (unpacked down inputs: [B·k][I] routed entries, then [B][Is] shared) for x [B][H],
   // ids [B][k], tw [B][k+1].
   void run(const std::vector<float>& xh, const std::vector<int32_t>& ids, const std::vector<float>& tw, int B,
-           std::vector<float>& out, std::vector<float>& act, bool two) {
+           std::vector<float>& out, std::vector<float>& act) {
     const int nent = B * k + B;
     const bool apart = Is != I;
     D<float> x(xh), yd(size_t(nent) * H), dtw(tw), dout(size_t(B) * H), gu(apart ? size_t(B) * 2 * Is : 1);
@@ -374,37 +369,37 @@ struct TcMoe {
     D<int32_t> cnt(std::max(cuda::qgemm_counters(2 * Is, H, B), cuda::qgemm_counters(H, Is, B)));
     Packed16 pa(size_t(B), H), pb(size_t(nent), I), ps(size_t(B), Is);
     D<int32_t> dids(ids), items(size_t(E + 2) * 4), nit(4), rowb(static_cast<size_t>(nent)), ent(static_cast<size_t>(nent));
-    ASSERT_TRUE(cuda::xpack16(x.p, H, H, B, pa.X.p, pa.XS.p, two ? pa.Xlo.p : nullptr, nullptr).is_ok());
+    ASSERT_TRUE(cuda::xpack16(x.p, H, H, B, pa.X.p, pa.XS.p, pa.Xlo.p, nullptr).is_ok());
     ASSERT_TRUE(cuda::broute(dids.p, B, k, E, items.p, nit.p, rowb.p, ent.p, !apart, nullptr).is_ok());
     cuda::QGemmArgs m{};
-    m.w = gate.q, m.w2 = up.q, m.sh = apart ? QW{} : shgu.q, m.x = pa.X.p, m.xs = pa.XS.p, m.xlo = two ? pa.Xlo.p : nullptr;
-    m.ldx = H, m.swiglu = true, m.yx = pb.X.p, m.yxs = pb.XS.p, m.yxlo = two ? pb.Xlo.p : nullptr, m.n_out = I;
+    m.w = gate.q, m.w2 = up.q, m.sh = apart ? QW{} : shgu.q, m.x = pa.X.p, m.xs = pa.XS.p, m.xlo = pa.Xlo.p;
+    m.ldx = H, m.swiglu = true, m.yx = pb.X.p, m.yxs = pb.XS.p, m.yxlo = pb.Xlo.p, m.n_out = I;
     m.items = items.p, m.n_items = nit.p, m.max_items = std::min(B * k, E) + 1, m.E = E, m.xrow = rowb.p, m.yrow = ent.p;
     m.ent_hint = B * k;
     ASSERT_TRUE(cuda::qgemm(m, nullptr).is_ok());
     cuda::QGemmArgs g{};
     if (apart) {
-      g.w = shgu.q, g.x = pa.X.p, g.xs = pa.XS.p, g.xlo = two ? pa.Xlo.p : nullptr, g.ldx = H, g.M = B, g.y = gu.p;
+      g.w = shgu.q, g.x = pa.X.p, g.xs = pa.XS.p, g.xlo = pa.Xlo.p, g.ldx = H, g.M = B, g.y = gu.p;
       g.ldy = 2 * Is, g.ws = ws.p, g.cnt = cnt.p;
       ASSERT_TRUE(cuda::qgemm(g, nullptr).is_ok());
-      ASSERT_TRUE(cuda::xpack16_swiglu(gu.p, 2 * Is, Is, B, ps.X.p, ps.XS.p, two ? ps.Xlo.p : nullptr, nullptr).is_ok());
+      ASSERT_TRUE(cuda::xpack16_swiglu(gu.p, 2 * Is, Is, B, ps.X.p, ps.XS.p, ps.Xlo.p, nullptr).is_ok());
     }
-    m.w = down.q, m.w2 = QW{}, m.sh = apart ? QW{} : shd.q, m.x = pb.X.p, m.xs = pb.XS.p, m.xlo = two ? pb.Xlo.p : nullptr;
+    m.w = down.q, m.w2 = QW{}, m.sh = apart ? QW{} : shd.q, m.x = pb.X.p, m.xs = pb.XS.p, m.xlo = pb.Xlo.p;
     m.ldx = I, m.swiglu = false, m.yx = nullptr, m.yxs = nullptr, m.yxlo = nullptr, m.y = yd.p, m.ldy = H, m.n_out = H;
     m.xrow = ent.p;
     ASSERT_TRUE(cuda::qgemm(m, nullptr).is_ok());
     if (apart) {
-      g.w = shd.q, g.x = ps.X.p, g.xs = ps.XS.p, g.xlo = two ? ps.Xlo.p : nullptr, g.ldx = Is, g.y = yd.p + size_t(B) * k * H;
+      g.w = shd.q, g.x = ps.X.p, g.xs = ps.XS.p, g.xlo = ps.Xlo.p, g.ldx = Is, g.y = yd.p + size_t(B) * k * H;
       g.ldy = H;
       ASSERT_TRUE(cuda::qgemm(g, nullptr).is_ok());
     }
     ASSERT_TRUE(cuda::bmoe_combine(yd.p, dtw.p, k, H, B, dout.p, nullptr).is_ok());
     out = dout.get();
     const auto lo = pb.Xlo.get();
-    act = unpack16(pb.X.get(), two ? &lo : nullptr, pb.XS.get(), size_t(apart ? B * k : nent), I);
+    act = unpack16(pb.X.get(), &lo, pb.XS.get(), size_t(apart ? B * k : nent), I);
     if (apart) {
       const auto slo = ps.Xlo.get();
-      const auto sa = unpack16(ps.X.get(), two ? &slo : nullptr, ps.XS.get(), size_t(B), Is);
+      const auto sa = unpack16(ps.X.get(), &slo, ps.XS.get(), size_t(B), Is);
       act.insert(act.end(), sa.begin(), sa.end());
     }
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
@@ -517,12 +512,10 @@ TEST(CudaBatchTc, MoeMatchesCpuAndIsBatchInvariant) {
               S{320, 64, 16, 4, 128}, S{2048, 512, 64, 8, 256}}) {
     TcMoe moe(s.H, s.I, s.E, s.k, s.Is);
     const MoeCase c(moe);
-    for (bool two : {true, false}) {
-      std::vector<float> out64, act64;
-      auto run = [&](const std::vector<float>& x, const std::vector<int32_t>& ids, const std::vector<float>& tw, int B,
-                     std::vector<float>& out, std::vector<float>& act) { moe.run(x, ids, tw, B, out, act, two); };
-      check_moe(c, "qgemm moe", c.shape(two ? "two-pass" : "one pass"), run, out64, act64, two ? kTolMoe : kTolMoe1);
-    }
+    std::vector<float> out64, act64;
+    auto run = [&](const std::vector<float>& x, const std::vector<int32_t>& ids, const std::vector<float>& tw, int B,
+                   std::vector<float>& out, std::vector<float>& act) { moe.run(x, ids, tw, B, out, act); };
+    check_moe(c, "qgemm moe", c.shape("two-pass"), run, out64, act64, kTolMoe);
   }
 }
 

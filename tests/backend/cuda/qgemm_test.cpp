@@ -44,14 +44,13 @@ struct Packed {
   double inv(int r, int g) const { return XS[(size_t(r) * (K / 64) + g) * 2 + 1]; }
 };
 
-// Packs x [R][K] on the device (dXlo set: two passes); checks the packing rule on the host (e, fp16
-// rounding of x·2^e and, two-pass, of the remainder, Σx).
-Packed pack(const std::vector<float>& x, int R, int K, D<uint16_t>& dX, D<float>& dXS, int& bad, D<uint16_t>* dXlo = nullptr) {
+// Packs x [R][K] on the device (hi + lo); checks the packing rule on the host (e, fp16 rounding of x·2^e
+// and of the remainder, Σx).
+Packed pack(const std::vector<float>& x, int R, int K, D<uint16_t>& dX, D<float>& dXS, int& bad, D<uint16_t>& dXlo) {
   D<float> dx(x);
-  EXPECT_TRUE(cuda::xpack16(dx.p, K, K, R, dX.p, dXS.p, dXlo ? dXlo->p : nullptr, nullptr).is_ok());
-  std::vector<uint16_t> lo;
-  if (dXlo) lo = dXlo->get();
-  Packed p{dX.get(), dXS.get(), R, K, dXlo ? &lo : nullptr};
+  EXPECT_TRUE(cuda::xpack16(dx.p, K, K, R, dX.p, dXS.p, dXlo.p, nullptr).is_ok());
+  const std::vector<uint16_t> lo = dXlo.get();
+  Packed p{dX.get(), dXS.get(), R, K, &lo};
   for (int r = 0; r < R; ++r)
     for (int g = 0; g < K / 64; ++g) {
       float m = 0.f;
@@ -63,8 +62,8 @@ Packed pack(const std::vector<float>& x, int R, int K, D<uint16_t>& dX, D<float>
       if (p.inv(r, g) != std::ldexp(1.0, -e) || std::fabs(p.sum(r, g) - s) > 1e-6 * sa + 1e-30) ++bad;
       for (int k = 64 * g; k < 64 * g + 64; ++k) {
         const double want = std::ldexp(double(x[size_t(r) * K + k]), e), got = p.x(r, k);
-        // half an ulp at [2^14, 2^15): of fp16 (one pass), of the fp16 remainder (two passes)
-        if (std::fabs(got - want) > std::ldexp(1.0, dXlo ? 14 - 22 : 14 - 11) * 1.0001) ++bad;
+        // half an ulp at [2^14, 2^15) of the fp16 remainder
+        if (std::fabs(got - want) > std::ldexp(1.0, 14 - 22) * 1.0001) ++bad;
       }
     }
   return p;
@@ -97,7 +96,6 @@ struct DenseCase {
 
 TEST(CudaQgemm, PackMatchesRule) {
   LILY_REQUIRE_GPU();
-  for (int terms : {1, 2})
   for (int K : {64, 320, 2048}) {
     const int R = 7;
     auto x = randv(size_t(R) * K, 3.f);
@@ -107,8 +105,8 @@ TEST(CudaQgemm, PackMatchesRule) {
     D<uint16_t> dX(size_t(R) * K), dXlo(size_t(R) * K);
     D<float> dXS(size_t(R) * K / 64 * 2);
     int bad = 0;
-    pack(x, R, K, dX, dXS, bad, terms == 2 ? &dXlo : nullptr);
-    table("xpack16", "K=" + std::to_string(K), terms == 2 ? "R=7 two-pass" : "R=7", bad, bad == 0);
+    pack(x, R, K, dX, dXS, bad, dXlo);
+    table("xpack16", "K=" + std::to_string(K), "R=7 two-pass", bad, bad == 0);
     EXPECT_EQ(bad, 0) << "xpack16 differs from the packing rule at K=" << K;
   }
 }
@@ -118,14 +116,13 @@ TEST(CudaQgemm, DenseMatchesCpuAndIsBatchInvariant) {
   const DenseCase cases[] = {{300, 320, 4}, {640, 64, 4}, {2048, 4096, 4}, {257, 2048, 8}, {1000, 2048, 4}, {129, 192, 8}};
   const int Ms[] = {1, 5, 8, 9, 16, 17, 33, 64, 65, 128, 130};
   const int kMaxM = 130;
-  for (int terms : {1, 2})
   for (const DenseCase& c : cases) {
     QMat w(c.N, c.K, c.bits);
     auto x = randv(size_t(kMaxM) * c.K);
     D<uint16_t> dX(size_t(kMaxM) * c.K), dXlo(size_t(kMaxM) * c.K);
     D<float> dXS(size_t(kMaxM) * c.K / 64 * 2);
     int bad = 0;
-    const Packed p = pack(x, kMaxM, c.K, dX, dXS, bad, terms == 2 ? &dXlo : nullptr);
+    const Packed p = pack(x, kMaxM, c.K, dX, dXS, bad, dXlo);
     ASSERT_EQ(bad, 0);
     // Reference for all rows.
     std::vector<double> ref(size_t(kMaxM) * c.N), tol(size_t(kMaxM) * c.N);
@@ -138,11 +135,11 @@ TEST(CudaQgemm, DenseMatchesCpuAndIsBatchInvariant) {
     D<float> ws(cuda::qgemm_ws_floats(c.N, c.K, kMaxM));
     D<int32_t> cnt(cuda::qgemm_counters(c.N, c.K, kMaxM));
     const std::string shape = std::to_string(c.N) + "x" + std::to_string(c.K) + " q" + std::to_string(c.bits) +
-                              " split " + std::to_string(cuda::qgemm_splits(c.N, c.K)) + (terms == 2 ? " two-pass" : "");
+                              " split " + std::to_string(cuda::qgemm_splits(c.N, c.K)) + (" two-pass");
     auto run = [&](int M, int nt, int kernel = 0) {
       D<float> y(size_t(M) * c.N);
       cuda::QGemmArgs a{};
-      a.w = w.q, a.x = dX.p, a.xs = dXS.p, a.xlo = terms == 2 ? dXlo.p : nullptr, a.ldx = c.K, a.M = M, a.y = y.p,
+      a.w = w.q, a.x = dX.p, a.xs = dXS.p, a.xlo = dXlo.p, a.ldx = c.K, a.M = M, a.y = y.p,
       a.ldy = c.N, a.ws = ws.p, a.cnt = cnt.p, a.nt = nt, a.kernel = kernel;
       const Status st = cuda::qgemm(a, nullptr);
       EXPECT_TRUE(st.is_ok()) << st.message();
@@ -165,7 +162,6 @@ TEST(CudaQgemm, DenseMatchesCpuAndIsBatchInvariant) {
     for (int nt : {0, 1, 2, 4, 8}) {
       for (int M : Ms) {
         if (nt != 0 && M != 9 && M != 64 && M != 130) continue;
-        if (terms == 2 && nt != 0 && M != 64) continue;
         const bool wg = has_wg && nt == 0 && M >= cuda::qgemm_wg_rows(c.N);
         const std::vector<float>& want = wg ? base_wg : base;
         const auto got = run(M, nt);
@@ -226,9 +222,7 @@ struct MoeCase {
 TEST(CudaQgemm, MoeMatchesCpuAndIsBatchInvariant) {
   LILY_REQUIRE_GPU();
   const MoeCase cases[] = {{320, 128, 16, 4}, {256, 64, 8, 2}, {1024, 512, 32, 4}, {2048, 512, 256, 8}};
-  for (int terms : {1, 2})
   for (const MoeCase& c : cases) {
-    if (terms == 2 && c.H >= 2048) continue;  // the real shape once, single pass (its CPU reference is the slow part)
     QMat gate(c.E * c.I, c.H, 4), up(c.E * c.I, c.H, 4), down(c.E * c.H, c.I, 4);
     QMat shgu(2 * c.I, c.H, 4), shd(c.H, c.I, 4);
     const int kMaxB = c.H >= 2048 ? 64 : 40;
@@ -236,10 +230,10 @@ TEST(CudaQgemm, MoeMatchesCpuAndIsBatchInvariant) {
     D<uint16_t> dX(size_t(kMaxB) * c.H), dXlo(size_t(kMaxB) * c.H);
     D<float> dXS(size_t(kMaxB) * c.H / 64 * 2);
     int bad = 0;
-    const Packed p = pack(x, kMaxB, c.H, dX, dXS, bad, terms == 2 ? &dXlo : nullptr);
+    const Packed p = pack(x, kMaxB, c.H, dX, dXS, bad, dXlo);
     ASSERT_EQ(bad, 0);
     const std::string shape = "H" + std::to_string(c.H) + " I" + std::to_string(c.I) + " E" + std::to_string(c.E) + " k" +
-                              std::to_string(c.k) + (terms == 2 ? " two-pass" : "");
+                              std::to_string(c.k) + (" two-pass");
     // xgemm (moe/xgemm.h) where K allows (gate+up K = H, down K = I, both multiples of 256): its fragment
     // copies of the experts, made once per case.
     const bool xcase = c.H % 256 == 0 && c.I % 256 == 0;
@@ -280,19 +274,19 @@ TEST(CudaQgemm, MoeMatchesCpuAndIsBatchInvariant) {
           D<float> y(size_t(nent) * c.H);
           cuda::QGemmArgs a{};
           a.w = gate.q, a.w2 = up.q, a.sh = shgu.q, a.x = dX.p, a.xs = dXS.p, a.ldx = c.H, a.swiglu = true, a.yx = act.p,
-          a.yxs = acts.p, a.n_out = c.I, a.xlo = terms == 2 ? dXlo.p : nullptr, a.yxlo = terms == 2 ? actlo.p : nullptr, a.items = rt.items.p, a.n_items = rt.n_items.p, a.max_items = std::min(B * c.k, c.E) + 1,
+          a.yxs = acts.p, a.n_out = c.I, a.xlo = dXlo.p, a.yxlo = actlo.p, a.items = rt.items.p, a.n_items = rt.n_items.p, a.max_items = std::min(B * c.k, c.E) + 1,
           a.E = c.E, a.xrow = rt.rowb.p, a.yrow = rt.ent.p, a.ent_hint = B * c.k, a.nt = nt;
           if (kern == 1 && !cuda::xgemm_fits(a)) continue;
           Status st = kern == 0 ? cuda::qgemm(a, nullptr) : cuda::xgemm(a, fx.gu, fx.sgu, nullptr);
           ASSERT_TRUE(st.is_ok()) << st.message();
           cuda::QGemmArgs d = a;
           d.w = down.q, d.w2 = {}, d.sh = shd.q, d.x = act.p, d.xs = acts.p, d.ldx = c.I, d.swiglu = false, d.yx = nullptr,
-          d.yxs = nullptr, d.yxlo = nullptr, d.xlo = terms == 2 ? actlo.p : nullptr, d.y = y.p, d.ldy = c.H, d.n_out = c.H,
+          d.yxs = nullptr, d.yxlo = nullptr, d.xlo = actlo.p, d.y = y.p, d.ldy = c.H, d.n_out = c.H,
           d.xrow = rt.ent.p;
           st = kern == 0 ? cuda::qgemm(d, nullptr) : cuda::xgemm(d, fx.dn, fx.sdn, nullptr);
           ASSERT_TRUE(st.is_ok()) << st.message();
           const std::vector<uint16_t> lo_host = actlo.get();
-          Packed pa{act.get(), acts.get(), nent, c.I, terms == 2 ? &lo_host : nullptr};
+          Packed pa{act.get(), acts.get(), nent, c.I, &lo_host};
           const auto gy = y.get();
           ASSERT_EQ(cudaGetLastError(), cudaSuccess);
           // gate+up+SwiGLU vs the reference, per entry and output (fp16 rounding of the packed act
@@ -311,7 +305,7 @@ TEST(CudaQgemm, MoeMatchesCpuAndIsBatchInvariant) {
               for (int o = 64 * g; o < 64 * g + 64; ++o) {
                 // one pass: half an fp16 ulp of the group max, with margin; two passes: the remainder's
                 const double got = pa.x(en, o) * pa.inv(en, g),
-                             tol = std::ldexp(gm, terms == 2 ? -16 : -10) + (terms == 2 ? 1e-5 : 1e-4) * std::fabs(av[o]) + 1e-12;
+                             tol = std::ldexp(gm, -16) + 1e-5 * std::fabs(av[o]) + 1e-12;
                 const double r2 = std::fabs(got - av[o]) / tol;
                 worst_a = std::max(worst_a, r2 != r2 ? 1e30 : r2);
                 fails += !(r2 <= 1.0);
@@ -387,17 +381,16 @@ TEST(CudaQgemm, Bench) {
     D<float> ws(cuda::qgemm_ws_floats(c.N, c.K, 736));
     D<int32_t> cnt(cuda::qgemm_counters(c.N, c.K, 736));
     const double bytes = double(c.N) * c.K * c.bits / 8 + double(c.N) * c.K / 64 * 4;
-    for (int terms : {1, 2})
       for (int B : Bd)
         for (int kernel : {1, 2}) {
           if (kernel == 2 && c.bits != 4) continue;
           if (small && (B > 64 || kernel == 2)) continue;
           cuda::QGemmArgs a{};
-          a.w = w.q, a.x = dX.p, a.xs = dXS.p, a.xlo = terms == 2 ? dXlo.p : nullptr, a.ldx = c.K, a.M = B, a.y = y.p,
+          a.w = w.q, a.x = dX.p, a.xs = dXS.p, a.xlo = dXlo.p, a.ldx = c.K, a.M = B, a.y = y.p,
           a.ldy = c.N, a.ws = ws.p, a.cnt = cnt.p, a.kernel = kernel;
           const double us = time_us([&](cudaStream_t t) { (void)cuda::qgemm(a, t); });
           std::printf("[qgemm-bench] | %s %dx%d q%d%s %s | %d | %.1f | %.0f | %.1f |\n", c.name, c.N, c.K, c.bits,
-                      terms == 2 ? " two-pass" : "", kernel == 2 ? "wgmma" : "mma.sync", B, us, bytes / us * 1e-3,
+                      " two-pass", kernel == 2 ? "wgmma" : "mma.sync", B, us, bytes / us * 1e-3,
                       2.0 * B * c.N * c.K / us * 1e-6);
         }
   }
@@ -408,7 +401,6 @@ TEST(CudaQgemm, Bench) {
   cuda::FragExperts fx;
   D<uint8_t> fr(cuda::frag_expert_bytes(E, I, H));
   ASSERT_TRUE(cuda::frag_pack_experts(gate.q, up.q, shgu.q, down.q, shd.q, E, I, H, fr.p, &fx, nullptr).is_ok());
-  for (int terms : {1, 2})
   for (int B : Bm)
   for (int nt : {0, 2, 4, 8}) {
     if (nt && B < 64) continue;
@@ -421,17 +413,17 @@ TEST(CudaQgemm, Bench) {
     D<float> acts(size_t(nent) * I / 64 * 2);
     D<float> y(size_t(nent) * H);
     cuda::QGemmArgs a{};
-    a.xlo = terms == 2 ? dXlo.p : nullptr, a.yxlo = terms == 2 ? actlo.p : nullptr;
+    a.xlo = dXlo.p, a.yxlo = actlo.p;
     a.w = gate.q, a.w2 = up.q, a.sh = shgu.q, a.x = dX.p, a.xs = dXS.p, a.ldx = H, a.swiglu = true, a.yx = act.p, a.yxs = acts.p,
     a.n_out = I, a.items = rt.items.p, a.n_items = rt.n_items.p, a.max_items = std::min(B * k, E) + 1, a.E = E,
     a.xrow = rt.rowb.p, a.yrow = rt.ent.p, a.ent_hint = B * k, a.nt = nt;
     cuda::QGemmArgs d = a;
     d.w = down.q, d.w2 = {}, d.sh = shd.q, d.x = act.p, d.xs = acts.p, d.ldx = I, d.swiglu = false, d.yx = nullptr, d.yxs = nullptr,
-    d.y = y.p, d.ldy = H, d.n_out = H, d.xrow = rt.ent.p, d.xlo = terms == 2 ? actlo.p : nullptr, d.yxlo = nullptr;
+    d.y = y.p, d.ldy = H, d.n_out = H, d.xrow = rt.ent.p, d.xlo = actlo.p, d.yxlo = nullptr;
     const double gu_bytes = (n_items) * (2.0 * I * H / 2 + 2.0 * I * H / 64 * 4), dn_bytes = (n_items) * (double(I) * H / 2 + double(I) * H / 64 * 4);
     const double us_gu = time_us([&](cudaStream_t t) { (void)cuda::qgemm(a, t); });
     const double us_dn = time_us([&](cudaStream_t t) { (void)cuda::qgemm(d, t); });
-    const char* tp = terms == 2 ? " two-pass" : "";
+    const char* tp = " two-pass";
     std::printf("[qgemm-bench] | moe gate+up%s (%d experts) nt=%d | %d | %.1f | %.0f |\n", tp, n_items, nt, B, us_gu, gu_bytes / us_gu * 1e-3);
     std::printf("[qgemm-bench] | moe down%s (%d experts) nt=%d | %d | %.1f | %.0f |\n", tp, n_items, nt, B, us_dn, dn_bytes / us_dn * 1e-3);
     if (cuda::xgemm_fits(a) && cuda::xgemm_fits(d)) {

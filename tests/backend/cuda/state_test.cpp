@@ -69,7 +69,6 @@ void make_rig(Rig& r) {
 }
 
 std::unique_ptr<SeqState> state(Model& be, int max_seq, const char* initial) {
-  ScopedEnv kv("LILY_CUDA_KV", "f32");
   ScopedEnv init("LILY_CUDA_KV_INITIAL", initial);
   auto s = be.new_state(max_seq);
   EXPECT_TRUE(s.is_ok()) << s.message();
@@ -220,7 +219,6 @@ TEST(CudaState, BytesAreWhatTheDeviceGives) {
   const int limit = 8192;
   StateMemory m;
   {
-    ScopedEnv kv("LILY_CUDA_KV", "f32");
     ScopedEnv init("LILY_CUDA_KV_INITIAL", "4096");
     m = r.gpu->state_memory(limit);
   }

@@ -1,8 +1,8 @@
 // attention/: gated GQA attention with q/k RMSNorm and partial NeoX RoPE over K/V caches [nkv, max_seq,
-// hd], fp32 or bf16; output fp32 [tokens, nh·hd] with the sigmoid output gate applied. Entry points:
+// hd], fp32; output fp32 [tokens, nh·hd] with the sigmoid output gate applied. Entry points:
 // attn_prep / attn_decode (common/ops.h; attention.cu: one token, split-K flash decoding in fp32,
 // hd ∈ {64, 128, 256}); pf::attn_prefill (step/prefill_ops.h; attn_prefill.cu, attn_wg.cu: M tokens,
-// causal flash attention on tensor cores, operands bf16 hi + lo (~16 bits; fp32 caches) or bf16,
+// causal flash attention on wgmma, operands bf16 hi + lo (~16 bits),
 // softmax in fp32); battn (step/batch_ops.h; batch_attn.cu: B rows over fp32 caches, attn_decode's
 // splits (attn_chunk.cuh) on persistent blocks).
 //
@@ -10,7 +10,7 @@
 // flash decoding over positions 0..pos with the GQA group's query heads sharing each K/V row
 // read; (3) a merge kernel, one block per query head, combining the splits (log-sum-exp) and
 // applying the sigmoid output gate. Position and split count come from the device, so one graph serves
-// every context length. Activations fp32; the cache fp32 or bf16 (template KT).
+// every context length. Activations and the cache fp32.
 #include <cfloat>
 
 #include "backend/cuda/attention/attn_chunk.cuh"
@@ -22,10 +22,7 @@ namespace {
 
 constexpr int kThreads = kAttnThreads, kMaxSplits = kAttnMaxSplits;
 
-__device__ __forceinline__ void st_kv(float* p, float v) { *p = v; }
-__device__ __forceinline__ void st_kv(uint16_t* p, float v) { *p = to_bf(v); }
-
-template <typename KT> __global__ void attn_prep_kernel(AttnArgs a) {
+__global__ void attn_prep_kernel(AttnArgs a) {
   extern __shared__ float xsh[];
   __shared__ float red[32];
   const int b = blockIdx.x, d = threadIdx.x, hd = a.hd;
@@ -41,12 +38,12 @@ template <typename KT> __global__ void attn_prep_kernel(AttnArgs a) {
     a.q[b * hd + d] = y;
   } else {
     const size_t at = (size_t(kvh) * a.max_seq + pos) * hd + d;
-    st_kv(static_cast<KT*>(a.kc) + at, y);
-    st_kv(static_cast<KT*>(a.vc) + at, qkv[a.nh * a.qw + a.nkv * hd + kvh * hd + d]);
+    static_cast<float*>(a.kc)[at] = y;
+    static_cast<float*>(a.vc)[at] = qkv[a.nh * a.qw + a.nkv * hd + kvh * hd + d];
   }
 }
 
-template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThreads) attn_decode_chunk_kernel(AttnArgs a) {
+template <int DPL, int G> __global__ void __launch_bounds__(kThreads) attn_decode_chunk_kernel(AttnArgs a) {
   extern __shared__ float sm[];
   constexpr int HD = DPL * 32;
   const int split = blockIdx.x, kvh = blockIdx.y;
@@ -56,7 +53,7 @@ template <int DPL, int G, typename KT> __global__ void __launch_bounds__(kThread
   if (split >= nse) return;
   const int len = (n + nse - 1) / nse, t0 = split * len, t1 = min(n, t0 + len);
   const size_t kv0 = size_t(kvh) * a.max_seq * HD;
-  attn_split<DPL, G, KT>(a.q + size_t(kvh) * G * HD, static_cast<const KT*>(a.kc) + kv0, static_cast<const KT*>(a.vc) + kv0, t0, t1,
+  attn_split<DPL, G>(a.q + size_t(kvh) * G * HD, static_cast<const float*>(a.kc) + kv0, static_cast<const float*>(a.vc) + kv0, t0, t1,
                          a.partial + (size_t(kvh) * a.n_split + split) * G * (HD + 2), sm);
 }
 
@@ -75,11 +72,11 @@ __global__ void __launch_bounds__(256) attn_merge_kernel(AttnArgs a) {
   a.out[h * hd + d] = val;
 }
 
-template <int DPL, int G, typename KT> Status launch_decode(const AttnArgs& a, cudaStream_t s) {
+template <int DPL, int G> Status launch_decode(const AttnArgs& a, cudaStream_t s) {
   // Splits capped so that all nkv·splits blocks are resident at once (one wave): measured on the
   // H200 at 32k (fp32 K/V), 66 splits (132 blocks) against 128 (256 blocks, two waves): attention
   // 0.87 → 0.58 ms per step.
-  auto kern = attn_decode_chunk_kernel<DPL, G, KT>;
+  auto kern = attn_decode_chunk_kernel<DPL, G>;
   static const int per_sm = [&] {
     int n = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, kThreads, chunk_smem<DPL, G>()) != cudaSuccess || n < 1) n = 1;
@@ -92,14 +89,14 @@ template <int DPL, int G, typename KT> Status launch_decode(const AttnArgs& a, c
   return launch_k("attn_merge", attn_merge_kernel, dim3(b.nh), dim3(b.hd), 0, s, b);
 }
 
-template <int DPL, typename KT> Status dispatch_g(const AttnArgs& a, cudaStream_t s) {
+template <int DPL> Status dispatch_g(const AttnArgs& a, cudaStream_t s) {
   switch (a.nh / a.nkv) {
-    case 1: return launch_decode<DPL, 1, KT>(a, s);
-    case 2: return launch_decode<DPL, 2, KT>(a, s);
-    case 3: return launch_decode<DPL, 3, KT>(a, s);
-    case 4: return launch_decode<DPL, 4, KT>(a, s);
-    case 6: return launch_decode<DPL, 6, KT>(a, s);
-    case 8: return launch_decode<DPL, 8, KT>(a, s);
+    case 1: return launch_decode<DPL, 1>(a, s);
+    case 2: return launch_decode<DPL, 2>(a, s);
+    case 3: return launch_decode<DPL, 3>(a, s);
+    case 4: return launch_decode<DPL, 4>(a, s);
+    case 6: return launch_decode<DPL, 6>(a, s);
+    case 8: return launch_decode<DPL, 8>(a, s);
     default: return cu_err("attn_decode: GQA group {} unsupported (1, 2, 3, 4, 6, 8)", a.nh / a.nkv);
   }
 }
@@ -108,27 +105,24 @@ template <int DPL, typename KT> Status dispatch_g(const AttnArgs& a, cudaStream_
 
 int attn_max_splits() { return kMaxSplits; }
 
-template <int DPL, typename KT> static Status init_g() {
+template <int DPL> static Status init_g() {
   auto set_t = [](auto kern, size_t smem) -> Status {
     LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return Status::ok();
   };
-  LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 1, KT>, chunk_smem<DPL, 1>()));
-  LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 2, KT>, chunk_smem<DPL, 2>()));
-  LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 3, KT>, chunk_smem<DPL, 3>()));
-  LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 4, KT>, chunk_smem<DPL, 4>()));
-  LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 6, KT>, chunk_smem<DPL, 6>()));
-  LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 8, KT>, chunk_smem<DPL, 8>()));
+  LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 1>, chunk_smem<DPL, 1>()));
+  LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 2>, chunk_smem<DPL, 2>()));
+  LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 3>, chunk_smem<DPL, 3>()));
+  LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 4>, chunk_smem<DPL, 4>()));
+  LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 6>, chunk_smem<DPL, 6>()));
+  LILY_TRY(set_t(attn_decode_chunk_kernel<DPL, 8>, chunk_smem<DPL, 8>()));
   return Status::ok();
 }
 
 Status attn_init() {
-  LILY_TRY((init_g<2, float>()));
-  LILY_TRY((init_g<4, float>()));
-  LILY_TRY((init_g<8, float>()));
-  LILY_TRY((init_g<2, uint16_t>()));
-  LILY_TRY((init_g<4, uint16_t>()));
-  return init_g<8, uint16_t>();
+  LILY_TRY(init_g<2>());
+  LILY_TRY(init_g<4>());
+  return init_g<8>();
 }
 
 Status attn_prep(const AttnArgs& a, Stream s) {
@@ -136,8 +130,7 @@ Status attn_prep(const AttnArgs& a, Stream s) {
   if (!a.ctl && (a.pos < 0 || a.pos >= a.max_seq)) return cu_err("attn_prep: position {} outside the cache", a.pos);
   auto st = static_cast<cudaStream_t>(s);
   const dim3 grid(a.nh + a.nkv), block(a.hd);
-  if (a.kv_f32) return launch_k("attn_prep", attn_prep_kernel<float>, grid, block, a.hd * sizeof(float), st, a);
-  return launch_k("attn_prep", attn_prep_kernel<uint16_t>, grid, block, a.hd * sizeof(float), st, a);
+  return launch_k("attn_prep", attn_prep_kernel, grid, block, a.hd * sizeof(float), st, a);
 }
 
 Status attn_decode(const AttnArgs& a, Stream stream) {
@@ -145,13 +138,10 @@ Status attn_decode(const AttnArgs& a, Stream stream) {
   if (!a.ctl) return cu_err("attn_decode: needs the step control block");
   if (a.nkv > 14 || a.nkv <= 0 || a.nh % a.nkv != 0) return cu_err("attn_decode: {} kv heads unsupported", a.nkv);
   if (a.n_split < 1 || a.n_split > attn_max_splits()) return cu_err("attn_decode: n_split {} out of range", a.n_split);
-  switch (a.hd * (a.kv_f32 ? 1 : -1)) {
-    case 64: return dispatch_g<2, float>(a, s);
-    case 128: return dispatch_g<4, float>(a, s);
-    case 256: return dispatch_g<8, float>(a, s);
-    case -64: return dispatch_g<2, uint16_t>(a, s);
-    case -128: return dispatch_g<4, uint16_t>(a, s);
-    case -256: return dispatch_g<8, uint16_t>(a, s);
+  switch (a.hd) {
+    case 64: return dispatch_g<2>(a, s);
+    case 128: return dispatch_g<4>(a, s);
+    case 256: return dispatch_g<8>(a, s);
     default: return cu_err("attn_decode: head dim {} unsupported (64, 128, 256)", a.hd);
   }
 }

@@ -22,22 +22,6 @@ template <int DPL> __device__ __forceinline__ void load_row(const float* p, floa
     out[0] = v.x, out[1] = v.y;
   }
 }
-template <int DPL> __device__ __forceinline__ void load_row(const uint16_t* p, float* out) {
-  if constexpr (DPL == 8) {
-    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) out[2 * i] = __uint_as_float(w[i] << 16), out[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-  } else if constexpr (DPL == 4) {
-    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
-    out[0] = __uint_as_float(v.x << 16), out[1] = __uint_as_float(v.x & 0xFFFF0000u);
-    out[2] = __uint_as_float(v.y << 16), out[3] = __uint_as_float(v.y & 0xFFFF0000u);
-  } else {
-    const uint32_t v = __ldg(reinterpret_cast<const uint32_t*>(p));
-    out[0] = __uint_as_float(v << 16), out[1] = __uint_as_float(v & 0xFFFF0000u);
-  }
-}
-
 // Splits of n positions: at most n_split, each of at least min_per positions (≤ 0: 64). Both decode paths
 // cut a row so, which is what makes the batched row's sums batch 1's.
 __device__ __forceinline__ int n_splits_for(int n, int n_split, int min_per) {
@@ -87,8 +71,8 @@ template <int DPL, int G> constexpr size_t chunk_smem() {
 // One split (a block of kAttnThreads): q fp32 [G][hd] of the group; kc, vc this KV head's cache rows [.., hd]
 // (position t at t·hd); part: the split's partial. Shared memory: chunk_smem<DPL, G>() floats at sm. Ends with
 // a __syncthreads, so a persistent caller may run the next split on the same memory.
-template <int DPL, int G, typename KT>
-__device__ __forceinline__ void attn_split(const float* q, const KT* kc, const KT* vc, int t0, int t1, float* part, float* sm) {
+template <int DPL, int G>
+__device__ __forceinline__ void attn_split(const float* q, const float* kc, const float* vc, int t0, int t1, float* part, float* sm) {
   static_assert(G * kChunkP <= 32, "GQA group too large for one transposing sum");
   using CS = ChunkShape<G>;
   constexpr int P = kChunkP, HD = DPL * 32, VW = DPL >= 4 ? 4 : 2;  // q read as float4 (float2 at hd 64)
@@ -111,8 +95,8 @@ __device__ __forceinline__ void attn_split(const float* q, const KT* kc, const K
 #pragma unroll
     for (int i = 0; i < DPL; ++i) o[g][i] = 0.f;
   }
-  const KT* kbase = kc + lane * DPL;
-  const KT* vbase = vc + lane * DPL;
+  const float* kbase = kc + lane * DPL;
+  const float* vbase = vc + lane * DPL;
   const int idx = lane >> CS::SH, g_me = idx / P, p_me = idx % P;
   for (int tc = t0 + warp * P; tc < t1; tc += kWarps * P) {
     float kr[P][DPL], vr[P][DPL];

@@ -339,7 +339,6 @@ template <int HD> Status launch(const AttnPrefillArgs& a, AttnSegs& g, cudaStrea
 
 Status attn_flash_wg(const AttnPrefillArgs& a, AttnSegs& g, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (!a.kv_f32 || a.terms != 3) return cu_err("pf::attn_flash_wg: needs fp32 caches and split operands");
   switch (a.hd) {
     case 64: return launch<64>(a, g, s);
     case 128: return launch<128>(a, g, s);

@@ -94,7 +94,7 @@ template <int DPL, int G> __global__ void __launch_bounds__(kThreads) battn_deco
     const int len = (n + nse - 1) / nse, t0 = split * len, t1 = min(n, t0 + len);
     const size_t kv0 = size_t(kvh) * a.cap[row] * HD;
     float* part = a.partial + size_t(row) * a.nkv * a.n_split * ws + (size_t(kvh) * a.n_split + split) * ws;
-    attn_split<DPL, G, float>(a.q + size_t(row) * a.nh * HD + size_t(kvh) * G * HD, static_cast<const float*>(a.kc[row]) + kv0,
+    attn_split<DPL, G>(a.q + size_t(row) * a.nh * HD + size_t(kvh) * G * HD, static_cast<const float*>(a.kc[row]) + kv0,
                               static_cast<const float*>(a.vc[row]) + kv0, t0, t1, part, sm);
   }
 }

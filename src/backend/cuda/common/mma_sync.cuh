@@ -1,7 +1,6 @@
 // The tensor-core kernels' shared device primitives: cp.async copies into shared memory (16-byte `.cg`,
 // 8- and 4-byte `.ca`, a size of 0 zero-fills), their commit and wait, mma.sync m16n8k16 with fp32
-// accumulation (f16 and bf16 operands; A as the four 32-bit registers of the fragment), ldmatrix x4 (plain
-// and transposed), and the exact fp16 pair of two small integers. Each asm is `volatile` with a memory
+// accumulation (f16 operands; A as the four 32-bit registers of the fragment), ldmatrix x4, and the exact fp16 pair of two small integers. Each asm is `volatile` with a memory
 // clobber where it orders shared-memory traffic, so the compiler keeps loads after their wait.
 #pragma once
 #include <cuda_fp16.h>
@@ -32,18 +31,8 @@ __device__ __forceinline__ void mma_f16(float* c, const uint32_t* a, uint32_t b0
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-__device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 __device__ __forceinline__ void ldsm_x4(uint32_t* r, const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t* r, const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_u32(p)));
 }

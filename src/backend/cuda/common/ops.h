@@ -7,7 +7,7 @@
 // Host wrappers of the CUDA decode kernels: plain C++ (no CUDA types), so tests and the backend
 // share one way to launch each op. Pointers are device pointers; `stream` is a cudaStream_t.
 // Activations are fp32 (as the CPU reference keeps them); weights stay packed. The K/V cache and
-// the conv window are fp32 or bf16 per sequence state (`kv_f32`).
+// the conv window are fp32.
 // Quantized weights use the device layout made at upload: codes as on disk, scale and bias
 // interleaved per group ([rows][groups] of {scale, bias} bf16 pairs), group size 64.
 #pragma once
@@ -130,14 +130,13 @@ Status moe_down_combine(const MoeArgs& a, Stream s);
 
 
 // Whole GDN decode step. u: fp32 [C + vd + 2·nv] = [qkv | z | a | b] projections of this token;
-// conv: [2, C, K-1] double-buffered window (read parity pos&1, write the other), fp32 when
-// win_f32 else bf16; S: fp16 [nv, dk, dv]; o: fp32 [nv, dv] readout before the gated norm.
+// conv: fp32 [2, C, K-1] double-buffered window (read parity pos&1, write the other);
+// S: fp16 [nv, dk, dv]; o: fp32 [nv, dv] readout before the gated norm.
 // dk, dv multiples of 32 (dk ≤ 256).
 struct GdnArgs {
   const float* u = nullptr;
   const void* conv_w = nullptr;  // bf16 [C, K]
-  void* conv = nullptr;
-  bool win_f32 = true;
+  float* conv = nullptr;
   uint16_t* S = nullptr;         // fp16 bits [nv, dk, dv] (computed in fp32, rounded once a store)
   const float* A_log = nullptr;  // [nv]
   const void* dt_bias = nullptr; // bf16 [nv]
@@ -157,7 +156,7 @@ struct GdnArgs {
 Status gdn_step(const GdnArgs& a, Stream s);
 
 // Attention decode. prep: q (fp32 [nh, hd]) = rope(rms(q_raw)·qn); K/V of pos written to the
-// caches [nkv, max_seq, hd] (fp32 when kv_f32, else bf16) after k norm + rope. qkv = fp32
+// fp32 caches [nkv, max_seq, hd] after k norm + rope. qkv = fp32
 // [nh*qw + 2*nkv*hd] with per-head [q | gate] (qw = 2hd) or plain q (qw = hd). decode: split-K
 // flash decoding over 0..pos, then the last block per kv head merges splits, applies
 // sigmoid(gate), writes out fp32 [nh, hd]. hd ∈ {64, 128, 256}; group nh/nkv ∈ {1,2,3,4,6,8}.
@@ -166,9 +165,8 @@ struct AttnArgs {
   const void* q_norm = nullptr;
   const void* k_norm = nullptr;
   float* q = nullptr;
-  void* kc = nullptr;
+  void* kc = nullptr;  // fp32
   void* vc = nullptr;
-  bool kv_f32 = true;
   float* out = nullptr;
   float* partial = nullptr;  // [nkv, n_split, group, hd + 2]
   StepCtl* ctl = nullptr;

@@ -1,16 +1,16 @@
 // deltanet/: the Gated DeltaNet mixer: short conv + SiLU, q/k L2 norms, gates, the delta-rule
-// recurrence over the state S [nv, dk, dv] (fp16, computed in fp32), the gated RMSNorm. Activations fp32; the conv window
-// fp32 or bf16. Entry points: gdn_step (common/ops.h; gdn.cu: one token, u fp32 [C + vd + 2·nv] →
+// recurrence over the state S [nv, dk, dv] (fp16, computed in fp32), the gated RMSNorm. Activations and the conv window
+// fp32. Entry points: gdn_step (common/ops.h; gdn.cu: one token, u fp32 [C + vd + 2·nv] →
 // o, og fp32 [nv·dv]; dk, dv multiples of 32, dk ≤ 256); pf::gdn_prefill, pf::gdn_prefill_segments
 // (step/prefill_ops.h; gdn_prefill.cu, gdn_chunk.cu: M tokens, dk = dv = 128, the chunked WY form on
 // tensor cores with 3xTF32 products, ~fp32); bgdn_step (step/batch_ops.h; batch_gdn.cu: B rows with
-// fp32 windows, each bit-identical to gdn_step).
+// each bit-identical to gdn_step).
 //
 // The whole Gated DeltaNet decode step in one kernel: conv + SiLU (double-buffered window), L2
 // norms, gates, decay + delta update + readout over the fp16 state (fp32 arithmetic). One block per (value head,
 // 32-column slice) with dk threads (one warp per 32 state rows), so the real shapes (dk = dv =
-// 128, 32 heads) give 128 blocks sharing the 1 MiB/layer state traffic. Activations fp32; the
-// conv window fp32 or bf16 (template WT). The gated RMSNorm runs in the out_proj GEMV's input
+// 128, 32 heads) give 128 blocks sharing the 1 MiB/layer state traffic. Activations and the
+// conv window fp32. The gated RMSNorm runs in the out_proj GEMV's input
 // staging (needs the whole head).
 #include <cooperative_groups.h>
 
@@ -22,13 +22,8 @@ namespace {
 constexpr int kMaxDk = 256, kSlice = 32, kMaxWarps = kMaxDk / 32;
 
 __device__ __forceinline__ float softplus(float v) { return v > 20.f ? v : log1pf(expf(v)); }
-__device__ __forceinline__ float ld_win(const float* p) { return *p; }
-__device__ __forceinline__ float ld_win(const uint16_t* p) { return bf(*p); }
-__device__ __forceinline__ void st_win(float* p, float v) { *p = v; }
-__device__ __forceinline__ void st_win(uint16_t* p, float v) { *p = to_bf(v); }
 
-// WT: the conv window's element (fp32 or bf16 bits).
-template <typename WT> __global__ void __launch_bounds__(kMaxDk) gdn_step_kernel(GdnArgs a) {
+__global__ void __launch_bounds__(kMaxDk) gdn_step_kernel(GdnArgs a) {
   __shared__ float qs[kMaxDk], ks[kMaxDk], vs[kSlice], red[32], rs[kMaxWarps][kSlice], os[kMaxWarps][kSlice];
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5, nw = blockDim.x >> 5;
   const int dk = a.dk, dv = a.dv, n_slices = dv / kSlice;
@@ -47,12 +42,12 @@ template <typename WT> __global__ void __launch_bounds__(kMaxDk) gdn_step_kernel
 
   const float* u = a.u;
   const uint16_t* w = static_cast<const uint16_t*>(a.conv_w);
-  WT* win = static_cast<WT*>(a.conv);
+  float* win = a.conv;
   // Σ over the window (oldest first) of this channel: everything but the newest tap.
   auto conv_old = [&](int ch) {
-    const WT* src = win + (size_t(par) * C + ch) * (K - 1);
+    const float* src = win + (size_t(par) * C + ch) * (K - 1);
     float acc = 0.f;
-    for (int tt = 0; tt < K - 1; ++tt) acc += bf(w[ch * K + tt]) * ld_win(src + tt);
+    for (int tt = 0; tt < K - 1; ++tt) acc += bf(w[ch * K + tt]) * src[tt];
     return acc;
   };
   const int ch_q = kh * dk + t, ch_k = kd + kh * dk + t, ch_v = 2 * kd + h * dv + slice * kSlice + t;
@@ -63,10 +58,10 @@ template <typename WT> __global__ void __launch_bounds__(kMaxDk) gdn_step_kernel
   auto conv = [&](int ch, float acc, bool write) {
     acc += bf(w[ch * K + K - 1]) * u[ch];
     if (write) {
-      const WT* src = win + (size_t(par) * C + ch) * (K - 1);
-      WT* dst = win + (size_t(par ^ 1) * C + ch) * (K - 1);
+      const float* src = win + (size_t(par) * C + ch) * (K - 1);
+      float* dst = win + (size_t(par ^ 1) * C + ch) * (K - 1);
       for (int tt = 0; tt < K - 2; ++tt) dst[tt] = src[tt + 1];
-      st_win(dst + K - 2, u[ch]);
+      dst[K - 2] = u[ch];
     }
     return silu(acc);
   };
@@ -143,8 +138,7 @@ Status gdn_step(const GdnArgs& a, Stream s) {
   const dim3 grid(a.nv * n_slices), block(a.dk);
   auto st = static_cast<cudaStream_t>(s);
   const int cl = a.og ? n_slices : 0;
-  if (a.win_f32) return launch_kc("gdn_step", gdn_step_kernel<float>, grid, block, 0, st, cl, a);
-  return launch_kc("gdn_step", gdn_step_kernel<uint16_t>, grid, block, 0, st, cl, a);
+  return launch_kc("gdn_step", gdn_step_kernel, grid, block, 0, st, cl, a);
 }
 
 }  // namespace lily::cuda

@@ -1,6 +1,6 @@
 // Gated DeltaNet prefill over M tokens: (1) conv + SiLU over the chunk with the carried window,
 // q/k L2 norms and q scale, gates (one block per 16 tokens and 128-channel head for kernel width 4,
-// other widths: one block per token and head); (2) the new conv window (bf16, decode layout); (3) the
+// other widths: one block per token and head); (2) the new conv window (fp32, decode layout); (3) the
 // delta-rule recurrence in the chunked WY form on tensor cores (gdn_chunk.cu, scratch a.wy); (4) the
 // gated RMSNorm with SiLU(z), giving the out_proj input. The token-by-token scan that (3) replaced took
 // 134.5 ms at 8k against 18.2 + 34.9 ms (H200, docs/perf/2026-12-03-cuda-prefill-2.md, since removed
@@ -24,13 +24,11 @@ __global__ void __launch_bounds__(kD) prep_kernel(GdnPrefillArgs a0, const GdnPr
   const int kd = a.nk * kD, vd = a.nv * kD, C = 2 * kd + vd;
   const int ch = hb * kD + d;
   const uint16_t* w = static_cast<const uint16_t*>(a.conv_w);
-  const uint16_t* win = static_cast<const uint16_t*>(a.win_in);
-  const float* winf = static_cast<const float*>(a.win_in);
+  const float* win = a.win_in;
   float acc = 0.f;
   for (int tau = 0; tau < K; ++tau) {
     const int tm = m - W + tau;
-    const float val = tm >= 0 ? a.u[size_t(tm) * a.ldu + ch]
-                              : (a.win_f32 ? winf[size_t(ch) * W + W + tm] : bf(win[size_t(ch) * W + W + tm]));
+    const float val = tm >= 0 ? a.u[size_t(tm) * a.ldu + ch] : win[size_t(ch) * W + W + tm];
     acc += bf(w[ch * K + tau]) * val;
   }
   const float c = silu(acc);
@@ -64,14 +62,13 @@ __global__ void __launch_bounds__(kD) prep4_kernel(GdnPrefillArgs a0, const GdnP
   const int m0 = blockIdx.x * kPT, hb = blockIdx.y, d = threadIdx.x, lane = d & 31, warp = d >> 5;
   const int kd = a.nk * kD, vd = a.nv * kD, C = 2 * kd + vd, ch = hb * kD + d, n = min(kPT, a.M - m0);
   const uint16_t* w = static_cast<const uint16_t*>(a.conv_w);
-  const uint16_t* win = static_cast<const uint16_t*>(a.win_in);
-  const float* winf = static_cast<const float*>(a.win_in);
+  const float* win = a.win_in;
   float x[kPT + 3];
 #pragma unroll
   for (int j = 0; j < kPT + 3; ++j) {
     const int tm = m0 - 3 + j;
     float val = 0.f;
-    if (tm < 0) val = a.win_f32 ? winf[size_t(ch) * 3 + 3 + tm] : bf(win[size_t(ch) * 3 + 3 + tm]);
+    if (tm < 0) val = win[size_t(ch) * 3 + 3 + tm];
     else if (tm < a.M) val = a.u[size_t(tm) * a.ldu + ch];
     x[j] = val;
   }
@@ -123,25 +120,12 @@ __global__ void window_kernel(GdnPrefillArgs a0, int C, const GdnPrefillArgs* se
   const int ch = blockIdx.x * blockDim.x + threadIdx.x;
   if (ch >= C) return;
   const int W = a.K - 1;
-  if (a.win_f32) {
-    const float* win = static_cast<const float*>(a.win_in);
-    float vals[8];
-    for (int tau = 0; tau < W; ++tau) {
-      const int tm = a.M - W + tau;
-      vals[tau] = tm >= 0 ? a.u[size_t(tm) * a.ldu + ch] : win[size_t(ch) * W + W + tm];
-    }
-    float* out = static_cast<float*>(a.win_out);
-    for (int tau = 0; tau < W; ++tau) out[size_t(ch) * W + tau] = vals[tau];
-    return;
-  }
-  const uint16_t* win = static_cast<const uint16_t*>(a.win_in);
-  uint16_t vals[8];
+  float vals[8];
   for (int tau = 0; tau < W; ++tau) {
     const int tm = a.M - W + tau;
-    vals[tau] = tm >= 0 ? to_bf(a.u[size_t(tm) * a.ldu + ch]) : win[size_t(ch) * W + W + tm];
+    vals[tau] = tm >= 0 ? a.u[size_t(tm) * a.ldu + ch] : a.win_in[size_t(ch) * W + W + tm];
   }
-  uint16_t* out = static_cast<uint16_t*>(a.win_out);
-  for (int tau = 0; tau < W; ++tau) out[size_t(ch) * W + tau] = vals[tau];
+  for (int tau = 0; tau < W; ++tau) a.win_out[size_t(ch) * W + tau] = vals[tau];
 }
 
 // One block per token, one warp per head (looping): o = gain ⊙ o_raw·rsqrt(mean o²+eps) ⊙ silu(z).

@@ -121,7 +121,7 @@ template <int U, int SPB> __global__ void __launch_bounds__(kThreads) bnorm_pack
     }
   __syncthreads();
   pack16_row(xn, SPB * n, a.X16 + size_t(b) * H + e0, a.XS + (size_t(b) * (H / 64) + e0 / 64) * 2,
-             a.X16lo ? a.X16lo + size_t(b) * H + e0 : nullptr);
+             a.X16lo + size_t(b) * H + e0);
   if (CS > 1) cg::this_cluster().sync();  // no block leaves while another reads its shared memory
 }
 
@@ -282,7 +282,7 @@ template <int U> static Status bnorm_spb(const BNormArgs& a, int S, int cs, cuda
 
 Status bnorm_pack(const BNormArgs& a, Stream s) {
   if (a.H <= 0 || a.H % 64 != 0 || a.H > 16 * kThreads) return cu_err("bnorm_pack: H={} unsupported", a.H);
-  if (!a.X16 || !a.XS || a.B < 1 || (a.yd && (!a.tw || a.top_k < 1)))
+  if (!a.X16 || !a.X16lo || !a.XS || a.B < 1 || (a.yd && (!a.tw || a.top_k < 1)))
     return cu_err("bnorm_pack: bad arguments");
   const int S = bnorm_slices(a.H), n = a.H / S;
   const int cs = a.blocks ? a.blocks : bnorm_blocks(a.H, a.B);

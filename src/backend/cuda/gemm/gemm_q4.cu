@@ -1,11 +1,9 @@
 // pf::gemm's dispatch and two of its kernels. The register-prefetch kernel: tensor-core GEMM of fp32
 // activations [M, K] against a packed MLX 4-bit weight [N, K] (mma.sync m16n8k16 f16 → f32, sm_90a),
 // for the calls without a pre-split A (the prefill's lm_head: one row). Codes are dequantized per
-// 64-wide k tile into shared memory as exact fp16 integers; x enters as fp16 (or fp16 hi + lo for
-// ~22-bit x); each k tile is one quantization group, so the MMA partial Σq·x is folded per tile as
+// 64-wide k tile into shared memory as exact fp16 integers; x enters as fp16 hi + lo (~22-bit x); each k tile is one quantization group, so the MMA partial Σq·x is folded per tile as
 // s·Σqx + b·Σx (MLX's formula, Σx from the fp32 x). Block 64×128, 8 warps of 32×32, register
-// prefetch of the next tile and double-buffered shared memory (one barrier per k tile). The
-// reference kernel (terms 0): fp32 on CUDA cores, every mode (plain, SwiGLU, grouped tiles).
+// prefetch of the next tile and double-buffered shared memory (one barrier per k tile).
 #include <cuda_fp16.h>
 
 #include "backend/cuda/common/common.cuh"
@@ -28,7 +26,7 @@ struct Buf {
 __device__ __forceinline__ uint32_t ld32(const __half* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 
-template <int TERMS> __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(GemmArgs p) {
+__global__ void __launch_bounds__(kThreads, 2) gemm_kernel(GemmArgs p) {
   constexpr int BITS = 4;
   extern __shared__ __align__(16) unsigned char smraw[];
   Buf* bufs = reinterpret_cast<Buf*>(smraw);
@@ -85,21 +83,17 @@ template <int TERMS> __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(
       const __half h0 = __float2half_rn(x0), h1 = __float2half_rn(x1);
       __half2 hh = __halves2half2(h0, h1);
       hi[i] = *reinterpret_cast<uint32_t*>(&hh);
-      if constexpr (TERMS == 2) {
-        __half2 ll = __halves2half2(__float2half_rn(x0 - __half2float(h0)), __float2half_rn(x1 - __half2float(h1)));
-        lo[i] = *reinterpret_cast<uint32_t*>(&ll);
-      }
+      __half2 ll = __halves2half2(__float2half_rn(x0 - __half2float(h0)), __float2half_rn(x1 - __half2float(h1)));
+      lo[i] = *reinterpret_cast<uint32_t*>(&ll);
     }
     s += __shfl_xor_sync(0xffffffffu, s, 1);
     s += __shfl_xor_sync(0xffffffffu, s, 2);
     uint4* dh = reinterpret_cast<uint4*>(B.ah + ar * LDS + ac);
     dh[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
     dh[1] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
-    if constexpr (TERMS == 2) {
-      uint4* dl = reinterpret_cast<uint4*>(B.al + ar * LDS + ac);
-      dl[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-      dl[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
-    }
+    uint4* dl = reinterpret_cast<uint4*>(B.al + ar * LDS + ac);
+    dl[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    dl[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
     if ((tid & 3) == 0) B.xs[ar] = s;
     // B: 32 codes → 32 fp16 integers.
     uint32_t h[16];
@@ -146,12 +140,10 @@ template <int TERMS> __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(
         fa[mt][1] = ld32(B.ah + (r + 8) * LDS + kk);
         fa[mt][2] = ld32(B.ah + r * LDS + kk + 8);
         fa[mt][3] = ld32(B.ah + (r + 8) * LDS + kk + 8);
-        if constexpr (TERMS == 2) {
-          fl[mt][0] = ld32(B.al + r * LDS + kk);
-          fl[mt][1] = ld32(B.al + (r + 8) * LDS + kk);
-          fl[mt][2] = ld32(B.al + r * LDS + kk + 8);
-          fl[mt][3] = ld32(B.al + (r + 8) * LDS + kk + 8);
-        }
+        fl[mt][0] = ld32(B.al + r * LDS + kk);
+        fl[mt][1] = ld32(B.al + (r + 8) * LDS + kk);
+        fl[mt][2] = ld32(B.al + r * LDS + kk + 8);
+        fl[mt][3] = ld32(B.al + (r + 8) * LDS + kk + 8);
       }
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
@@ -160,7 +152,7 @@ template <int TERMS> __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           mma_f16(part[mt][nt], fa[mt], b0, b1);
-          if constexpr (TERMS == 2) mma_f16(part[mt][nt], fl[mt], b0, b1);
+          mma_f16(part[mt][nt], fl[mt], b0, b1);
         }
       }
     }
@@ -198,56 +190,16 @@ template <int TERMS> __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(
     }
 }
 
-// Reference path (terms = 0, LILY_PREFILL_TERMS=0): fp32 on CUDA cores, one thread per output column,
-// rows looped; every mode of GemmArgs. For A/B checks of the tensor-core numerics only.
-__device__ __forceinline__ float ref_dot(const QW& w, size_t row, const float* x, int K) {
-  const uint32_t* codes = reinterpret_cast<const uint32_t*>(w.codes) + row * (size_t(K) * w.bits / 32);
-  const uint32_t* sb = reinterpret_cast<const uint32_t*>(w.sb) + row * (K / 64);
-  const int per = 32 / w.bits;
-  const uint32_t mask = (1u << w.bits) - 1u;
-  float acc = 0.f;
-  for (int gi = 0; gi < K / 64; ++gi) {
-    float sq = 0.f, sx = 0.f;
-    for (int k = gi * 64; k < gi * 64 + 64; ++k) {
-      const uint32_t q = (codes[k / per] >> (w.bits * (k % per))) & mask;
-      sq = fmaf(float(q), x[k], sq);
-      sx += x[k];
-    }
-    const uint32_t v = sb[gi];
-    acc += __uint_as_float(v << 16) * sq + __uint_as_float(v & 0xFFFF0000u) * sx;
-  }
-  return acc;
-}
-__global__ void gemm_ref_kernel(GemmArgs p) {
-  const int n = blockIdx.x * blockDim.x + threadIdx.x;
-  if (n >= p.n_out) return;
-  int m0, m1, base1, base2;
-  if (p.tiles) {
-    const int4 tl = reinterpret_cast<const int4*>(p.tiles)[blockIdx.y];
-    if (tl.y >= tl.z) return;
-    m0 = tl.y, m1 = tl.z, base1 = p.row0 + tl.x * p.n_out, base2 = p.row0_2 + tl.x * p.n_out;
-  } else {
-    m0 = blockIdx.y * BM, m1 = min(p.M, m0 + BM), base1 = p.row0, base2 = p.row0_2;
-  }
-  const int K = p.w.cols;
-  for (int m = m0; m < m1; ++m) {
-    const float* x = p.a + size_t(p.a_rows ? p.a_rows[m] : m) * p.lda;
-    float y = ref_dot(p.w, size_t(base1) + n, x, K);
-    if (p.swiglu) y = silu(y) * ref_dot(p.w2, size_t(base2) + n, x, K);
-    p.y[size_t(m) * p.ldy + n] = y;
-  }
-}
-
 constexpr size_t kSmem = 2 * sizeof(Buf);
 
-template <int TERMS> Status launch(const GemmArgs& a, cudaStream_t s) {
+Status launch(const GemmArgs& a, cudaStream_t s) {
   static bool attr = false;
   if (!attr) {
-    LILY_CU_TRY(cudaFuncSetAttribute(gemm_kernel<TERMS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+    LILY_CU_TRY(cudaFuncSetAttribute(gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
     attr = true;
   }
   dim3 grid((a.n_out + BN - 1) / BN, a.tiles ? a.max_tiles : (a.M + BM - 1) / BM);
-  gemm_kernel<TERMS><<<grid, kThreads, kSmem, s>>>(a);
+  gemm_kernel<<<grid, kThreads, kSmem, s>>>(a);
   return launch_status("pf::gemm");
 }
 
@@ -262,15 +214,9 @@ Status gemm(const GemmArgs& a, Stream stream) {
   if (a.tiles && a.max_tiles > 65535) return cu_err("pf::gemm: {} tiles exceed the grid", a.max_tiles);
   if (!a.tiles && (a.M + BM - 1) / BM > 65535) return cu_err("pf::gemm: M={} too large", a.M);
   if (a.swiglu && (a.w2.cols != a.w.cols || a.w2.bits != a.w.bits)) return cu_err("pf::gemm: SwiGLU weights differ in shape");
-  if (a.terms < 0 || a.terms > 2) return cu_err("pf::gemm: terms {} (0, 1 or 2)", a.terms);
-  if (a.terms == 0) {
-    dim3 grid((a.n_out + 127) / 128, a.tiles ? a.max_tiles : (a.M + BM - 1) / BM);
-    gemm_ref_kernel<<<grid, 128, 0, s>>>(a);
-    return launch_status("pf::gemm_ref");
-  }
   if (a.ah) return a.w.bits == 4 ? gemm_wg(a, stream) : gemm_pipe(a, stream);
   if (a.w.bits != 4 || a.swiglu) return cu_err("pf::gemm: without a pre-split A, 4-bit plain only");
-  return a.terms == 2 ? launch<2>(a, s) : launch<1>(a, s);
+  return launch(a, s);
 }
 
 }  // namespace lily::cuda::pf

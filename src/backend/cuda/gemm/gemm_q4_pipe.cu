@@ -228,8 +228,7 @@ Status split_rows(const float* a, int lda, int M, int K, uint16_t* hi, uint16_t*
 Status gemm_pipe(const GemmArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (!a.ah || !a.al || !a.axs) return cu_err("pf::gemm_pipe: needs the split A planes");
-  if (a.w.bits != 8 || a.swiglu || a.terms != 2)
-    return cu_err("pf::gemm_pipe: 8-bit plain, two-pass (terms 2) only; {} bits, terms {}", a.w.bits, a.terms);
+  if (a.w.bits != 8 || a.swiglu) return cu_err("pf::gemm_pipe: 8-bit plain only; {} bits", a.w.bits);
   return launch(a, s);
 }
 

@@ -8,7 +8,7 @@
 // MLX's formula, the same as gemm_q4_pipe.cu). Block: WGS warpgroups = 64·WGS weight rows × 64
 // tokens, a 4-stage cp.async ring, one barrier per k tile. Modes: plain, SwiGLU (gate rows in
 // the first warpgroup, up rows in the second), grouped expert tiles with gathered A. Every 4-bit
-// prefill GEMM with a pre-split A runs here (pf::gemm; terms 1 reads x_hi only).
+// prefill GEMM with a pre-split A runs here (pf::gemm).
 #include <cuda_fp16.h>
 
 #include "backend/cuda/common/common.cuh"
@@ -102,7 +102,6 @@ template <bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_k
   const bool xsvalid = tid >= BW && tid < BW + BT && m0 + (tid - BW) < m1;
   const float* xssrc = xsvalid ? p.axs + size_t(src_row(tid - BW)) * G : p.axs;
 
-  const bool two = p.terms != 1;  // terms 1: x_hi only (single-pass fp16 activations, the default)
   auto issue = [&](int kt) {
     if (kt < KT) {
       const uint32_t st = sm_s + uint32_t(kt % S) * Lo::kStage;
@@ -110,7 +109,7 @@ template <bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_k
 #pragma unroll
       for (int i = 0; i < AR; ++i) {
         cp16(st + adst[i], p.ah + aoff[i] + k0, aval[i]);
-        if (two) cp16(st + Lo::kPlane + adst[i], p.al + aoff[i] + k0, aval[i]);
+        cp16(st + Lo::kPlane + adst[i], p.al + aoff[i] + k0, aval[i]);
       }
       cp16(st + Lo::kCodes + br * 32 + bc * 16, bsrc + k0 / 2, bvalid);
       if (tid < BW) cp4(st + Lo::kSb + tid * 4, sbsrc + kt, sbvalid);
@@ -143,17 +142,15 @@ template <bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_k
       a[s][3] = pair2h(__byte_perm(w1[2 * s + 1], 0u, psel));
     }
   };
-  // 8 wgmma (x_hi, then x_lo; terms 1: the 4 with x_hi) of stage stg into part.
+  // 8 wgmma (x_hi, then x_lo) of stage stg into part.
   auto mma = [&](int stg, const uint32_t (&a)[4][4]) {
     const uint32_t st_s = sm_s + uint32_t(stg) * Lo::kStage;
     const uint64_t dh = sw128_desc(st_s), dl = sw128_desc(st_s + Lo::kPlane);
     wg_arrive();
 #pragma unroll
     for (int s = 0; s < 4; ++s) wgmma_64x64_rs(part, a[s], dh + 2 * s, s > 0);
-    if (two) {
 #pragma unroll
-      for (int s = 0; s < 4; ++s) wgmma_64x64_rs(part, a[s], dl + 2 * s, 1);
-    }
+    for (int s = 0; s < 4; ++s) wgmma_64x64_rs(part, a[s], dl + 2 * s, 1);
     wg_commit();
   };
   // Waits for the MMAs, then acc += s·part, acc += b·Σx (two fma) with stage stg's scale/bias and Σx.
@@ -253,7 +250,6 @@ template <bool SWIGLU> Status launch(const GemmArgs& a, cudaStream_t s) {
 Status gemm_wg(const GemmArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (!a.ah || !a.al || !a.axs) return cu_err("pf::gemm_wg: needs the split A planes");
-  if (a.terms != 1 && a.terms != 2) return cu_err("pf::gemm_wg: terms {} (1 or 2)", a.terms);
   if (a.w.bits != 4) return cu_err("pf::gemm_wg: {} bits unsupported (4 only)", a.w.bits);
   return a.swiglu ? launch<true>(a, s) : launch<false>(a, s);
 }

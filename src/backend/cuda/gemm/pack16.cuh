@@ -10,8 +10,8 @@
 namespace lily::cuda {
 
 // X: the group's 64 fp16 values in the stored order (lane l writes positions 2l, 2l+1); XS: {Σx, 2^-e}
-// (lane 0); Xlo (when set): the fp16 remainders x·2^e − X (with X, ~22 bits of every x). Every lane calls.
-__device__ __forceinline__ void pack16_group(float v0, float v1, __half2* X, float2* XS, __half2* Xlo = nullptr) {
+// (lane 0); Xlo: the fp16 remainders x·2^e − X (with X, ~22 bits of every x). Every lane calls.
+__device__ __forceinline__ void pack16_group(float v0, float v1, __half2* X, float2* XS, __half2* Xlo) {
   float m = fmaxf(fabsf(v0), fabsf(v1)), s = v0 + v1;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -26,18 +26,18 @@ __device__ __forceinline__ void pack16_group(float v0, float v1, __half2* X, flo
   const int lane = threadIdx.x & 31;
   const __half2 h = __floats2half2_rn(v0 * sc, v1 * sc);
   X[lane] = h;
-  if (Xlo) Xlo[lane] = __floats2half2_rn(v0 * sc - __low2float(h), v1 * sc - __high2float(h));
+  Xlo[lane] = __floats2half2_rn(v0 * sc - __low2float(h), v1 * sc - __high2float(h));
   if (lane == 0) *XS = make_float2(s, ldexpf(1.f, -e));
 }
 
 // A row of K values (K a multiple of 64; x in global or shared memory) by the block's warps, group
 // by group.
-__device__ __forceinline__ void pack16_row(const float* x, int K, uint16_t* X, float* XS, uint16_t* Xlo = nullptr) {
+__device__ __forceinline__ void pack16_row(const float* x, int K, uint16_t* X, float* XS, uint16_t* Xlo) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   for (int G = warp; G < K / 64; G += nw) {
     const float* xg = x + 64 * G + 8 * (lane >> 2) + (lane & 3);
     pack16_group(xg[0], xg[4], reinterpret_cast<__half2*>(X + 64 * G), reinterpret_cast<float2*>(XS) + G,
-                 Xlo ? reinterpret_cast<__half2*>(Xlo + 64 * G) : nullptr);
+                 reinterpret_cast<__half2*>(Xlo + 64 * G));
   }
 }
 

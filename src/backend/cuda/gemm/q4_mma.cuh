@@ -64,14 +64,12 @@ __device__ __forceinline__ float2 swiglu_row_scale(const float2* red, int nw, in
   *scale = ldexpf(1.f, e);
   return make_float2(sum, ldexpf(1.f, -e));
 }
-// v (already scaled) as fp16 at hi[i] and, with two passes, its remainder at lo[i].
-template <int TERMS> __device__ __forceinline__ void put_act(uint16_t* hi, uint16_t* lo, size_t i, float v) {
+// v (already scaled) as fp16 at hi[i] and its remainder at lo[i] (the two-pass form of qgemm.h).
+__device__ __forceinline__ void put_act(uint16_t* hi, uint16_t* lo, size_t i, float v) {
   const __half h = __float2half_rn(v);
   hi[i] = *reinterpret_cast<const uint16_t*>(&h);
-  if constexpr (TERMS == 2) {
-    const __half l = __float2half_rn(v - __half2float(h));
-    lo[i] = *reinterpret_cast<const uint16_t*>(&l);
-  }
+  const __half l = __float2half_rn(v - __half2float(h));
+  lo[i] = *reinterpret_cast<const uint16_t*>(&l);
 }
 
 }  // namespace lily::cuda::q4

@@ -26,18 +26,20 @@ namespace lily::cuda {
 namespace {
 using namespace q4;
 
+// Activations enter as fp16 hi + lo (qgemm.h): two MMAs per product.
+constexpr int kTerms = 2;
 constexpr int kThreads = 256, kWarps = 8, kBN = 128, kBK = 256, kGS = kBK / 64, kMaxItems = 1024;
 
 enum Mode : int { kDense = 0, kItems = 1, kSwiglu = 2 };
 
-template <int BITS, int NT, int TERMS> struct Cfg {
+template <int BITS, int NT> struct Cfg {
   static constexpr int BM = 8 * NT;
-  static constexpr int BPS = (BITS == 4 && NT <= (TERMS == 2 ? 1 : 2)) ? 2 : 1;  // blocks per SM (≤ 128 registers)
+  static constexpr int BPS = (BITS == 4 && NT == 1) ? 2 : 1;  // blocks per SM (≤ 128 registers)
   static constexpr int kRowB = kBK * BITS / 8;  // code bytes of a row per stage (128 / 256)
   static constexpr int kCodes = kBN * kRowB;
   static constexpr int kSb = kBN * kGS * 4;  // {scale, bias} bf16 per row and group
   static constexpr int kXP = BM * kBK * 2;   // one fp16 plane: rows of 512 bytes
-  static constexpr int kX = kXP * TERMS;     // hi plane, then (two passes) the lo plane
+  static constexpr int kX = kXP * kTerms;     // hi plane, then the lo plane
   static constexpr int kXs = BM * kGS * 8;   // {Σx, 2^-e} per row and group
   static constexpr int kStage = kCodes + kSb + kX + kXs;
   // After the ring: the swiglu epilogue's per-warp row {max, sum} and per-row scale, then the items.
@@ -50,7 +52,7 @@ template <int BITS, int NT, int TERMS> struct Cfg {
   // shared memory (the ring's bandwidth bounds large tiles).
   static constexpr int WT = NT >= 4 ? 2 : 1, WR = kWarps / WT, MT = kBN / (16 * WR), NW = NT / WT;
   // Groups whose MMA chains run together: fewer when the n-tiles already give the warp independent chains.
-  static constexpr int GI = (NT == 1 ? 4 : NT == 2 ? 2 : 1) / (TERMS == 2 && NT <= 2 ? 2 : 1);
+  static constexpr int GI = NT == 1 ? 2 : 1;
   static constexpr size_t smem(int max_items) { return size_t(kRing + kRed) + size_t(max_items) * 20 + 16; }
   static_assert(NS >= 2, "qgemm: stage too large for the ring");
 };
@@ -116,9 +118,9 @@ __device__ __forceinline__ void weight_row(const Args& g, const Unit& t, int rr,
   sb = reinterpret_cast<const uint32_t*>(m->sb) + size_t(row) * groups;
 }
 
-template <int BITS, int NT, int MODE, int TERMS>
-__global__ void __launch_bounds__(kThreads, Cfg<BITS, NT, TERMS>::BPS) qgemm_kernel(Args g) {
-  using C = Cfg<BITS, NT, TERMS>;
+template <int BITS, int NT, int MODE>
+__global__ void __launch_bounds__(kThreads, Cfg<BITS, NT>::BPS) qgemm_kernel(Args g) {
+  using C = Cfg<BITS, NT>;
   constexpr int BM = C::BM, NS = C::NS, GI = C::GI;
   constexpr int kRowChunks = C::kRowB / 16;                         // 16-byte code chunks per row (8 / 16)
   constexpr int kCodeChunks = kBN * kRowChunks / kThreads;          // per thread (4 / 8)
@@ -227,8 +229,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT, TERMS>::BPS) qgemm_ker
           const bool ok = xrow[j] && (q >> 3) < ng;
           const uint32_t dst = smem_u32(xs + m * 512 + ((q ^ (m & 1)) << 4));
           cp16(dst, ok ? static_cast<const void*>(xrow[j] + lks * kBK + q * 8) : a.x, ok);
-          if constexpr (TERMS == 2)
-            cp16(dst + C::kXP, ok ? static_cast<const void*>(a.xlo + (xrow[j] - a.x) + lks * kBK + q * 8) : a.x, ok);
+          cp16(dst + C::kXP, ok ? static_cast<const void*>(a.xlo + (xrow[j] - a.x) + lks * kBK + q * 8) : a.x, ok);
         }
       }
       if (tid < kGS * BM) {
@@ -330,7 +331,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT, TERMS>::BPS) qgemm_ker
       }
 #pragma unroll
       for (int j = 0; j < 2; ++j) {  // 16-byte x chunk j of the lane's 32 bytes per group: k-steps 2j, 2j+1
-        uint4 xv[GI][NW][TERMS];
+        uint4 xv[GI][NW][kTerms];
 #pragma unroll
         for (int gi = 0; gi < GI; ++gi)
 #pragma unroll
@@ -338,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT, TERMS>::BPS) qgemm_ker
             const int m = 8 * (wt * NW + n) + gq;
             const uint8_t* px = sx + m * 512 + ((((G0 + gi) * 8 + 2 * tq + j) ^ (m & 1)) << 4);
 #pragma unroll
-            for (int h = 0; h < TERMS; ++h) xv[gi][n][h] = *reinterpret_cast<const uint4*>(px + h * C::kXP);
+            for (int h = 0; h < kTerms; ++h) xv[gi][n][h] = *reinterpret_cast<const uint4*>(px + h * C::kXP);
           }
 #pragma unroll
         for (int p = 0; p < 2; ++p) {
@@ -357,7 +358,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT, TERMS>::BPS) qgemm_ker
 #pragma unroll
               for (int n = 0; n < NW; ++n)
 #pragma unroll
-                for (int h = 0; h < TERMS; ++h) {  // hi, then lo: both into the group's partial sums
+                for (int h = 0; h < kTerms; ++h) {  // hi, then lo: both into the group's partial sums
                   const uint4 v = xv[gi][n][h];  // (x0,x4) (x1,x5) (x2,x6) (x3,x7)
                   uint32_t b0, b1;
                   if constexpr (BITS == 4) {
@@ -440,7 +441,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT, TERMS>::BPS) qgemm_ker
             const int m = 8 * (wt * NW + n) + 2 * tq + u;
             if (m < ct.m_cnt && o < a.n_out) {
               const int yr = __ldg(a.yrow + ct.e0 + m);
-              put_act<TERMS>(a.yx, a.yxlo, size_t(yr) * a.n_out + opos, act[mt][n][u] * rsc[m]);
+              put_act(a.yx, a.yxlo, size_t(yr) * a.n_out + opos, act[mt][n][u] * rsc[m]);
             }
           }
       }
@@ -561,11 +562,11 @@ __global__ void __launch_bounds__(kThreads, Cfg<BITS, NT, TERMS>::BPS) qgemm_ker
 
 int tiles_of(int rows) { return (rows + kBN - 1) / kBN; }
 
-template <int BITS, int NT, int MODE, int TERMS> Status launch(const Args& g, int grid, cudaStream_t s) {
-  using C = Cfg<BITS, NT, TERMS>;
+template <int BITS, int NT, int MODE> Status launch(const Args& g, int grid, cudaStream_t s) {
+  using C = Cfg<BITS, NT>;
   grid *= C::BPS;  // persistent: one block per SM slot (dense: no more than its units)
   if (MODE == kDense) grid = std::min(grid, g.n_units);
-  auto k = qgemm_kernel<BITS, NT, MODE, TERMS>;
+  auto k = qgemm_kernel<BITS, NT, MODE>;
   const size_t smem = C::smem(g.a.max_items);
   static size_t attr = 0;
   if (smem > attr) {
@@ -575,16 +576,13 @@ template <int BITS, int NT, int MODE, int TERMS> Status launch(const Args& g, in
   return launch_k("qgemm", k, dim3(grid), dim3(kThreads), smem, s, g);
 }
 
-template <int BITS, int MODE, int TERMS> Status launch_nt(int nt, const Args& g, int grid, cudaStream_t s) {
+template <int BITS, int MODE> Status launch_nt(int nt, const Args& g, int grid, cudaStream_t s) {
   switch (nt) {
-    case 1: return launch<BITS, 1, MODE, TERMS>(g, grid, s);
-    case 2: return launch<BITS, 2, MODE, TERMS>(g, grid, s);
-    case 4: return launch<BITS, 4, MODE, TERMS>(g, grid, s);
-    default: return launch<BITS, 8, MODE, TERMS>(g, grid, s);
+    case 1: return launch<BITS, 1, MODE>(g, grid, s);
+    case 2: return launch<BITS, 2, MODE>(g, grid, s);
+    case 4: return launch<BITS, 4, MODE>(g, grid, s);
+    default: return launch<BITS, 8, MODE>(g, grid, s);
   }
-}
-template <int BITS, int MODE> Status launch_terms(int nt, const Args& g, int grid, cudaStream_t s) {
-  return g.a.xlo ? launch_nt<BITS, MODE, 2>(nt, g, grid, s) : launch_nt<BITS, MODE, 1>(nt, g, grid, s);
 }
 
 // The smallest tile height (8 / 16 / 32 / 64 rows) with room for `rows` rows.
@@ -641,7 +639,8 @@ Status qgemm(const QGemmArgs& a, Stream stream) {
   const QW& w = a.w;
   if (!w.codes || !w.sb || (w.bits != 4 && w.bits != 8) || w.cols <= 0 || w.cols % 64 != 0)
     return cu_err("qgemm: weights must be 4- or 8-bit with a multiple of 64 columns (bits {} cols {})", w.bits, w.cols);
-  if (!a.x || !a.xs || a.ldx < w.cols || a.ldx % 8 != 0) return cu_err("qgemm: activation rows need ldx >= K and ldx % 8 == 0");
+  if (!a.x || !a.xs || !a.xlo || a.ldx < w.cols || a.ldx % 8 != 0)
+    return cu_err("qgemm: activation rows need x, xs, xlo (two passes), ldx >= K and ldx % 8 == 0");
   if (a.nt != 0 && a.nt != 1 && a.nt != 2 && a.nt != 4 && a.nt != 8) return cu_err("qgemm: nt {} not in 1, 2, 4, 8", a.nt);
   Args g{};
   g.a = a;
@@ -660,7 +659,7 @@ Status qgemm(const QGemmArgs& a, Stream stream) {
       return qgemm_wg(wa, s);
     }
     g.n_units = g.T * g.S * g.C;
-    return w.bits == 4 ? launch_terms<4, kDense>(nt, g, sm_count(), s) : launch_terms<8, kDense>(nt, g, sm_count(), s);
+    return w.bits == 4 ? launch_nt<4, kDense>(nt, g, sm_count(), s) : launch_nt<8, kDense>(nt, g, sm_count(), s);
   }
   // No shared expert (sh empty): the routing table has no shared item (broute's shared_item false).
   const bool sh = a.sh.codes != nullptr;
@@ -672,7 +671,7 @@ Status qgemm(const QGemmArgs& a, Stream stream) {
     if (!a.w2.codes || a.w2.cols != w.cols || a.w2.rows != w.rows || (sh && a.sh.rows < 2 * a.n_out))
       return cu_err("qgemm: swiglu needs up weights like gate and a shared [gate|up]");
     if (a.n_out % 64 != 0 || !a.yx || !a.yxs) return cu_err("qgemm: swiglu writes packed rows: n_out % 64 == 0, yx and yxs");
-    if (!a.xlo != !a.yxlo) return cu_err("qgemm: two-pass swiglu reads xlo and writes yxlo (both or neither)");
+    if (!a.yxlo) return cu_err("qgemm: swiglu writes the remainders too (yxlo)");
     g.mode = kSwiglu, g.T = (a.n_out + 63) / 64;
   } else {
     if (!a.y || a.ldy < a.n_out || (sh && a.sh.rows < a.n_out)) return cu_err("qgemm: items output y needs ldy >= n_out");
@@ -680,7 +679,7 @@ Status qgemm(const QGemmArgs& a, Stream stream) {
   }
   g.S = 1, g.C = 0, g.N = a.n_out;
   nt = qgemm_items_nt(a);
-  return g.mode == kSwiglu ? launch_terms<4, kSwiglu>(nt, g, sm_count(), s) : launch_terms<4, kItems>(nt, g, sm_count(), s);
+  return g.mode == kSwiglu ? launch_nt<4, kSwiglu>(nt, g, sm_count(), s) : launch_nt<4, kItems>(nt, g, sm_count(), s);
 }
 
 }  // namespace lily::cuda

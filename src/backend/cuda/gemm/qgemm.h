@@ -3,7 +3,7 @@
 //   gemv (common/ops.h; gemv_q4.cu, gemv_tc.cu): one fp32 row [K], K ≤ 4096 (4-bit) / 2048 (8-bit),
 //     fused add+RMSNorm or gated-norm prologue, router top-k or lm_head argmax epilogue; y fp32 [rows];
 //   pf::gemm (step/prefill_ops.h; gemm_q4.cu, gemm_q4_pipe.cu, gemm_wg.cu): fp32 x [M, K] → fp32 y [M, N],
-//     x as fp16 hi + lo (~22 bits; terms 1: one fp16); dense, SwiGLU or grouped expert tiles;
+//     x as fp16 hi + lo (~22 bits); dense, SwiGLU or grouped expert tiles;
 //   bgemv_grouped (step/batch_ops.h; batch_gemv.cu): B fp32 rows, each bit-identical to gemv (the step's router);
 //   qgemm (below; qgemm.cu, qgemm_wg.cu, xpack16.cu; batch_tc_aux.cu packs rows and routes for it).
 //
@@ -14,8 +14,9 @@
 // fp16 integers in registers, mma.sync m16n8k16 (weights as the 16-row A operand, 8 rows per n-tile
 // as B), fp32 accumulation, and per 64-group y += scale·2^-e·Σq·x16 + bias·Σx.
 //
-// Precision (../shared/docs/precision.md): weights exact; activations single-pass fp16 (x·2^e per
-// 64-group, so no group overflows or loses its small values to subnormals); fp32 sums.
+// Precision (../shared/docs/precision.md): weights exact; activations fp16 hi + lo (x·2^e per 64-group,
+// so no group overflows or loses its small values to subnormals; ~22 bits, two MMAs a product); fp32 sums.
+// One pass measured +7..16% at 16..256 rows but moves a row ~1e-3 from the same row alone (2026-12-05).
 // Batch invariance: a row's result depends only on that row and the weights: the k order is fixed,
 // the k split of a dense matrix depends only on its shape, and rows never meet in a reduction. So
 // any number of rows, any tile height and any routing give a row bit-identical results, with one
@@ -37,8 +38,8 @@ namespace lily::cuda {
 //      ([x0,x4,x1,x5,x2,x6,x3,x7] per 8 values);
 //   XS float [R][K/64][2] = {Σx (fp32, of the unrounded x), 2^-e};
 //   Xlo fp16 [R][K] (optional, same order): the remainders x·2^e − X rounded to fp16, so X + Xlo keeps
-//      ~22 bits of every x (the two-pass precision; without it, single pass).
-// xpack16 packs fp32 rows x [R][ldx] (K ≤ ldx) into that form (Xlo may be null).
+//      ~22 bits of every x (the two-pass precision every qgemm call takes).
+// xpack16 packs fp32 rows x [R][ldx] (K ≤ ldx) into that form.
 Status xpack16(const float* x, int ldx, int K, int R, uint16_t* X, float* XS, uint16_t* Xlo, Stream s);
 // The same of act = silu(gate)·up from rows gu fp32 [R][ld] = [gate K | up K] (ld ≥ 2K).
 Status xpack16_swiglu(const float* gu, int ld, int K, int R, uint16_t* X, float* XS, uint16_t* Xlo, Stream s);
@@ -55,7 +56,7 @@ struct QGemmArgs {
   QW w, w2, sh;
   const uint16_t* x = nullptr;  // fp16 [rows][ldx]
   const float* xs = nullptr;    // [rows][K/64][2]
-  const uint16_t* xlo = nullptr;  // the remainders, same layout (null: single pass; set: two passes)
+  const uint16_t* xlo = nullptr;  // the remainders, same layout (required)
   int ldx = 0;                  // fp16 elements per activation row (≥ K, a multiple of 8)
   int M = 0;                    // dense: rows
   // Plain output: y fp32 [rows][ldy].
@@ -66,7 +67,7 @@ struct QGemmArgs {
   bool swiglu = false;
   uint16_t* yx = nullptr;
   float* yxs = nullptr;
-  uint16_t* yxlo = nullptr;  // two-pass output remainders (needed exactly when xlo is set)
+  uint16_t* yxlo = nullptr;  // the output remainders (swiglu)
   int n_out = 0;
   const int32_t* items = nullptr;
   const int32_t* n_items = nullptr;

@@ -34,7 +34,7 @@ __device__ __forceinline__ void cp8_async(uint32_t dst, const void* src, bool ok
 }
 using q4::nib2h;
 
-template <bool TWO> __global__ void __launch_bounds__(kThreads, 2) qgemm_wg_kernel(WgArgs g) {
+__global__ void __launch_bounds__(kThreads, 2) qgemm_wg_kernel(WgArgs g) {
   const QGemmArgs& a = g.a;
   extern __shared__ __align__(16) unsigned char smraw[];
   unsigned char* sm = smraw + ((1024u - (smem_u32(smraw) & 1023u)) & 1023u);
@@ -79,7 +79,7 @@ template <bool TWO> __global__ void __launch_bounds__(kThreads, 2) qgemm_wg_kern
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       cp16(st + xdst[i], a.x + xoff[i] + k0, xval[i]);
-      if (TWO) cp16(st + kPlane + xdst[i], a.xlo + xoff[i] + k0, xval[i]);
+      cp16(st + kPlane + xdst[i], a.xlo + xoff[i] + k0, xval[i]);
     }
     if (tid >= kRows && tid < kRows + kTok) cp8_async(st + kXs + (tid - kRows) * 8, xssrc + 2 * kt, xsval);
   };
@@ -133,10 +133,8 @@ template <bool TWO> __global__ void __launch_bounds__(kThreads, 2) qgemm_wg_kern
     pf::wg_arrive();
 #pragma unroll
     for (int s = 0; s < 4; ++s) pf::wgmma_64x64_rs(part, af[s], dh + 2 * s, s > 0);
-    if (TWO) {
 #pragma unroll
-      for (int s = 0; s < 4; ++s) pf::wgmma_64x64_rs(part, af[s], dl + 2 * s, 1);
-    }
+    for (int s = 0; s < 4; ++s) pf::wgmma_64x64_rs(part, af[s], dl + 2 * s, 1);
     pf::wg_commit();
     const uint32_t sb0 = reinterpret_cast<const uint32_t*>(st + kSb)[r0];
     const uint32_t sb1 = reinterpret_cast<const uint32_t*>(st + kSb)[r0 + 8];
@@ -222,14 +220,14 @@ template <bool TWO> __global__ void __launch_bounds__(kThreads, 2) qgemm_wg_kern
   }
 }
 
-template <bool TWO> Status launch(const WgArgs& g, cudaStream_t s) {
+Status launch(const WgArgs& g, cudaStream_t s) {
   constexpr int smem = kSmem + kRed;
   static bool attr = false;
   if (!attr) {
-    LILY_CU_TRY(cudaFuncSetAttribute(qgemm_wg_kernel<TWO>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    LILY_CU_TRY(cudaFuncSetAttribute(qgemm_wg_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     attr = true;
   }
-  return launch_k("qgemm_wg", qgemm_wg_kernel<TWO>, dim3(g.T, g.C, g.S), dim3(kThreads), smem, s, g);
+  return launch_k("qgemm_wg", qgemm_wg_kernel, dim3(g.T, g.C, g.S), dim3(kThreads), smem, s, g);
 }
 
 }  // namespace
@@ -238,7 +236,7 @@ int qgemm_wg_chunks(int M) { return (M + kTok - 1) / kTok; }
 
 Status qgemm_wg(const WgArgs& g, cudaStream_t s) {
   if (g.a.w.bits != 4) return cu_err("qgemm_wg: 4-bit weights only ({} bits)", g.a.w.bits);
-  return g.a.xlo ? launch<true>(g, s) : launch<false>(g, s);
+  return launch(g, s);
 }
 
 }  // namespace lily::cuda

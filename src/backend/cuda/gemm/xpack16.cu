@@ -20,13 +20,13 @@ __global__ void __launch_bounds__(256) xpack16_kernel(const float* x, int ldx, i
   if constexpr (SWIGLU) v0 = silu(v0) * xg[K], v1 = silu(v1) * xg[K + 4];
   pack16_group(v0, v1, reinterpret_cast<__half2*>(X + size_t(r) * K + 64 * G),
                reinterpret_cast<float2*>(XS + size_t(r) * (K / 64) * 2) + G,
-               Xlo ? reinterpret_cast<__half2*>(Xlo + size_t(r) * K + 64 * G) : nullptr);
+               reinterpret_cast<__half2*>(Xlo + size_t(r) * K + 64 * G));
 }
 
 // Rows of ldx floats holding K values (2K under SWIGLU: gate then up).
 template <bool SWIGLU>
 Status pack_launch(const char* name, const float* x, int ldx, int K, int R, uint16_t* X, float* XS, uint16_t* Xlo, Stream s) {
-  if (K <= 0 || K % 64 != 0 || ldx < (SWIGLU ? 2 * K : K) || ldx % 2 != 0 || R < 1 || !x || !X || !XS)
+  if (K <= 0 || K % 64 != 0 || ldx < (SWIGLU ? 2 * K : K) || ldx % 2 != 0 || R < 1 || !x || !X || !XS || !Xlo)
     return cu_err("{}: K={} ldx={} R={} unsupported", name, K, ldx, R);
   return launch_k(name, xpack16_kernel<SWIGLU>, dim3(R, (K / 64 + 7) / 8), dim3(256), 0, static_cast<cudaStream_t>(s), x, ldx,
                   K, X, XS, Xlo);

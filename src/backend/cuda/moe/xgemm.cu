@@ -21,6 +21,7 @@ using namespace q4;
 
 // kBlocks 16-row weight blocks a unit tile; WB of them a warp (kBlocks / WB warps a block); kD groups of
 // ring a stream (kD / WB with two streams a warp: the same bytes in flight a warp).
+constexpr int kTerms = 2;  // activations as fp16 hi + lo (qgemm.h): two MMAs a product
 constexpr int kBlocks = 8, kD = 4, kMaxItems = 1024;
 enum Mode : int { kItems = 1, kSwiglu = 2 };
 
@@ -92,7 +93,7 @@ __device__ __forceinline__ uint2 ld_stream2(const uint2* p) {
   return v;
 }
 
-template <int NT, int MODE, int TERMS, int WB>
+template <int NT, int MODE, int WB>
 __global__ void __launch_bounds__(32 * kBlocks / WB, 2 * WB) xgemm_kernel(XArgs g) {
   constexpr int BM = 8 * NT, kThreads = 32 * kBlocks / WB, KD = kD / WB;
   extern __shared__ __align__(16) uint8_t sm[];
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(32 * kBlocks / WB, 2 * WB) xgemm_kernel(XArgs 
   // fp16 (16-byte chunk q of row m at ((q ^ (m & 1)) << 4)), x lo the same, {Σx, 2^-e} [BM][KC/64]; then
   // the swiglu epilogue's [kBlocks][BM] {max, sum} and [BM] scales, the items and their unit prefix.
   const int KC = g.KC, gpc = KC / 64, nC = K / KC;  // groups a chunk, chunks a unit
-  const size_t plane = size_t(BM) * KC * 2, xbytes = plane * TERMS + size_t(BM) * gpc * 8;
+  const size_t plane = size_t(BM) * KC * 2, xbytes = plane * kTerms + size_t(BM) * gpc * 8;
   float2* red = reinterpret_cast<float2*>(sm + xbytes * 2);
   float* rsc = reinterpret_cast<float*>(red + kBlocks * BM);
   int4* its = reinterpret_cast<int4*>(rsc + BM);
@@ -170,9 +171,9 @@ __global__ void __launch_bounds__(32 * kBlocks / WB, 2 * WB) xgemm_kernel(XArgs 
       const size_t src = (ok ? size_t(__ldg(a.xrow + t.e0 + m)) * a.ldx : 0) + size_t(h) * KC + q * 8;
       const uint32_t dst = smem_u32(bx + size_t(m) * KC * 2 + ((q ^ (m & 1)) << 4));
       cp16(dst, a.x + src, ok);
-      if constexpr (TERMS == 2) cp16(dst + uint32_t(plane), a.xlo + src, ok);
+      cp16(dst + uint32_t(plane), a.xlo + src, ok);
     }
-    float2* bxs = reinterpret_cast<float2*>(bx + plane * TERMS);
+    float2* bxs = reinterpret_cast<float2*>(bx + plane * kTerms);
     for (int c = tid; c < BM * gpc; c += kThreads) {
       const int m = c / gpc, G = c - m * gpc;
       const bool ok = m < t.m_cnt;
@@ -211,7 +212,7 @@ __global__ void __launch_bounds__(32 * kBlocks / WB, 2 * WB) xgemm_kernel(XArgs 
         stage_x(nt, 0, buf ^ 1);
       }
       const uint8_t* sx = sm + xbytes * buf;
-      const float2* sxs = reinterpret_cast<const float2*>(sx + plane * TERMS);
+      const float2* sxs = reinterpret_cast<const float2*>(sx + plane * kTerms);
       buf ^= 1;
       for (int G0 = hc * gpc; G0 < (hc + 1) * gpc; G0 += KD) {
 #pragma unroll
@@ -235,13 +236,13 @@ __global__ void __launch_bounds__(32 * kBlocks / WB, 2 * WB) xgemm_kernel(XArgs 
               // Every tile's x chunk loaded before the MMAs (the order the 8- and 16-row tiles measured fastest:
               // the per-tile order below cost 6% of the 16- and 64-row decode step, H100 2026-12-06), each x
               // fragment feeding the warp's WB weight blocks.
-              uint4 xv[NT][TERMS];
+              uint4 xv[NT][kTerms];
 #pragma unroll
               for (int n = 0; n < NT; ++n) {
                 const int m = 8 * n + gq;
                 const uint8_t* px = sx + size_t(m) * KC * 2 + (((Gl * 8 + 2 * tq + j) ^ (m & 1)) << 4);
 #pragma unroll
-                for (int h = 0; h < TERMS; ++h) xv[n][h] = *reinterpret_cast<const uint4*>(px + h * plane);
+                for (int h = 0; h < kTerms; ++h) xv[n][h] = *reinterpret_cast<const uint4*>(px + h * plane);
               }
 #pragma unroll
               for (int p = 0; p < 2; ++p)
@@ -253,7 +254,7 @@ __global__ void __launch_bounds__(32 * kBlocks / WB, 2 * WB) xgemm_kernel(XArgs 
 #pragma unroll
                   for (int n = 0; n < NT; ++n)
 #pragma unroll
-                    for (int h = 0; h < TERMS; ++h) {
+                    for (int h = 0; h < kTerms; ++h) {
                       const uint4 v = xv[n][h];
                       mma(part[wb][n], a0, a1, a2, a3, p ? v.z : v.x, p ? v.w : v.y);
                     }
@@ -275,15 +276,15 @@ __global__ void __launch_bounds__(32 * kBlocks / WB, 2 * WB) xgemm_kernel(XArgs 
                 if (n >= nsub) break;  // block-uniform: the unit's rows end in an earlier 8-row tile
                 const int m = 8 * n + gq;
                 const uint8_t* px = sx + size_t(m) * KC * 2 + (((Gl * 8 + 2 * tq + j) ^ (m & 1)) << 4);
-                uint4 xv[TERMS];
+                uint4 xv[kTerms];
 #pragma unroll
-                for (int h = 0; h < TERMS; ++h) xv[h] = *reinterpret_cast<const uint4*>(px + h * plane);
+                for (int h = 0; h < kTerms; ++h) xv[h] = *reinterpret_cast<const uint4*>(px + h * plane);
 #pragma unroll
                 for (int wb = 0; wb < WB; ++wb)
 #pragma unroll
                   for (int p = 0; p < 2; ++p)
 #pragma unroll
-                    for (int h = 0; h < TERMS; ++h)
+                    for (int h = 0; h < kTerms; ++h)
                       mma(part[wb][n], af[wb][p][0], af[wb][p][1], af[wb][p][2], af[wb][p][3], p ? xv[h].z : xv[h].x,
                           p ? xv[h].w : xv[h].y);
               }
@@ -348,7 +349,7 @@ __global__ void __launch_bounds__(32 * kBlocks / WB, 2 * WB) xgemm_kernel(XArgs 
             const int m = 8 * n + 2 * tq + u;
             if (m < ct.m_cnt) {
               const int yr = __ldg(a.yrow + ct.e0 + m);
-              put_act<TERMS>(a.yx, a.yxlo, size_t(yr) * a.n_out + opos, act[wb][n][u] * rsc[m]);
+              put_act(a.yx, a.yxlo, size_t(yr) * a.n_out + opos, act[wb][n][u] * rsc[m]);
             }
           }
       }
@@ -375,13 +376,13 @@ __global__ void __launch_bounds__(32 * kBlocks / WB, 2 * WB) xgemm_kernel(XArgs 
 
 // WB weight blocks a warp: 2·WB blocks of 8 / WB warps an SM, each with 1/WB of the SM's shared memory for its
 // activation chunks.
-template <int NT, int MODE, int TERMS, int WB> Status launch(const XArgs& g, cudaStream_t s) {
+template <int NT, int MODE, int WB> Status launch(const XArgs& g, cudaStream_t s) {
   constexpr int BM = 8 * NT, KD = kD / WB;
-  auto k = xgemm_kernel<NT, MODE, TERMS, WB>;
+  auto k = xgemm_kernel<NT, MODE, WB>;
   const size_t rest = size_t(kBlocks) * BM * 8 + BM * 4 + size_t(g.a.max_items) * 20 + 16;
   // Activation chunks: the widest KC (K / 2^i, a multiple of 64·KD) whose two buffers leave 2·WB blocks an SM
   // (WB 1: K = 2048 at 8 rows, two passes: 1,024; K = 512: all of it).
-  auto xbytes = [&](int kc) { return size_t(BM) * kc * 2 * TERMS + size_t(BM) * (kc / 64) * 8; };
+  auto xbytes = [&](int kc) { return size_t(BM) * kc * 2 * kTerms + size_t(BM) * (kc / 64) * 8; };
   XArgs h = g;
   h.KC = g.K;
   while (2 * xbytes(h.KC) + rest > 110 * 1024 / WB && h.KC % 2 == 0 && (h.KC / 2) % (64 * KD) == 0) h.KC /= 2;
@@ -399,10 +400,9 @@ template <int NT, int MODE, int TERMS, int WB> Status launch(const XArgs& g, cud
 // whatever WB: the same bits. H100, same call against one block a warp (docs/perf/2026-12-06-xgemm-wb2.md):
 // bench-batch 2,035.7 / 4,003.7 / 8,005.8 tok/s at 16 / 64 / 256 rows vs 2,024.0 / 3,996.7 / 7,381.1.
 template <int MODE> Status launch_nt(int nt, const XArgs& g, cudaStream_t s) {
-  const bool two = g.a.xlo != nullptr;
-  if (nt == 1) return two ? launch<1, MODE, 2, 1>(g, s) : launch<1, MODE, 1, 1>(g, s);
-  if (nt == 2) return two ? launch<2, MODE, 2, 2>(g, s) : launch<2, MODE, 1, 2>(g, s);
-  return two ? launch<4, MODE, 2, 1>(g, s) : launch<4, MODE, 1, 1>(g, s);
+  if (nt == 1) return launch<1, MODE, 1>(g, s);
+  if (nt == 2) return launch<2, MODE, 2>(g, s);
+  return launch<4, MODE, 1>(g, s);
 }
 
 }  // namespace
@@ -465,12 +465,12 @@ Status xgemm(const QGemmArgs& a, const FragW& w, const FragW& sh, Stream stream)
   if (!xgemm_fits(a)) return cu_err("xgemm: needs items, K % {} == 0 (K {}), a tile of 8, 16 or 32 rows and whole tiles", 64 * kD, a.w.cols);
   // No shared copy (sh empty): the routing table has no shared item (broute's shared_item false).
   if (!w.codes || w.K != a.w.cols || (sh.codes && sh.K != a.w.cols)) return cu_err("xgemm: fragment copies of K {} needed", a.w.cols);
-  if (!a.x || !a.xs || !a.xrow || !a.yrow || a.max_items < 1 || a.max_items > kMaxItems || a.E < 1)
-    return cu_err("xgemm: items mode needs x, xs, xrow, yrow, max_items (1..{}) and E", kMaxItems);
+  if (!a.x || !a.xs || !a.xlo || !a.xrow || !a.yrow || a.max_items < 1 || a.max_items > kMaxItems || a.E < 1)
+    return cu_err("xgemm: items mode needs x, xs, xlo, xrow, yrow, max_items (1..{}) and E", kMaxItems);
   XArgs g{};
   g.a = a, g.w = w, g.sh = sh, g.K = a.w.cols, g.nG = a.w.cols / 64;
   if (a.swiglu) {
-    if (!a.yx || !a.yxs || !a.xlo != !a.yxlo) return cu_err("xgemm: swiglu writes packed rows (yx, yxs; yxlo with xlo)");
+    if (!a.yx || !a.yxs || !a.yxlo) return cu_err("xgemm: swiglu writes packed rows (yx, yxs, yxlo)");
     g.T = a.n_out / 64, g.bpe = a.n_out / 8;
   } else {
     if (!a.y || a.ldy < a.n_out) return cu_err("xgemm: items output y needs ldy >= n_out");

@@ -6,7 +6,7 @@
 // H2D copy), so the step is captured once per batch size as a CUDA graph and replayed for any set
 // of sequences. Each row's result depends only on that row (batch invariant); with qgemm's two-pass
 // activations it stays within ~1e-5 of what forward() gives the sequence alone. Rows fall back to
-// the per-row loop where the batched kernels do not apply (bf16 K/V states, DeltaNet heads wider than
+// the per-row loop where the batched kernels do not apply (DeltaNet heads wider than
 // 256). B = 1 runs forward() (the batch-1 graph).
 #include <algorithm>
 #include <cstring>
@@ -32,13 +32,10 @@ bool env_is(const char* name, const char* val) {
 }
 namespace {
 bool graphs_on() { return !env_is("LILY_BATCH_GRAPH", "0"); }
-// qgemm's activations in two passes (fp16 hi + lo, ~22 bits: the batch-1 step's precision class, so a
-// row batched stays within ~1e-5 of the row decoded alone) unless LILY_QGEMM_TERMS=1 (single pass, the
-// A/B until one row runs the batched step too: +7..16% at 16..256 rows on the H200, 2026-12-04).
-bool qgemm_two() {
-  static const bool on = !env_is("LILY_QGEMM_TERMS", "1");
-  return on;
-}
+// qgemm's activations go in two passes (fp16 hi + lo, ~22 bits: the batch-1 step's precision class, so a
+// row batched stays within ~1e-5 of the row decoded alone). One pass measured +7..16% at 16..256 rows
+// (H200, docs/perf/2026-12-04-serving-step.md) but moves a row's logits ~1e-3 from the same row alone
+// (docs/perf/2026-12-05-gpu-single-pass.md), against "identical to the same request alone".
 // From this many rows, top-k runs per row over the grid (brouter_topk) before the one-block routing
 // table (broute); below it one launch does both (broute_topk: its 32 warps take the rows in turn).
 // H200, 2026-12-04 (bench-batch, qgemm step): 16 rows 1,740 vs 1,746 tok/s (fused / split), 64 rows
@@ -156,8 +153,8 @@ template <typename Mk>
 static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, const float* hn, int B, int exact,
                      const RouterSplit& rs, cudaStream_t s, Mk&& mk) {
   const int H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
-  uint16_t* la = qgemm_two() ? x.Xl_a : nullptr;
-  uint16_t* lb = qgemm_two() ? x.Xl_b : nullptr;
+  uint16_t* la = x.Xl_a;
+  uint16_t* lb = x.Xl_b;
   if (exact > 0) LILY_TRY(bgemv_grouped(L.router, hn, H, x.rl, E + 1, exact, s));
   if (exact < B) {
     if (!rs.ah) return cu_err("cuda step: prompt rows' router needs the prefill scratch");
@@ -165,7 +162,7 @@ static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, const
     LILY_TRY(pf::split_rows(hn + size_t(exact) * H, H, M, H, rs.ah, rs.al, rs.axs, s));
     pf::GemmArgs g{};
     g.w = L.router, g.n_out = L.router.rows, g.a = hn + size_t(exact) * H, g.lda = H, g.M = M;
-    g.y = x.rl + size_t(exact) * (E + 1), g.ldy = E + 1, g.terms = 2, g.ah = rs.ah, g.al = rs.al, g.axs = rs.axs;
+    g.y = x.rl + size_t(exact) * (E + 1), g.ldy = E + 1, g.ah = rs.ah, g.al = rs.al, g.axs = rs.axs;
     LILY_TRY(pf::gemm(g, s));
   }
   mk("router");
@@ -193,14 +190,14 @@ static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, const
     g.w = L.sh_gate_up, g.x = x.X_a, g.xs = x.XS_a, g.xlo = la, g.ldx = H, g.M = B, g.y = x.act, g.ldy = 2 * Is;
     g.ws = x.ws, g.cnt = x.cnt;
     LILY_TRY(qgemm(g, s));
-    LILY_TRY(xpack16_swiglu(x.act, 2 * Is, Is, B, x.X_s, x.XS_s, lb ? x.Xl_s : nullptr, s));
+    LILY_TRY(xpack16_swiglu(x.act, 2 * Is, Is, B, x.X_s, x.XS_s, x.Xl_s, s));
   }
   mk("moe gate+up (experts)");
   m.w = L.down, m.w2 = QW{}, m.sh = sh_item ? L.sh_down : QW{}, m.x = x.X_b, m.xs = x.XS_b, m.xlo = lb, m.ldx = I;
   m.swiglu = false, m.yx = nullptr, m.yxs = nullptr, m.yxlo = nullptr, m.y = x.yd, m.ldy = H, m.n_out = H, m.xrow = x.ent;
   LILY_TRY(L.frag.dn.codes && xgemm_fits(m) ? xgemm(m, L.frag.dn, L.frag.sdn, s) : qgemm(m, s));
   if (!sh_item) {
-    g.w = L.sh_down, g.x = x.X_s, g.xs = x.XS_s, g.xlo = lb ? x.Xl_s : nullptr, g.ldx = Is, g.y = x.yd + size_t(B) * k * H;
+    g.w = L.sh_down, g.x = x.X_s, g.xs = x.XS_s, g.xlo = x.Xl_s, g.ldx = Is, g.y = x.yd + size_t(B) * k * H;
     g.ldy = H;
     LILY_TRY(qgemm(g, s));
   }
@@ -220,7 +217,7 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
   const int H = c.hidden_size, vd = c.gdn_value_dim(), k = c.num_experts_per_tok;
   const int nhd = c.num_attention_heads * c.head_dim;
   const float eps = c.rms_norm_eps;
-  uint16_t* la = qgemm_two() ? x.Xl_a : nullptr;
+  uint16_t* la = x.Xl_a;
   auto dense = [&](const QW& w, float* y, int ldy) {
     QGemmArgs g{};
     g.w = w, g.x = x.X_a, g.xs = x.XS_a, g.xlo = la, g.ldx = w.cols, g.M = B, g.y = y, g.ldy = ldy, g.ws = x.ws, g.cnt = x.cnt;
@@ -291,10 +288,10 @@ Status enqueue_tc(BatchCtx& x, const ModelConfig& c, const DevWeights& d, int B,
   // The rows that need logits, gathered (packed) for the lm_head.
   const int32_t* idx = x.out_idx(x.mtab_dev);
   LILY_TRY(brow_gather(x.X_a, size_t(H) * 2, idx, mp->n_out, x.Gx, s));
-  if (la) LILY_TRY(brow_gather(la, size_t(H) * 2, idx, mp->n_out, x.Gxl, s));
+  LILY_TRY(brow_gather(la, size_t(H) * 2, idx, mp->n_out, x.Gxl, s));
   LILY_TRY(brow_gather(x.XS_a, size_t(H / 64) * 2 * sizeof(float), idx, mp->n_out, x.Gxs, s));
   QGemmArgs g{};
-  g.w = d.lm_head, g.x = x.Gx, g.xs = x.Gxs, g.xlo = la ? x.Gxl : nullptr, g.ldx = H, g.M = mp->n_out, g.y = x.logits;
+  g.w = d.lm_head, g.x = x.Gx, g.xs = x.Gxs, g.xlo = x.Gxl, g.ldx = H, g.M = mp->n_out, g.y = x.logits;
   g.ldy = c.vocab_size, g.ws = x.ws, g.cnt = x.cnt;
   if (mp->n_out > 0) LILY_TRY(qgemm(g, s));
   mk("final norm+lm_head");
@@ -347,7 +344,7 @@ Status CudaBackend::moe_rows(const DevLayer& L, const float* hn, int M, float* m
   const ModelConfig& c = cfg_;
   BatchCtx& x = *batch_;
   const int H = c.hidden_size;
-  LILY_TRY(xpack16(hn, H, H, M, x.X_a, x.XS_a, qgemm_two() ? x.Xl_a : nullptr, s));
+  LILY_TRY(xpack16(hn, H, H, M, x.X_a, x.XS_a, x.Xl_a, s));
   LILY_TRY(moe_tc(x, c, L, hn, M, 0, RouterSplit{pf_.ah, pf_.al, pf_.axs}, s, [](const char*) {}));
   return bmoe_combine(x.yd, x.topk_w, c.num_experts_per_tok, H, M, mix, s);
 }
@@ -430,7 +427,6 @@ Status CudaBackend::batch_step(std::span<SeqState* const> states, std::span<cons
       return cu_err("forward_batch: row {}'s token {} outside the vocabulary", b, tokens[size_t(b)]);
     for (int j = 0; j < b; ++j)
       if (seqs[size_t(j)] == r) return cu_err("forward_batch: rows {} and {} share one state", j, b);
-    if (!r->f32) batched = false;
   }
   if (!batched) return draw ? Backend::decode_draw(states, tokens, spec, out) : Backend::forward_batch(states, tokens, logits);
   LILY_TRY(batch_alloc(B));

@@ -87,7 +87,7 @@ size_t battn_partial_floats(int nh, int nkv, int hd, int n_split);
 // Per row b (1 to 8 blocks, a cluster): r = in_b + mix_b, where mix_b is mix (plain, [B][H]) or, when yd is set, the MoE
 // combine Σ_j tw[b][j]·yd[b·k + j] + tw[b][k]·yd[B·k + b] (slot order, then the shared expert);
 // res_out = r (if set); n = rms(r)·gain → n_out (fp32, if set) and packed for qgemm into X16 / XS
-// (X16lo: the two-pass remainders, or null). The sum of squares in one order for any blocks a row.
+// (X16lo: the two-pass remainders). The sum of squares in one order for any blocks a row.
 struct BNormArgs {
   const float* in = nullptr;
   const float* mix = nullptr;
@@ -100,7 +100,7 @@ struct BNormArgs {
   float* res_out = nullptr;
   float* n_out = nullptr;
   uint16_t* X16 = nullptr;    // fp16 [B][H] (gemm/qgemm.h)
-  uint16_t* X16lo = nullptr;  // fp16 [B][H] or null
+  uint16_t* X16lo = nullptr;  // fp16 [B][H]
   float* XS = nullptr;        // [B][H/64][2]
   int blocks = 0;             // blocks a row (a divisor of bnorm_slices(H)); 0: by B (any gives the same bits)
 };

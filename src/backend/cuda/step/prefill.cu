@@ -85,9 +85,9 @@ pf::GdnPrefillArgs CudaBackend::gdn_args(int i, CudaSeqState& st, int pos0, int 
   const auto& p = pf_;
   pf::GdnPrefillArgs g{};
   g.u = u, g.ldu = ldu, g.M = M;
-  // Conv window: [2, C, K-1] double-buffered by position parity, fp32 or bf16 (st.f32).
-  const size_t wn = size_t(c.gdn_conv_dim()) * (c.linear_conv_kernel_dim - 1) * (st.f32 ? 2 : 1);  // uint16 units
-  g.win_in = SL.conv + size_t(pos0 & 1) * wn, g.win_out = SL.conv + size_t((pos0 + M) & 1) * wn, g.win_f32 = st.f32;
+  // Conv window: fp32 [2, C, K-1] double-buffered by position parity.
+  const size_t wn = size_t(c.gdn_conv_dim()) * (c.linear_conv_kernel_dim - 1);
+  g.win_in = SL.conv + size_t(pos0 & 1) * wn, g.win_out = SL.conv + size_t((pos0 + M) & 1) * wn;
   g.conv_w = L.conv_w, g.A_log = L.A_log, g.dt_bias = L.dt_bias, g.gnorm = L.gnorm, g.S = SL.S;
   g.nk = c.linear_num_key_heads, g.nv = c.linear_num_value_heads, g.K = c.linear_conv_kernel_dim, g.eps = c.rms_norm_eps;
   const size_t kd = size_t(c.gdn_key_dim()), vd = size_t(c.gdn_value_dim()), nv = size_t(c.linear_num_value_heads);
@@ -109,31 +109,23 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   const int E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
   const int pos0 = st.n + t0;
   const float eps = c.rms_norm_eps;
-  // A/B knobs (numerics): LILY_PREFILL_TERMS (GEMM x: 2 fp16 hi+lo, 1 fp16, 0 fp32 CUDA-core reference),
-  // LILY_PREFILL_ATTN_TERMS (3: q/K/V/P as bf16 hi+lo, 1: bf16).
-  const int terms = env_int("LILY_PREFILL_TERMS", 2, 0, 2), t2 = terms == 0 ? 0 : 2;
-  // LILY_PREFILL_ATTN_TERMS=0 runs the decode attention kernels token by token (slow; A/B only).
-  int attn_terms = env_int("LILY_PREFILL_ATTN_TERMS", 3, 0, 3);
-  if (attn_terms == 2 || (attn_terms == 3 && !st.f32)) attn_terms = 1;
-  // Pipelined GEMMs (terms 1 and 2): each GEMM input is split once into fp16 hi/lo planes + group
-  // sums (p.ah/al/axs), then read by every GEMM on that input (e.g. router, expert gate/up and shared
-  // gate/up all read one split of hn). The 4-bit GEMMs run the Hopper wgmma kernel (gemm_wg.cu, 2
-  // warpgroups per block; terms 1 reads x_hi only); 8-bit (router) the mma.sync pipe kernel (gemm_q4_pipe.cu).
-  const bool pipe = terms != 0;
-  // A short chunk (default numerics) runs its MoE on the batched step's expert kernels (moe_rows).
-  const bool small_moe = terms == 2 && moe_rows_ok(M);
+  // Each GEMM input is split once into fp16 hi/lo planes + group sums (p.ah/al/axs), then read by every
+  // GEMM on that input (e.g. router, expert gate/up and shared gate/up all read one split of hn). The
+  // 4-bit GEMMs run the Hopper wgmma kernel (gemm_wg.cu, 2 warpgroups per block); 8-bit (router) the
+  // mma.sync pipe kernel (gemm_q4_pipe.cu).
+  // A short chunk runs its MoE on the batched step's expert kernels (moe_rows).
+  const bool small_moe = moe_rows_ok(M);
   auto split = [&](const float* a, int lda, int rows, int K) -> Status {
-    if (!pipe) return Status::ok();
     LILY_TRY(pf::split_rows(a, lda, rows, K, p.ah, p.al, p.axs, s));
     mark("gemm A split (fp16 hi/lo + sums)", s);
     return Status::ok();
   };
   auto with_split = [&](pf::GemmArgs& g) {
-    if (pipe) g.ah = p.ah, g.al = p.al, g.axs = p.axs;
+    g.ah = p.ah, g.al = p.al, g.axs = p.axs;
   };
-  auto gemm = [&](const QW& w, const float* a, int lda, int m, float* y, int ldy, int tm, bool use_split = true) {
+  auto gemm = [&](const QW& w, const float* a, int lda, int m, float* y, int ldy, bool use_split = true) {
     pf::GemmArgs g{};
-    g.w = w, g.n_out = w.rows, g.a = a, g.lda = lda, g.M = m, g.y = y, g.ldy = ldy, g.terms = tm;
+    g.w = w, g.n_out = w.rows, g.a = a, g.lda = lda, g.M = m, g.y = y, g.ldy = ldy;
     if (use_split) with_split(g);
     return pf::gemm(g, s);
   };
@@ -153,50 +145,29 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     if (!L.attn) {
       const int ldu = L.in_proj.rows;
       LILY_TRY(split(p.hn, H, M, H));
-      LILY_TRY(gemm(L.in_proj, p.hn, H, M, p.u, ldu, terms));
+      LILY_TRY(gemm(L.in_proj, p.hn, H, M, p.u, ldu));
       mark("gdn: [qkv|z|a|b] gemm", s);
       pf::GdnPrefillArgs g = gdn_args(i, st, pos0, M, p.u, ldu, 0, p.o, p.wy);
       g.prof = prof_cb, g.prof_ctx = this;
       LILY_TRY(pf::gdn_prefill(g, s));
       LILY_TRY(split(p.o, vd, M, vd));
-      LILY_TRY(gemm(L.out_proj, p.o, vd, M, p.mix, H, terms));
+      LILY_TRY(gemm(L.out_proj, p.o, vd, M, p.mix, H));
       mark("gdn: out_proj gemm", s);
     } else {
       const int ldu = L.qkv.rows;
       LILY_TRY(split(p.hn, H, M, H));
-      LILY_TRY(gemm(L.qkv, p.hn, H, M, p.u, ldu, terms));
+      LILY_TRY(gemm(L.qkv, p.hn, H, M, p.u, ldu));
       mark("attn: [q|k|v] gemm", s);
       pf::AttnPrefillArgs a{};
       a.u = p.u, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = L.q_norm, a.k_norm = L.k_norm;
-      a.kc = SL.kc, a.vc = SL.vc, a.kv_f32 = st.f32, a.terms = attn_terms, a.qb = p.qb, a.out = p.o, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
+      a.kc = SL.kc, a.vc = SL.vc, a.qb = p.qb, a.out = p.o, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
       a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim(), a.max_seq = st.cap;
       a.theta = c.rope_theta, a.eps = eps;
-      if (attn_terms == 0) {
-        // A/B: the decode kernels token by token (fp32 q/K/V, split-K over the cache).
-        LILY_CU_TRY(cudaStreamSynchronize(s));
-        *p.pos_host = pos0;
-        LILY_CU_TRY(cudaMemcpyAsync(&st.ctl->pos, p.pos_host, 4, cudaMemcpyHostToDevice, s));
-        AttnArgs d{};
-        d.q_norm = L.q_norm, d.k_norm = L.k_norm, d.q = q_, d.kc = SL.kc, d.vc = SL.vc, d.kv_f32 = st.f32;
-        d.partial = attn_partial_, d.ctl = st.ctl, d.nh = c.num_attention_heads, d.nkv = c.num_key_value_heads;
-        d.hd = c.head_dim, d.qw = a.qw, d.rot = c.rotary_dim(), d.max_seq = st.cap, d.n_split = attn_max_splits();
-        d.theta = c.rope_theta, d.eps = eps;
-        const int od = c.num_attention_heads * c.head_dim;
-        for (int m = 0; m < M; ++m) {
-          d.qkv = p.u + size_t(m) * ldu, d.out = p.o + size_t(m) * od;
-          LILY_TRY(attn_prep(d, s));
-          LILY_TRY(attn_decode(d, s));
-          LILY_TRY(bump_pos(st.ctl, s));
-        }
-        LILY_CU_TRY(cudaStreamSynchronize(s));  // pos_host is reused
-        mark("attn: prep+flash (decode kernels)", s);
-      } else {
-        a.prof = prof_cb, a.prof_ctx = this;
-        LILY_TRY(pf::attn_prefill(a, s));
-      }
+      a.prof = prof_cb, a.prof_ctx = this;
+      LILY_TRY(pf::attn_prefill(a, s));
       const int od = c.num_attention_heads * c.head_dim;
       LILY_TRY(split(p.o, od, M, od));
-      LILY_TRY(gemm(L.o_proj, p.o, od, M, p.mix, H, terms));
+      LILY_TRY(gemm(L.o_proj, p.o, od, M, p.mix, H));
       mark("attn: o_proj gemm", s);
     }
     LILY_TRY(pf::add_rmsnorm_rows(p.x, p.mix, L.post_norm, M, H, eps, p.hn, s));
@@ -209,7 +180,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     }
     // MoE: router (8-bit, + shared gate row) → device routing → grouped gate/up+SwiGLU → down.
     LILY_TRY(split(p.hn, H, M, H));  // router, expert gate/up and shared gate/up read this split
-    LILY_TRY(gemm(L.router, p.hn, H, M, p.rl, E + 1, t2));
+    LILY_TRY(gemm(L.router, p.hn, H, M, p.rl, E + 1));
     mark("moe: router gemm (q8)", s);
     pf::RouteArgs r{};
     r.logits = p.rl, r.M = M, r.E = E, r.top_k = k, r.norm_topk = c.norm_topk_prob, r.topk_ids = p.topk_ids;
@@ -219,19 +190,19 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     mark("moe: top-k+sort+tiles", s);
     pf::GemmArgs gu{};
     gu.w = L.gate, gu.w2 = L.up, gu.n_out = I, gu.a = p.hn, gu.lda = H, gu.a_rows = p.slot_tok, gu.y = p.act, gu.ldy = I;
-    gu.swiglu = true, gu.tiles = p.tiles, gu.max_tiles = r.max_tiles, gu.terms = terms;
+    gu.swiglu = true, gu.tiles = p.tiles, gu.max_tiles = r.max_tiles;
     with_split(gu);
     LILY_TRY(pf::gemm(gu, s));
     mark("moe: grouped gate+up+swiglu", s);
     pf::GemmArgs dn{};
     dn.w = L.down, dn.n_out = H, dn.a = p.act, dn.lda = I, dn.y = p.yd, dn.ldy = H, dn.tiles = p.tiles;
-    dn.max_tiles = r.max_tiles, dn.terms = terms;
+    dn.max_tiles = r.max_tiles;
     with_split(dn);
     // The shared expert's gate/up reads hn's split before act's split replaces it.
     const int Is = c.shared_expert_intermediate_size;
     pf::GemmArgs sg{};
     sg.w = L.sh_gate_up, sg.w2 = L.sh_gate_up, sg.row0 = 0, sg.row0_2 = Is, sg.n_out = Is, sg.a = p.hn, sg.lda = H;
-    sg.M = M, sg.y = p.sact, sg.ldy = Is, sg.swiglu = true, sg.terms = terms;
+    sg.M = M, sg.y = p.sact, sg.ldy = Is, sg.swiglu = true;
     with_split(sg);
     LILY_TRY(pf::gemm(sg, s));
     mark("moe: shared expert gemms", s);
@@ -239,7 +210,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     LILY_TRY(pf::gemm(dn, s));
     mark("moe: grouped down", s);
     LILY_TRY(split(p.sact, Is, M, Is));
-    LILY_TRY(gemm(L.sh_down, p.sact, Is, M, p.sy, H, terms));
+    LILY_TRY(gemm(L.sh_down, p.sact, Is, M, p.sy, H));
     mark("moe: shared expert gemms", s);
     LILY_TRY(pf::moe_combine(p.yd, p.sy, p.slot_of, p.topk_w, M, H, k, p.mix, s));
     mark("moe: combine", s);
@@ -249,7 +220,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     // Final add + norm of the last row only, then the lm_head (fp32 logits).
     const size_t off = size_t(M - 1) * H;
     LILY_TRY(pf::add_rmsnorm_rows(p.x + off, p.mix + off, d_.final_norm, 1, H, eps, p.hn, s));
-    LILY_TRY(gemm(d_.lm_head, p.hn, H, 1, logits_, c.vocab_size, t2, /*use_split=*/false));
+    LILY_TRY(gemm(d_.lm_head, p.hn, H, 1, logits_, c.vocab_size, /*use_split=*/false));
     mark("final norm+lm_head", s);
   }
   return Status::ok();

@@ -11,8 +11,10 @@ namespace lily::cuda::pf {
 
 // ---- tensor-core GEMM over the packed MLX layout (gemm_q4.cu, gemm_q4_pipe.cu, gemm_wg.cu) -----
 // y[m, n] = Σ_g s[n,g]·Σ_{k∈g} q[n,k]·x[m,k] + b[n,g]·Σ_{k∈g} x[m,k]   (fp32 accumulation)
-// q enters the MMA as exact fp16 integers; x as fp16 (terms = 1) or fp16 hi + lo (terms = 2,
-// ~22-bit x); Σx is taken from the fp32 x. terms = 0: fp32 on CUDA cores (slow; A/B reference). W rows used: row0 + [0, n_out) (+ expert·n_out).
+// q enters the MMA as exact fp16 integers; x as fp16 hi + lo (~22-bit x, two MMAs a product; one pass
+// measured +11–13% prefill but rounds a prompt differently from the same prompt as a segment of the
+// mixed step, docs/perf/2026-12-05-gpu-verify.md §5); Σx is taken from the fp32 x. W rows used: row0 +
+// [0, n_out) (+ expert·n_out).
 // swiglu: y[m, j] = silu(W·x)[j]·(W2·x)[j] with W2 rows row0_2 + j (gate/up of one expert).
 // Grouped (tiles != null): tile i = {expert, m0, m1, 0}; rows m0..m1 of A (slot order) against
 // expert's rows; m0 == m1 marks an unused tile. a_rows (optional) gathers A rows: A row of
@@ -29,10 +31,9 @@ struct GemmArgs {
   bool swiglu = false;
   const int32_t* tiles = nullptr;  // [max_tiles, 4]
   int max_tiles = 0;
-  int terms = 2;
   // Pre-split A (split_rows): fp16 hi/lo planes [rows, K] and Σx [rows, K/64], indexed like a's rows.
-  // When set (terms 1 or 2), gemm() runs 4-bit weights on the Hopper wgmma kernel (gemm_wg.cu; terms 1
-  // reads hi only) and 8-bit ones on the mma.sync pipelined kernel (gemm_q4_pipe.cu, both planes).
+  // When set, gemm() runs 4-bit weights on the Hopper wgmma kernel (gemm_wg.cu) and 8-bit ones on the
+  // mma.sync pipelined kernel (gemm_q4_pipe.cu).
   // Unset: the register-prefetch kernel (gemm_q4.cu; the lm_head's one row).
   const uint16_t* ah = nullptr;
   const uint16_t* al = nullptr;
@@ -78,21 +79,20 @@ Status moe_combine(const float* yd, const float* ys, const int32_t* slot_of, con
                    int top_k, float* out, Stream s);
 
 // ---- Gated DeltaNet prefill (gdn_prefill.cu) -------------------------------------------------
-// u: fp32 [M, ldu] = [qkv (C) | z (vd) | a (nv) | b (nv)] projections. win_in/win_out: bf16
+// u: fp32 [M, ldu] = [qkv (C) | z (vd) | a (nv) | b (nv)] projections. win_in/win_out: fp32
 // [C, K-1] conv windows (oldest first) before / after these M tokens (may alias). S: fp16
-// [nv, 128, 128]. win_f32: the windows hold fp32 instead of bf16. Outputs: o fp32 [M, nv·128] = w ⊙ rms(o_raw) ⊙ silu(z) (gated norm applied).
+// [nv, 128, 128]. Outputs: o fp32 [M, nv·128] = w ⊙ rms(o_raw) ⊙ silu(z) (gated norm applied).
 struct GdnPrefillArgs {
   const float* u = nullptr;
   int ldu = 0, M = 0;
-  const void* win_in = nullptr;
-  void* win_out = nullptr;
+  const float* win_in = nullptr;
+  float* win_out = nullptr;
   const void* conv_w = nullptr;  // bf16 [C, K]
   const float* A_log = nullptr;
   const void* dt_bias = nullptr;
   const void* gnorm = nullptr;   // bf16 [128]
   uint16_t* S = nullptr;  // fp16 bits [nv, 128, 128] (read once, written once a call; fp32 arithmetic)
   int nk = 0, nv = 0, K = 4;
-  bool win_f32 = true;
   float eps = 1e-6f;
   // scratch: qn, kn fp32 [M, nk·128]; v fp32 [M, nv·128]; g, beta fp32 [M, nv]; o_raw [M, nv·128]
   float *qn = nullptr, *kn = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr, *o_raw = nullptr;
@@ -125,13 +125,10 @@ __device__ __forceinline__ const GdnPrefillArgs& seg_args(const GdnPrefillArgs& 
 
 // ---- attention prefill (attn_prefill.cu) -----------------------------------------------------
 // u: fp32 [M, ldu] = [q (nh·qw, per head [q | gate] when qw = 2hd) | k (nkv·hd) | v (nkv·hd)].
-// Writes K/V of positions pos0..pos0+M-1 into kc/vc ([nkv, max_seq, hd], fp32 when kv_f32 else
-// bf16) after k RMSNorm +
+// Writes K/V of positions pos0..pos0+M-1 into kc/vc (fp32 [nkv, max_seq, hd]) after k RMSNorm +
 // RoPE, then causal GQA flash attention of the M queries over positions 0..pos0+m, output gate
-// applied: out fp32 [M, nh·hd]. qb: scratch bf16 [terms == 3 ? 2 : 1][M, nh, hd] (q hi, q lo).
-// terms = 3 (fp32 caches only; the wgmma kernel, attn_wg.cu): q, K, V and P enter the MMAs as bf16
-// hi + lo, three MMAs per product (~16-bit operands); terms = 1: plain bf16 operands (the mma.sync
-// kernel, attn_prefill.cu).
+// applied: out fp32 [M, nh·hd]. qb: scratch bf16 [2][M, nh, hd] (q hi, q lo). The wgmma kernel
+// (attn_wg.cu): q, K, V and P enter the MMAs as bf16 hi + lo, three MMAs per product (~16-bit operands).
 struct AttnPrefillArgs {
   const float* u = nullptr;
   int ldu = 0, M = 0, pos0 = 0;
@@ -142,8 +139,6 @@ struct AttnPrefillArgs {
   void* qb = nullptr;
   float* out = nullptr;
   int nh = 0, nkv = 0, hd = 0, qw = 0, rot = 0, max_seq = 0;
-  bool kv_f32 = true;
-  int terms = 3;
   double theta = 1e7;
   float eps = 1e-6f;
   void (*prof)(void* ctx, const char* what) = nullptr;  // as GdnPrefillArgs::prof
@@ -152,9 +147,9 @@ struct AttnPrefillArgs {
 Status attn_prefill(const AttnPrefillArgs& a, Stream s);
 // Several sequences' prompt segments in one launch per kernel (the mixed step's segments: one launch of
 // 16 heads × one 128-query tile a segment left most of the GPU idle, ~80 µs a segment and layer at 96
-// tokens on an H100). base holds what the segments share (norms, shapes, terms, theta, eps, ldu); each
+// tokens on an H100). base holds what the segments share (norms, shapes, theta, eps, ldu); each
 // AttnSeg its rows' projections u [M][ldu] and output rows out [M][nh·hd], its caches, its own q scratch
-// qb (2 planes × M × nh × hd bf16 at terms 3) and positions. ks is set here.
+// qb (2 planes × M × nh × hd bf16) and positions. ks is set here.
 struct AttnSeg {
   const float* u = nullptr;
   float* out = nullptr;
@@ -178,10 +173,9 @@ __host__ __device__ inline AttnPrefillArgs seg_attn_args(AttnPrefillArgs base, c
   return base;
 }
 #endif
-// The flash step alone on wgmma (terms 3, fp32 caches; after prep wrote q and the segments' K/V):
+// The flash step alone on wgmma (after prep wrote q and the segments' K/V):
 // converts each segment's cache positions 0..pos0+M into bf16 hi/lo planes (scratch grown on demand), then
 // the causal GQA flash attention of every segment, one launch each. Called by attn_prefill_segments.
 Status attn_flash_wg(const AttnPrefillArgs& base, AttnSegs& segs, Stream s);
-Status attn_prefill_init();
 
 }  // namespace lily::cuda::pf

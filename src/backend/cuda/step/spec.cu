@@ -47,8 +47,8 @@ template <typename T> Status grow(T*& p, size_t& cap, size_t n, const char* what
 double CudaBackend::spec_row_cost() const { return 0.25; }
 double CudaBackend::spec_step_cost() const { return 0.9; }
 
-// Verify feeds run on the mixed step: fp32 states (not LILY_CUDA_KV=bf16) and a model it takes.
-bool CudaBackend::speculates() const { return !env_is("LILY_CUDA_KV", "bf16") && mixed_step_ok(cfg_); }
+// Verify feeds run on the mixed step: a model it takes.
+bool CudaBackend::speculates() const { return mixed_step_ok(cfg_); }
 
 Status CudaBackend::spec_begin(std::span<const StepFeed> feeds, int ldu, std::vector<int>& undo) {
   spec_undo_.clear();

@@ -53,7 +53,6 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
     if (!st || st->be != this) return cu_err("step: a state belongs to another backend");
     const int L = int(f.tokens.size());
     if (st->n + L > st->cap) return cu_err("step: {} + {} tokens exceed the state's room {}", st->n, L, st->cap);
-    ok = ok && st->f32;
     if (L == 1) ++D;
     else any_seg = true, wy_need += pf::gdn_wy_floats(L, c.linear_num_value_heads);
     R += L;
@@ -194,7 +193,7 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
     }
     if (as.empty()) return Status::ok();
     pf::AttnPrefillArgs a{};
-    a.ldu = x.urows, a.q_norm = Lw.q_norm, a.k_norm = Lw.k_norm, a.kv_f32 = true, a.terms = 3;
+    a.ldu = x.urows, a.q_norm = Lw.q_norm, a.k_norm = Lw.k_norm;
     a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads, a.hd = c.head_dim;
     a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim(), a.theta = c.rope_theta, a.eps = eps;
     if (x.prof) a.prof = prof_cb, a.prof_ctx = &pctx;
