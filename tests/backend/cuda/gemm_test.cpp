@@ -1,5 +1,5 @@
 // The quantized GEMMs of the prefill and of the batched step (src/backend/cuda/gemm/): CudaPrefill.* checks
-// pf::gemm (gemm_q4.cu, gemm_q4_pipe.cu, gemm_wg.cu) against the CPU reference at every tile edge and
+// pf::gemm (gemm_wg.cu, gemm_q8.cu) against the CPU reference at every tile edge and
 // the real shapes, and times it with LILY_GEMM_BENCH=1 (prefill_util.h says how); CudaBatchTc.* checks
 // qgemm dense and the batched step's add+norm+pack (batch_tc_aux.cu) against the CPU reference, and
 // qgemm's batch invariance (batch_util.h). qgemm's own arithmetic and tile tests: qgemm_test.cpp.
@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,11 +29,10 @@
 namespace lily::test_prefill {
 namespace {
 
-// split: A pre-split (split_rows), as the prefill runs its GEMMs: 4-bit weights on the Hopper wgmma
-// kernel (gemm_wg.cu), 8-bit ones on the pipelined mma.sync kernel (gemm_q4_pipe.cu); else (4-bit,
-// the lm_head) the register-prefetch kernel (gemm_q4.cu). x enters as fp16 hi + lo: every result
-// against the fp32 reference at 2e-4.
-void gemm_case(int M, int N, int K, int bits, bool split = false) {
+// A split once (split_rows), as the prefill runs its GEMMs: 4-bit weights on the Hopper wgmma kernel
+// (gemm_wg.cu), 8-bit ones on the pipelined mma.sync kernel (gemm_q8.cu). x enters as fp16 hi + lo: every
+// result against the fp32 reference at 2e-4.
+void gemm_case(int M, int N, int K, int bits) {
   HostQ W(N, K, bits);
   DevQ D(W.w);
   auto x = randv(size_t(M) * K);
@@ -42,38 +40,32 @@ void gemm_case(int M, int N, int K, int bits, bool split = false) {
   cpu::qmatmul(W.w, x.data(), M, K, ref.data(), N, false);
   DBuf<float> dx(x), dy(size_t(M) * N);
   cuda::pf::GemmArgs a{};
-  a.w = D.q, a.n_out = N, a.a = dx.p, a.lda = K, a.M = M, a.y = dy.p, a.ldy = N;
-  std::unique_ptr<DevSplit> sp;
-  if (split) sp = std::make_unique<DevSplit>(dx.p, K, M, K), sp->use(a);
+  a.w = D.q, a.n_out = N, a.M = M, a.y = dy.p, a.ldy = N;
+  DevSplit sp(dx.p, K, M, K);
+  sp.use(a);
   ASSERT_TRUE(cuda::pf::gemm(a, nullptr).is_ok());
-  check(fmt::format("gemm q{} x f16 hi+lo{}", bits, !split ? "" : bits == 4 ? " wgmma" : " pipe"), dims({M, N, K}),
+  check(fmt::format("gemm q{} x f16 hi+lo{}", bits, bits == 4 ? " wgmma" : " pipe"), dims({M, N, K}),
         dy.down(), ref, 2e-4f, 2e-4f);
 }
+// The pipelined kernel (8-bit): tile edges in M and N, K one and many tiles, the router.
 TEST(CudaPrefill, Gemm) {
   LILY_PREFILL_REQUIRE_GPU();
-  // Register-prefetch kernel (4-bit, no split: the lm_head).
-  for (int M : {1, 2, 7, 8, 9, 63, 64, 65, 127, 128, 129}) gemm_case(M, 200, 512, 4);
-  gemm_case(257, 12352, 2048, 4);  // [qkv|z|a|b]
-  gemm_case(130, 2048, 4096, 4);   // out_proj / o_proj
-  gemm_case(130, 2048, 512, 4);    // down
-  gemm_case(4097, 256, 256, 4);
-  // Pipelined kernel (pre-split A, 8-bit): tile edges in M and N, K one and many tiles, the router.
-  for (int M : {1, 2, 7, 63, 64, 65, 129}) gemm_case(M, 200, 512, 8, true);
-  gemm_case(65, 257, 2048, 8, true);     // router + shared gate (8-bit)
-  gemm_case(9, 136, 64, 8, true);        // one k tile, 8-bit
-  gemm_case(4097, 256, 256, 8, true);    // a whole chunk (+1)
+  for (int M : {1, 2, 7, 63, 64, 65, 129}) gemm_case(M, 200, 512, 8);
+  gemm_case(65, 257, 2048, 8);     // router + shared gate (8-bit)
+  gemm_case(9, 136, 64, 8);        // one k tile, 8-bit
+  gemm_case(4097, 256, 256, 8);    // a whole chunk (+1)
 }
 // The Hopper wgmma kernel (gemm_wg.cu, 2 warpgroups = 128 weight rows per block): every 64-token tile
 // edge, weight-row block edges (N = 300 crosses 128 and 256), K one to many tiles, the real shapes.
 TEST(CudaPrefill, GemmWgmma) {
   LILY_PREFILL_REQUIRE_GPU();
-  for (int M : {1, 2, 7, 8, 9, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097}) gemm_case(M, 300, 256, 4, true);
-  gemm_case(33, 64, 64, 4, true);  // one k tile, one partial block
-  gemm_case(257, 12352, 2048, 4, true);  // [qkv|z|a|b]
-  gemm_case(130, 2048, 4096, 4, true);   // out_proj / o_proj
-  gemm_case(130, 9216, 2048, 4, true);   // attention [q|gate|k|v]
-  gemm_case(130, 2048, 512, 4, true);    // down
-  gemm_case(4097, 3000, 2048, 4, true);  // a whole prefill chunk (+1) at the real K
+  for (int M : {1, 2, 7, 8, 9, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097}) gemm_case(M, 300, 256, 4);
+  gemm_case(33, 64, 64, 4);  // one k tile, one partial block
+  gemm_case(257, 12352, 2048, 4);  // [qkv|z|a|b]
+  gemm_case(130, 2048, 4096, 4);   // out_proj / o_proj
+  gemm_case(130, 9216, 2048, 4);   // attention [q|gate|k|v]
+  gemm_case(130, 2048, 512, 4);    // down
+  gemm_case(4097, 3000, 2048, 4);  // a whole prefill chunk (+1) at the real K
 }
 
 // Timing of the quantized GEMM kernels at the real shapes for a 4,096-token chunk (M = 4096;
@@ -118,7 +110,7 @@ TEST(CudaPrefill, GemmBench) {
     DBuf<float> dx(x), dy(size_t(M) * N);
     DevSplit sp(dx.p, K, M, K);
     cuda::pf::GemmArgs a{};
-    a.w = w.q, a.w2 = w.q, a.row0_2 = N, a.n_out = N, a.a = dx.p, a.lda = K, a.M = M, a.y = dy.p, a.ldy = N, a.swiglu = swiglu;
+    a.w = w.q, a.w2 = w.q, a.row0_2 = N, a.n_out = N, a.M = M, a.y = dy.p, a.ldy = N, a.swiglu = swiglu;
     sp.use(a);
     bench_row(name, a, 2.0 * M * N * K * (swiglu ? 2 : 1));
   };
@@ -152,7 +144,7 @@ TEST(CudaPrefill, GemmBench) {
     DBuf<float> dx(x), dact(size_t(S) * I);
     DevSplit sp(dx.p, H, M, H);
     cuda::pf::GemmArgs gu{};
-    gu.w = gate.q, gu.w2 = up.q, gu.n_out = I, gu.a = dx.p, gu.lda = H, gu.a_rows = dslot.p, gu.M = S, gu.y = dact.p, gu.ldy = I;
+    gu.w = gate.q, gu.w2 = up.q, gu.n_out = I, gu.a_rows = dslot.p, gu.M = S, gu.y = dact.p, gu.ldy = I;
     gu.swiglu = true, gu.tiles = dtiles.p, gu.max_tiles = T;
     sp.use(gu);
     bench_row("moe gate+up 8x2x512x2048", gu, 2.0 * S * 2 * I * H);
@@ -163,7 +155,7 @@ TEST(CudaPrefill, GemmBench) {
     DBuf<float> dact(act), dyd(size_t(S) * H);
     DevSplit sp(dact.p, I, S, I);
     cuda::pf::GemmArgs dn{};
-    dn.w = down.q, dn.n_out = H, dn.a = dact.p, dn.lda = I, dn.M = S, dn.y = dyd.p, dn.ldy = H, dn.tiles = dtiles.p, dn.max_tiles = T;
+    dn.w = down.q, dn.n_out = H, dn.M = S, dn.y = dyd.p, dn.ldy = H, dn.tiles = dtiles.p, dn.max_tiles = T;
     sp.use(dn);
     bench_row("moe down 8x2048x512", dn, 2.0 * S * H * I);
   }

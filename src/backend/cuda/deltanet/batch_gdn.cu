@@ -6,6 +6,7 @@
 #include "backend/cuda/step/batch_ops.h"
 #include "backend/cuda/common/common.cuh"
 #include "backend/cuda/common/mma_sync.cuh"
+#include "backend/cuda/deltanet/delta_rule.cuh"
 
 namespace lily::cuda {
 namespace {
@@ -147,25 +148,13 @@ template <int NS> __global__ void __launch_bounds__(1024) bgdn_state_kernel(BGdn
 #pragma unroll
     for (int ii = 0; ii < 32; ++ii) sv[ii] = ld_state(st + (i0 + ii) * d.dv + col);
     const float alpha = ab.x, beta = ab.y;
-    float r = 0.f;
-#pragma unroll
-    for (int ii = 0; ii < 32; ++ii) {
-      sv[ii] *= alpha;
-      r += sv[ii] * ks[i0 + ii];
-    }
-    part[kq][col] = r;
+    part[kq][col] = delta_decay_dot(sv, ks + i0, alpha);
     __syncthreads();
     float rsum = 0.f;
     for (int ww = 0; ww < nkq; ++ww) rsum += part[ww][col];
     const float delta = beta * (vs[col] - rsum);
-    float o = 0.f;
     ST* Sg = reinterpret_cast<ST*>(a.S[row]) + size_t(h) * d.dk * d.dv;
-#pragma unroll
-    for (int ii = 0; ii < 32; ++ii) {
-      sv[ii] += ks[i0 + ii] * delta;
-      o += sv[ii] * qs[i0 + ii];
-      st_state(Sg + size_t(i0 + ii) * d.dv + col, sv[ii]);
-    }
+    const float o = delta_update_read(sv, ks + i0, qs + i0, delta, Sg + size_t(i0) * d.dv + col, d.dv);
     __syncthreads();  // every rsum read before part is reused
     part[kq][col] = o;
     __syncthreads();

@@ -15,6 +15,7 @@
 #include <cooperative_groups.h>
 
 #include "backend/cuda/common/common.cuh"
+#include "backend/cuda/deltanet/delta_rule.cuh"
 
 namespace lily::cuda {
 namespace {
@@ -79,25 +80,12 @@ __global__ void __launch_bounds__(kMaxDk) gdn_step_kernel(GdnArgs a) {
   const float alpha = expf(g);
   __syncthreads();
 
-  float r = 0.f;
-#pragma unroll
-  for (int ii = 0; ii < 32; ++ii) {
-    sv[ii] *= alpha;
-    r += sv[ii] * ks[i0 + ii];
-  }
-  rs[warp][lane] = r;
+  rs[warp][lane] = delta_decay_dot(sv, ks + i0, alpha);
   __syncthreads();
   float rsum = 0.f;
   for (int ww = 0; ww < nw; ++ww) rsum += rs[ww][lane];
   const float delta = beta * (vs[lane] - rsum);
-  float o = 0.f;
-#pragma unroll
-  for (int ii = 0; ii < 32; ++ii) {
-    sv[ii] += ks[i0 + ii] * delta;
-    o += sv[ii] * qs[i0 + ii];
-    st_state(Sh + size_t(i0 + ii) * dv + col, sv[ii]);
-  }
-  os[warp][lane] = o;
+  os[warp][lane] = delta_update_read(sv, ks + i0, qs + i0, delta, Sh + size_t(i0) * dv + col, dv);
   __syncthreads();
   __shared__ float ss_slice;
   float osum = 0.f;

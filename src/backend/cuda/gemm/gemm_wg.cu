@@ -5,10 +5,10 @@
 // per plane, cp.async'd into the 128-byte swizzle and read by the tensor cores straight from
 // shared memory. Per k tile (= one quantization group) each warpgroup issues 8 wgmma m64n64k16
 // (4 with x_hi, 4 with x_lo) into a fresh partial and folds it as acc += s·part + b·Σx (fp32,
-// MLX's formula, the same as gemm_q4_pipe.cu). Block: WGS warpgroups = 64·WGS weight rows × 64
+// MLX's formula, the same as gemm_q8.cu). Block: WGS warpgroups = 64·WGS weight rows × 64
 // tokens, a 4-stage cp.async ring, one barrier per k tile. Modes: plain, SwiGLU (gate rows in
 // the first warpgroup, up rows in the second), grouped expert tiles with gathered A. Every 4-bit
-// prefill GEMM with a pre-split A runs here (pf::gemm).
+// prefill GEMM runs here; pf::gemm's dispatch (4-bit here, 8-bit gemm_q8.cu) is at the end.
 #include <cuda_fp16.h>
 
 #include "backend/cuda/common/common.cuh"
@@ -252,6 +252,16 @@ Status gemm_wg(const GemmArgs& a, Stream stream) {
   if (!a.ah || !a.al || !a.axs) return cu_err("pf::gemm_wg: needs the split A planes");
   if (a.w.bits != 4) return cu_err("pf::gemm_wg: {} bits unsupported (4 only)", a.w.bits);
   return a.swiglu ? launch<true>(a, s) : launch<false>(a, s);
+}
+
+Status gemm(const GemmArgs& a, Stream stream) {
+  if (a.w.bits != 4 && a.w.bits != 8) return cu_err("pf::gemm: {} bits unsupported", a.w.bits);
+  if (a.w.cols % BK != 0) return cu_err("pf::gemm: K={} must be a multiple of 64", a.w.cols);
+  if (a.n_out <= 0 || (!a.tiles && a.M <= 0)) return Status::ok();
+  if (a.tiles && a.max_tiles > 65535) return cu_err("pf::gemm: {} tiles exceed the grid", a.max_tiles);
+  if (!a.tiles && (a.M + BT - 1) / BT > 65535) return cu_err("pf::gemm: M={} too large", a.M);
+  if (a.swiglu && (a.w2.cols != a.w.cols || a.w2.bits != a.w.bits)) return cu_err("pf::gemm: SwiGLU weights differ in shape");
+  return a.w.bits == 4 ? gemm_wg(a, stream) : gemm_pipe(a, stream);
 }
 
 }  // namespace lily::cuda::pf

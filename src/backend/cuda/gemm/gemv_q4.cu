@@ -11,7 +11,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/common/common.cuh"
-#include "backend/cuda/moe/dec_topk.cuh"
+#include "backend/cuda/gemm/gemv_argmax.cuh"
 #include "backend/cuda/gemm/gemv_tc.h"
 
 namespace lily::cuda {
@@ -133,15 +133,6 @@ __device__ __forceinline__ void stage_x(const GemvArgs& a, int K, float* xs, flo
   }
 }
 
-// Last block of the grid? (after every block's writes are fenced)
-__device__ bool last_block(uint32_t* counter, int* flag) {
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) *flag = atomicAdd(counter, 1u) == gridDim.x - 1;
-  __syncthreads();
-  return *flag;
-}
-
 __device__ void router_topk(const GemvArgs& a, float* p) {
   // One warp: softmax over E fp32 logits, top_k rounds of argmax (ties → lowest id), renormalize.
   const int lane = threadIdx.x & 31, E = a.n_experts;
@@ -227,7 +218,7 @@ template <int BITS, int CPL, int R, Pro PRO, Epi EPI> __global__ void __launch_b
 
   if constexpr (EPI == Epi::kTopK) {
     __shared__ int flag;
-    if (last_block(&a.ctl->counter[0], &flag)) {
+    if (grid_last_block(&a.ctl->counter[0], &flag)) {
       if (warp == 0) router_topk(a, xs);
       if (threadIdx.x == 0) a.ctl->counter[0] = 0;
     }
@@ -243,33 +234,7 @@ template <int BITS, int CPL, int R, Pro PRO, Epi EPI> __global__ void __launch_b
         if (topk_better(wbv[w], wbi[w], bv, bi)) bv = wbv[w], bi = wbi[w];
       part[blockIdx.x] = make_float2(bv, __int_as_float(bi));
     }
-    if (last_block(&a.ctl->counter[1], &flag)) {
-      bv = -FLT_MAX, bi = INT_MAX;
-      for (int b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
-        const float2 pv = __ldcg(part + b);
-        if (topk_better(pv.x, __float_as_int(pv.y), bv, bi)) bv = pv.x, bi = __float_as_int(pv.y);
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (topk_better(ov, oi, bv, bi)) bv = ov, bi = oi;
-      }
-      __syncthreads();
-      if (lane == 0) wbv[warp] = bv, wbi[warp] = bi;
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        for (int w = 0; w < nw; ++w)
-          if (topk_better(wbv[w], wbi[w], bv, bi)) bv = wbv[w], bi = wbi[w];
-        if (bi == INT_MAX) bi = 0;  // all NaN
-        StepCtl* c = a.ctl;
-        c->tok = bi;
-        c->last_argmax = bi;
-        if (a.tok_out) a.tok_out[c->pos] = bi;
-        c->pos += 1;
-        c->counter[1] = 0;
-      }
-    }
+    if (grid_last_block(&a.ctl->counter[1], &flag)) argmax_finish(a, nw, wbv, wbi);
   }
 }
 

@@ -6,28 +6,15 @@
 // Warps split K (8 slices), a block owns 16·T rows per pass; prologues add+RMSNorm or plain,
 // epilogues none or the lm_head argmax (same rules as gemv_q4.cu). Selected by gemv() for the decode
 // step's calls (GemvArgs::tc) where it applies; other calls and shapes take gemv_q4.cu's CUDA-core kernels.
-#include <cfloat>
-#include <climits>
-
+#include "backend/cuda/gemm/gemv_argmax.cuh"
 #include "backend/cuda/gemm/gemv_tc.h"
 #include "backend/cuda/common/tc_dot.cuh"
 
 namespace lily::cuda {
 namespace {
 
-__device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
-
 // Shared memory: staged x (tc_dot.cuh), row partials [2][8][16T], red [64].
 template <int K, int T> constexpr size_t tc_smem() { return size_t(tc_stage_bytes(K)) + 2 * 8 * 16 * T * 4 + 64 * 4; }
-
-// Last block of the grid? (after every block's writes are fenced)
-__device__ bool tc_last_block(uint32_t* counter, int* flag) {
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) *flag = atomicAdd(counter, 1u) == gridDim.x - 1;
-  __syncthreads();
-  return *flag;
-}
 
 template <Pro PRO, Epi EPI, int K, int T> __global__ void __launch_bounds__(256, 2) gemv_tc_kernel(GemvArgs a) {
   constexpr int NG = K / 64, GP = NG / 8, RT = 16 * T;
@@ -111,7 +98,7 @@ template <Pro PRO, Epi EPI, int K, int T> __global__ void __launch_bounds__(256,
       if (r < rows) {
         a.y[r] = yv;
         if constexpr (EPI == Epi::kArgmax)
-          if (yv == yv && better(yv, r, bv, bi)) bv = yv, bi = r;
+          if (yv == yv && topk_better(yv, r, bv, bi)) bv = yv, bi = r;
       }
     }
     buf ^= 1;
@@ -126,37 +113,11 @@ template <Pro PRO, Epi EPI, int K, int T> __global__ void __launch_bounds__(256,
       for (int o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+        if (topk_better(ov, oi, bv, bi)) bv = ov, bi = oi;
       }
       if (lane == 0) static_cast<float2*>(a.partial)[blockIdx.x] = make_float2(bv, __int_as_float(bi));
     }
-    if (tc_last_block(&a.ctl->counter[1], &flag)) {
-      const float2* pp = static_cast<const float2*>(a.partial);
-      bv = -FLT_MAX, bi = INT_MAX;
-      for (int b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
-        const float2 pv = __ldcg(pp + b);
-        if (better(pv.x, __float_as_int(pv.y), bv, bi)) bv = pv.x, bi = __float_as_int(pv.y);
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
-      }
-      if (lane == 0) wbv[warp] = bv, wbi[warp] = bi;
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        for (int w = 0; w < 8; ++w)
-          if (better(wbv[w], wbi[w], bv, bi)) bv = wbv[w], bi = wbi[w];
-        if (bi == INT_MAX) bi = 0;  // all NaN
-        StepCtl* c = a.ctl;
-        c->tok = bi;
-        c->last_argmax = bi;
-        if (a.tok_out) a.tok_out[c->pos] = bi;
-        c->pos += 1;
-        c->counter[1] = 0;
-      }
-    }
+    if (grid_last_block(&a.ctl->counter[1], &flag)) argmax_finish(a, 8, wbv, wbi);
   }
 }
 

@@ -1,9 +1,10 @@
 // gemm/: the quantized matrix products. Weights: MLX 4-bit codes (8-bit for the routers), group 64, a
 // bf16 scale and bias per group, never rounded; y = Σ_g scale·Σq·x + bias·Σx with fp32 sums. Entry points:
 //   gemv (common/ops.h; gemv_q4.cu, gemv_tc.cu): one fp32 row [K], K ≤ 4096 (4-bit) / 2048 (8-bit),
-//     fused add+RMSNorm or gated-norm prologue, router top-k or lm_head argmax epilogue; y fp32 [rows];
-//   pf::gemm (step/prefill_ops.h; gemm_q4.cu, gemm_q4_pipe.cu, gemm_wg.cu): fp32 x [M, K] → fp32 y [M, N],
-//     x as fp16 hi + lo (~22 bits); dense, SwiGLU or grouped expert tiles;
+//     fused add+RMSNorm or gated-norm prologue, router top-k or lm_head argmax epilogue; y fp32 [rows]
+//     (also the prefill's lm_head on its last row);
+//   pf::gemm (step/prefill_ops.h; gemm_wg.cu, gemm_q8.cu): x [M, K] split once into fp16 hi + lo (~22 bits)
+//     → fp32 y [M, N]; dense, SwiGLU or grouped expert tiles;
 //   bgemv_grouped (step/batch_ops.h; batch_gemv.cu): B fp32 rows, each bit-identical to gemv (the step's router);
 //   qgemm (below; qgemm.cu, qgemm_wg.cu, xpack16.cu; batch_tc_aux.cu packs rows and routes for it).
 //

@@ -161,7 +161,7 @@ static Status moe_tc(BatchCtx& x, const ModelConfig& c, const DevLayer& L, const
     const int M = B - exact;
     LILY_TRY(pf::split_rows(hn + size_t(exact) * H, H, M, H, rs.ah, rs.al, rs.axs, s));
     pf::GemmArgs g{};
-    g.w = L.router, g.n_out = L.router.rows, g.a = hn + size_t(exact) * H, g.lda = H, g.M = M;
+    g.w = L.router, g.n_out = L.router.rows, g.M = M;
     g.y = x.rl + size_t(exact) * (E + 1), g.ldy = E + 1, g.ah = rs.ah, g.al = rs.al, g.axs = rs.axs;
     LILY_TRY(pf::gemm(g, s));
   }

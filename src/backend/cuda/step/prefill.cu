@@ -1,6 +1,6 @@
 // Prefill on the CUDA backend: M tokens appended to a sequence, processed in chunks (default
 // 4096 tokens, LILY_PREFILL_CHUNK) with scratch bounded by the chunk: per layer tensor-core GEMMs
-// over the packed weights (gemm_q4.cu), the DeltaNet recurrence in one launch (gdn_prefill.cu) or
+// over the packed weights (gemm_wg.cu, gemm_q8.cu), the DeltaNet recurrence in one launch (gdn_prefill.cu) or
 // causal flash attention over the cache (attn_prefill.cu), and MoE routed on the device
 // (moe_prefill.cu). Activations stay fp32; the state written (K/V cache, conv window, S, the step
 // control block's pos) is the decode graph's, so decode continues seamlessly. A few tokens
@@ -112,7 +112,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   // Each GEMM input is split once into fp16 hi/lo planes + group sums (p.ah/al/axs), then read by every
   // GEMM on that input (e.g. router, expert gate/up and shared gate/up all read one split of hn). The
   // 4-bit GEMMs run the Hopper wgmma kernel (gemm_wg.cu, 2 warpgroups per block); 8-bit (router) the
-  // mma.sync pipe kernel (gemm_q4_pipe.cu).
+  // mma.sync pipe kernel (gemm_q8.cu).
   // A short chunk runs its MoE on the batched step's expert kernels (moe_rows).
   const bool small_moe = moe_rows_ok(M);
   auto split = [&](const float* a, int lda, int rows, int K) -> Status {
@@ -123,10 +123,11 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   auto with_split = [&](pf::GemmArgs& g) {
     g.ah = p.ah, g.al = p.al, g.axs = p.axs;
   };
-  auto gemm = [&](const QW& w, const float* a, int lda, int m, float* y, int ldy, bool use_split = true) {
+  // y [m, ldy] = w · (the last split's m rows).
+  auto gemm = [&](const QW& w, int m, float* y, int ldy) {
     pf::GemmArgs g{};
-    g.w = w, g.n_out = w.rows, g.a = a, g.lda = lda, g.M = m, g.y = y, g.ldy = ldy;
-    if (use_split) with_split(g);
+    g.w = w, g.n_out = w.rows, g.M = m, g.y = y, g.ldy = ldy;
+    with_split(g);
     return pf::gemm(g, s);
   };
   // Sub-kernel marks of the DeltaNet and attention groups (profiling only; mark() is a no-op otherwise).
@@ -145,18 +146,18 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     if (!L.attn) {
       const int ldu = L.in_proj.rows;
       LILY_TRY(split(p.hn, H, M, H));
-      LILY_TRY(gemm(L.in_proj, p.hn, H, M, p.u, ldu));
+      LILY_TRY(gemm(L.in_proj, M, p.u, ldu));
       mark("gdn: [qkv|z|a|b] gemm", s);
       pf::GdnPrefillArgs g = gdn_args(i, st, pos0, M, p.u, ldu, 0, p.o, p.wy);
       g.prof = prof_cb, g.prof_ctx = this;
       LILY_TRY(pf::gdn_prefill(g, s));
       LILY_TRY(split(p.o, vd, M, vd));
-      LILY_TRY(gemm(L.out_proj, p.o, vd, M, p.mix, H));
+      LILY_TRY(gemm(L.out_proj, M, p.mix, H));
       mark("gdn: out_proj gemm", s);
     } else {
       const int ldu = L.qkv.rows;
       LILY_TRY(split(p.hn, H, M, H));
-      LILY_TRY(gemm(L.qkv, p.hn, H, M, p.u, ldu));
+      LILY_TRY(gemm(L.qkv, M, p.u, ldu));
       mark("attn: [q|k|v] gemm", s);
       pf::AttnPrefillArgs a{};
       a.u = p.u, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = L.q_norm, a.k_norm = L.k_norm;
@@ -167,7 +168,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
       LILY_TRY(pf::attn_prefill(a, s));
       const int od = c.num_attention_heads * c.head_dim;
       LILY_TRY(split(p.o, od, M, od));
-      LILY_TRY(gemm(L.o_proj, p.o, od, M, p.mix, H));
+      LILY_TRY(gemm(L.o_proj, M, p.mix, H));
       mark("attn: o_proj gemm", s);
     }
     LILY_TRY(pf::add_rmsnorm_rows(p.x, p.mix, L.post_norm, M, H, eps, p.hn, s));
@@ -180,7 +181,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     }
     // MoE: router (8-bit, + shared gate row) → device routing → grouped gate/up+SwiGLU → down.
     LILY_TRY(split(p.hn, H, M, H));  // router, expert gate/up and shared gate/up read this split
-    LILY_TRY(gemm(L.router, p.hn, H, M, p.rl, E + 1));
+    LILY_TRY(gemm(L.router, M, p.rl, E + 1));
     mark("moe: router gemm (q8)", s);
     pf::RouteArgs r{};
     r.logits = p.rl, r.M = M, r.E = E, r.top_k = k, r.norm_topk = c.norm_topk_prob, r.topk_ids = p.topk_ids;
@@ -189,19 +190,19 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     LILY_TRY(pf::moe_route(r, s));
     mark("moe: top-k+sort+tiles", s);
     pf::GemmArgs gu{};
-    gu.w = L.gate, gu.w2 = L.up, gu.n_out = I, gu.a = p.hn, gu.lda = H, gu.a_rows = p.slot_tok, gu.y = p.act, gu.ldy = I;
+    gu.w = L.gate, gu.w2 = L.up, gu.n_out = I, gu.a_rows = p.slot_tok, gu.y = p.act, gu.ldy = I;
     gu.swiglu = true, gu.tiles = p.tiles, gu.max_tiles = r.max_tiles;
     with_split(gu);
     LILY_TRY(pf::gemm(gu, s));
     mark("moe: grouped gate+up+swiglu", s);
     pf::GemmArgs dn{};
-    dn.w = L.down, dn.n_out = H, dn.a = p.act, dn.lda = I, dn.y = p.yd, dn.ldy = H, dn.tiles = p.tiles;
+    dn.w = L.down, dn.n_out = H, dn.y = p.yd, dn.ldy = H, dn.tiles = p.tiles;
     dn.max_tiles = r.max_tiles;
     with_split(dn);
     // The shared expert's gate/up reads hn's split before act's split replaces it.
     const int Is = c.shared_expert_intermediate_size;
     pf::GemmArgs sg{};
-    sg.w = L.sh_gate_up, sg.w2 = L.sh_gate_up, sg.row0 = 0, sg.row0_2 = Is, sg.n_out = Is, sg.a = p.hn, sg.lda = H;
+    sg.w = L.sh_gate_up, sg.w2 = L.sh_gate_up, sg.row0 = 0, sg.row0_2 = Is, sg.n_out = Is;
     sg.M = M, sg.y = p.sact, sg.ldy = Is, sg.swiglu = true;
     with_split(sg);
     LILY_TRY(pf::gemm(sg, s));
@@ -210,17 +211,20 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     LILY_TRY(pf::gemm(dn, s));
     mark("moe: grouped down", s);
     LILY_TRY(split(p.sact, Is, M, Is));
-    LILY_TRY(gemm(L.sh_down, p.sact, Is, M, p.sy, H));
+    LILY_TRY(gemm(L.sh_down, M, p.sy, H));
     mark("moe: shared expert gemms", s);
     LILY_TRY(pf::moe_combine(p.yd, p.sy, p.slot_of, p.topk_w, M, H, k, p.mix, s));
     mark("moe: combine", s);
     mix = p.mix;
   }
   if (last && want_logits) {
-    // Final add + norm of the last row only, then the lm_head (fp32 logits).
+    // The last row's final add + norm and the lm_head (fp32 logits): the decode step's GEMV (its tensor-core
+    // kernel where it applies), so the logits of a prompt's last token are those the decode graph gives.
     const size_t off = size_t(M - 1) * H;
-    LILY_TRY(pf::add_rmsnorm_rows(p.x + off, p.mix + off, d_.final_norm, 1, H, eps, p.hn, s));
-    LILY_TRY(gemm(d_.lm_head, p.hn, H, 1, logits_, c.vocab_size, /*use_split=*/false));
+    GemvArgs lm{};
+    lm.w = d_.lm_head, lm.pro = Pro::kAddNorm, lm.in = p.x + off, lm.mix = p.mix + off, lm.gain = d_.final_norm;
+    lm.eps = eps, lm.y = logits_, lm.tc = true;
+    LILY_TRY(gemv(lm, s));
     mark("final norm+lm_head", s);
   }
   return Status::ok();

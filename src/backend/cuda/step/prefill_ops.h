@@ -9,21 +9,20 @@
 
 namespace lily::cuda::pf {
 
-// ---- tensor-core GEMM over the packed MLX layout (gemm_q4.cu, gemm_q4_pipe.cu, gemm_wg.cu) -----
+// ---- tensor-core GEMM over the packed MLX layout (gemm_wg.cu: 4-bit, gemm_q8.cu: 8-bit) ---------------
 // y[m, n] = Σ_g s[n,g]·Σ_{k∈g} q[n,k]·x[m,k] + b[n,g]·Σ_{k∈g} x[m,k]   (fp32 accumulation)
 // q enters the MMA as exact fp16 integers; x as fp16 hi + lo (~22-bit x, two MMAs a product; one pass
 // measured +11–13% prefill but rounds a prompt differently from the same prompt as a segment of the
 // mixed step, docs/perf/2026-12-05-gpu-verify.md §5); Σx is taken from the fp32 x. W rows used: row0 +
 // [0, n_out) (+ expert·n_out).
 // swiglu: y[m, j] = silu(W·x)[j]·(W2·x)[j] with W2 rows row0_2 + j (gate/up of one expert).
+// A is the fp32 activation [rows, K] split once by split_rows (every GEMM on that input reads the split).
 // Grouped (tiles != null): tile i = {expert, m0, m1, 0}; rows m0..m1 of A (slot order) against
 // expert's rows; m0 == m1 marks an unused tile. a_rows (optional) gathers A rows: A row of
 // local row i is a_rows[i]. Output row = local row (slot).
 struct GemmArgs {
   QW w, w2;
   int row0 = 0, row0_2 = 0, n_out = 0;
-  const float* a = nullptr;
-  int lda = 0;
   const int32_t* a_rows = nullptr;
   int M = 0;
   float* y = nullptr;
@@ -31,10 +30,8 @@ struct GemmArgs {
   bool swiglu = false;
   const int32_t* tiles = nullptr;  // [max_tiles, 4]
   int max_tiles = 0;
-  // Pre-split A (split_rows): fp16 hi/lo planes [rows, K] and Σx [rows, K/64], indexed like a's rows.
-  // When set, gemm() runs 4-bit weights on the Hopper wgmma kernel (gemm_wg.cu) and 8-bit ones on the
-  // mma.sync pipelined kernel (gemm_q4_pipe.cu).
-  // Unset: the register-prefetch kernel (gemm_q4.cu; the lm_head's one row).
+  // A split (split_rows, required): fp16 hi/lo planes [rows, K] and Σx [rows, K/64]. gemm() runs 4-bit
+  // weights on the Hopper wgmma kernel (gemm_wg.cu), 8-bit ones on the mma.sync pipelined kernel (gemm_q8.cu).
   const uint16_t* ah = nullptr;
   const uint16_t* al = nullptr;
   const float* axs = nullptr;
