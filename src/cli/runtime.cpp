@@ -31,7 +31,7 @@ void add_runtime_options(CLI::App& app, RuntimeArgs& a) {
   app.add_option("--state-mb", a.state_mb,
                  "memory for sequence states (running requests, prefix cache, spares), MiB (0: what is free after the "
                  "weights and scratch, less headroom); requests wait when it is taken");
-  app.add_option("--prefill-chunk", a.prefill_chunk, "prompts are cut every this many tokens of position (and at their snapshot points), each segment fed whole by one step; the cut never depends on load, so neither do a request's tokens (default: the backend's, CUDA 2048, CPU 512)");
+  app.add_option("--prefill-chunk", a.prefill_chunk, "prompts are cut every this many tokens of position (a remainder of at most an eighth of it joins the segment before; also at snapshot points), each segment fed whole by one step; the cut never depends on load, so neither do a request's tokens (default: the backend's, CUDA 2048, CPU 512)");
   app.add_option("--step-tokens", a.step_tokens, "prompt tokens a step may carry beside the decoding requests' (the first segment always runs; more while they fit): bounds a step's time and so the running streams' inter-token latency");
   app.add_option("--spec-draft", a.spec_draft,
                  "speculative decoding by prompt lookup: a greedy request whose last tokens occurred before in its prompt or "

@@ -101,6 +101,7 @@ struct EngineOptions {
   size_t memory_budget_bytes = 0;
   int shared_prefix_min = 256;      // shortest shared head worth a snapshot, tokens
   // A prompt is cut into segments at fixed points: every prefill_chunk tokens of absolute position
+  // (except where that leaves a remainder of at most prefill_chunk / 8, which joins the segment before)
   // and at its snapshot positions. A segment is fed whole by one step, so a prompt's arithmetic (and
   // with it a request's tokens) never depends on load or timing; the scheduler only decides how many
   // segments a step runs.

@@ -61,7 +61,9 @@ class Sequence {
   void fed(std::span<const int32_t> tokens);
   // The next prompt chunk of at most max_len tokens, cut at a snapshot point if one is due.
   // The prompt's next segment: from the fed position to the next cut point (a multiple of seg_len,
-  // a snapshot position, or the prompt's end). A function of the prompt and the position only.
+  // a snapshot position, or the prompt's end; a cut that would leave at most seg_len / kTailJoin
+  // tokens is skipped). A function of the prompt and the position only.
+  static constexpr size_t kTailJoin = 8;
   std::span<const int32_t> next_segment(size_t seg_len) const;
   // Whether the prompt has just been fed up to a snapshot point (the engine then caches a copy):
   // req.snapshot_at (this turn's reply start, for the next turn) or req.shared_prefix_at (the

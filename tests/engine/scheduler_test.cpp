@@ -187,6 +187,24 @@ TEST(Scheduler, APromptIsCutTheSameWayAloneAndUnderLoad) {
   EXPECT_EQ(alone, want);
 }
 
+// A cut that would leave at most prefill_chunk / 8 tokens is skipped: the remainder joins the segment
+// before it (a forward of its own would cost its fixed time); one token more and it is a segment.
+TEST(Scheduler, AShortRemainderJoinsTheSegmentBeforeIt) {
+  ASSERT_NE(&qwen_tokenizer(), nullptr);
+  auto cut = [](int prompt) {
+    Rig rig(opts(8, 300, 200));
+    auto b = rig.make(2, prompt, 2);
+    rig.submit(b);
+    rig.wait({b});
+    expect_alone_reply(*b);
+    return segments_of(rig.fake().log(), 2);
+  };
+  using Segs = std::vector<std::pair<int, int>>;
+  EXPECT_EQ(cut(625), (Segs{{0, 200}, {200, 200}, {400, 225}}));
+  EXPECT_EQ(cut(626), (Segs{{0, 200}, {200, 200}, {400, 200}, {600, 26}}));
+  EXPECT_EQ(cut(210), (Segs{{0, 210}}));
+}
+
 TEST(Scheduler, ALoneRequestIsPipelinedAndANewcomerJoinsItsSteps) {
   ASSERT_NE(&qwen_tokenizer(), nullptr);
   Rig rig(opts(8, 512, 512), /*pipelines=*/true);
