@@ -14,6 +14,42 @@
 
 namespace lily::jinja {
 
+namespace {
+// The containers waiting to be freed on this thread, and whether a release_nested below on the stack
+// is freeing them.
+struct Releasing {
+  std::vector<std::shared_ptr<List>> lists;
+  std::vector<std::shared_ptr<Dict>> dicts;
+  bool active = false;
+};
+thread_local Releasing releasing;
+}  // namespace
+
+// Freeing a container destroys its values, whose destructors would free their own containers, and so on
+// as deep as the nesting. Instead each destructor hands its sole-owned containers to this thread's list;
+// the outermost one frees them one at a time, each container's values only adding to the list.
+void Value::release_nested() noexcept {
+  Releasing& r = releasing;
+  if (list && list.use_count() == 1) r.lists.push_back(std::move(list));
+  if (dict && dict.use_count() == 1) r.dicts.push_back(std::move(dict));
+  if (r.active) return;
+  r.active = true;
+  while (!r.lists.empty() || !r.dicts.empty()) {
+    if (!r.lists.empty()) {
+      std::shared_ptr<List> l = std::move(r.lists.back());
+      r.lists.pop_back();
+      l.reset();
+    } else {
+      std::shared_ptr<Dict> d = std::move(r.dicts.back());
+      r.dicts.pop_back();
+      d.reset();
+    }
+  }
+  r.active = false;
+  if (r.lists.capacity() > 4096) r.lists = {};  // a deep nesting's worth of pointers is not kept
+  if (r.dicts.capacity() > 4096) r.dicts = {};
+}
+
 Value Value::from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null: return none();

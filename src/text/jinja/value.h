@@ -65,6 +65,17 @@ struct Value {
   std::shared_ptr<Dict> dict;
   std::shared_ptr<Callable> fn;
 
+  Value() = default;
+  Value(const Value&) = default;
+  Value(Value&&) noexcept = default;
+  Value& operator=(const Value&) = default;
+  Value& operator=(Value&&) noexcept = default;
+  // A list or dict this value holds alone is freed without recursion (release_nested): a template can
+  // nest them as deep as its work budget allows, far deeper than the stack.
+  ~Value() {
+    if ((list && list.use_count() == 1) || (dict && dict.use_count() == 1)) release_nested();
+  }
+
   static Value undefined(std::string hint = "") {
     Value v;
     v.s = std::move(hint);
@@ -117,6 +128,7 @@ struct Value {
   double as_double() const { return kind == Kind::Float ? f : static_cast<double>(as_int()); }
 
  private:
+  void release_nested() noexcept;
   static Value make(Kind k) {
     Value v;
     v.kind = k;
