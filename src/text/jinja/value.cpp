@@ -15,25 +15,41 @@
 namespace lily::jinja {
 
 namespace {
-// The containers waiting to be freed on this thread, and whether a release_nested below on the stack
-// is freeing them.
+// The containers waiting to be freed by the outermost release_nested on this thread's stack (null: none
+// running). A plain pointer: nothing of it outlives that call or needs destroying at thread exit.
 struct Releasing {
   std::vector<std::shared_ptr<List>> lists;
   std::vector<std::shared_ptr<Dict>> dicts;
-  bool active = false;
 };
-thread_local Releasing releasing;
+thread_local Releasing* releasing = nullptr;
+
+bool holds_containers(const List& l) {
+  return std::any_of(l.begin(), l.end(), [](const Value& v) { return v.list || v.dict; });
+}
+bool holds_containers(const Dict& d) {
+  return std::any_of(d.items.begin(), d.items.end(), [](const auto& kv) { return kv.second.list || kv.second.dict; });
+}
 }  // namespace
 
 // Freeing a container destroys its values, whose destructors would free their own containers, and so on
-// as deep as the nesting. Instead each destructor hands its sole-owned containers to this thread's list;
-// the outermost one frees them one at a time, each container's values only adding to the list.
+// as deep as the nesting. Instead each destructor hands its sole-owned containers to the outermost call,
+// which frees them one at a time, each container's values only adding to its list.
 void Value::release_nested() noexcept {
-  Releasing& r = releasing;
-  if (list && list.use_count() == 1) r.lists.push_back(std::move(list));
-  if (dict && dict.use_count() == 1) r.dicts.push_back(std::move(dict));
-  if (r.active) return;
-  r.active = true;
+  auto hand_over = [this](Releasing& r) {
+    if (list && list.use_count() == 1) r.lists.push_back(std::move(list));
+    if (dict && dict.use_count() == 1) r.dicts.push_back(std::move(dict));
+  };
+  if (releasing) {
+    hand_over(*releasing);
+    return;
+  }
+  // A container of plain values frees without recursion as it is (most of a chat template's lists).
+  const bool nested = (list && list.use_count() == 1 && holds_containers(*list)) ||
+                      (dict && dict.use_count() == 1 && holds_containers(*dict));
+  if (!nested) return;
+  Releasing r;
+  hand_over(r);
+  releasing = &r;
   while (!r.lists.empty() || !r.dicts.empty()) {
     if (!r.lists.empty()) {
       std::shared_ptr<List> l = std::move(r.lists.back());
@@ -45,9 +61,7 @@ void Value::release_nested() noexcept {
       d.reset();
     }
   }
-  r.active = false;
-  if (r.lists.capacity() > 4096) r.lists = {};  // a deep nesting's worth of pointers is not kept
-  if (r.dicts.capacity() > 4096) r.dicts = {};
+  releasing = nullptr;
 }
 
 Value Value::from_json(const nlohmann::ordered_json& j) {
