@@ -37,7 +37,7 @@ std::span<const int32_t> Sequence::next_segment(size_t seg_len) const {
   const size_t done = prompt_fed(), q = std::max<size_t>(seg_len, 1);
   size_t len = std::min(prompt_left(), (done / q + 1) * q - done);
   // A remainder of at most q/8 after the cut joins this segment: a segment of its own would cost a
-  // whole forward's fixed time (on the H200 ~25 ms for a 9-token tail after 8,192 tokens).
+  // whole forward's fixed time (on an H100 25 ms for a 9-token tail after 8,192 tokens).
   if (prompt_left() - len <= q / kTailJoin) len = prompt_left();
   for (int snap : {req_->snapshot_at, req_->shared_prefix_at})
     if (snap > 0 && size_t(snap) > done && size_t(snap) < done + len) len = size_t(snap) - done;

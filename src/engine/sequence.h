@@ -59,7 +59,6 @@ class Sequence {
   void attach(CacheEntry e, int n_cached);
   // Records that `tokens` (the next prompt tokens, or the pending reply token) were fed.
   void fed(std::span<const int32_t> tokens);
-  // The next prompt chunk of at most max_len tokens, cut at a snapshot point if one is due.
   // The prompt's next segment: from the fed position to the next cut point (a multiple of seg_len,
   // a snapshot position, or the prompt's end; a cut that would leave at most seg_len / kTailJoin
   // tokens is skipped). A function of the prompt and the position only.

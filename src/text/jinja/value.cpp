@@ -35,31 +35,28 @@ bool holds_containers(const Dict& d) {
 // as deep as the nesting. Instead each destructor hands its sole-owned containers to the outermost call,
 // which frees them one at a time, each container's values only adding to its list.
 void Value::release_nested() noexcept {
-  auto hand_over = [this](Releasing& r) {
-    if (list && list.use_count() == 1) r.lists.push_back(std::move(list));
-    if (dict && dict.use_count() == 1) r.dicts.push_back(std::move(dict));
+  const bool own_list = list && list.use_count() == 1, own_dict = dict && dict.use_count() == 1;
+  auto hand_over = [&](Releasing& r) {
+    if (own_list) r.lists.push_back(std::move(list));
+    if (own_dict) r.dicts.push_back(std::move(dict));
   };
   if (releasing) {
     hand_over(*releasing);
     return;
   }
   // A container of plain values frees without recursion as it is (most of a chat template's lists).
-  const bool nested = (list && list.use_count() == 1 && holds_containers(*list)) ||
-                      (dict && dict.use_count() == 1 && holds_containers(*dict));
-  if (!nested) return;
+  if (!(own_list && holds_containers(*list)) && !(own_dict && holds_containers(*dict))) return;
   Releasing r;
   hand_over(r);
   releasing = &r;
+  auto free_last = [](auto& v) {  // the container leaves the list before its values add to it
+    auto c = std::move(v.back());
+    v.pop_back();
+    c.reset();
+  };
   while (!r.lists.empty() || !r.dicts.empty()) {
-    if (!r.lists.empty()) {
-      std::shared_ptr<List> l = std::move(r.lists.back());
-      r.lists.pop_back();
-      l.reset();
-    } else {
-      std::shared_ptr<Dict> d = std::move(r.dicts.back());
-      r.dicts.pop_back();
-      d.reset();
-    }
+    if (!r.lists.empty()) free_last(r.lists);
+    else free_last(r.dicts);
   }
   releasing = nullptr;
 }

@@ -1,9 +1,9 @@
 // Pipelined tensor-core GEMM over the packed MLX 8-bit layout: the prefill's router (+ shared-expert
 // gate row), the one 8-bit weight (the 4-bit ones run gemm_wg.cu). A enters as fp16 hi + lo planes
-// with per-group sums Σx, made once per activation by split_rows() and shared by every GEMM that
-// reads it (split_rows is here too); a block
-// streams raw tiles (A planes, packed codes, scale/bias, Σx) through a 3-deep cp.async ring and
-// dequantizes the codes when it loads the B fragments (no conversion pass, one barrier per k tile).
+// with per-group sums Σx, made once per activation by split_rows() (also here) and shared by every GEMM
+// that reads it; a block streams raw tiles (A planes, packed codes, scale/bias, Σx) through a 3-deep
+// cp.async ring and dequantizes the codes when it loads the B fragments (no conversion pass, one barrier
+// per k tile).
 // Block 64×128, 8 warps of 32×32, mma.sync m16n8k16 f16 → f32; plain output (grouped tiles with
 // gathered A rows supported).
 #include <cuda_fp16.h>
