@@ -311,7 +311,14 @@ void moe_case(int M, int H, int E, int k, int I) {
     }
   }
   std::printf("| moe routing              | %-34s | %d of %d tokens differ (all near-ties) |\n", dims({M, E, k}).c_str(), flips, M);
-  check("moe (router..comb.) f16 hi+lo", dims({M, H, E, k, I}), dout.down(), ref, 5e-4f, 1e-3f, &skip, H);
+  // The 4-bit GEMMs are single pass (gemm_wg.cu: s·q + b and x rounded once to fp16, 2^-11 relative each,
+  // random signs): a GEMM's output is off by ~2^-11.5 of its rms, gate/up → SwiGLU → down → combine by ~1e-3
+  // of the output's rms, the largest of 10^4–10^6 outputs by ~5× that. Bound 1e-2·rms(ref); a wrong expert,
+  // row or group is off by ~rms(ref).
+  double sq = 0;
+  for (float v : ref) sq += double(v) * v;
+  const float rms = float(std::sqrt(sq / double(ref.size())));
+  check("moe (router..comb.) f16", dims({M, H, E, k, I}), dout.down(), ref, 1e-2f * rms, 0.f, &skip, H);
 }
 TEST(CudaPrefill, Moe) {
   LILY_PREFILL_REQUIRE_GPU();

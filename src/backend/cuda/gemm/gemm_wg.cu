@@ -1,14 +1,16 @@
-// Hopper wgmma GEMM over the packed MLX 4-bit layout (sm_90a), for pre-split activations
-// (split_rows: fp16 hi/lo planes + per-group Σx). Swapped roles: the weights are the wgmma A
-// operand, dequantized ONCE per k tile from the raw codes in shared memory into registers (exact
-// fp16 integers, one 64-row slice per warpgroup), and the activations are B: 64 tokens × 64 k
-// per plane, cp.async'd into the 128-byte swizzle and read by the tensor cores straight from
-// shared memory. Per k tile (= one quantization group) each warpgroup issues 8 wgmma m64n64k16
-// (4 with x_hi, 4 with x_lo) into a fresh partial and folds it as acc += s·part + b·Σx (fp32,
-// MLX's formula, the same as gemm_q8.cu). Block: WGS warpgroups = 64·WGS weight rows × 64
-// tokens, a 4-stage cp.async ring, one barrier per k tile. Modes: plain, SwiGLU (gate rows in
-// the first warpgroup, up rows in the second), grouped expert tiles with gathered A. Every 4-bit
-// prefill GEMM runs here; pf::gemm's dispatch (4-bit here, 8-bit gemm_q8.cu) is at the end.
+// Hopper wgmma GEMM over the packed MLX 4-bit layout (sm_90a), single pass (../shared/docs/precision.md:
+// the budget of transformers' own fp16 run): y = Σ_k fp16(s·q + b)·fp16(x), fp32 sums in the tensor cores.
+// Swapped roles: the weights are the wgmma A operand, dequantized once per k tile from the raw codes in
+// shared memory into registers (q exact, then one fp16 rounding of s·q + b by hfma2, the rounding
+// transformers' fp16 weights have), one 64-row slice per warpgroup; the activations are B: BT tokens ×
+// 64 k of fp16 (split_rows' hi plane = fp16(x)), cp.async'd into the 128-byte swizzle and read by the
+// tensor cores from shared memory. The scale and bias ride in the weights, so every k tile accumulates
+// into one fp32 accumulator: no per-group partial, no fold, no Σx.
+// Block: 2 warpgroups = 128 weight rows × BT tokens (128 dense, 64 for the grouped expert tiles), a 4-stage
+// cp.async ring, one barrier a k tile.
+// Modes: plain, SwiGLU (gate rows in the first warpgroup, up rows in the second), grouped expert tiles
+// with gathered A. Every 4-bit prefill GEMM runs here; pf::gemm's dispatch (4-bit here, 8-bit gemm_q8.cu)
+// is at the end.
 #include <cuda_fp16.h>
 
 #include "backend/cuda/common/common.cuh"
@@ -18,36 +20,40 @@
 namespace lily::cuda::pf {
 namespace {
 
-constexpr int BT = kGemmBM, BK = 64;  // tokens per tile, k per stage (one group)
-// Warpgroups per block: 2 (128 weight rows). Prefill tok/s at 8k / 32k on the H200 (two-pass activations
-// then) 20,981 / 15,002 against 20,215 / 14,597 with 4 (docs/perf/2026-12-03-cuda-prefill-4.md).
-constexpr int WGS = 2;
+constexpr int BK = 64;  // k per stage (one quantization group)
+constexpr int WGS = 2;  // warpgroups per block: 128 weight rows
 
-struct WgLayout {
+template <int BT> struct WgLayout {
   static constexpr int NT = 128 * WGS, BW = 64 * WGS;  // threads, weight rows per block
-  static constexpr int kPlane = BT * BK * 2;            // one activation plane (8 KB)
-  static constexpr int kCodes = 2 * kPlane;             // BW rows × 32 bytes of codes
+  static constexpr int kPlane = BT * BK * 2;            // the activation tile (BT × 128 bytes)
+  static constexpr int kCodes = kPlane;                 // BW rows × 32 bytes of codes
   static constexpr int kSb = kCodes + BW * 32;          // BW × (bf16 scale, bf16 bias)
-  static constexpr int kXs = kSb + BW * 4;              // BT × Σx
-  static constexpr int kStage = (kXs + BT * 4 + 1023) / 1024 * 1024;
+  static constexpr int kStage = (kSb + BW * 4 + 1023) / 1024 * 1024;
   static constexpr int kStages = 4;
   static constexpr int kSmem = kStage * kStages + 1024;  // + slack to align the ring to 1024
 };
 
 // Byte b (= 2 codes: low nibble = even k) placed in bytes 0 and 2 of r by prmt → half2 (lo, hi) of
 // exact integers: lop3 keeps lo in half 0 and hi·16 in half 1 under the exponent of 1024, one
-// hfma2 scales half 1 by 1/16 and removes the offsets (1024 + q, 1024 + 16q → q).
-__device__ __forceinline__ uint32_t pair2h(uint32_t r) {
+// hfma2 scales half 1 by 1/16 and removes the offsets (1024 + q, 1024 + 16q → q); a second hfma2
+// makes s·q + b, rounded once to fp16.
+__device__ __forceinline__ uint32_t pair2w(uint32_t r, __half2 s, __half2 b) {
   uint32_t pk;
   asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(pk) : "r"(r), "n"(0x00F0000F), "n"(0x64006400));
-  const __half2 h = __hfma2(*reinterpret_cast<const __half2*>(&pk), __halves2half2(__ushort_as_half(0x3C00), __ushort_as_half(0x2C00)),
+  const __half2 q = __hfma2(*reinterpret_cast<const __half2*>(&pk), __halves2half2(__ushort_as_half(0x3C00), __ushort_as_half(0x2C00)),
                             __halves2half2(__ushort_as_half(0xE400), __ushort_as_half(0xD400)));
-  return *reinterpret_cast<const uint32_t*>(&h);
+  const __half2 w = __hfma2(q, s, b);
+  return *reinterpret_cast<const uint32_t*>(&w);
 }
 
-template <bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_kernel(GemmArgs p) {
-  using Lo = WgLayout;
-  constexpr int NT = Lo::NT, BW = Lo::BW, S = Lo::kStages;
+template <int BT> __device__ __forceinline__ void wgmma_rs(float (&d)[BT / 2], const uint32_t (&a)[4], uint64_t desc) {
+  if constexpr (BT == 128) wgmma_64x128_rs(d, a, desc, 1);
+  else wgmma_64x64_rs(d, a, desc, 1);
+}
+
+template <bool SWIGLU, int BT> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_kernel(GemmArgs p) {
+  using Lo = WgLayout<BT>;
+  constexpr int NT = Lo::NT, BW = Lo::BW, S = Lo::kStages, NA = BT / 2;
   constexpr int NB = SWIGLU ? BW / 2 : BW;  // output columns per block
   extern __shared__ __align__(16) unsigned char smraw[];
   unsigned char* sm = smraw + ((1024u - (smem_u32(smraw) & 1023u)) & 1023u);
@@ -67,17 +73,15 @@ template <bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_k
   const int K = p.w.cols, KT = K / BK, G = K / 64;
   auto src_row = [&](int r) { return p.a_rows ? p.a_rows[m0 + r] : m0 + r; };
 
-  // Loader roles. A: (64 rows × 8 chunks) per plane, AR chunks per thread.
+  // Loader roles. A: BT rows × 8 chunks of 16 bytes, AR chunks per thread.
   constexpr int AR = BT * 8 / NT;
   size_t aoff[AR];
   bool aval[AR];
-  uint32_t adst[AR];
 #pragma unroll
   for (int i = 0; i < AR; ++i) {
     const int idx = tid + i * NT, r = idx >> 3, c = idx & 7;
     aval[i] = m0 + r < m1;
     aoff[i] = aval[i] ? size_t(src_row(r)) * K + c * 8 : 0;
-    adst[i] = sw128_off(r, c);
   }
   // Weight local row lr → packed row (plain: nb0 + lr; SwiGLU: gate rows, then up rows).
   auto wrow_of = [&](int lr, bool& valid) -> size_t {
@@ -87,20 +91,17 @@ template <bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_k
     return size_t(second ? base2 : base1) + (valid ? n : 0);
   };
   auto wq_of = [&](int lr) -> const QW& { return (SWIGLU && lr >= NB) ? p.w2 : p.w; };
-  // Codes: row tid/2, 16-byte half tid&1 of its 32-byte k tile.
+  // Codes: row tid/2, 16-byte half tid&1 of its 32-byte k tile. Scale/bias: threads 0..BW-1 (row tid).
   const int br = tid >> 1, bc = tid & 1;
   bool bvalid;
   const size_t brow = wrow_of(br, bvalid);
   const unsigned char* bsrc = reinterpret_cast<const unsigned char*>(wq_of(br).codes) + brow * (size_t(K) / 2) + bc * 16;
-  // Scale/bias: threads 0..BW-1 (row tid); Σx: threads BW..BW+63 (token tid − BW).
   bool sbvalid = false;
   const uint32_t* sbsrc = reinterpret_cast<const uint32_t*>(p.w.sb);
   if (tid < BW) {
     const size_t r = wrow_of(tid, sbvalid);
     sbsrc = reinterpret_cast<const uint32_t*>(wq_of(tid).sb) + r * G;
   }
-  const bool xsvalid = tid >= BW && tid < BW + BT && m0 + (tid - BW) < m1;
-  const float* xssrc = xsvalid ? p.axs + size_t(src_row(tid - BW)) * G : p.axs;
 
   auto issue = [&](int kt) {
     if (kt < KT) {
@@ -108,12 +109,11 @@ template <bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_k
       const size_t k0 = size_t(kt) * BK;
 #pragma unroll
       for (int i = 0; i < AR; ++i) {
-        cp16(st + adst[i], p.ah + aoff[i] + k0, aval[i]);
-        cp16(st + Lo::kPlane + adst[i], p.al + aoff[i] + k0, aval[i]);
+        const int idx = tid + i * NT;
+        cp16(st + sw128_off(idx >> 3, idx & 7), p.ah + aoff[i] + k0, aval[i]);
       }
       cp16(st + Lo::kCodes + br * 32 + bc * 16, bsrc + k0 / 2, bvalid);
       if (tid < BW) cp4(st + Lo::kSb + tid * 4, sbsrc + kt, sbvalid);
-      else if (tid < BW + BT) cp4(st + Lo::kXs + (tid - BW) * 4, xssrc + kt, xsvalid);
     }
     cp_commit();
   };
@@ -121,58 +121,38 @@ template <bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_k
   // This thread's weight rows (local): r0 and r0 + 8 of warpgroup wg's 64-row slice.
   const int r0 = wg * 64 + w4 * 16 + g;
   const uint32_t psel = uint32_t(t) | (4u << 4) | (uint32_t(t) << 8) | (4u << 12);  // byte t → bytes 0 and 2
-  float acc[32], part[32];
+  float acc[NA];
 #pragma unroll
-  for (int i = 0; i < 32; ++i) acc[i] = 0.f, part[i] = 0.f;
+  for (int i = 0; i < NA; ++i) acc[i] = 0.f;
 
   // A fragments of stage stg: rows r0 / r0+8, k = 16s + 2t, +1 (regs 0, 1) and 16s + 2t + 8, +9
-  // (regs 2, 3): byte t of code words 2s and 2s + 1 of each row.
+  // (regs 2, 3): byte t of code words 2s and 2s + 1 of each row, times the row's scale plus its bias.
   auto dequant = [&](int stg, uint32_t (&a)[4][4]) {
     const unsigned char* st = sm + size_t(stg) * Lo::kStage;
     const uint4* c0 = reinterpret_cast<const uint4*>(st + Lo::kCodes + r0 * 32);
     const uint4* c1 = reinterpret_cast<const uint4*>(st + Lo::kCodes + (r0 + 8) * 32);
+    const uint32_t sb0 = reinterpret_cast<const uint32_t*>(st + Lo::kSb)[r0];
+    const uint32_t sb1 = reinterpret_cast<const uint32_t*>(st + Lo::kSb)[r0 + 8];
+    // bf16 → fp16 (exact for |s|, |b| ≥ 2^-14; smaller ones lose bits as fp16 subnormals, as in transformers'
+    // fp16 weights).
+    const __half2 s0 = __float2half2_rn(__uint_as_float(sb0 << 16)), b0 = __float2half2_rn(__uint_as_float(sb0 & 0xFFFF0000u));
+    const __half2 s1 = __float2half2_rn(__uint_as_float(sb1 << 16)), b1 = __float2half2_rn(__uint_as_float(sb1 & 0xFFFF0000u));
     const uint4 x0a = c0[0], x0b = c0[1], x1a = c1[0], x1b = c1[1];
     const uint32_t w0[8] = {x0a.x, x0a.y, x0a.z, x0a.w, x0b.x, x0b.y, x0b.z, x0b.w};
     const uint32_t w1[8] = {x1a.x, x1a.y, x1a.z, x1a.w, x1b.x, x1b.y, x1b.z, x1b.w};
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      a[s][0] = pair2h(__byte_perm(w0[2 * s], 0u, psel));
-      a[s][1] = pair2h(__byte_perm(w1[2 * s], 0u, psel));
-      a[s][2] = pair2h(__byte_perm(w0[2 * s + 1], 0u, psel));
-      a[s][3] = pair2h(__byte_perm(w1[2 * s + 1], 0u, psel));
-    }
-  };
-  // 8 wgmma (x_hi, then x_lo) of stage stg into part.
-  auto mma = [&](int stg, const uint32_t (&a)[4][4]) {
-    const uint32_t st_s = sm_s + uint32_t(stg) * Lo::kStage;
-    const uint64_t dh = sw128_desc(st_s), dl = sw128_desc(st_s + Lo::kPlane);
-    wg_arrive();
-#pragma unroll
-    for (int s = 0; s < 4; ++s) wgmma_64x64_rs(part, a[s], dh + 2 * s, s > 0);
-#pragma unroll
-    for (int s = 0; s < 4; ++s) wgmma_64x64_rs(part, a[s], dl + 2 * s, 1);
-    wg_commit();
-  };
-  // Waits for the MMAs, then acc += s·part, acc += b·Σx (two fma) with stage stg's scale/bias and Σx.
-  auto fold = [&](int stg) {
-    const unsigned char* st = sm + size_t(stg) * Lo::kStage;
-    const uint32_t sb0 = reinterpret_cast<const uint32_t*>(st + Lo::kSb)[r0];
-    const uint32_t sb1 = reinterpret_cast<const uint32_t*>(st + Lo::kSb)[r0 + 8];
-    const float s0 = __uint_as_float(sb0 << 16), b0 = __uint_as_float(sb0 & 0xFFFF0000u);
-    const float s1 = __uint_as_float(sb1 << 16), b1 = __uint_as_float(sb1 & 0xFFFF0000u);
-    const float* xs = reinterpret_cast<const float*>(st + Lo::kXs);
-    wg_wait<0>();
-    fence_regs(part);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float2 x = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * t);
-      acc[4 * j + 0] = fmaf(b0, x.x, fmaf(s0, part[4 * j + 0], acc[4 * j + 0]));
-      acc[4 * j + 1] = fmaf(b0, x.y, fmaf(s0, part[4 * j + 1], acc[4 * j + 1]));
-      acc[4 * j + 2] = fmaf(b1, x.x, fmaf(s1, part[4 * j + 2], acc[4 * j + 2]));
-      acc[4 * j + 3] = fmaf(b1, x.y, fmaf(s1, part[4 * j + 3], acc[4 * j + 3]));
+      a[s][0] = pair2w(__byte_perm(w0[2 * s], 0u, psel), s0, b0);
+      a[s][1] = pair2w(__byte_perm(w1[2 * s], 0u, psel), s1, b1);
+      a[s][2] = pair2w(__byte_perm(w0[2 * s + 1], 0u, psel), s0, b0);
+      a[s][3] = pair2w(__byte_perm(w1[2 * s + 1], 0u, psel), s1, b1);
     }
   };
 
+  // Tile kt: wait for its copies, one barrier (every warpgroup is done with tile kt − 1, so its stage takes
+  // tile kt + S − 1), dequantize, 4 wgmmas, wait for them. The tensor cores stay busy through the other
+  // warpgroups of the SM (two blocks of two); overlapping a warpgroup's own next dequantization with its
+  // wgmmas (two register sets, wait_group 1) makes ptxas serialize the wgmmas (C7513).
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) issue(s);
   for (int kt = 0; kt < KT; ++kt) {
@@ -180,11 +160,17 @@ template <bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_k
     fence_async_smem();  // cp.async writes (generic proxy) → wgmma reads (async proxy)
     __syncthreads();
     issue(kt + S - 1);
+    const int stg = kt % S;
     uint32_t a[4][4];
-    dequant(kt % S, a);
-    mma(kt % S, a);
-    fold(kt % S);
+    dequant(stg, a);
+    const uint64_t dh = sw128_desc(sm_s + uint32_t(stg) * Lo::kStage);
+    wg_arrive();
+#pragma unroll
+    for (int s = 0; s < 4; ++s) wgmma_rs<BT>(acc, a[s], dh + 2 * s);
+    wg_commit();
+    wg_wait<0>();
   }
+  fence_regs(acc);
   cp_wait<0>();
 
   // acc[4j + 2hv + e]: weight row r0 + 8hv, token 8j + 2t + e.
@@ -194,7 +180,7 @@ template <bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_k
       const int n = nb0 + r0 + 8 * hv;
       if (n >= p.n_out) continue;
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < BT / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int m = m0 + 8 * j + 2 * t + e;
@@ -210,7 +196,7 @@ template <bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_k
 #pragma unroll
       for (int hv = 0; hv < 2; ++hv)
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < BT / 8; ++j)
 #pragma unroll
           for (int e = 0; e < 2; ++e) cs[(r0 - NB + 8 * hv) * LC + 8 * j + 2 * t + e] = acc[4 * j + 2 * hv + e];
     }
@@ -221,7 +207,7 @@ template <bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_k
         const int r = r0 + 8 * hv, n = nb0 + r;
         if (n >= p.n_out) continue;
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < BT / 8; ++j)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int c = 8 * j + 2 * t + e, m = m0 + c;
@@ -232,26 +218,31 @@ template <bool SWIGLU> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_k
   }
 }
 
-template <bool SWIGLU> Status launch(const GemmArgs& a, cudaStream_t s) {
-  constexpr int smem = WgLayout::kSmem;
+template <bool SWIGLU, int BT> Status launch(const GemmArgs& a, cudaStream_t s) {
+  constexpr int smem = WgLayout<BT>::kSmem;
   static bool attr = false;
   if (!attr) {
-    LILY_CU_TRY(cudaFuncSetAttribute(gemm_wg_kernel<SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    LILY_CU_TRY(cudaFuncSetAttribute(gemm_wg_kernel<SWIGLU, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     attr = true;
   }
   constexpr int NB = SWIGLU ? 32 * WGS : 64 * WGS;
   dim3 grid((a.n_out + NB - 1) / NB, a.tiles ? a.max_tiles : (a.M + BT - 1) / BT);
-  gemm_wg_kernel<SWIGLU><<<grid, 128 * WGS, smem, s>>>(a);
+  gemm_wg_kernel<SWIGLU, BT><<<grid, 128 * WGS, smem, s>>>(a);
   return launch_status("pf::gemm_wg");
+}
+// Dense calls take 128-token tiles (wgmma n = 128: each dequantized weight fragment feeds twice the tokens);
+// grouped expert tiles are kGemmBM (64) rows.
+template <bool SWIGLU> Status launch_bt(const GemmArgs& a, cudaStream_t s) {
+  return a.tiles ? launch<SWIGLU, kGemmBM>(a, s) : launch<SWIGLU, 128>(a, s);
 }
 
 }  // namespace
 
 Status gemm_wg(const GemmArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (!a.ah || !a.al || !a.axs) return cu_err("pf::gemm_wg: needs the split A planes");
+  if (!a.ah) return cu_err("pf::gemm_wg: needs the split A (its fp16 plane)");
   if (a.w.bits != 4) return cu_err("pf::gemm_wg: {} bits unsupported (4 only)", a.w.bits);
-  return a.swiglu ? launch<true>(a, s) : launch<false>(a, s);
+  return a.swiglu ? launch_bt<true>(a, s) : launch_bt<false>(a, s);
 }
 
 Status gemm(const GemmArgs& a, Stream stream) {
@@ -259,7 +250,7 @@ Status gemm(const GemmArgs& a, Stream stream) {
   if (a.w.cols % BK != 0) return cu_err("pf::gemm: K={} must be a multiple of 64", a.w.cols);
   if (a.n_out <= 0 || (!a.tiles && a.M <= 0)) return Status::ok();
   if (a.tiles && a.max_tiles > 65535) return cu_err("pf::gemm: {} tiles exceed the grid", a.max_tiles);
-  if (!a.tiles && (a.M + BT - 1) / BT > 65535) return cu_err("pf::gemm: M={} too large", a.M);
+  if (!a.tiles && (a.M + 127) / 128 > 65535) return cu_err("pf::gemm: M={} too large", a.M);
   if (a.swiglu && (a.w2.cols != a.w.cols || a.w2.bits != a.w.bits)) return cu_err("pf::gemm: SwiGLU weights differ in shape");
   return a.w.bits == 4 ? gemm_wg(a, stream) : gemm_pipe(a, stream);
 }
