@@ -110,7 +110,9 @@ template <int HD> __device__ __forceinline__ void pv_mma(float (&o)[HD / 2], con
   else wgmma_bf16_64x64_rs(o, a, desc, 1);
 }
 
-// The three S products chain into one accumulator (48 dependent wgmmas per tile at hd 256).
+// The three S products chain into one accumulator (48 dependent wgmmas per tile at hd 256). Every warpgroup
+// runs every key tile of its block, the tiles past its own last query too (all masked: p = 0, corr = 1): a
+// wgmma under a per-warpgroup branch makes ptxas serialize them all (C7518).
 // Grid (query tiles of the longest segment, nh, segments): segment z's tiles, latest first.
 template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(AttnPrefillArgs base, AttnSegs segs) {
   using L = FwLayout<HD>;
@@ -171,18 +173,16 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(Attn
   float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
   const int rloc = w4 * 16 + g;  // row within the warpgroup (and + 8)
   const int qpos[2] = {a.pos0 + m0 + wg * 64 + rloc, a.pos0 + m0 + wg * 64 + rloc + 8};
-  const int qmax = a.pos0 + min(m0 + wg * 64 + 64, a.M) - 1;  // this warpgroup's last query position
   const float sl2 = (1.0f / sqrtf(float(HD))) * 1.4426950408889634f;
   const uint32_t qh = sq + uint32_t((0 * 2 + wg) * CB * L::kQBlk), ql = sq + uint32_t((1 * 2 + wg) * CB * L::kQBlk);
 
   for (int j = 0; j < NJ; ++j) {
     const int j0 = j * kBN;
-    const bool active = j0 <= qmax && m0 + wg * 64 < a.M;
     cp_wait<1>();  // K tile j (and Q) landed; V tile j may be in flight
     fence_async_smem();
     __syncthreads();
     const uint32_t kst = sk + uint32_t(j & 1) * L::kKStage;
-    if (active) {
+    {
       wg_arrive();
 #pragma unroll
       for (int k = 0; k < KS; ++k) {
@@ -197,7 +197,7 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(Attn
     }
     load_k(j + 1);  // into the other stage (its last reader, tile j − 1, finished before the barrier)
     uint32_t ph[2][4], pl[2][4];
-    if (active) {
+    {
       wg_wait<0>();
       fence_acc(s);
       // s[4jj + 2hr + e]: row rloc + 8hr, key j0 + 8jj + 2t + e. Mask, scale (log2 domain), online softmax.
@@ -244,7 +244,7 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(Attn
     cp_wait<1>();  // V tile j landed; K tile j + 1 may be in flight
     fence_async_smem();
     __syncthreads();
-    if (active) {
+    {
       wg_arrive();
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
