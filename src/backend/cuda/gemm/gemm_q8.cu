@@ -183,7 +183,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_pipe_kernel(GemmArgs p) {
     }
 }
 
-// One warp per 64-column group of a row: hi = fp16(x), lo = fp16(x − hi), xs = Σx (fp32).
+// One warp per 64-column group of a row: hi = fp16(x), lo = fp16(x − hi), xs = Σx (fp32); lo and xs only
+// where given (the 8-bit GEMM reads them, the 4-bit single-pass one only hi).
 __global__ void split_rows_kernel(const float* a, int lda, int M, int K, __half* hi, __half* lo, float* xs) {
   const int lane = threadIdx.x & 31, G = K / 64;
   const long gi = long(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -195,6 +196,7 @@ __global__ void split_rows_kernel(const float* a, int lda, int M, int K, __half*
   const __half2 l = __floats2half2_rn(x.x - hf.x, x.y - hf.y);
   const size_t o = size_t(m) * K + gr * 64 + 2 * lane;
   *reinterpret_cast<__half2*>(hi + o) = h;
+  if (!lo) return;  // warp-uniform
   *reinterpret_cast<__half2*>(lo + o) = l;
   float s = x.x + x.y;
 #pragma unroll
@@ -218,6 +220,7 @@ Status launch(const GemmArgs& a, cudaStream_t s) {
 
 Status split_rows(const float* a, int lda, int M, int K, uint16_t* hi, uint16_t* lo, float* xs, Stream stream) {
   if (K % 64 != 0 || lda % 2 != 0) return cu_err("pf::split_rows: K={} must be a multiple of 64, lda even", K);
+  if (!hi || (lo == nullptr) != (xs == nullptr)) return cu_err("pf::split_rows: hi, and lo and xs both or neither");
   if (M <= 0) return Status::ok();
   const long groups = long(M) * (K / 64);
   split_rows_kernel<<<unsigned((groups + 7) / 8), 256, 0, static_cast<cudaStream_t>(stream)>>>(

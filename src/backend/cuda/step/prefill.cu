@@ -109,14 +109,15 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   const int E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
   const int pos0 = st.n + t0;
   const float eps = c.rms_norm_eps;
-  // Each GEMM input is split once into fp16 hi/lo planes + group sums (p.ah/al/axs), then read by every
-  // GEMM on that input (e.g. router, expert gate/up and shared gate/up all read one split of hn). The
-  // 4-bit GEMMs run the Hopper wgmma kernel (gemm_wg.cu, 2 warpgroups per block); 8-bit (router) the
-  // mma.sync pipe kernel (gemm_q8.cu).
+  // Each GEMM input is split once into an fp16 plane (p.ah), then read by every GEMM on that input (e.g.
+  // router, expert gate/up and shared gate/up all read one split of hn). The 4-bit GEMMs run the Hopper
+  // wgmma kernel (gemm_wg.cu, single pass: the fp16 plane only); the 8-bit router the mma.sync pipe kernel
+  // (gemm_q8.cu), which also reads the remainders and group sums (p.al/axs): only its input's split
+  // writes them (full = true).
   // A short chunk runs its MoE on the batched step's expert kernels (moe_rows).
   const bool small_moe = moe_rows_ok(M);
-  auto split = [&](const float* a, int lda, int rows, int K) -> Status {
-    LILY_TRY(pf::split_rows(a, lda, rows, K, p.ah, p.al, p.axs, s));
+  auto split = [&](const float* a, int lda, int rows, int K, bool full = false) -> Status {
+    LILY_TRY(pf::split_rows(a, lda, rows, K, p.ah, full ? p.al : nullptr, full ? p.axs : nullptr, s));
     mark("gemm A split (fp16 hi/lo + sums)", s);
     return Status::ok();
   };
@@ -180,7 +181,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
       continue;
     }
     // MoE: router (8-bit, + shared gate row) → device routing → grouped gate/up+SwiGLU → down.
-    LILY_TRY(split(p.hn, H, M, H));  // router, expert gate/up and shared gate/up read this split
+    LILY_TRY(split(p.hn, H, M, H, true));  // router, expert gate/up and shared gate/up read this split
     LILY_TRY(gemm(L.router, M, p.rl, E + 1));
     mark("moe: router gemm (q8)", s);
     pf::RouteArgs r{};

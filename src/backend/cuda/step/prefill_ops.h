@@ -37,7 +37,8 @@ struct GemmArgs {
   const float* axs = nullptr;
 };
 Status gemm(const GemmArgs& a, Stream s);
-// hi = fp16(a), lo = fp16(a − hi) (row-compact [M, K]) and xs = Σ a per 64-group [M, K/64].
+// hi = fp16(a), lo = fp16(a − hi) (row-compact [M, K]) and xs = Σ a per 64-group [M, K/64]; lo and xs
+// only when both are given (lo null: hi alone, what the 4-bit GEMMs read).
 Status split_rows(const float* a, int lda, int M, int K, uint16_t* hi, uint16_t* lo, float* xs, Stream s);
 Status gemm_pipe(const GemmArgs& a, Stream s);
 Status gemm_wg(const GemmArgs& a, Stream s);
