@@ -48,13 +48,13 @@ std::vector<double> row_norms(const HostQ& W) {
 }
 
 // A split once (split_rows), as the prefill runs its GEMMs: 4-bit weights on the Hopper wgmma kernel
-// (gemm_wg.cu, single pass: s·q + b and x each rounded once to fp16), 8-bit ones on the pipelined mma.sync
-// kernel (gemm_q8.cu, x as fp16 hi + lo: every result against the fp32 reference at 2e-4).
-// The 4-bit bound, from the arithmetic: each product w·x carries two fp16 roundings (2^-11 relative each)
-// and the fp32 sums at most K·2^-24 of Σ|w·x|, so |y − ref| ≤ (2^-10 + K·2^-24)·Σ_k |w_k x_k| ≤ that
-// times ‖w_n‖·‖x_m‖ (Cauchy–Schwarz), plus 1e-6 for fp16 subnormals. With random signs the errors are
-// ~√K smaller than the bound; a wrong weight, group or row is off by ~|y|, which is ~√K above it.
-void gemm_case(int M, int N, int K, int bits) {
+// (gemm_wg.cu), 8-bit ones on the pipelined mma.sync kernel (gemm_q8.cu). Two pass (terms 2: exact weights,
+// x as fp16 hi + lo; both kernels): every result against the fp32 reference at 2e-4. Single pass (terms 1,
+// 4-bit: s·q + b and x each rounded once to fp16), from the arithmetic: each product w·x carries two fp16
+// roundings (2^-11 relative each) and the fp32 sums at most K·2^-24 of Σ|w·x|, so |y − ref| ≤
+// (2^-10 + K·2^-24)·Σ_k |w_k x_k| ≤ that times ‖w_n‖·‖x_m‖ (Cauchy–Schwarz), plus 1e-6 for fp16 subnormals.
+// With random signs the errors are ~√K below the bound; a wrong weight, group or row is off by ~|y|, ~√K above it.
+void gemm_case(int M, int N, int K, int bits, int terms = 2) {
   HostQ W(N, K, bits);
   DevQ D(W.w);
   auto x = randv(size_t(M) * K);
@@ -62,13 +62,13 @@ void gemm_case(int M, int N, int K, int bits) {
   cpu::qmatmul(W.w, x.data(), M, K, ref.data(), N, false);
   DBuf<float> dx(x), dy(size_t(M) * N);
   cuda::pf::GemmArgs a{};
-  a.w = D.q, a.n_out = N, a.M = M, a.y = dy.p, a.ldy = N;
+  a.w = D.q, a.n_out = N, a.M = M, a.y = dy.p, a.ldy = N, a.terms = terms;
   DevSplit sp(dx.p, K, M, K);
   sp.use(a);
   ASSERT_TRUE(cuda::pf::gemm(a, nullptr).is_ok());
   const std::string shape = dims({M, N, K});
-  if (bits != 4) {
-    check("gemm q8 x f16 hi+lo pipe", shape, dy.down(), ref, 2e-4f, 2e-4f);
+  if (terms == 2) {
+    check(fmt::format("gemm q{} x f16 hi+lo{}", bits, bits == 4 ? " wgmma" : " pipe"), shape, dy.down(), ref, 2e-4f, 2e-4f);
     return;
   }
   const auto got = dy.down();
@@ -88,7 +88,7 @@ void gemm_case(int M, int N, int K, int bits) {
       if (!(err <= bound)) ++nbad;
     }
   }
-  std::printf("| %-24s | %-34s | %10.3e | err/bound %.3f (bound (2^-10+K·2^-24)·‖w‖‖x‖) | %s |\n", "gemm q4 x f16 wgmma",
+  std::printf("| %-24s | %-34s | %10.3e | err/bound %.3f (bound (2^-10+K·2^-24)·‖w‖‖x‖) | %s |\n", "gemm q4 single pass",
               shape.c_str(), max_err, worst, nbad ? "FAIL" : "ok");
   std::fflush(stdout);
   EXPECT_EQ(nbad, 0u) << "gemm q4 " << shape;
@@ -105,19 +105,21 @@ TEST(CudaPrefill, Gemm) {
 // edge, weight-row block edges (N = 300 crosses 128 and 256), K one to many tiles, the real shapes.
 TEST(CudaPrefill, GemmWgmma) {
   LILY_PREFILL_REQUIRE_GPU();
-  for (int M : {1, 2, 7, 8, 9, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097}) gemm_case(M, 300, 256, 4);
-  gemm_case(33, 64, 64, 4);  // one k tile, one partial block
-  gemm_case(257, 12352, 2048, 4);  // [qkv|z|a|b]
-  gemm_case(130, 2048, 4096, 4);   // out_proj / o_proj
-  gemm_case(130, 9216, 2048, 4);   // attention [q|gate|k|v]
-  gemm_case(130, 2048, 512, 4);    // down
-  gemm_case(4097, 3000, 2048, 4);  // a whole prefill chunk (+1) at the real K
+  for (int terms : {2, 1}) {
+    for (int M : {1, 2, 7, 8, 9, 63, 64, 65, 127, 128, 129, 255, 257, 4095, 4096, 4097}) gemm_case(M, 300, 256, 4, terms);
+    gemm_case(33, 64, 64, 4, terms);  // one k tile, one partial block
+    gemm_case(257, 12352, 2048, 4, terms);  // [qkv|z|a|b]
+    gemm_case(130, 2048, 4096, 4, terms);   // out_proj / o_proj
+    gemm_case(130, 9216, 2048, 4, terms);   // attention [q|gate|k|v]
+    gemm_case(130, 2048, 512, 4, terms);    // down
+    gemm_case(4097, 3000, 2048, 4, terms);  // a whole prefill chunk (+1) at the real K
+  }
 }
 
 // Timing of the quantized GEMM kernels at the real shapes for a 4,096-token chunk (M = 4096;
 // grouped: 4096 tokens × top-8 over 256 experts, uniform random routing). Runs only with
 // LILY_GEMM_BENCH=1. Per shape: ms per call and model TFLOP/s (2·M·N·K) of the wgmma kernel (the
-// 4-bit prefill GEMMs, two-pass split; the CPU rows above are the oracle).
+// 4-bit prefill GEMMs) two pass and single pass (the CPU rows above are the oracle).
 struct BenchW {
   DBuf<uint32_t> codes;
   DBuf<uint16_t> sb;
@@ -138,10 +140,16 @@ struct BenchW {
   }
 };
 
-void bench_row(const char* name, const cuda::pf::GemmArgs& a, double flop) {
-  const float ms = mean_ms(10, [&] { return cuda::pf::gemm(a, nullptr).is_ok(); });
-  ASSERT_GE(ms, 0.f) << name << ": a GEMM call failed";
-  std::printf("| %-26s | %8.3f ms %6.1f TF/s |\n", name, ms, flop / (ms * 1e-3) / 1e12);
+// One row: the shape at two terms (exact weights, x hi + lo) and at one (single pass).
+void bench_row(const char* name, cuda::pf::GemmArgs a, double flop) {
+  std::printf("| %-26s |", name);
+  for (int terms : {2, 1}) {
+    a.terms = terms;
+    const float ms = mean_ms(10, [&] { return cuda::pf::gemm(a, nullptr).is_ok(); });
+    ASSERT_GE(ms, 0.f) << name << ": a GEMM call failed";
+    std::printf(" %8.3f ms %6.1f TF/s |", ms, flop / (ms * 1e-3) / 1e12);
+  }
+  std::printf("\n");
   std::fflush(stdout);
 }
 TEST(CudaPrefill, GemmBench) {
@@ -149,7 +157,7 @@ TEST(CudaPrefill, GemmBench) {
   const char* e = std::getenv("LILY_GEMM_BENCH");
   if (!e || std::string(e) != "1") GTEST_SKIP() << "set LILY_GEMM_BENCH=1 to time the GEMM kernels";
   const int M = 4096, H = 2048, E = 256, k = 8, I = 512;
-  std::printf("| GEMM (M=4096) | wgmma |\n");
+  std::printf("| GEMM (M=4096) | two pass | single pass |\n");
   auto dense = [&](const char* name, int N, int K, bool swiglu) {
     BenchW w(swiglu ? 2 * N : N, K);
     auto x = randv(size_t(M) * K);

@@ -1,17 +1,22 @@
-// Hopper wgmma GEMM over the packed MLX 4-bit layout (sm_90a), single pass (../shared/docs/precision.md:
-// the budget of transformers' own fp16 run): y = Σ_k fp16(s·q + b)·fp16(x), fp32 sums in the tensor cores.
+// Hopper wgmma GEMM over the packed MLX 4-bit layout (sm_90a), in two precisions chosen by the chunk's rows
+// (pf::gemm's dispatch at the end; ../shared/docs/precision.md):
+//  - single pass (TERMS 1, chunks of kPfSinglePassRows rows or more: always prefilled alone, never rows of a
+//    mixed step, so a request's rounding does not depend on what else runs): y = Σ_k fp16(s·q + b)·fp16(x),
+//    the scale and bias in the weights (one fp16 rounding of s·q + b by hfma2, as transformers' fp16
+//    weights), every k tile summed into one fp32 accumulator by the tensor cores; 128-token tiles for dense
+//    calls (wgmma m64n128k16: each dequantized fragment feeds twice the tokens), 64 for the grouped tiles;
+//  - two pass (TERMS 2, shorter chunks: the precision class of the mixed step's qgemm/xgemm that runs the same
+//    prompt as segments beside decode rows): weights exact fp16 integers, x as fp16 hi + lo, per 64-group a
+//    fresh partial folded as acc += s·part + b·Σx (fp32, MLX's formula, as gemm_q8.cu); 64-token tiles.
 // Swapped roles: the weights are the wgmma A operand, dequantized once per k tile from the raw codes in
-// shared memory into registers (q exact, then one fp16 rounding of s·q + b by hfma2, the rounding
-// transformers' fp16 weights have), one 64-row slice per warpgroup; the activations are B: BT tokens ×
-// 64 k of fp16 (split_rows' hi plane = fp16(x)), cp.async'd into the 128-byte swizzle and read by the
-// tensor cores from shared memory. The scale and bias ride in the weights, so every k tile accumulates
-// into one fp32 accumulator: no per-group partial, no fold, no Σx.
-// Block: 2 warpgroups = 128 weight rows × BT tokens (128 dense, 64 for the grouped expert tiles), a 4-stage
-// cp.async ring, one barrier a k tile.
-// Modes: plain, SwiGLU (gate rows in the first warpgroup, up rows in the second), grouped expert tiles
-// with gathered A. Every 4-bit prefill GEMM runs here; pf::gemm's dispatch (4-bit here, 8-bit gemm_q8.cu)
-// is at the end.
+// shared memory into registers, one 64-row slice per warpgroup; the activations are B, cp.async'd into the
+// 128-byte swizzle and read by the tensor cores from shared memory. Block: 2 warpgroups = 128 weight rows,
+// a 4-stage cp.async ring, one barrier a k tile. Modes: plain, SwiGLU (gate rows in the first warpgroup, up
+// rows in the second), grouped expert tiles with gathered A. Every 4-bit prefill GEMM runs here; pf::gemm's
+// dispatch (4-bit here, 8-bit gemm_q8.cu) is at the end.
 #include <cuda_fp16.h>
+
+#include <cstdlib>
 
 #include "backend/cuda/common/common.cuh"
 #include "backend/cuda/step/prefill_ops.h"
@@ -23,36 +28,36 @@ namespace {
 constexpr int BK = 64;  // k per stage (one quantization group)
 constexpr int WGS = 2;  // warpgroups per block: 128 weight rows
 
-template <int BT> struct WgLayout {
+template <int BT, int TERMS> struct WgLayout {
   static constexpr int NT = 128 * WGS, BW = 64 * WGS;  // threads, weight rows per block
-  static constexpr int kPlane = BT * BK * 2;            // the activation tile (BT × 128 bytes)
-  static constexpr int kCodes = kPlane;                 // BW rows × 32 bytes of codes
+  static constexpr int kPlane = BT * BK * 2;            // one activation plane (BT × 128 bytes)
+  static constexpr int kCodes = TERMS * kPlane;         // BW rows × 32 bytes of codes
   static constexpr int kSb = kCodes + BW * 32;          // BW × (bf16 scale, bf16 bias)
-  static constexpr int kStage = (kSb + BW * 4 + 1023) / 1024 * 1024;
+  static constexpr int kXs = kSb + BW * 4;              // BT × Σx (two pass)
+  static constexpr int kStage = (kXs + (TERMS == 2 ? BT * 4 : 0) + 1023) / 1024 * 1024;
   static constexpr int kStages = 4;
   static constexpr int kSmem = kStage * kStages + 1024;  // + slack to align the ring to 1024
 };
 
 // Byte b (= 2 codes: low nibble = even k) placed in bytes 0 and 2 of r by prmt → half2 (lo, hi) of
 // exact integers: lop3 keeps lo in half 0 and hi·16 in half 1 under the exponent of 1024, one
-// hfma2 scales half 1 by 1/16 and removes the offsets (1024 + q, 1024 + 16q → q); a second hfma2
-// makes s·q + b, rounded once to fp16.
-__device__ __forceinline__ uint32_t pair2w(uint32_t r, __half2 s, __half2 b) {
+// hfma2 scales half 1 by 1/16 and removes the offsets (1024 + q, 1024 + 16q → q).
+__device__ __forceinline__ __half2 pair2q(uint32_t r) {
   uint32_t pk;
   asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(pk) : "r"(r), "n"(0x00F0000F), "n"(0x64006400));
-  const __half2 q = __hfma2(*reinterpret_cast<const __half2*>(&pk), __halves2half2(__ushort_as_half(0x3C00), __ushort_as_half(0x2C00)),
-                            __halves2half2(__ushort_as_half(0xE400), __ushort_as_half(0xD400)));
-  const __half2 w = __hfma2(q, s, b);
-  return *reinterpret_cast<const uint32_t*>(&w);
+  return __hfma2(*reinterpret_cast<const __half2*>(&pk), __halves2half2(__ushort_as_half(0x3C00), __ushort_as_half(0x2C00)),
+                 __halves2half2(__ushort_as_half(0xE400), __ushort_as_half(0xD400)));
+}
+__device__ __forceinline__ uint32_t h2bits(__half2 v) { return *reinterpret_cast<const uint32_t*>(&v); }
+
+template <int BT> __device__ __forceinline__ void wgmma_rs(float (&d)[BT / 2], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
+  if constexpr (BT == 128) wgmma_64x128_rs(d, a, desc, scale_d);
+  else wgmma_64x64_rs(d, a, desc, scale_d);
 }
 
-template <int BT> __device__ __forceinline__ void wgmma_rs(float (&d)[BT / 2], const uint32_t (&a)[4], uint64_t desc) {
-  if constexpr (BT == 128) wgmma_64x128_rs(d, a, desc, 1);
-  else wgmma_64x64_rs(d, a, desc, 1);
-}
-
-template <bool SWIGLU, int BT> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_kernel(GemmArgs p) {
-  using Lo = WgLayout<BT>;
+template <bool SWIGLU, int BT, int TERMS> __global__ void __launch_bounds__(128 * WGS, 2) gemm_wg_kernel(GemmArgs p) {
+  using Lo = WgLayout<BT, TERMS>;
+  static_assert(TERMS == 1 || BT == 64, "two-pass tiles are 64 tokens");
   constexpr int NT = Lo::NT, BW = Lo::BW, S = Lo::kStages, NA = BT / 2;
   constexpr int NB = SWIGLU ? BW / 2 : BW;  // output columns per block
   extern __shared__ __align__(16) unsigned char smraw[];
@@ -102,6 +107,9 @@ template <bool SWIGLU, int BT> __global__ void __launch_bounds__(128 * WGS, 2) g
     const size_t r = wrow_of(tid, sbvalid);
     sbsrc = reinterpret_cast<const uint32_t*>(wq_of(tid).sb) + r * G;
   }
+  // Two pass: Σx of token tid − BW (threads BW..BW+BT−1).
+  const bool xsvalid = TERMS == 2 && tid >= BW && tid < BW + BT && m0 + (tid - BW) < m1;
+  const float* xssrc = xsvalid ? p.axs + size_t(src_row(tid - BW)) * G : p.axs;
 
   auto issue = [&](int kt) {
     if (kt < KT) {
@@ -110,10 +118,13 @@ template <bool SWIGLU, int BT> __global__ void __launch_bounds__(128 * WGS, 2) g
 #pragma unroll
       for (int i = 0; i < AR; ++i) {
         const int idx = tid + i * NT;
-        cp16(st + sw128_off(idx >> 3, idx & 7), p.ah + aoff[i] + k0, aval[i]);
+        const uint32_t o = sw128_off(idx >> 3, idx & 7);
+        cp16(st + o, p.ah + aoff[i] + k0, aval[i]);
+        if constexpr (TERMS == 2) cp16(st + Lo::kPlane + o, p.al + aoff[i] + k0, aval[i]);
       }
       cp16(st + Lo::kCodes + br * 32 + bc * 16, bsrc + k0 / 2, bvalid);
       if (tid < BW) cp4(st + Lo::kSb + tid * 4, sbsrc + kt, sbvalid);
+      else if (TERMS == 2 && tid < BW + BT) cp4(st + Lo::kXs + (tid - BW) * 4, xssrc + kt, xsvalid);
     }
     cp_commit();
   };
@@ -126,33 +137,61 @@ template <bool SWIGLU, int BT> __global__ void __launch_bounds__(128 * WGS, 2) g
   for (int i = 0; i < NA; ++i) acc[i] = 0.f;
 
   // A fragments of stage stg: rows r0 / r0+8, k = 16s + 2t, +1 (regs 0, 1) and 16s + 2t + 8, +9
-  // (regs 2, 3): byte t of code words 2s and 2s + 1 of each row, times the row's scale plus its bias.
+  // (regs 2, 3): byte t of code words 2s and 2s + 1 of each row; single pass: times the row's scale plus
+  // its bias, rounded once to fp16 (bf16 s, b → fp16 exact for |s|, |b| ≥ 2^-14; smaller ones lose bits as
+  // fp16 subnormals, as transformers' fp16 weights do).
   auto dequant = [&](int stg, uint32_t (&a)[4][4]) {
     const unsigned char* st = sm + size_t(stg) * Lo::kStage;
     const uint4* c0 = reinterpret_cast<const uint4*>(st + Lo::kCodes + r0 * 32);
     const uint4* c1 = reinterpret_cast<const uint4*>(st + Lo::kCodes + (r0 + 8) * 32);
-    const uint32_t sb0 = reinterpret_cast<const uint32_t*>(st + Lo::kSb)[r0];
-    const uint32_t sb1 = reinterpret_cast<const uint32_t*>(st + Lo::kSb)[r0 + 8];
-    // bf16 → fp16 (exact for |s|, |b| ≥ 2^-14; smaller ones lose bits as fp16 subnormals, as in transformers'
-    // fp16 weights).
-    const __half2 s0 = __float2half2_rn(__uint_as_float(sb0 << 16)), b0 = __float2half2_rn(__uint_as_float(sb0 & 0xFFFF0000u));
-    const __half2 s1 = __float2half2_rn(__uint_as_float(sb1 << 16)), b1 = __float2half2_rn(__uint_as_float(sb1 & 0xFFFF0000u));
     const uint4 x0a = c0[0], x0b = c0[1], x1a = c1[0], x1b = c1[1];
     const uint32_t w0[8] = {x0a.x, x0a.y, x0a.z, x0a.w, x0b.x, x0b.y, x0b.z, x0b.w};
     const uint32_t w1[8] = {x1a.x, x1a.y, x1a.z, x1a.w, x1b.x, x1b.y, x1b.z, x1b.w};
+    __half2 s0, b0, s1, b1;
+    if constexpr (TERMS == 1) {
+      const uint32_t sb0 = reinterpret_cast<const uint32_t*>(st + Lo::kSb)[r0];
+      const uint32_t sb1 = reinterpret_cast<const uint32_t*>(st + Lo::kSb)[r0 + 8];
+      s0 = __float2half2_rn(__uint_as_float(sb0 << 16)), b0 = __float2half2_rn(__uint_as_float(sb0 & 0xFFFF0000u));
+      s1 = __float2half2_rn(__uint_as_float(sb1 << 16)), b1 = __float2half2_rn(__uint_as_float(sb1 & 0xFFFF0000u));
+    }
+    auto w = [&](uint32_t word, bool second) {
+      const __half2 q = pair2q(__byte_perm(word, 0u, psel));
+      if constexpr (TERMS == 1) return h2bits(second ? __hfma2(q, s1, b1) : __hfma2(q, s0, b0));
+      else return h2bits(q);
+    };
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      a[s][0] = pair2w(__byte_perm(w0[2 * s], 0u, psel), s0, b0);
-      a[s][1] = pair2w(__byte_perm(w1[2 * s], 0u, psel), s1, b1);
-      a[s][2] = pair2w(__byte_perm(w0[2 * s + 1], 0u, psel), s0, b0);
-      a[s][3] = pair2w(__byte_perm(w1[2 * s + 1], 0u, psel), s1, b1);
+      a[s][0] = w(w0[2 * s], false);
+      a[s][1] = w(w1[2 * s], true);
+      a[s][2] = w(w0[2 * s + 1], false);
+      a[s][3] = w(w1[2 * s + 1], true);
+    }
+  };
+  // Two pass: waits for the MMAs, then acc += s·part, acc += b·Σx (two fma) with stage stg's scale/bias and Σx.
+  auto fold = [&](int stg, float (&part)[NA]) {
+    const unsigned char* st = sm + size_t(stg) * Lo::kStage;
+    const uint32_t sb0 = reinterpret_cast<const uint32_t*>(st + Lo::kSb)[r0];
+    const uint32_t sb1 = reinterpret_cast<const uint32_t*>(st + Lo::kSb)[r0 + 8];
+    const float s0 = __uint_as_float(sb0 << 16), b0 = __uint_as_float(sb0 & 0xFFFF0000u);
+    const float s1 = __uint_as_float(sb1 << 16), b1 = __uint_as_float(sb1 & 0xFFFF0000u);
+    const float* xs = reinterpret_cast<const float*>(st + Lo::kXs);
+    wg_wait<0>();
+    fence_regs(part);
+#pragma unroll
+    for (int j = 0; j < BT / 8; ++j) {
+      const float2 x = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * t);
+      acc[4 * j + 0] = fmaf(b0, x.x, fmaf(s0, part[4 * j + 0], acc[4 * j + 0]));
+      acc[4 * j + 1] = fmaf(b0, x.y, fmaf(s0, part[4 * j + 1], acc[4 * j + 1]));
+      acc[4 * j + 2] = fmaf(b1, x.x, fmaf(s1, part[4 * j + 2], acc[4 * j + 2]));
+      acc[4 * j + 3] = fmaf(b1, x.y, fmaf(s1, part[4 * j + 3], acc[4 * j + 3]));
     }
   };
 
   // Tile kt: wait for its copies, one barrier (every warpgroup is done with tile kt − 1, so its stage takes
-  // tile kt + S − 1), dequantize, 4 wgmmas, wait for them. The tensor cores stay busy through the other
-  // warpgroups of the SM (two blocks of two); overlapping a warpgroup's own next dequantization with its
-  // wgmmas (two register sets, wait_group 1) makes ptxas serialize the wgmmas (C7513).
+  // tile kt + S − 1), dequantize, the wgmmas, wait for them (two pass: fold). The tensor cores stay busy
+  // through the other warpgroups of the SM (two blocks of two); overlapping a warpgroup's own next
+  // dequantization with its wgmmas (two register sets, wait_group 1) makes ptxas serialize them (C7513).
+  [[maybe_unused]] float part[TERMS == 2 ? NA : 1];
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) issue(s);
   for (int kt = 0; kt < KT; ++kt) {
@@ -163,12 +202,23 @@ template <bool SWIGLU, int BT> __global__ void __launch_bounds__(128 * WGS, 2) g
     const int stg = kt % S;
     uint32_t a[4][4];
     dequant(stg, a);
-    const uint64_t dh = sw128_desc(sm_s + uint32_t(stg) * Lo::kStage);
+    const uint32_t st_s = sm_s + uint32_t(stg) * Lo::kStage;
+    const uint64_t dh = sw128_desc(st_s);
     wg_arrive();
+    if constexpr (TERMS == 1) {
 #pragma unroll
-    for (int s = 0; s < 4; ++s) wgmma_rs<BT>(acc, a[s], dh + 2 * s);
-    wg_commit();
-    wg_wait<0>();
+      for (int s = 0; s < 4; ++s) wgmma_rs<BT>(acc, a[s], dh + 2 * s, 1);
+      wg_commit();
+      wg_wait<0>();
+    } else {
+      const uint64_t dl = sw128_desc(st_s + Lo::kPlane);
+#pragma unroll
+      for (int s = 0; s < 4; ++s) wgmma_rs<BT>(part, a[s], dh + 2 * s, s > 0);
+#pragma unroll
+      for (int s = 0; s < 4; ++s) wgmma_rs<BT>(part, a[s], dl + 2 * s, 1);
+      wg_commit();
+      fold(stg, part);
+    }
   }
   fence_regs(acc);
   cp_wait<0>();
@@ -218,31 +268,41 @@ template <bool SWIGLU, int BT> __global__ void __launch_bounds__(128 * WGS, 2) g
   }
 }
 
-template <bool SWIGLU, int BT> Status launch(const GemmArgs& a, cudaStream_t s) {
-  constexpr int smem = WgLayout<BT>::kSmem;
+template <bool SWIGLU, int BT, int TERMS> Status launch(const GemmArgs& a, cudaStream_t s) {
+  constexpr int smem = WgLayout<BT, TERMS>::kSmem;
+  auto k = gemm_wg_kernel<SWIGLU, BT, TERMS>;
   static bool attr = false;
   if (!attr) {
-    LILY_CU_TRY(cudaFuncSetAttribute(gemm_wg_kernel<SWIGLU, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    LILY_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     attr = true;
   }
   constexpr int NB = SWIGLU ? 32 * WGS : 64 * WGS;
   dim3 grid((a.n_out + NB - 1) / NB, a.tiles ? a.max_tiles : (a.M + BT - 1) / BT);
-  gemm_wg_kernel<SWIGLU, BT><<<grid, 128 * WGS, smem, s>>>(a);
+  k<<<grid, 128 * WGS, smem, s>>>(a);
   return launch_status("pf::gemm_wg");
 }
-// Dense calls take 128-token tiles (wgmma n = 128: each dequantized weight fragment feeds twice the tokens);
-// grouped expert tiles are kGemmBM (64) rows.
-template <bool SWIGLU> Status launch_bt(const GemmArgs& a, cudaStream_t s) {
-  return a.tiles ? launch<SWIGLU, kGemmBM>(a, s) : launch<SWIGLU, 128>(a, s);
+template <bool SWIGLU> Status launch_terms(const GemmArgs& a, cudaStream_t s) {
+  if (a.terms == 2) return launch<SWIGLU, kGemmBM, 2>(a, s);
+  return a.tiles ? launch<SWIGLU, kGemmBM, 1>(a, s) : launch<SWIGLU, 128, 1>(a, s);
 }
 
 }  // namespace
 
+int pf_terms(int M) {
+  static const int from = [] {
+    const char* e = std::getenv("LILY_PF_SINGLE_MIN");
+    const int v = e && *e ? std::atoi(e) : 0;
+    return v >= 1 ? v : kPfSinglePassRows;
+  }();
+  return M >= from ? 1 : 2;
+}
+
 Status gemm_wg(const GemmArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (!a.ah) return cu_err("pf::gemm_wg: needs the split A (its fp16 plane)");
+  if (a.terms != 1 && a.terms != 2) return cu_err("pf::gemm_wg: terms {} (1 or 2)", a.terms);
+  if (!a.ah || (a.terms == 2 && (!a.al || !a.axs))) return cu_err("pf::gemm_wg: needs the split A ({} terms)", a.terms);
   if (a.w.bits != 4) return cu_err("pf::gemm_wg: {} bits unsupported (4 only)", a.w.bits);
-  return a.swiglu ? launch_bt<true>(a, s) : launch_bt<false>(a, s);
+  return a.swiglu ? launch_terms<true>(a, s) : launch_terms<false>(a, s);
 }
 
 Status gemm(const GemmArgs& a, Stream stream) {

@@ -109,20 +109,22 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   const int E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
   const int pos0 = st.n + t0;
   const float eps = c.rms_norm_eps;
-  // Each GEMM input is split once into an fp16 plane (p.ah), then read by every GEMM on that input (e.g.
-  // router, expert gate/up and shared gate/up all read one split of hn). The 4-bit GEMMs run the Hopper
-  // wgmma kernel (gemm_wg.cu, single pass: the fp16 plane only); the 8-bit router the mma.sync pipe kernel
-  // (gemm_q8.cu), which also reads the remainders and group sums (p.al/axs): only its input's split
-  // writes them (full = true).
+  // Each GEMM input is split once (p.ah, and where read p.al/axs), then read by every GEMM on that input
+  // (e.g. router, expert gate/up and shared gate/up all read one split of hn). The 4-bit GEMMs run the
+  // Hopper wgmma kernel (gemm_wg.cu): single pass from kPfSinglePassRows rows on (the fp16 plane only),
+  // two pass below (hi + lo planes and group sums); the 8-bit router the mma.sync pipe kernel (gemm_q8.cu),
+  // two pass always (its input's split is full).
+  const int terms = pf::pf_terms(M);
   // A short chunk runs its MoE on the batched step's expert kernels (moe_rows).
   const bool small_moe = moe_rows_ok(M);
   auto split = [&](const float* a, int lda, int rows, int K, bool full = false) -> Status {
+    full = full || terms == 2;
     LILY_TRY(pf::split_rows(a, lda, rows, K, p.ah, full ? p.al : nullptr, full ? p.axs : nullptr, s));
     mark("gemm A split (fp16 hi/lo + sums)", s);
     return Status::ok();
   };
   auto with_split = [&](pf::GemmArgs& g) {
-    g.ah = p.ah, g.al = p.al, g.axs = p.axs;
+    g.ah = p.ah, g.al = p.al, g.axs = p.axs, g.terms = terms;
   };
   // y [m, ldy] = w · (the last split's m rows).
   auto gemm = [&](const QW& w, int m, float* y, int ldy) {

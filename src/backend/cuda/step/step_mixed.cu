@@ -25,8 +25,10 @@ namespace cuda {
 // A long segment (kOwnPrefillRows tokens or more) is compute-bound, and the prefill path's GEMMs run it
 // faster on its own than the batched step does beside decode rows (H200, full size: a 2048-token
 // segment with 16 decode rows took 160 ms as one mixed step, 98 + 10 ms apart; at 512 tokens the two
-// are even, 56 vs 54 ms; docs/perf/2026-12-05-gpu-verify.md). Such segments run first, each alone.
-constexpr size_t kOwnPrefillRows = 1024;
+// are even, 56 vs 54 ms; docs/perf/2026-12-05-gpu-verify.md). Such segments run first, each alone, and
+// the prefill path runs their 4-bit GEMMs single pass (prefill_ops.h: kPfSinglePassRows is this bound, so
+// a segment's rounding depends on its length only, never on the rows beside it).
+constexpr size_t kOwnPrefillRows = pf::kPfSinglePassRows;
 // A verify feed of at most this many tokens runs its DeltaNet as that many decode-step launches (the
 // batched decode kernel on its row, one token after the other) instead of the chunked prefill form, whose
 // fixed cost for a short segment was 1.9 ms of a 7.7 ms verify step of 5 tokens (H100, full size).
