@@ -26,7 +26,9 @@ namespace lily::cuda::pf {
 namespace {
 
 constexpr int BK = 64;  // k per stage (one quantization group)
-constexpr int WGS = 2;  // warpgroups per block: 128 weight rows
+// Warpgroups per block: 2 (128 weight rows). Prefill tok/s at 8k / 32k on the H200 (two-pass activations
+// then) 20,981 / 15,002 against 20,215 / 14,597 with 4 (docs/perf/2026-12-03-cuda-prefill-4.md).
+constexpr int WGS = 2;
 
 template <int BT, int TERMS> struct WgLayout {
   static constexpr int NT = 128 * WGS, BW = 64 * WGS;  // threads, weight rows per block
