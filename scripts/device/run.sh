@@ -31,6 +31,7 @@
 #                         (or FILTER) again under that env ['']
 #           OPS_BENCH=1   also the kernel micro-benches (*Bench tests: qgemm, prefill GEMM, attention, the step's small
 #                         ops; OPS_BENCH_FILTER narrows them, e.g. CudaBatch.SmallOpsBench) [0]
+#           CUBLAS=1      with OPS_BENCH=1: cuBLAS bf16 at the prefill GEMMs' shapes (cublas_bench.py, torch) [0]
 #   model:  ENGINE_TESTS  gtest filter run with LILY_BACKEND=cuda
 #                         [ForwardBatch.*:BatchingTest.*:Engine*:*Golden*:PrefixCache*:Service*]
 #           GOLDEN_ENV    ';'-separated settings, the goldens again under each [LILY_PREFILL_MIN=1000000: the
@@ -117,6 +118,11 @@ mode_ops() {
     gtest op_bench 200 "${OPS_BENCH_FILTER:-Cuda*.*Bench}" LILY_QGEMM_BENCH=1 LILY_GEMM_BENCH=1 LILY_ATTN_BENCH=1 LILY_SMALL_OPS_BENCH=1
     grep -E '^\| |bench' "$LOGS/op_bench.txt" | grep -v '^\[' | head -60 | say
     grep '^\[small-ops-bench\]' "$LOGS/op_bench.txt" | say
+    if [[ ${CUBLAS:-0} == 1 ]] && in_time cublas; then  # cuBLAS bf16 at the prefill GEMMs' shapes (torch)
+      log "cuBLAS bf16 at GemmBench's shapes: scripts/device/cublas_bench.py"
+      timeout "$(cap 60)" python3 "$REPO/scripts/device/cublas_bench.py" > "$LOGS/cublas.txt" 2>&1 || fail cublas
+      grep -E '^\||^cuBLAS' "$LOGS/cublas.txt" | say
+    fi
   fi
 }
 
