@@ -27,6 +27,7 @@
 #include "engine/engine.h"
 #include "io/synth.h"
 #include "model/model.h"
+#include "model/prefill_flops.h"
 #include "text/tokenizer.h"
 
 namespace lily::cli {
@@ -153,7 +154,10 @@ int run_bench(const BenchArgs& a) {
   out["state_bytes_per_element"] = sm.s_elem;
   out["results"] = nlohmann::json::array();
   std::fprintf(stderr, "bench: %s on %s; copy bandwidth %.0f GB/s\n", model.backend_name(), model.hardware().c_str(), copy);
-  std::fprintf(stderr, "| context | prefill tok/s | decode tok/s | ms/step (median) | GB/s | vs copy | digest |\n|---:|---:|---:|---:|---:|---:|---|\n");
+  // Prefill TFLOP/s: the model's FLOPs of the prompt (model/prefill_flops.h: weight products, causal attention,
+  // the last token's lm_head) over the time to the first token.
+  std::fprintf(stderr, "| context | prefill tok/s | prefill TFLOP/s | decode tok/s | ms/step (median) | GB/s | vs copy | digest |\n"
+                       "|---:|---:|---:|---:|---:|---:|---:|---|\n");
   int longest = 0;
   for (int P : ctxs) longest = std::max(longest, P);
   EngineOptions eo;  // one request at a time, cut and drawn as `lily serve` does
@@ -210,6 +214,8 @@ int run_bench(const BenchArgs& a) {
     r["context"] = P;
     r["prefill_s"] = prefill_s;
     r["prefill_tok_s"] = P / prefill_s;
+    const double pf_tflops = prefill_flops(cfg, P) / prefill_s / 1e12;
+    r["prefill_tflop_s"] = pf_tflops;
     r["decode_s"] = decode_s;
     r["decode_tok_s"] = kDecodeSteps / decode_s;
     r["step_ms"] = steps_ms;
@@ -231,7 +237,7 @@ int run_bench(const BenchArgs& a) {
         }
       r["decode_ops"] = ops;
     }
-    std::fprintf(stderr, "| %d | %.1f | %.1f | %.3f | %.0f | %s | %s |\n", P, P / prefill_s, kDecodeSteps / decode_s,
+    std::fprintf(stderr, "| %d | %.1f | %.2f | %.1f | %.3f | %.0f | %s | %s |\n", P, P / prefill_s, pf_tflops, kDecodeSteps / decode_s,
                  sorted[sorted.size() / 2], gbps, copy > 0 ? std::to_string(gbps / copy).substr(0, 5).c_str() : "-", digest);
     // --spec-draft: the same request with drafts from this reply, all right and all wrong (the bounds of
     // speculative decoding's speed on this backend); the tokens must be the plain run's.

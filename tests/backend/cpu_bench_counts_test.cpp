@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cpu/fast_backend.h"
+#include "model/prefill_flops.h"
 #include "model/synthetic_weights.h"
 
 namespace lily {
@@ -43,6 +44,33 @@ TEST(BenchCounts, PerTokenCountsFollowTheConfig) {
   const size_t expect_bytes = qbytes(macs - router_elems, 4) + qbytes(router_elems, 8) + qbytes(head, w.lm_head.bits) +
                               qbytes(H, w.embed.bits);
   EXPECT_EQ(decode_bytes_per_token(w), expect_bytes);
+}
+
+TEST(BenchCounts, PrefillFlopsFollowTheWeights) {
+  for (const char* preset : {"tiny", "qwen3.6-35b-a3b"}) {
+    auto cfg = synthetic_config(preset);
+    ASSERT_TRUE(cfg) << cfg.message();
+    const ModelConfig& c = *cfg;
+    if (std::string(preset) == "tiny") {  // the weights' own count (the real preset's weights are 19 GB)
+      const auto sw = make_synthetic_weights(c, 5);
+      EXPECT_DOUBLE_EQ(token_weight_flops(c), 2.0 * double(macs_per_token(sw->w))) << preset;
+    }
+    // Attention pairs one by one: a prompt of P after `past` tokens, each query sees past + its index + 1 keys.
+    int n_attn = 0;
+    for (int i = 0; i < c.num_hidden_layers; ++i) n_attn += c.is_full_attention[size_t(i)] ? 1 : 0;
+    for (const auto& [P, past] : {std::pair{1, 0}, std::pair{7, 0}, std::pair{300, 45}}) {
+      double pairs = 0;
+      for (int q = 0; q < P; ++q) pairs += past + q + 1;
+      const double want = P * token_weight_flops(c) + n_attn * 4.0 * c.num_attention_heads * c.head_dim * pairs +
+                          2.0 * c.vocab_size * c.hidden_size;
+      EXPECT_DOUBLE_EQ(prefill_flops(c, P, past), want) << preset << " P " << P << " past " << past;
+    }
+    EXPECT_EQ(prefill_flops(c, 0), 0.0);
+  }
+  // The real shape: ~4.9 GFLOP of weight products a token (docs/perf: "4.87 GFLOP a token").
+  auto real = synthetic_config("qwen3.6-35b-a3b");
+  ASSERT_TRUE(real);
+  EXPECT_NEAR(token_weight_flops(*real) / 1e9, 4.87, 0.05);
 }
 
 }  // namespace
