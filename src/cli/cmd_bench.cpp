@@ -27,7 +27,7 @@
 #include "engine/engine.h"
 #include "io/synth.h"
 #include "model/model.h"
-#include "model/prefill_flops.h"
+#include "model/cost_model.h"
 #include "text/tokenizer.h"
 
 namespace lily::cli {
@@ -154,7 +154,7 @@ int run_bench(const BenchArgs& a) {
   out["state_bytes_per_element"] = sm.s_elem;
   out["results"] = nlohmann::json::array();
   std::fprintf(stderr, "bench: %s on %s; copy bandwidth %.0f GB/s\n", model.backend_name(), model.hardware().c_str(), copy);
-  // Prefill TFLOP/s: the model's FLOPs of the prompt (model/prefill_flops.h: weight products, causal attention,
+  // Prefill TFLOP/s: the model's FLOPs of the prompt (model/cost_model.h: weight products, causal attention,
   // the last token's lm_head) over the time to the first token.
   std::fprintf(stderr, "| context | prefill tok/s | prefill TFLOP/s | decode tok/s | ms/step (median) | GB/s | vs copy | digest |\n"
                        "|---:|---:|---:|---:|---:|---:|---:|---|\n");

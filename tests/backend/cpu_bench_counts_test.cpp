@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cpu/fast_backend.h"
-#include "model/prefill_flops.h"
+#include "model/cost_model.h"
 #include "model/synthetic_weights.h"
 
 namespace lily {
