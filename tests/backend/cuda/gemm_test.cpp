@@ -32,14 +32,12 @@ namespace {
 // Rows of a quantized weight, dequantized: ‖w_n‖₂ per row (the single-pass bound below).
 std::vector<double> row_norms(const HostQ& W) {
   const QWeight& w = W.w;
-  const int gpr = w.cols / 64, per = 32 / w.bits;
   std::vector<double> nn(size_t(w.rows));
   for (int n = 0; n < w.rows; ++n) {
     double s2 = 0;
     for (int k = 0; k < w.cols; ++k) {
-      const size_t g = size_t(n) * gpr + k / 64, bit = size_t(n) * w.cols + k;
-      const uint32_t q = (w.codes[bit / per] >> ((bit % per) * w.bits)) & ((1u << w.bits) - 1);
-      const double v = double(bf16_to_f32(w.scales[g])) * q + double(bf16_to_f32(w.biases[g]));
+      const size_t g = size_t(n) * w.groups_per_row() + k / w.group_size;
+      const double v = double(bf16_to_f32(w.scales[g])) * w.code(n, k) + double(bf16_to_f32(w.biases[g]));
       s2 += v * v;
     }
     nn[size_t(n)] = std::sqrt(s2);

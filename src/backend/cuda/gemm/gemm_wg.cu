@@ -16,8 +16,6 @@
 // dispatch (4-bit here, 8-bit gemm_q8.cu) is at the end.
 #include <cuda_fp16.h>
 
-#include <cstdlib>
-
 #include "backend/cuda/common/common.cuh"
 #include "backend/cuda/step/prefill_ops.h"
 #include "backend/cuda/common/wgmma_util.cuh"
@@ -289,15 +287,6 @@ template <bool SWIGLU> Status launch_terms(const GemmArgs& a, cudaStream_t s) {
 }
 
 }  // namespace
-
-int pf_terms(int M) {
-  static const int from = [] {
-    const char* e = std::getenv("LILY_PF_SINGLE_MIN");
-    const int v = e && *e ? std::atoi(e) : 0;
-    return v >= 1 ? v : kPfSinglePassRows;
-  }();
-  return M >= from ? 1 : 2;
-}
 
 Status gemm_wg(const GemmArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);

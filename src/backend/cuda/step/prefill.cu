@@ -8,6 +8,7 @@
 // unsupported shape replay the decode graph instead: on the H200 a prefill forward costs about
 // 15 ms + 0.22 ms per token at small M (engine trace, 2026-12-03) and a decode step 2.2 ms, so
 // below about 8 tokens the decode graph is faster.
+#include <climits>
 #include <cstdlib>
 
 #include "backend/cuda/cuda_backend.h"
@@ -22,6 +23,13 @@ int env_int(const char* name, int def, int lo, int hi) {
   if (!e || !*e) return def;
   const int v = std::atoi(e);
   return v >= lo && v <= hi ? v : def;
+}
+
+// The 4-bit GEMMs' terms of a chunk of M tokens: 1 (single pass) from pf::kPfSinglePassRows rows on, or from
+// LILY_PF_SINGLE_MIN (a test hook: the goldens and tiny models at short lengths through the single-pass kernels).
+int pf_terms(int M) {
+  static const int from = env_int("LILY_PF_SINGLE_MIN", pf::kPfSinglePassRows, 1, INT_MAX);
+  return M >= from ? 1 : 2;
 }
 
 // Per-op time table of one profiled prefill (events recorded by mark()).
@@ -114,7 +122,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
   // Hopper wgmma kernel (gemm_wg.cu): single pass from kPfSinglePassRows rows on (the fp16 plane only),
   // two pass below (hi + lo planes and group sums); the 8-bit router the mma.sync pipe kernel (gemm_q8.cu),
   // two pass always (its input's split is full).
-  const int terms = pf::pf_terms(M);
+  const int terms = pf_terms(M);
   // A short chunk runs its MoE on the batched step's expert kernels (moe_rows).
   const bool small_moe = moe_rows_ok(M);
   auto split = [&](const float* a, int lda, int rows, int K, bool full = false) -> Status {

@@ -36,7 +36,7 @@ struct GemmArgs {
   const uint16_t* al = nullptr;
   const float* axs = nullptr;
   // 4-bit: 2 = exact weights times x as hi + lo (reads ah, al, axs); 1 = single pass, fp16(s·q + b)·fp16(x)
-  // (reads ah only). The prefill chooses by the chunk's rows (pf_terms); 8-bit calls are always two pass.
+  // (reads ah only). The prefill chooses by the chunk's rows (prefill.cu); 8-bit calls are always two pass.
   int terms = 2;
 };
 // Prefill chunks of at least this many tokens run their 4-bit GEMMs single pass (terms 1, ~1e-3 of a
@@ -45,9 +45,6 @@ struct GemmArgs {
 // kOwnPrefillRows is this), so its rounding never depends on what else the server runs; shorter segments
 // beside decode rows run the step's two-pass qgemm/xgemm, the class of the two-pass prefill.
 constexpr int kPfSinglePassRows = 1024;
-// The terms of a chunk of M tokens: 1 from kPfSinglePassRows rows on, or from LILY_PF_SINGLE_MIN (a test hook:
-// the goldens and tiny models at short lengths through the single-pass kernels).
-int pf_terms(int M);
 Status gemm(const GemmArgs& a, Stream s);
 // hi = fp16(a), lo = fp16(a − hi) (row-compact [M, K]) and xs = Σ a per 64-group [M, K/64]; lo and xs
 // only when both are given (lo null: hi alone, what the 4-bit GEMMs read).
