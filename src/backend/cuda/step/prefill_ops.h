@@ -134,8 +134,11 @@ __device__ __forceinline__ const GdnPrefillArgs& seg_args(const GdnPrefillArgs& 
 // u: fp32 [M, ldu] = [q (nh·qw, per head [q | gate] when qw = 2hd) | k (nkv·hd) | v (nkv·hd)].
 // Writes K/V of positions pos0..pos0+M-1 into kc/vc (fp32 [nkv, max_seq, hd]) after k RMSNorm +
 // RoPE, then causal GQA flash attention of the M queries over positions 0..pos0+m, output gate
-// applied: out fp32 [M, nh·hd]. qb: scratch bf16 [2][M, nh, hd] (q hi, q lo). The wgmma kernel
-// (attn_wg.cu): q, K, V and P enter the MMAs as bf16 hi + lo, three MMAs per product (~16-bit operands).
+// applied: out fp32 [M, nh·hd]. qb: scratch of 2·M·nh·hd 16-bit elements. terms 3 (split operands, the
+// wgmma kernel of attn_wg.cu): q, K, V and P enter the MMAs as bf16 hi + lo, three MMAs per product
+// (~16-bit operands), qb = bf16 [2][M, nh, hd] (q hi, q lo); terms 1 (single pass, attn_wg16.cuh, the
+// chunks of pf::kPfSinglePassRows tokens and more): each operand rounded once to fp16, one MMA a product,
+// qb = fp16 [M, nh, hd].
 struct AttnPrefillArgs {
   const float* u = nullptr;
   int ldu = 0, M = 0, pos0 = 0;
@@ -146,6 +149,7 @@ struct AttnPrefillArgs {
   void* qb = nullptr;
   float* out = nullptr;
   int nh = 0, nkv = 0, hd = 0, qw = 0, rot = 0, max_seq = 0;
+  int terms = 3;  // 3: split operands; 1: single pass (fp16)
   double theta = 1e7;
   float eps = 1e-6f;
   void (*prof)(void* ctx, const char* what) = nullptr;  // as GdnPrefillArgs::prof
