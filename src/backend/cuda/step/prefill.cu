@@ -198,18 +198,18 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     pf::RouteArgs r{};
     r.logits = p.rl, r.M = M, r.E = E, r.top_k = k, r.norm_topk = c.norm_topk_prob, r.topk_ids = p.topk_ids;
     r.topk_w = p.topk_w, r.slot_tok = p.slot_tok, r.slot_of = p.slot_of, r.tiles = p.tiles;
-    r.max_tiles = pf::moe_max_tiles(M, E, k), r.scratch = p.rscratch;
+    r.max_tiles = pf::moe_max_tiles(M, E, k), r.scratch = p.rscratch, r.wide = terms == 1;
     LILY_TRY(pf::moe_route(r, s));
     mark("moe: top-k+sort+tiles", s);
     pf::GemmArgs gu{};
     gu.w = L.gate, gu.w2 = L.up, gu.n_out = I, gu.a_rows = p.slot_tok, gu.y = p.act, gu.ldy = I;
-    gu.swiglu = true, gu.tiles = p.tiles, gu.max_tiles = r.max_tiles;
+    gu.swiglu = true, gu.tiles = p.tiles, gu.max_tiles = r.max_tiles, gu.wide = r.wide;
     with_split(gu);
     LILY_TRY(pf::gemm(gu, s));
     mark("moe: grouped gate+up+swiglu", s);
     pf::GemmArgs dn{};
     dn.w = L.down, dn.n_out = H, dn.y = p.yd, dn.ldy = H, dn.tiles = p.tiles;
-    dn.max_tiles = r.max_tiles;
+    dn.max_tiles = r.max_tiles, dn.wide = r.wide;
     with_split(dn);
     // The shared expert's gate/up reads hn's split before act's split replaces it.
     const int Is = c.shared_expert_intermediate_size;

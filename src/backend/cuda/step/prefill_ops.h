@@ -38,6 +38,8 @@ struct GemmArgs {
   // 4-bit: 2 = exact weights times x as hi + lo (reads ah, al, axs); 1 = single pass, fp16(s·q + b)·fp16(x)
   // (reads ah only). The prefill chooses by the chunk's rows (prefill.cu); 8-bit calls are always two pass.
   int terms = 2;
+  // Grouped: the tiles of a wide route (RouteArgs::wide: 128- and 64-row classes; single pass only).
+  bool wide = false;
 };
 // Prefill chunks of at least this many tokens run their 4-bit GEMMs single pass (terms 1, ~1e-3 of a
 // logit from the fp32 reference, inside transformers' fp16 envelope), shorter ones two pass. A prompt
@@ -74,6 +76,10 @@ struct RouteArgs {
   int32_t* tiles = nullptr;
   int max_tiles = 0;
   int32_t* scratch = nullptr;
+  // false: every tile kGemmBM rows ({expert, m0, m1, 0}); true (single-pass GEMMs only): an expert's rows in
+  // tiles of 2·kGemmBM ({.., 1}), its last tile of ≤ kGemmBM rows a kGemmBM tile ({.., 0}), so the GEMM runs
+  // each class at its own wgmma width (fewer, fuller tiles at ~64–128 rows an expert).
+  bool wide = false;
 };
 Status moe_route(const RouteArgs& a, Stream s);
 int moe_route_scratch_ints(int E);
