@@ -136,9 +136,15 @@ TEST(CudaOps, Attention) {
 namespace lily::test_prefill {
 namespace {
 
-// q/K/V/P split into bf16 hi + lo (the wgmma kernel, attn_wg.cu), checked against the plain fp32
-// reference over fp32 caches.
-void attn_case(int nh, int nkv, int hd, int pos0, int M) {
+// Against the plain fp32 reference over fp32 caches (softmax in double). terms 3: q/K/V/P split into bf16
+// hi + lo (attn_wg.cu), errors ~1e-5, tolerance 3e-4 + 1e-3·|ref|. terms 1 (attn_wg16.cuh): q, K, V and P
+// each rounded once to fp16, so from the arithmetic, per output element (softmax weights w_t, o = Σ w_t v_t):
+// a score moves by at most scale·(2^-10 + hd·2^-24)·Σ_d |q_d k_td| =: E_t (two fp16 roundings, the fp32
+// sum), which moves o by Σ_t w_t |v_t − o| E_t to first order; P and V add 2^-10 Σ_t w_t |v_t|, and fp16
+// subnormals of small p at most 2^-25 Σ_t |v_t| / Σ_t p_t. Bound = 2·gate·(their sum) + 1e-6 (the factor 2
+// for second-order terms). With random signs the errors sit well below it; a wrong key, tile or mask is
+// off by ~|o|.
+void attn_case(int nh, int nkv, int hd, int pos0, int M, int terms = 3) {
   const int qw = 2 * hd, rot = hd / 4, ldu = nh * qw + 2 * nkv * hd, max_seq = pos0 + M + 3;
   auto u = randv(size_t(M) * ldu);
   auto qn = rand_bf16(hd, 0.1f, 1.f), kn = rand_bf16(hd, 0.1f, 1.f);
@@ -155,6 +161,7 @@ void attn_case(int nh, int nkv, int hd, int pos0, int M) {
   cuda::pf::AttnPrefillArgs a{};
   a.u = du.p, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = dqn.p, a.k_norm = dkn.p, a.kc = dkc.p, a.vc = dvc.p;
   a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot, a.max_seq = max_seq;
+  a.terms = terms;
   ASSERT_TRUE(cuda::pf::attn_prefill(a, nullptr).is_ok());
   // Reference: fp32 norm + rope; softmax in double.
   auto qnb = as_bf16(qn), knb = as_bf16(kn);
@@ -172,28 +179,59 @@ void attn_case(int nh, int nkv, int hd, int pos0, int M) {
       }
   }
   std::vector<float> ref(size_t(M) * nh * hd);
+  std::vector<double> bound(terms == 1 ? ref.size() : 0);
   const float scale = 1.f / std::sqrt(float(hd));
+  const double c_s = scale * (std::ldexp(1.0, -10) + hd * std::ldexp(1.0, -24));
   for (int m = 0; m < M; ++m)
     for (int h = 0; h < nh; ++h) {
       const int kvh = h / (nh / nkv), n = pos0 + m + 1;
-      std::vector<double> p(n);
+      const float* qr = &q[(size_t(m) * nh + h) * hd];
+      auto kr = [&](int t) { return &kc[(size_t(kvh) * max_seq + t) * hd]; };
+      auto vr = [&](int t) { return &vc[(size_t(kvh) * max_seq + t) * hd]; };
+      std::vector<double> p(n), e(n);  // e: the score's error bound E_t
       double mx = -1e30, sum = 0;
       for (int t = 0; t < n; ++t) {
-        double s = 0;
-        for (int d = 0; d < hd; ++d) s += double(q[(size_t(m) * nh + h) * hd + d]) * kc[(size_t(kvh) * max_seq + t) * hd + d];
-        p[t] = s * scale, mx = std::max(mx, p[t]);
+        double s = 0, sa = 0;
+        for (int d = 0; d < hd; ++d) s += double(qr[d]) * kr(t)[d], sa += std::fabs(double(qr[d]) * kr(t)[d]);
+        p[t] = s * scale, mx = std::max(mx, p[t]), e[t] = c_s * sa;
       }
       for (auto& x : p) sum += (x = std::exp(x - mx));
       for (int d = 0; d < hd; ++d) {
         double o = 0;
-        for (int t = 0; t < n; ++t) o += p[t] * vc[(size_t(kvh) * max_seq + t) * hd + d];
+        for (int t = 0; t < n; ++t) o += p[t] * vr(t)[d];
+        o /= sum;
         const float gt = u[size_t(m) * ldu + h * qw + hd + d];
-        ref[(size_t(m) * nh + h) * hd + d] = float(o / sum) / (1.f + std::exp(-gt));
+        const float gate = 1.f / (1.f + std::exp(-gt));
+        const size_t i = (size_t(m) * nh + h) * hd + d;
+        ref[i] = float(o) * gate;
+        if (terms != 1) continue;
+        double b_s = 0, b_pv = 0, b_sub = 0;
+        for (int t = 0; t < n; ++t) {
+          const double v = vr(t)[d], w = p[t] / sum;
+          b_s += w * std::fabs(v - o) * e[t], b_pv += w * std::fabs(v), b_sub += std::fabs(v);
+        }
+        bound[i] = 2.0 * gate * (b_s + std::ldexp(b_pv, -10) + std::ldexp(b_sub, -25) / sum) + 1e-6;
       }
     }
   const std::string shape = dims({nh, nkv, hd}) + " pos0=" + std::to_string(pos0) + " M=" + std::to_string(M);
-  // Split operands: ~16-bit products, errors ~1e-5 (tolerance 3e-4 + 1e-3·|ref|).
-  check("attn prefill out", shape, dout.down(), ref, 3e-4f, 1e-3f);
+  if (terms == 1) {
+    const auto got = dout.down();
+    double worst = 0, max_err = 0;  // worst = max |err| / bound
+    size_t nbad = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const double err = std::fabs(double(got[i]) - ref[i]);
+      max_err = std::max(max_err, std::isnan(err) ? INFINITY : err);
+      worst = std::max(worst, std::isnan(err) ? INFINITY : err / bound[i]);
+      if (!(err <= bound[i])) ++nbad;
+    }
+    std::printf("| %-24s | %-34s | %10.3e | err/bound %.3f (bound: fp16 q, K, V, P; see attn_case) | %s |\n",
+                "attn prefill single pass", shape.c_str(), max_err, worst, nbad ? "FAIL" : "ok");
+    std::fflush(stdout);
+    EXPECT_EQ(nbad, 0u) << "attn prefill single pass " << shape;
+  } else {
+    // Split operands: ~16-bit products, errors ~1e-5 (tolerance 3e-4 + 1e-3·|ref|).
+    check("attn prefill out", shape, dout.down(), ref, 3e-4f, 1e-3f);
+  }
   // K: fp32 norm + RoPE vs the reference's (last-bit differences); V copied.
   check("attn prefill K cache", shape, dkc.down(), kc, 1e-5f, 1e-5f);
   check("attn prefill V cache", shape, dvc.down(), vc, 0.f, 0.f);
@@ -225,13 +263,31 @@ TEST(CudaPrefill, AttnPrefillWgmma) {
   attn_case(4, 2, 64, 1000, 300);
   attn_case(8, 8, 128, 63, 65);
 }
+// The single-pass kernel (attn_wg16.cuh): 128-query blocks, 64-key tiles double-buffered, the causal mask
+// only on tiles crossing a warpgroup's diagonal. The real shape at every query-tile and key-tile edge with
+// and without cached positions, chunks continuing far into the cache, the other head dims and GQA groups.
+TEST(CudaPrefill, AttnPrefillSinglePass) {
+  LILY_PREFILL_REQUIRE_GPU();
+  const int pos0s[3] = {0, 37, 100};
+  int i = 0;
+  for (int M : {1, 2, 31, 32, 33, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257})
+    attn_case(16, 2, 256, pos0s[i++ % 3], M, 1);
+  attn_case(16, 2, 256, 4000, 129, 1);  // continuing after 4000 cached positions
+  attn_case(16, 2, 256, 4095, 2, 1);
+  attn_case(16, 2, 256, 1500, 130, 1);
+  attn_case(4, 1, 256, 4097, 64, 1);
+  attn_case(2, 1, 128, 0, 4097, 1);
+  attn_case(2, 1, 256, 0, 4097, 1);
+  attn_case(4, 2, 64, 1000, 300, 1);
+  attn_case(8, 8, 128, 63, 65, 1);
+  attn_case(6, 2, 64, 37, 64, 1);  // GQA group 3 (the wide golden's shape)
+}
 // Several sequences' segments in one launch (the mixed step's form, pf::attn_prefill_segments) against
 // each segment run alone (attn_prefill, which attn_case checks against the CPU reference): outputs and
 // caches equal bit for bit, so the segments neither share nor overrun each other's rows, caches or
 // scratch. 19 segments: a launch takes 16, so the last 3 form a second group; lengths across the
 // 128-query tiles, positions with and without a cached prefix, an empty segment among them.
-TEST(CudaPrefill, AttnPrefillSegmentsEqualAlone) {
-  LILY_PREFILL_REQUIRE_GPU();
+void segments_case(int terms) {
   const int nh = 16, nkv = 2, hd = 256, qw = 2 * hd, rot = 64, ldu = nh * qw + 2 * nkv * hd;
   const int Ms[19] = {96, 1, 129, 7, 0, 64, 200, 33, 96, 5, 128, 2, 70, 96, 17, 300, 8, 65, 40};
   const int P0[19] = {0, 37, 0, 256, 0, 1000, 3, 0, 96, 64, 0, 511, 9, 0, 2, 130, 0, 77, 4000};
@@ -260,7 +316,7 @@ TEST(CudaPrefill, AttnPrefillSegmentsEqualAlone) {
   }
   cuda::pf::AttnPrefillArgs base{};
   base.ldu = ldu, base.q_norm = dqn.p, base.k_norm = dkn.p, base.nh = nh;
-  base.nkv = nkv, base.hd = hd, base.qw = qw, base.rot = rot;
+  base.nkv = nkv, base.hd = hd, base.qw = qw, base.rot = rot, base.terms = terms;
   std::vector<cuda::pf::AttnSeg> segs;
   for (auto& q : a) {
     cuda::pf::AttnSeg g;
@@ -277,34 +333,44 @@ TEST(CudaPrefill, AttnPrefillSegmentsEqualAlone) {
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (int i = 0; i < 19; ++i) {
-    const std::string shape = "segment " + std::to_string(i) + " of 19: pos0=" + std::to_string(P0[i]) + " M=" + std::to_string(Ms[i]);
+    const std::string shape = "terms " + std::to_string(terms) + ", segment " + std::to_string(i) + " of 19: pos0=" + std::to_string(P0[i]) + " M=" + std::to_string(Ms[i]);
     check("attn segments out = alone", shape, a[size_t(i)]->out.down(), b[size_t(i)]->out.down(), 0.f, 0.f);
     check("attn segments K = alone", shape, a[size_t(i)]->kc.down(), b[size_t(i)]->kc.down(), 0.f, 0.f);
     check("attn segments V = alone", shape, a[size_t(i)]->vc.down(), b[size_t(i)]->vc.down(), 0.f, 0.f);
   }
 }
-// Timing of the attention prefill (prep + K/V split + flash) at the real shape (16 q / 2 kv heads,
-// hd 256, gate) for a 4,096-token chunk with 0 and 4,096 cached positions, fp32 caches. Runs only
+TEST(CudaPrefill, AttnPrefillSegmentsEqualAlone) {
+  LILY_PREFILL_REQUIRE_GPU();
+  segments_case(3);
+  segments_case(1);
+}
+// Timing of the attention prefill (prep + K/V planes + flash), split and single pass, at the real shape
+// (16 q / 2 kv heads, hd 256, gate): 4,096-token chunks after 0 and 4,096 cached positions, 2,048-token
+// ones after 2,048 and 30,720 (the last chunk of a 32k prompt), fp32 caches. Runs only
 // with LILY_ATTN_BENCH=1. TF/s counts 4·hd FLOP per (query, key ≤ query) pair and head (the
 // products, not the three MMAs of a split one); the CPU rows above are the oracle.
 TEST(CudaPrefill, AttnBench) {
   LILY_PREFILL_REQUIRE_GPU();
   const char* e = std::getenv("LILY_ATTN_BENCH");
   if (!e || std::string(e) != "1") GTEST_SKIP() << "set LILY_ATTN_BENCH=1 to time the attention kernels";
-  const int nh = 16, nkv = 2, hd = 256, qw = 2 * hd, rot = 64, ldu = nh * qw + 2 * nkv * hd, M = 4096, max_seq = 8192;
-  DBuf<float> du(randv(size_t(M) * ldu)), dout(size_t(M) * nh * hd), dkc(size_t(nkv) * max_seq * hd), dvc(size_t(nkv) * max_seq * hd);
+  const int nh = 16, nkv = 2, hd = 256, qw = 2 * hd, rot = 64, ldu = nh * qw + 2 * nkv * hd, max_seq = 32768, Mmax = 4096;
+  DBuf<float> du(randv(size_t(Mmax) * ldu)), dout(size_t(Mmax) * nh * hd), dkc(size_t(nkv) * max_seq * hd), dvc(size_t(nkv) * max_seq * hd);
   cudaMemset(dkc.p, 0, dkc.n * 4), cudaMemset(dvc.p, 0, dvc.n * 4);
-  DBuf<uint16_t> dqn(to_bits(rand_bf16(hd, 0.1f, 1.f))), dkn(to_bits(rand_bf16(hd, 0.1f, 1.f))), dqb(size_t(2) * M * nh * hd);
-  for (int pos0 : {0, 4096}) {
-    std::printf("| attn 16x2x256 M=%d pos0=%d |", M, pos0);
-    cuda::pf::AttnPrefillArgs a{};
-    a.u = du.p, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = dqn.p, a.k_norm = dkn.p, a.kc = dkc.p, a.vc = dvc.p;
-    a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot;
-    a.max_seq = max_seq;
-    const float ms = mean_ms(5, [&] { return cuda::pf::attn_prefill(a, nullptr).is_ok(); });
-    ASSERT_GE(ms, 0.f) << "pos0 " << pos0 << ": an attention call failed";
-    const double pairs = double(M) * pos0 + double(M) * (M + 1) / 2;
-    std::printf(" %7.3f ms %6.1f TF/s |", ms, 4.0 * hd * nh * pairs / (ms * 1e-3) / 1e12);
+  DBuf<uint16_t> dqn(to_bits(rand_bf16(hd, 0.1f, 1.f))), dkn(to_bits(rand_bf16(hd, 0.1f, 1.f))), dqb(size_t(2) * Mmax * nh * hd);
+  std::printf("| attn 16x2x256 (prep + K/V planes + flash) | split (terms 3) | single pass (terms 1) |\n");
+  struct C { int M, pos0; };
+  for (C c : {C{4096, 0}, C{4096, 4096}, C{2048, 2048}, C{2048, 30720}}) {
+    std::printf("| M=%d pos0=%d |", c.M, c.pos0);
+    for (int terms : {3, 1}) {
+      cuda::pf::AttnPrefillArgs a{};
+      a.u = du.p, a.ldu = ldu, a.M = c.M, a.pos0 = c.pos0, a.q_norm = dqn.p, a.k_norm = dkn.p, a.kc = dkc.p, a.vc = dvc.p;
+      a.qb = dqb.p, a.out = dout.p, a.nh = nh, a.nkv = nkv, a.hd = hd, a.qw = qw, a.rot = rot;
+      a.max_seq = max_seq, a.terms = terms;
+      const float ms = mean_ms(5, [&] { return cuda::pf::attn_prefill(a, nullptr).is_ok(); });
+      ASSERT_GE(ms, 0.f) << "pos0 " << c.pos0 << ": an attention call failed";
+      const double pairs = double(c.M) * c.pos0 + double(c.M) * (c.M + 1) / 2;
+      std::printf(" %7.3f ms %6.1f TF/s |", ms, 4.0 * hd * nh * pairs / (ms * 1e-3) / 1e12);
+    }
     std::printf("\n");
     std::fflush(stdout);
   }

@@ -138,10 +138,15 @@ struct BenchW {
   }
 };
 
-// One row: the shape at two terms (exact weights, x hi + lo) and at one (single pass).
+// One row: the shape at two terms (exact weights, x hi + lo) and at one (single pass); a wide route's grouped
+// tiles single pass only (the first column left empty).
 void bench_row(const char* name, cuda::pf::GemmArgs a, double flop) {
-  std::printf("| %-26s |", name);
+  std::printf("| %-30s |", name);
   for (int terms : {2, 1}) {
+    if (a.wide && terms == 2) {
+      std::printf(" %22s |", "");
+      continue;
+    }
     a.terms = terms;
     const float ms = mean_ms(10, [&] { return cuda::pf::gemm(a, nullptr).is_ok(); });
     ASSERT_GE(ms, 0.f) << name << ": a GEMM call failed";
@@ -155,7 +160,7 @@ TEST(CudaPrefill, GemmBench) {
   const char* e = std::getenv("LILY_GEMM_BENCH");
   if (!e || std::string(e) != "1") GTEST_SKIP() << "set LILY_GEMM_BENCH=1 to time the GEMM kernels";
   const int M = 4096, H = 2048, E = 256, k = 8, I = 512;
-  std::printf("| GEMM (M=4096) | two pass | single pass |\n");
+  std::printf("| GEMM (M=4096 dense) | two pass | single pass |\n");
   auto dense = [&](const char* name, int N, int K, bool swiglu) {
     BenchW w(swiglu ? 2 * N : N, K);
     auto x = randv(size_t(M) * K);
@@ -171,45 +176,50 @@ TEST(CudaPrefill, GemmBench) {
   dense("attn qkv 9216x2048", 9216, 2048, false);
   dense("shared gate+up 2x512x2048", 512, 2048, true);
   dense("shared down 2048x512", 2048, 512, false);
-  // Grouped: random top-8 of 256 per token, expert-major slots, 64-row tiles.
-  const int S = M * k, T = cuda::pf::moe_max_tiles(M, E, k);
-  std::vector<std::vector<int>> by_e(E);
-  for (int m = 0; m < M; ++m) {
-    std::vector<int> ids;
-    while (int(ids.size()) < k) {
-      const int id = int(rng()() % E);
-      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  // Grouped: random top-8 of 256 per token, expert-major slots; at 4,096 tokens (~128 rows an expert) and at
+  // 2,048 (~64, the prefill's segments), in 64-row tiles and in a wide route's 128- and 64-row tiles (as
+  // pf::moe_route makes them).
+  for (const int Mg : {4096, 2048}) {
+    const int S = Mg * k, T = cuda::pf::moe_max_tiles(Mg, E, k);
+    std::vector<std::vector<int>> by_e(E);
+    for (int m = 0; m < Mg; ++m) {
+      std::vector<int> ids;
+      while (int(ids.size()) < k) {
+        const int id = int(rng()() % E);
+        if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+      }
+      for (int id : ids) by_e[id].push_back(m);
     }
-    for (int id : ids) by_e[id].push_back(m);
-  }
-  std::vector<int32_t> slot_tok, tiles;
-  for (int ex = 0; ex < E; ++ex) {
-    const int o = int(slot_tok.size()), c = int(by_e[ex].size());
-    for (int i = 0; i < c; i += 64) tiles.insert(tiles.end(), {ex, o + i, o + std::min(i + 64, c), 0});
-    slot_tok.insert(slot_tok.end(), by_e[ex].begin(), by_e[ex].end());
-  }
-  tiles.resize(size_t(T) * 4, 0);
-  DBuf<int32_t> dslot(slot_tok), dtiles(tiles);
-  {
-    BenchW gate(E * I, H), up(E * I, H);
-    auto x = randv(size_t(M) * H);
-    DBuf<float> dx(x), dact(size_t(S) * I);
-    DevSplit sp(dx.p, H, M, H);
-    cuda::pf::GemmArgs gu{};
-    gu.w = gate.q, gu.w2 = up.q, gu.n_out = I, gu.a_rows = dslot.p, gu.M = S, gu.y = dact.p, gu.ldy = I;
-    gu.swiglu = true, gu.tiles = dtiles.p, gu.max_tiles = T;
-    sp.use(gu);
-    bench_row("moe gate+up 8x2x512x2048", gu, 2.0 * S * 2 * I * H);
-  }
-  {
-    BenchW down(E * H, I);
+    std::vector<int32_t> slot_tok, narrow, wide;
+    for (int ex = 0; ex < E; ++ex) {
+      const int o = int(slot_tok.size()), c = int(by_e[ex].size());
+      for (int i = 0; i < c; i += 64) narrow.insert(narrow.end(), {ex, o + i, o + std::min(i + 64, c), 0});
+      for (int i = 0; i < c; i += 128) {
+        const int m1 = o + std::min(i + 128, c);
+        wide.insert(wide.end(), {ex, o + i, m1, m1 - (o + i) > 64 ? 1 : 0});
+      }
+      slot_tok.insert(slot_tok.end(), by_e[ex].begin(), by_e[ex].end());
+    }
+    narrow.resize(size_t(T) * 4, 0);
+    wide.resize(size_t(T) * 4, 0);
+    DBuf<int32_t> dslot(slot_tok), dnarrow(narrow), dwide(wide);
+    BenchW gate(E * I, H), up(E * I, H), down(E * H, I);
+    auto x = randv(size_t(Mg) * H);
     auto act = randv(size_t(S) * I);
-    DBuf<float> dact(act), dyd(size_t(S) * H);
-    DevSplit sp(dact.p, I, S, I);
-    cuda::pf::GemmArgs dn{};
-    dn.w = down.q, dn.n_out = H, dn.M = S, dn.y = dyd.p, dn.ldy = H, dn.tiles = dtiles.p, dn.max_tiles = T;
-    sp.use(dn);
-    bench_row("moe down 8x2048x512", dn, 2.0 * S * H * I);
+    DBuf<float> dx(x), dact_in(act), dact(size_t(S) * I), dyd(size_t(S) * H);
+    DevSplit sx(dx.p, H, Mg, H), sa(dact_in.p, I, S, I);
+    for (const bool w : {false, true}) {
+      const int32_t* tl = w ? dwide.p : dnarrow.p;
+      cuda::pf::GemmArgs gu{};
+      gu.w = gate.q, gu.w2 = up.q, gu.n_out = I, gu.a_rows = dslot.p, gu.M = S, gu.y = dact.p, gu.ldy = I;
+      gu.swiglu = true, gu.tiles = tl, gu.max_tiles = T, gu.wide = w;
+      sx.use(gu);
+      bench_row(fmt::format("moe gate+up M={}{}", Mg, w ? " wide" : "").c_str(), gu, 2.0 * S * 2 * I * H);
+      cuda::pf::GemmArgs dn{};
+      dn.w = down.q, dn.n_out = H, dn.M = S, dn.y = dyd.p, dn.ldy = H, dn.tiles = tl, dn.max_tiles = T, dn.wide = w;
+      sa.use(dn);
+      bench_row(fmt::format("moe down M={}{}", Mg, w ? " wide" : "").c_str(), dn, 2.0 * S * H * I);
+    }
   }
 }
 

@@ -275,16 +275,16 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 2) {
   ASSERT_TRUE(cuda::pf::gemm(ra, nullptr).is_ok());
   cuda::pf::RouteArgs r{};
   r.logits = drl.p, r.M = M, r.E = E, r.top_k = k, r.topk_ids = dids.p, r.topk_w = dtw.p, r.slot_tok = dslot_tok.p;
-  r.slot_of = dslot_of.p, r.tiles = dtiles.p, r.max_tiles = T, r.scratch = dscr.p;
+  r.slot_of = dslot_of.p, r.tiles = dtiles.p, r.max_tiles = T, r.scratch = dscr.p, r.wide = terms == 1;
   ASSERT_TRUE(cuda::pf::moe_route(r, nullptr).is_ok());
   cuda::pf::GemmArgs gu{};
-  gu.terms = terms;
+  gu.terms = terms, gu.wide = r.wide;
   gu.w = dg.q, gu.w2 = du.q, gu.n_out = I, gu.a_rows = dslot_tok.p, gu.y = dact.p, gu.ldy = I;
   gu.swiglu = true, gu.tiles = dtiles.p, gu.max_tiles = T;
   sx.use(gu);
   ASSERT_TRUE(cuda::pf::gemm(gu, nullptr).is_ok());
   cuda::pf::GemmArgs dn{};
-  dn.terms = terms;
+  dn.terms = terms, dn.wide = r.wide;
   dn.w = dd.q, dn.n_out = H, dn.y = dyd.p, dn.ldy = H, dn.tiles = dtiles.p, dn.max_tiles = T;
   DevSplit sa(dact.p, I, S, I);
   sa.use(dn);
@@ -333,7 +333,8 @@ TEST(CudaPrefill, Moe) {
   for (int terms : {2, 1}) {
     for (int M : {1, 2, 9, 65, 129}) moe_case(M, 256, 16, 4, 256, terms);
     moe_case(300, 2048, 256, 8, 512, terms);  // real shapes
-    moe_case(4097, 256, 64, 8, 128, terms);   // many tiles, skewed counts
+    moe_case(4097, 256, 64, 8, 128, terms);   // many tiles, skewed counts (single pass: 128- and 64-row tiles)
+    moe_case(2048, 512, 32, 8, 128, terms);   // ~512 rows an expert: full 128-row tiles and every remainder class
   }
 }
 

@@ -8,14 +8,16 @@
 // shared memory), online softmax in fp32 (exp2), P split into bf16 hi/lo straight from the S
 // registers, O += Ph·Vh + Ph·Vl + Pl·Vh (wgmma m64n{hd}k16, P from registers, Vᵀ in the 64-byte
 // swizzle). Output gate in the epilogue. (The products of the mma.sync split-operand kernel it replaced.)
+// Terms 1 (AttnPrefillArgs::terms, the long chunks): kv_split writes single fp16 planes and the
+// single-pass kernel of attn_wg16.cuh runs instead. Both share the planes' scratch.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <mutex>
 
+#include "backend/cuda/attention/attn_wg16.cuh"
 #include "backend/cuda/common/common.cuh"
 #include "backend/cuda/step/prefill_ops.h"
-#include "backend/cuda/attention/wgmma_bf16.cuh"
 #include "backend/cuda/common/wgmma_util.cuh"
 
 namespace lily::cuda::pf {
@@ -32,9 +34,10 @@ __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uin
   lo = bf2_bits(__floats2bfloat162_rn(x0 - hf.x, x1 - hf.y));
 }
 
-// Grid (the largest Np / 64, nkv, segments), 256 threads; segment z: ks [2][nkv][Np][HD], vt [2][nkv][HD][Np]
-// (bf16 bits) from its caches' positions 0..pos0+M.
-template <int HD> __global__ void __launch_bounds__(256) kv_split_kernel(AttnSegs segs, int nkv) {
+// Grid (the largest Np / 64, nkv, segments), 256 threads; segment z from its caches' positions 0..pos0+M:
+// split (F16 false): ks [2][nkv][Np][HD], vt [2][nkv][HD][Np], bf16 hi and lo planes; single (F16 true, the
+// single-pass kernel attn_wg16.cuh): ks [nkv][Np][HD], vt [nkv][HD][Np], fp16.
+template <int HD, bool F16> __global__ void __launch_bounds__(256) kv_split_kernel(AttnSegs segs, int nkv) {
   __shared__ float tile[64][65];
   const AttnSeg& sg = segs.s[blockIdx.z];
   const int Np = sg.Np, max_seq = sg.max_seq, ntot = sg.pos0 + sg.M;
@@ -42,7 +45,7 @@ template <int HD> __global__ void __launch_bounds__(256) kv_split_kernel(AttnSeg
   const float* __restrict__ kc = static_cast<const float*>(sg.kc);
   const float* __restrict__ vc = static_cast<const float*>(sg.vc);
   uint16_t* ks = sg.ks;
-  uint16_t* vt = sg.ks + size_t(2) * nkv * Np * HD;
+  uint16_t* vt = sg.ks + size_t(F16 ? 1 : 2) * nkv * Np * HD;
   const int k0 = blockIdx.x * 64, h = blockIdx.y, tid = threadIdx.x;
   const size_t src0 = (size_t(h) * max_seq) * HD;
   const size_t plane_k = size_t(nkv) * Np * HD;
@@ -51,12 +54,16 @@ template <int HD> __global__ void __launch_bounds__(256) kv_split_kernel(AttnSeg
     const int r = idx / (HD / 4), c = idx % (HD / 4), key = k0 + r;
     float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
     if (key < ntot) x = *reinterpret_cast<const float4*>(kc + src0 + size_t(key) * HD + c * 4);
-    uint2 hi, lo;
-    split_pair(x.x, x.y, hi.x, lo.x);
-    split_pair(x.z, x.w, hi.y, lo.y);
     const size_t o = (size_t(h) * Np + key) * HD + c * 4;
-    *reinterpret_cast<uint2*>(ks + o) = hi;
-    *reinterpret_cast<uint2*>(ks + plane_k + o) = lo;
+    if constexpr (F16) {
+      *reinterpret_cast<uint2*>(ks + o) = make_uint2(wg16::h2_bits(x.x, x.y), wg16::h2_bits(x.z, x.w));
+    } else {
+      uint2 hi, lo;
+      split_pair(x.x, x.y, hi.x, lo.x);
+      split_pair(x.z, x.w, hi.y, lo.y);
+      *reinterpret_cast<uint2*>(ks + o) = hi;
+      *reinterpret_cast<uint2*>(ks + plane_k + o) = lo;
+    }
   }
   // V transposed, 64 columns of d at a time through shared memory.
   for (int d0 = 0; d0 < HD; d0 += 64) {
@@ -70,12 +77,17 @@ template <int HD> __global__ void __launch_bounds__(256) kv_split_kernel(AttnSeg
     __syncthreads();
     for (int idx = tid; idx < 64 * 8; idx += 256) {
       const int d = idx % 64, kg = idx / 64;  // 8 consecutive keys kg·8.. of column d
+      const size_t o = (size_t(h) * HD + d0 + d) * Np + k0 + kg * 8;
+      if constexpr (F16) {
+        auto h2 = [&](int i) { return wg16::h2_bits(tile[kg * 8 + i][d], tile[kg * 8 + i + 1][d]); };
+        *reinterpret_cast<uint4*>(vt + o) = make_uint4(h2(0), h2(2), h2(4), h2(6));
+        continue;
+      }
       uint4 hi, lo;
       split_pair(tile[kg * 8 + 0][d], tile[kg * 8 + 1][d], hi.x, lo.x);
       split_pair(tile[kg * 8 + 2][d], tile[kg * 8 + 3][d], hi.y, lo.y);
       split_pair(tile[kg * 8 + 4][d], tile[kg * 8 + 5][d], hi.z, lo.z);
       split_pair(tile[kg * 8 + 6][d], tile[kg * 8 + 7][d], hi.w, lo.w);
-      const size_t o = (size_t(h) * HD + d0 + d) * Np + k0 + kg * 8;
       *reinterpret_cast<uint4*>(vt + o) = hi;
       *reinterpret_cast<uint4*>(vt + plane_k + o) = lo;
     }
@@ -100,10 +112,6 @@ template <int HD> struct FwLayout {
   static constexpr int kSmem = kV + 2 * kVPlane + 1024;  // + slack to align to 1024
 };
 
-template <int N> __device__ __forceinline__ void fence_acc(float (&d)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
 template <int HD> __device__ __forceinline__ void pv_mma(float (&o)[HD / 2], const uint32_t (&a)[4], uint64_t desc) {
   if constexpr (HD == 256) wgmma_bf16_64x256_rs(o, a, desc, 1);
   else if constexpr (HD == 128) wgmma_bf16_64x128_rs(o, a, desc, 1);
@@ -199,7 +207,7 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(Attn
     uint32_t ph[2][4], pl[2][4];
     {
       wg_wait<0>();
-      fence_acc(s);
+      fence_regs(s);
       // s[4jj + 2hr + e]: row rloc + 8hr, key j0 + 8jj + 2t + e. Mask, scale (log2 domain), online softmax.
       float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -255,7 +263,7 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(Attn
       }
       wg_commit();
       wg_wait<0>();
-      fence_acc(o);
+      fence_regs(o);
     }
     __syncthreads();  // both warpgroups are done with V tile j
     load_v(j + 1);
@@ -297,13 +305,16 @@ Scratch& scratch() {
 
 template <int HD> Status launch(const AttnPrefillArgs& a, AttnSegs& g, cudaStream_t s) {
   using L = FwLayout<HD>;
+  using L16 = wg16::Layout<HD>;
   static bool attr = false;
   if (!attr) {
     LILY_CU_TRY(cudaFuncSetAttribute(flash_wg_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
+    LILY_CU_TRY(cudaFuncSetAttribute(wg16::flash_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, L16::kSmem));
     attr = true;
   }
-  // Each segment's planes at its own offset of the scratch: ks and vt, 2 planes each.
-  auto planes = [&](int np) { return size_t(4) * a.nkv * np * HD; };
+  const bool single = a.terms == 1;
+  // Each segment's planes at its own offset of the scratch: ks and vt, 2 planes each (split) or 1 (single).
+  auto planes = [&](int np) { return size_t(single ? 2 : 4) * a.nkv * np * HD; };
   size_t need = 0;
   int max_np = 0, max_nq = 0;
   for (int i = 0; i < g.n; ++i) {
@@ -327,10 +338,18 @@ template <int HD> Status launch(const AttnPrefillArgs& a, AttnSegs& g, cudaStrea
     g.s[i].ks = sc.p + off;
     off += planes(g.s[i].Np);
   }
-  kv_split_kernel<HD><<<dim3(max_np / 64, a.nkv, g.n), 256, 0, s>>>(g, a.nkv);
+  const dim3 split_grid(max_np / 64, a.nkv, g.n), grid(max_nq, a.nh, g.n);
+  static_assert(wg16::kBQ == kBQ && kPadKeys % wg16::kBN == 0, "both kernels' query tiles and key padding");
+  if (single) {
+    kv_split_kernel<HD, true><<<split_grid, 256, 0, s>>>(g, a.nkv);
+    LILY_TRY(launch_status("pf::kv_split"));
+    if (a.prof) a.prof(a.prof_ctx, "attn: K/V fp16 planes");
+    wg16::flash_kernel<HD><<<grid, 256, L16::kSmem, s>>>(a, g);
+    return launch_status("pf::flash_wg16");
+  }
+  kv_split_kernel<HD, false><<<split_grid, 256, 0, s>>>(g, a.nkv);
   LILY_TRY(launch_status("pf::kv_split"));
   if (a.prof) a.prof(a.prof_ctx, "attn: K/V split (bf16 hi/lo planes)");
-  const dim3 grid(max_nq, a.nh, g.n);
   flash_wg_kernel<HD><<<grid, 256, L::kSmem, s>>>(a, g);
   return launch_status("pf::flash_wg");
 }

@@ -4,7 +4,8 @@
 //    mixed step, so a request's rounding does not depend on what else runs): y = Σ_k fp16(s·q + b)·fp16(x),
 //    the scale and bias in the weights (one fp16 rounding of s·q + b by hfma2, as transformers' fp16
 //    weights), every k tile summed into one fp32 accumulator by the tensor cores; 128-token tiles for dense
-//    calls (wgmma m64n128k16: each dequantized fragment feeds twice the tokens), 64 for the grouped tiles;
+//    calls (wgmma m64n128k16: each dequantized fragment feeds twice the tokens); grouped tiles of 64 rows, or
+//    of 128 and 64 rows (a wide route: one launch per class);
 //  - two pass (TERMS 2, shorter chunks: the precision class of the mixed step's qgemm/xgemm that runs the same
 //    prompt as segments beside decode rows): weights exact fp16 integers, x as fp16 hi + lo, per 64-group a
 //    fresh partial folded as acc += s·part + b·Σx (fp32, MLX's formula, as gemm_q8.cu); 64-token tiles.
@@ -68,7 +69,7 @@ template <bool SWIGLU, int BT, int TERMS> __global__ void __launch_bounds__(128 
   int m0, m1, base1, base2;
   if (p.tiles) {
     const int4 tl = reinterpret_cast<const int4*>(p.tiles)[blockIdx.y];
-    if (tl.y >= tl.z) return;
+    if (tl.y >= tl.z || (BT == 128) != (tl.w == 1)) return;  // empty, or the other launch's class
     m0 = tl.y, m1 = tl.z;
     base1 = p.row0 + tl.x * p.n_out, base2 = p.row0_2 + tl.x * p.n_out;
   } else {
@@ -281,9 +282,13 @@ template <bool SWIGLU, int BT, int TERMS> Status launch(const GemmArgs& a, cudaS
   k<<<grid, 128 * WGS, smem, s>>>(a);
   return launch_status("pf::gemm_wg");
 }
+// Grouped calls of a wide route: one launch per tile class (each skips the other's tiles), so every tile runs
+// at the wgmma width of its rows.
 template <bool SWIGLU> Status launch_terms(const GemmArgs& a, cudaStream_t s) {
   if (a.terms == 2) return launch<SWIGLU, kGemmBM, 2>(a, s);
-  return a.tiles ? launch<SWIGLU, kGemmBM, 1>(a, s) : launch<SWIGLU, 128, 1>(a, s);
+  if (!a.tiles) return launch<SWIGLU, 128, 1>(a, s);
+  LILY_TRY((launch<SWIGLU, kGemmBM, 1>(a, s)));
+  return a.wide ? launch<SWIGLU, 128, 1>(a, s) : Status::ok();
 }
 
 }  // namespace
@@ -291,6 +296,7 @@ template <bool SWIGLU> Status launch_terms(const GemmArgs& a, cudaStream_t s) {
 Status gemm_wg(const GemmArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (a.terms != 1 && a.terms != 2) return cu_err("pf::gemm_wg: terms {} (1 or 2)", a.terms);
+  if (a.wide && (a.terms != 1 || !a.tiles)) return cu_err("pf::gemm_wg: wide tiles are grouped and single pass");
   if (!a.ah || (a.terms == 2 && (!a.al || !a.axs))) return cu_err("pf::gemm_wg: needs the split A ({} terms)", a.terms);
   if (a.w.bits != 4) return cu_err("pf::gemm_wg: {} bits unsupported (4 only)", a.w.bits);
   return a.swiglu ? launch_terms<true>(a, s) : launch_terms<false>(a, s);

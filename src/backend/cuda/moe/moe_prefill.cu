@@ -1,7 +1,8 @@
 // MoE routing for prefill, all on the device: per-token softmax + top-k over the router logits
 // (ties → lowest id, renormalized, shared-expert gate as sigmoid), a counting sort of the
-// (token, k) pairs into expert-major slots with 64-row GEMM tiles (capacity ceil(S/64) + min(E, S)
-// so no host readback), and the combine of the routed outputs with the shared expert.
+// (token, k) pairs into expert-major slots with 64-row GEMM tiles, or 128- and 64-row ones (RouteArgs::wide;
+// capacity ceil(S/64) + min(E, S) either way, so no host readback), and the combine of the routed outputs
+// with the shared expert.
 #include <cfloat>
 #include <climits>
 
@@ -36,13 +37,17 @@ __global__ void scan_tiles_kernel(RouteArgs a, int32_t* counts, int32_t* offs, i
   const int E = a.E;
   for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = counts[e];
   __syncthreads();
+  // An expert's tiles: kGemmBM rows each, or (wide) 2·kGemmBM rows each with a last one of ≤ kGemmBM rows
+  // in the narrow class: never more tiles than the narrow count, so moe_max_tiles holds either way.
+  const int big = a.wide ? 2 * kGemmBM : kGemmBM;
+  auto n_tiles = [&](int c) { return (c + big - 1) / big; };
   if (threadIdx.x == 0) {
     int o = 0, to = 0;
     for (int e = 0; e < E; ++e) {
       off_s[e] = o;
       tile_off[e] = to;
       o += cnt[e];
-      to += (cnt[e] + kGemmBM - 1) / kGemmBM;
+      to += n_tiles(cnt[e]);
     }
     total_tiles = to;
   }
@@ -50,9 +55,10 @@ __global__ void scan_tiles_kernel(RouteArgs a, int32_t* counts, int32_t* offs, i
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     fill[e] = 0;
     offs[e] = off_s[e];
-    const int c = cnt[e], o = off_s[e], nt = (c + kGemmBM - 1) / kGemmBM;
+    const int c = cnt[e], o = off_s[e], nt = n_tiles(c);
     for (int i = 0; i < nt; ++i) {
-      int4 tl = make_int4(e, o + i * kGemmBM, min(o + (i + 1) * kGemmBM, o + c), 0);
+      const int m0 = o + i * big, m1 = min(o + (i + 1) * big, o + c);
+      const int4 tl = make_int4(e, m0, m1, a.wide && m1 - m0 > kGemmBM ? 1 : 0);
       reinterpret_cast<int4*>(a.tiles)[tile_off[e] + i] = tl;
     }
   }

@@ -25,8 +25,9 @@ int env_int(const char* name, int def, int lo, int hi) {
   return v >= lo && v <= hi ? v : def;
 }
 
-// The 4-bit GEMMs' terms of a chunk of M tokens: 1 (single pass) from pf::kPfSinglePassRows rows on, or from
-// LILY_PF_SINGLE_MIN (a test hook: the goldens and tiny models at short lengths through the single-pass kernels).
+// The 4-bit GEMMs' and the attention's terms of a chunk of M tokens: 1 (single pass) from pf::kPfSinglePassRows
+// rows on, or from LILY_PF_SINGLE_MIN (a test hook: the goldens and tiny models at short lengths through the
+// single-pass kernels).
 int pf_terms(int M) {
   static const int from = env_int("LILY_PF_SINGLE_MIN", pf::kPfSinglePassRows, 1, INT_MAX);
   return M >= from ? 1 : 2;
@@ -174,7 +175,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
       a.u = p.u, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = L.q_norm, a.k_norm = L.k_norm;
       a.kc = SL.kc, a.vc = SL.vc, a.qb = p.qb, a.out = p.o, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
       a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim(), a.max_seq = st.cap;
-      a.theta = c.rope_theta, a.eps = eps;
+      a.theta = c.rope_theta, a.eps = eps, a.terms = terms == 1 ? 1 : 3;
       a.prof = prof_cb, a.prof_ctx = this;
       LILY_TRY(pf::attn_prefill(a, s));
       const int od = c.num_attention_heads * c.head_dim;
@@ -197,18 +198,18 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     pf::RouteArgs r{};
     r.logits = p.rl, r.M = M, r.E = E, r.top_k = k, r.norm_topk = c.norm_topk_prob, r.topk_ids = p.topk_ids;
     r.topk_w = p.topk_w, r.slot_tok = p.slot_tok, r.slot_of = p.slot_of, r.tiles = p.tiles;
-    r.max_tiles = pf::moe_max_tiles(M, E, k), r.scratch = p.rscratch;
+    r.max_tiles = pf::moe_max_tiles(M, E, k), r.scratch = p.rscratch, r.wide = terms == 1;
     LILY_TRY(pf::moe_route(r, s));
     mark("moe: top-k+sort+tiles", s);
     pf::GemmArgs gu{};
     gu.w = L.gate, gu.w2 = L.up, gu.n_out = I, gu.a_rows = p.slot_tok, gu.y = p.act, gu.ldy = I;
-    gu.swiglu = true, gu.tiles = p.tiles, gu.max_tiles = r.max_tiles;
+    gu.swiglu = true, gu.tiles = p.tiles, gu.max_tiles = r.max_tiles, gu.wide = r.wide;
     with_split(gu);
     LILY_TRY(pf::gemm(gu, s));
     mark("moe: grouped gate+up+swiglu", s);
     pf::GemmArgs dn{};
     dn.w = L.down, dn.n_out = H, dn.y = p.yd, dn.ldy = H, dn.tiles = p.tiles;
-    dn.max_tiles = r.max_tiles;
+    dn.max_tiles = r.max_tiles, dn.wide = r.wide;
     with_split(dn);
     // The shared expert's gate/up reads hn's split before act's split replaces it.
     const int Is = c.shared_expert_intermediate_size;

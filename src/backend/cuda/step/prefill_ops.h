@@ -38,6 +38,8 @@ struct GemmArgs {
   // 4-bit: 2 = exact weights times x as hi + lo (reads ah, al, axs); 1 = single pass, fp16(s·q + b)·fp16(x)
   // (reads ah only). The prefill chooses by the chunk's rows (prefill.cu); 8-bit calls are always two pass.
   int terms = 2;
+  // Grouped: the tiles of a wide route (RouteArgs::wide: 128- and 64-row classes; single pass only).
+  bool wide = false;
 };
 // Prefill chunks of at least this many tokens run their 4-bit GEMMs single pass (terms 1, ~1e-3 of a
 // logit from the fp32 reference, inside transformers' fp16 envelope), shorter ones two pass. A prompt
@@ -74,6 +76,10 @@ struct RouteArgs {
   int32_t* tiles = nullptr;
   int max_tiles = 0;
   int32_t* scratch = nullptr;
+  // false: every tile kGemmBM rows ({expert, m0, m1, 0}); true (single-pass GEMMs only): an expert's rows in
+  // tiles of 2·kGemmBM ({.., 1}), its last tile of ≤ kGemmBM rows a kGemmBM tile ({.., 0}), so the GEMM runs
+  // each class at its own wgmma width (fewer, fuller tiles at ~64–128 rows an expert).
+  bool wide = false;
 };
 Status moe_route(const RouteArgs& a, Stream s);
 int moe_route_scratch_ints(int E);
@@ -134,8 +140,11 @@ __device__ __forceinline__ const GdnPrefillArgs& seg_args(const GdnPrefillArgs& 
 // u: fp32 [M, ldu] = [q (nh·qw, per head [q | gate] when qw = 2hd) | k (nkv·hd) | v (nkv·hd)].
 // Writes K/V of positions pos0..pos0+M-1 into kc/vc (fp32 [nkv, max_seq, hd]) after k RMSNorm +
 // RoPE, then causal GQA flash attention of the M queries over positions 0..pos0+m, output gate
-// applied: out fp32 [M, nh·hd]. qb: scratch bf16 [2][M, nh, hd] (q hi, q lo). The wgmma kernel
-// (attn_wg.cu): q, K, V and P enter the MMAs as bf16 hi + lo, three MMAs per product (~16-bit operands).
+// applied: out fp32 [M, nh·hd]. qb: scratch of 2·M·nh·hd 16-bit elements. terms 3 (split operands, the
+// wgmma kernel of attn_wg.cu): q, K, V and P enter the MMAs as bf16 hi + lo, three MMAs per product
+// (~16-bit operands), qb = bf16 [2][M, nh, hd] (q hi, q lo); terms 1 (single pass, attn_wg16.cuh, the
+// chunks of pf::kPfSinglePassRows tokens and more): each operand rounded once to fp16, one MMA a product,
+// qb = fp16 [M, nh, hd].
 struct AttnPrefillArgs {
   const float* u = nullptr;
   int ldu = 0, M = 0, pos0 = 0;
@@ -146,6 +155,7 @@ struct AttnPrefillArgs {
   void* qb = nullptr;
   float* out = nullptr;
   int nh = 0, nkv = 0, hd = 0, qw = 0, rot = 0, max_seq = 0;
+  int terms = 3;  // 3: split operands; 1: single pass (fp16)
   double theta = 1e7;
   float eps = 1e-6f;
   void (*prof)(void* ctx, const char* what) = nullptr;  // as GdnPrefillArgs::prof
