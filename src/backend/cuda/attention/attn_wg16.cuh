@@ -14,6 +14,7 @@
 #pragma once
 #include <cuda_fp16.h>
 
+#include "backend/cuda/attention/flash_common.cuh"
 #include "backend/cuda/common/common.cuh"
 #include "backend/cuda/common/wgmma_util.cuh"
 #include "backend/cuda/step/prefill_ops.h"
@@ -36,11 +37,6 @@ template <int HD> struct Layout {
 __device__ __forceinline__ uint32_t h2_bits(float x0, float x1) {
   const __half2 h = __floats2half2_rn(x0, x1);
   return *reinterpret_cast<const uint32_t*>(&h);
-}
-template <int HD> __device__ __forceinline__ void pv_mma_k(float (&o)[HD / 2], const uint32_t (&a)[4], uint64_t desc) {
-  if constexpr (HD == 256) wgmma_64x256_rs(o, a, desc, 1);
-  else if constexpr (HD == 128) wgmma_64x128_rs(o, a, desc, 1);
-  else wgmma_64x64_rs(o, a, desc, 1);
 }
 
 // Grid (query tiles of the longest segment, nh, segments): segment z's tiles, latest first; 256 threads.
@@ -112,10 +108,10 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_kernel(AttnPre
     }
     wg_commit();
   };
-  auto pv_mma = [&](int j) {  // O += P·V(j), issued and committed
+  auto pv_tile = [&](int j) {  // O += P·V(j), issued and committed
     const uint32_t vst = sv + uint32_t(j & 1) * L::kVStage;
 #pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) pv_mma_k<HD>(o, p[kk], sw128_desc(vst + uint32_t(kk * 32)));
+    for (int kk = 0; kk < kBN / 16; ++kk) pv_mma<HD, true>(o, p[kk], sw128_desc(vst + uint32_t(kk * 32)));
     wg_commit();
   };
   // softmax of tile j's S (s[4jj + 2hr + e]: row rloc + 8hr, key j0 + 8jj + 2t + e) in the log2 domain: the
@@ -192,7 +188,7 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_kernel(AttnPre
     cp_commit();
     wg_arrive();
     s_mma(j + 1);
-    pv_mma(j);
+    pv_tile(j);
     wg_wait<1>();  // S(j + 1) done; P(j)·V(j) may run on
     fence_regs(s);
     softmax(j + 1);
@@ -205,30 +201,10 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_kernel(AttnPre
   fence_async_smem();
   __syncthreads();
   wg_arrive();
-  pv_mma(NJ - 1);
+  pv_tile(NJ - 1);
   wg_wait<0>();
   fence_regs(o);
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    lrow[hr] += __shfl_xor_sync(0xffffffffu, lrow[hr], 1);
-    lrow[hr] += __shfl_xor_sync(0xffffffffu, lrow[hr], 2);
-  }
-  const int ow = a.nh * HD;
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int m = m0 + wg * 64 + rloc + 8 * hr;
-    if (m >= a.M) continue;
-    const float inv = 1.0f / lrow[hr];
-    const float* gate = a.qw == 2 * HD ? a.u + size_t(m) * a.ldu + h * a.qw + HD : nullptr;
-    float* out = a.out + size_t(m) * ow + h * HD;
-#pragma unroll
-    for (int jj = 0; jj < HD / 8; ++jj) {
-      const int d = jj * 8 + 2 * t;
-      float v0 = o[4 * jj + 2 * hr] * inv, v1 = o[4 * jj + 2 * hr + 1] * inv;
-      if (gate) v0 *= sigmoid(gate[d]), v1 *= sigmoid(gate[d + 1]);
-      *reinterpret_cast<float2*>(out + d) = make_float2(v0, v1);
-    }
-  }
+  flash_store<HD>(a, o, lrow, m0 + wg * 64 + rloc, h, t);
 }
 
 }  // namespace wg16
