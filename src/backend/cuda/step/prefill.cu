@@ -25,7 +25,7 @@ int env_int(const char* name, int def, int lo, int hi) {
   return v >= lo && v <= hi ? v : def;
 }
 
-// The 4-bit GEMMs' and the attention's terms of a chunk of M tokens: 1 (single pass) from pf::kPfSinglePassRows
+// The 4-bit GEMMs', the attention's and the chunked DeltaNet's terms of a chunk of M tokens: 1 (single pass) from pf::kPfSinglePassRows
 // rows on, or from LILY_PF_SINGLE_MIN (a test hook: the goldens and tiny models at short lengths through the
 // single-pass kernels).
 int pf_terms(int M) {
@@ -161,6 +161,7 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
       LILY_TRY(gemm(L.in_proj, M, p.u, ldu));
       mark("gdn: [qkv|z|a|b] gemm", s);
       pf::GdnPrefillArgs g = gdn_args(i, st, pos0, M, p.u, ldu, 0, p.o, p.wy);
+      g.terms = terms == 1 ? 1 : 3;
       g.prof = prof_cb, g.prof_ctx = this;
       LILY_TRY(pf::gdn_prefill(g, s));
       LILY_TRY(split(p.o, vd, M, vd));

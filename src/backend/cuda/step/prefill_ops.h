@@ -112,6 +112,7 @@ struct GdnPrefillArgs {
   float* o = nullptr;
   // Chunked (WY) recurrence scratch, gdn_wy_floats(M, nv) floats (gdn_chunk.cu); required.
   float* wy = nullptr;
+  int terms = 3;  // the chunked form's products: 3 (3xTF32, ~fp32) or 1 (single pass, tf32; the long chunks)
   // Profiling: called after each kernel launch with its name (prefill's per-op profile).
   void (*prof)(void* ctx, const char* what) = nullptr;
   void* prof_ctx = nullptr;
