@@ -25,6 +25,7 @@
 #include "backend/cuda/step/batch_ops.h"
 #include "backend/cuda/step/prefill_ops.h"
 #include "core/bf16.h"
+#include "core/thread_pool.h"
 #include "batch_util.h"
 #include "ops_util.h"
 #include "prefill_util.h"
@@ -182,8 +183,11 @@ void attn_case(int nh, int nkv, int hd, int pos0, int M, int terms = 3) {
   std::vector<double> bound(terms == 1 ? ref.size() : 0);
   const float scale = 1.f / std::sqrt(float(hd));
   const double c_s = scale * (std::ldexp(1.0, -10) + hd * std::ldexp(1.0, -24));
-  for (int m = 0; m < M; ++m)
-    for (int h = 0; h < nh; ++h) {
+  // Each (query, head) on a pool thread (the long cases' references took most of the op tables' time on the
+  // GPU machine's 16 cores); each writes its own rows of ref and bound.
+  ThreadPool::global().parallel_for(size_t(M) * nh, 1, [&](size_t b, size_t e_end) {
+    for (size_t mh = b; mh < e_end; ++mh) {
+      const int m = int(mh / size_t(nh)), h = int(mh % size_t(nh));
       const int kvh = h / (nh / nkv), n = pos0 + m + 1;
       const float* qr = &q[(size_t(m) * nh + h) * hd];
       auto kr = [&](int t) { return &kc[(size_t(kvh) * max_seq + t) * hd]; };
@@ -213,6 +217,7 @@ void attn_case(int nh, int nkv, int hd, int pos0, int M, int terms = 3) {
         bound[i] = 2.0 * gate * (b_s + std::ldexp(b_pv, -10) + std::ldexp(b_sub, -25) / sum) + 1e-6;
       }
     }
+  });
   const std::string shape = dims({nh, nkv, hd}) + " pos0=" + std::to_string(pos0) + " M=" + std::to_string(M);
   if (terms == 1) {
     const auto got = dout.down();
