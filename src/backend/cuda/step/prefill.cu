@@ -204,13 +204,13 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     mark("moe: top-k+sort+tiles", s);
     pf::GemmArgs gu{};
     gu.w = L.gate, gu.w2 = L.up, gu.n_out = I, gu.a_rows = p.slot_tok, gu.y = p.act, gu.ldy = I;
-    gu.swiglu = true, gu.tiles = p.tiles, gu.max_tiles = r.max_tiles, gu.wide = r.wide;
+    gu.swiglu = true, gu.tiles = p.tiles, gu.max_tiles = r.max_tiles;
     with_split(gu);
     LILY_TRY(pf::gemm(gu, s));
     mark("moe: grouped gate+up+swiglu", s);
     pf::GemmArgs dn{};
     dn.w = L.down, dn.n_out = H, dn.y = p.yd, dn.ldy = H, dn.tiles = p.tiles;
-    dn.max_tiles = r.max_tiles, dn.wide = r.wide;
+    dn.max_tiles = r.max_tiles;
     with_split(dn);
     // The shared expert's gate/up reads hn's split before act's split replaces it.
     const int Is = c.shared_expert_intermediate_size;
