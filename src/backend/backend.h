@@ -79,6 +79,9 @@ class Backend {
   // bounds the running streams' inter-token latency, its length the prefill rate. CPU: 512 (a
   // 512-token segment of the full-size model takes seconds already).
   virtual int default_prefill_chunk() const { return 512; }
+  // A server's default EngineOptions::long_step_tokens: prompt tokens of long segments one step may carry.
+  // 0 (here, CPU): a long segment has a step of its own (the CPU prefills each segment alone anyway).
+  virtual int default_long_step_tokens() const { return 0; }
   // Readies the backend for a server decoding up to max_rows requests at once, with steps of up to
   // max_rows + step_tokens tokens, so that no request pays a first-use cost (CUDA: the batch scratch
   // sized once, the step graph of every batch size 2..max_rows captured, then a throwaway prefill,

@@ -33,6 +33,7 @@ void add_runtime_options(CLI::App& app, RuntimeArgs& a) {
                  "weights and scratch, less headroom); requests wait when it is taken");
   app.add_option("--prefill-chunk", a.prefill_chunk, "prompts are cut every this many tokens of position (a remainder of at most an eighth of it joins the segment before; also at snapshot points), each segment fed whole by one step; the cut never depends on load, so neither do a request's tokens (default: the backend's, CUDA 2048, CPU 512)");
   app.add_option("--step-tokens", a.step_tokens, "prompt tokens a step may carry beside the decoding requests' (the first segment always runs; more while they fit): bounds a step's time and so the running streams' inter-token latency");
+  app.add_option("--long-step-tokens", a.long_step_tokens, "after a first segment longer than --step-tokens, more such long segments join the step while its prompt tokens stay within this (CUDA: one prefill pass for them all); 0: a long segment runs in a step of its own (default: the backend's, CUDA 4096, CPU 0)");
   app.add_option("--spec-draft", a.spec_draft,
                  "speculative decoding by prompt lookup: a greedy request whose last tokens occurred before in its prompt or "
                  "reply also feeds up to this many of the tokens that followed, verified in the same step; the reply is "
@@ -97,6 +98,7 @@ std::unique_ptr<Runtime> load_runtime(const RuntimeArgs& a) {
   eo.max_batch = parallel_default ? (a.backend == "cuda" ? kCudaDefaultParallel : kCpuDefaultParallel) : a.parallel;
   eo.step_tokens = std::max(1, a.step_tokens);
   eo.prefill_chunk = a.prefill_chunk > 0 ? a.prefill_chunk : rt->model->default_prefill_chunk();
+  eo.long_step_tokens = a.long_step_tokens >= 0 ? a.long_step_tokens : rt->model->default_long_step_tokens();
   eo.spec_draft = std::max(0, a.spec_draft);
   eo.spec_ngram = a.spec_ngram;
   if (eo.spec_draft > 0 && !rt->model->speculates())

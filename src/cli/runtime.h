@@ -23,6 +23,7 @@ struct RuntimeArgs {
   int parallel = 0;          // requests decoded together (0: the backend's default, lowered to what fits)
   int state_mb = 0;          // memory for sequence states, MiB (0: what is free after weights and scratch, less headroom)
   int step_tokens = 512;     // prompt tokens per step beside the decode rows (the first segment always runs)
+  int long_step_tokens = -1; // prompt tokens of a step of long segments (EngineOptions::long_step_tokens; -1: the backend's default)
   int prefill_chunk = 0;     // prompt segment length (tokens): fixed cut points, one forward each (0: the backend's default)
   int spec_draft = 0;        // speculative decoding: prompt-lookup drafts per step (EngineOptions::spec_draft; 0: off)
   int spec_ngram = 3;        // the longest n-gram it looks up (down to 2)

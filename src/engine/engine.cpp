@@ -372,10 +372,11 @@ Result<CacheEntry> Engine::checkout(const GenRequest& req, int& n_cached) {
 std::vector<Engine::Segment> Engine::plan_segments() {
   // Oldest request first, one segment each (EngineOptions: segments are fixed by the prompt, never by
   // this budget): the step's first segment always, a later one while the step's prompt tokens stay
-  // within step_tokens.
+  // within step_tokens (long_step_tokens after a first segment longer than step_tokens).
   std::vector<Segment> segs;
   size_t used = 0;
-  const size_t budget = size_t(std::max(1, opts_.step_tokens));
+  const size_t step = size_t(std::max(1, opts_.step_tokens));
+  size_t budget = step;
   for (auto& q : active_) {
     Sequence* s = q.get();
     using Phase = Sequence::Phase;
@@ -406,13 +407,15 @@ std::vector<Engine::Segment> Engine::plan_segments() {
       continue;
     }
     auto chunk = s->next_segment(size_t(opts_.prefill_chunk));
-    if (!segs.empty() && used + chunk.size() > budget) break;
+    // After a long first segment (over step_tokens), only long ones join, within long_step_tokens.
+    if (!segs.empty() && (used + chunk.size() > budget || (budget > step && chunk.size() <= step))) break;
     // Room for the segment (a K/V cache grows here, to the request's projection): a request whose
     // state cannot grow ends alone; the others go on.
     if (Status g = grow(*s, s->state().n_tokens() + int(chunk.size())); !g) {
       fail_memory(*s, g.message());
       continue;
     }
+    if (segs.empty() && chunk.size() > step) budget = std::max(step, size_t(std::max(0, opts_.long_step_tokens)));
     used += chunk.size();
     segs.push_back({s, chunk, chunk.size() == s->prompt_left()});
   }

@@ -111,6 +111,13 @@ struct EngineOptions {
   // the first always, more while their tokens stay within step_tokens (vLLM's
   // max_num_batched_tokens), so a step's time, and the running rows' inter-token latency, is bounded.
   int step_tokens = 512;
+  // A step whose first segment is itself longer than step_tokens (a long prompt: a backend may prefill it on
+  // its own kernels before the step's other rows, CUDA single pass in one prefill pass) carries more such
+  // long segments (no shorter ones) while the step's prompt tokens stay within long_step_tokens: several
+  // newcomers' long segments share one prefill pass (their experts get several times the rows), at the cost
+  // of a longer step for the running streams. At most step_tokens (0): a long segment runs in a step of its
+  // own. A server takes the backend's default (Backend::default_long_step_tokens).
+  int long_step_tokens = 0;
   int prefill_delay_ms = 0;         // test hook: sleep this long before every prefill forward (a slow machine)
   // Speculative decoding by prompt lookup, where the model speculates (Model::speculates): a decode
   // row of a greedy request (Sequence::speculable) whose last tokens (an n-gram, n = spec_ngram down

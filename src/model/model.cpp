@@ -76,6 +76,7 @@ Status Model::rewind(SeqState& state, int n_tokens) {
   return impl_->backend->rewind(state, n_tokens);
 }
 int Model::default_prefill_chunk() const { return impl_->backend->default_prefill_chunk(); }
+int Model::default_long_step_tokens() const { return impl_->backend->default_long_step_tokens(); }
 Status Model::wait(StepTicket ticket) { return impl_->backend->wait(ticket); }
 double Model::copy_bandwidth_gbps() { return impl_->backend->copy_bandwidth_gbps(); }
 std::string Model::hardware() const { return impl_->backend->hardware(); }

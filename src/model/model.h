@@ -152,6 +152,8 @@ class Model {
   Status rewind(SeqState& state, int n_tokens);
   // The backend's default prompt segment for a server (Backend::default_prefill_chunk).
   int default_prefill_chunk() const;
+  // The backend's default EngineOptions::long_step_tokens (Backend::default_long_step_tokens).
+  int default_long_step_tokens() const;
   // Conveniences over launch + wait. step: one step, waited for. forward: `tokens` appended to
   // state, the last one's logits (if non-empty: [vocab] fp32). forward_batch: row b feeds tokens[b]
   // to *states[b], logits [B, vocab]. decode_draw: the same rows, each drawn as spec[b] says into

@@ -158,6 +158,80 @@ TEST(ModelStep, SegmentsAndDecodeRowsEqualForwardAlone) {
   });
 }
 
+// Long prompt segments (1,024 tokens and more: on CUDA single pass, run before the step's other rows and
+// several in one prefill pass, cuda/step/prefill.cu) give each sequence exactly what forward() alone gives:
+// the logits and draws of their last tokens, and (one more token each, alone) the states they leave. Beside
+// them a decode row, within the step's tolerance as above. Sequences at different positions, with segment
+// lengths across the 64-token chunk and 128-token tile edges.
+TEST(ModelStep, LongSegmentsEqualForwardAlone) {
+  const std::string dir = first_golden();
+  if (dir.empty()) GTEST_SKIP() << "no checkpoints under tests/data/golden";
+  each_backend(backends(), [&](Model& model, const std::string& backend) {
+    ASSERT_TRUE(model.prepare(8, 256).is_ok());
+    const int V = model.config().vocab_size;
+    struct Long {
+      int context, feed;
+      Case::Out out;
+    };
+    const std::vector<Long> cases = {{0, 1100, Case::kLogits}, {300, 1024, Case::kGreedy}, {37, 1153, Case::kLogits},
+                                     {0, 1030, Case::kTemp},   {64, 1, Case::kLogits}};
+    const size_t n = cases.size();
+    std::vector<std::unique_ptr<SeqState>> mixed, alone;
+    for (size_t s = 0; s < n; ++s)
+      for (auto* set : {&mixed, &alone}) {
+        auto st = model.new_state(2048);
+        ASSERT_TRUE(st.is_ok()) << st.message();
+        if (cases[s].context > 0) {
+          ASSERT_TRUE(model.forward(**st, tokens_of(int(s), 0, cases[s].context, V), {}).is_ok());
+        }
+        set->push_back(std::move(*st));
+      }
+    std::vector<std::vector<int32_t>> toks(n);
+    std::vector<std::vector<float>> got(n, std::vector<float>(size_t(V)));
+    std::vector<DrawSpec> spec(n);
+    std::vector<Drawn> drawn(n);
+    std::vector<StepFeed> feeds(n);
+    for (size_t s = 0; s < n; ++s) {
+      toks[s] = tokens_of(int(s), cases[s].context, cases[s].feed, V);
+      feeds[s].state = mixed[s].get(), feeds[s].tokens = toks[s];
+      if (cases[s].out == Case::kLogits) feeds[s].logits = got[s].data();
+      if (cases[s].out == Case::kGreedy) spec[s].top_logprobs = 3;
+      if (cases[s].out == Case::kTemp) spec[s].inv_t = 1.25f, spec[s].u = 0.41, spec[s].top_logprobs = 2;
+      if (cases[s].out >= Case::kGreedy) feeds[s].draw = &spec[s], feeds[s].drawn = &drawn[s];
+    }
+    ASSERT_TRUE(model.step(feeds).is_ok());
+    std::vector<float> ref(static_cast<size_t>(V)), w;
+    std::vector<double> sums;
+    const double row_tol = backend == "cuda" ? 2e-3 : 1e-5;  // the decode row: the batched step's tolerance
+    for (size_t s = 0; s < n; ++s) {
+      SCOPED_TRACE(fmt::format("seq {} (context {}, feed {})", s, cases[s].context, cases[s].feed));
+      ASSERT_TRUE(model.forward(*alone[s], toks[s], ref).is_ok());
+      EXPECT_EQ(mixed[s]->n_tokens(), alone[s]->n_tokens());
+      const double tol = cases[s].feed == 1 ? row_tol : 0.0;
+      if (cases[s].out == Case::kLogits) {
+        for (int v = 0; v < V; ++v) ASSERT_NEAR(got[s][size_t(v)], ref[size_t(v)], tol + tol * std::fabs(ref[size_t(v)])) << "id " << v;
+      } else {
+        Drawn want;
+        draw_row(ref, spec[s], want, w, sums);
+        EXPECT_EQ(drawn[s].id, want.id);
+        EXPECT_EQ(drawn[s].logprob, want.logprob);
+        EXPECT_EQ(drawn[s].n_top, want.n_top);
+      }
+    }
+    // One more token each, alone on both: the long segments' states (caches, windows, DeltaNet states, the
+    // decode graph's position) equal alone's exactly.
+    std::vector<float> a(static_cast<size_t>(V)), b(static_cast<size_t>(V));
+    for (size_t s = 0; s < n; ++s) {
+      if (cases[s].feed == 1) continue;
+      SCOPED_TRACE(fmt::format("next token, seq {}", s));
+      const int32_t t = int32_t((s * 7919 + 11) % size_t(V));
+      ASSERT_TRUE(model.forward(*mixed[s], {&t, 1}, a).is_ok());
+      ASSERT_TRUE(model.forward(*alone[s], {&t, 1}, b).is_ok());
+      for (int v = 0; v < V; ++v) ASSERT_EQ(a[size_t(v)], b[size_t(v)]) << "id " << v;
+    }
+  });
+}
+
 TEST(ModelStep, RefusesBadFeeds) {
   const std::string dir = first_golden();
   if (dir.empty()) GTEST_SKIP() << "no checkpoints under tests/data/golden";

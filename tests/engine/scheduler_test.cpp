@@ -257,6 +257,47 @@ TEST(Scheduler, ARunningStreamWaitsAtMostOneBoundedStepPerToken) {
   for (auto& c : newcomers) EXPECT_LT(c->at_ms.front(), a->at_ms.back());
 }
 
+// long_step_tokens: a step whose first segment is longer than step_tokens takes more such long segments (one
+// prefill pass for them on CUDA) while their tokens stay within it, never a shorter one beside them; each
+// request's reply and cut points stay those it gets alone. With 0, a long segment has its step to itself.
+TEST(Scheduler, LongSegmentsShareAStepWithinLongStepTokens) {
+  ASSERT_NE(&qwen_tokenizer(), nullptr);
+  for (const int long_budget : {0, 2500}) {
+    SCOPED_TRACE("long_step_tokens " + std::to_string(long_budget));
+    EngineOptions eo = opts(8, 256, 1024);
+    eo.long_step_tokens = long_budget;
+    Rig rig(eo);
+    auto a = rig.make(1, 16, 40);
+    // Newcomers, oldest first: 1,000 / 1,100 / 900 tokens (long), 100 (short), 1,150 (long; one segment each).
+    std::vector<std::shared_ptr<Call>> newcomers = {rig.make(10, 1000, 3), rig.make(11, 1100, 3), rig.make(12, 900, 3),
+                                                    rig.make(13, 100, 3), rig.make(14, 1150, 3)};
+    rig.fake().on_launch = [&](int n) {
+      if (n != 3) return;
+      for (auto& c : newcomers) ASSERT_TRUE(rig.engine().submit(c->req));
+    };
+    rig.submit(a);
+    std::vector<std::shared_ptr<Call>> all = newcomers;
+    all.push_back(a);
+    rig.wait(all);
+    for (auto& c : all) expect_alone_reply(*c);
+    int most_long = 0;
+    for (const auto& st : rig.fake().log()) {
+      int n_long = 0, n_short = 0, tokens = 0;
+      for (const auto& f : st.feeds)
+        if (f.len > 256) ++n_long, tokens += f.len;
+        else if (f.len > 1) ++n_short;
+      most_long = std::max(most_long, n_long);
+      if (n_long > 1) {
+        EXPECT_LE(tokens, long_budget);
+        EXPECT_EQ(n_short, 0) << "a short segment beside long ones";
+      }
+    }
+    // 1,000 + 1,100 fit 2,500, the 900 does not; then 900 alone (the short one after it waits), ...
+    EXPECT_EQ(most_long, long_budget == 0 ? 1 : 2);
+    for (auto& c : newcomers) EXPECT_EQ(segments_of(rig.fake().log(), c->req->prompt[0]).size(), size_t(1));
+  }
+}
+
 TEST(Scheduler, RequestsAreAdmittedInOrderUpToMaxBatch) {
   ASSERT_NE(&qwen_tokenizer(), nullptr);
   Rig rig(opts(2, 512, 512));

@@ -171,6 +171,8 @@ class CudaBackend final : public Backend {
   // 2048: on the H200 an 8k prompt prefills at 19.4k tok/s in 2048-token segments, 10.6k in 512-token
   // ones (docs/perf/2026-12-05-gpu-verify.md).
   int default_prefill_chunk() const override { return 2048; }
+  // Long segments share a prefill pass up to the prefill scratch's rows (CudaBackend::prefill_long).
+  int default_long_step_tokens() const override { return prefill_chunk_cap(); }
   // One un-captured decode step of state with events between ops, then per-op-kind graphs
   // (cuda_backend.cu); the state consumes one token.
   Status profile_decode(SeqState& state) override;
@@ -229,6 +231,12 @@ class CudaBackend final : public Backend {
   // Appends M >= 1 validated tokens to st (advancing st.n) and, if logits is non-empty, writes
   // the last token's logits. Defined in step/prefill.cu.
   Status prefill(CudaSeqState& st, std::span<const int32_t> tokens, std::span<float> logits);
+  // 2..pf::kMaxAttnSegs prompt segments of single-pass length (pf::kPfSinglePassRows tokens or more each, their
+  // tokens within the prefill scratch) as one prefill pass: each sequence's state, logits or host draw exactly
+  // as its forward() alone gives them. Validates like forward().
+  Status prefill_group(std::span<const StepFeed* const> feeds);
+  // A step's long segments (step/step_mixed.cu): in groups of prefill_group where they fit, else alone.
+  Status prefill_long(std::span<const StepFeed> own);
   // Feeds tokens one decode-graph replay each (no host sync in between); logits of the last.
   Status replay_tokens(CudaSeqState& st, std::span<const int32_t> tokens, std::span<float> logits);
   // Enqueue one decode step on `s` (used by the graph capture; also callable directly).
@@ -410,7 +418,8 @@ class CudaBackend final : public Backend {
     uint16_t *ah = nullptr, *al = nullptr;  // GEMM A split into fp16 hi/lo planes (step/prefill.cu)
     float* axs = nullptr;
     float* wy = nullptr;  // chunked DeltaNet WY scratch (gdn_chunk.cu)
-    int32_t* pos_host = nullptr;
+    pf::GdnPrefillArgs* seg_args = nullptr;  // a pass's segments' DeltaNet args [DeltaNet layers][kMaxAttnSegs]
+    int32_t* pos_host = nullptr;  // pinned [kMaxAttnSegs]: positions for the control blocks
     int tok_cap = 0, max_tiles = 0;
   } pf_;
   int pf_cap_ = 0;
@@ -422,6 +431,7 @@ class CudaBackend final : public Backend {
                               float* wy) const;
   int n_gdn_layers() const;  // the DeltaNet layers
   int prefill_chunk_cap() const;  // the prefill scratch's chunk (LILY_PREFILL_CHUNK, default 4096)
+  int prefill_min() const;  // prompts shorter than this replay the decode graph (LILY_PREFILL_MIN, default 8)
   BatchCtx* batch_ = nullptr;  // step/batch.cu
   Status batch_alloc(int B);
   // forward_batch, or (spec given) decode_draw's rows drawn on the device (step/batch.cu).
@@ -437,7 +447,14 @@ class CudaBackend final : public Backend {
   Status moe_rows(const DevLayer& L, const float* hn, int M, float* mix, cudaStream_t s);
   void print_profile(int B);
   void end_profile(int key, int B);  // after a profiled step: print on the third of its kind, free the events
-  Status pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool want_logits);
+  // One prefill pass (step/prefill.cu): segments' tokens one after the other in pf_.tok, each appended at its
+  // state's st->n (not advanced); logits (host [vocab], or null) of each one's last token.
+  struct PfSeg {
+    CudaSeqState* st;
+    int M;
+    float* logits;
+  };
+  Status pf_pass(std::span<const PfSeg> segs);
   std::vector<std::pair<const char*, cudaEvent_t>>* prof_ = nullptr;
   // Profiling: enqueue only the ops named only_ (per-op graphs); bytes each op reads, by name.
   const char* only_ = nullptr;

@@ -147,7 +147,10 @@ struct GdnCase {
 // The recurrence in the chunked WY form (gdn_chunk.cu). The state is stored in fp16, read once and written
 // once a piece: the reference rounds S to fp16 at the same points (its first value, and after each piece);
 // its tolerance adds the two neighbouring halves a piece may round to (one ulp: up to 2^-10 of |S|).
-void gdn_case(GdnCase& G, std::vector<int> pieces, bool nonzero_state) {
+// terms 1 (single pass, the long chunks' form): every product's operands rounded once to tf32 (2^-11 relative),
+// stated tolerance 1e-2 absolute + relative on the outputs and the state (~20 such roundings: the WY inverse and
+// the state passing compound them over a chunk; a wrong chunk, row, decay or state slice is off by ~|o|).
+void gdn_case(GdnCase& G, std::vector<int> pieces, bool nonzero_state, int terms = 3) {
   const int nk = G.nk, nv = G.nv, C = 2 * nk * 128 + nv * 128, vd = nv * 128, kd = nk * 128, W = G.K - 1;
   const int ldu = C + vd + 2 * nv;
   int Mt = 0;
@@ -173,7 +176,7 @@ void gdn_case(GdnCase& G, std::vector<int> pieces, bool nonzero_state) {
     a.win_in = bufs[par], a.win_out = bufs[par ^ (M & 1)];
     a.conv_w = dcw.p, a.A_log = dA.p, a.dt_bias = ddt.p, a.gnorm = dgn.p, a.S = dS16.p, a.nk = nk, a.nv = nv, a.K = G.K;
     a.qn = qn.p, a.kn = kn.p, a.v = v.p, a.g = g.p, a.beta = be.p, a.o_raw = oraw.p, a.o = o.p + size_t(t0) * vd;
-    a.wy = wy.p;
+    a.wy = wy.p, a.terms = terms;
     ASSERT_TRUE(cuda::pf::gdn_prefill(a, nullptr).is_ok());
     par ^= (M & 1);
     t0 += M;
@@ -191,8 +194,9 @@ void gdn_case(GdnCase& G, std::vector<int> pieces, bool nonzero_state) {
   std::string shape = dims({nk, nv}) + " M=";
   for (size_t i = 0; i < pieces.size(); ++i) shape += (i ? "+" : "") + std::to_string(pieces[i]);
   if (nonzero_state) shape += " S0≠0";
+  if (terms == 1) shape += " single pass";
   // The chunked form uses 3xTF32 products (~fp32); the fp16 state one rounding a piece (≤ 2^-10 of |S|) more.
-  const float to = 5e-4f, ts = 2e-4f, ts16 = ts + float(pieces.size()) * 0x1p-10f;
+  const float to = terms == 1 ? 1e-2f : 5e-4f, ts = terms == 1 ? 1e-2f : 2e-4f, ts16 = ts + float(pieces.size()) * 0x1p-10f;
   check("gdn chunk out", shape, o.down(), ref, to, to);
   check("gdn chunk state (fp16)", shape, testcuda::from_halves(dS16.down()), Sref, ts, ts16);
   check("gdn prefill window", shape, (par ? wb1 : wb0).down(), wref, 0.f, 0.f);
@@ -206,6 +210,17 @@ TEST(CudaPrefill, GdnPrefill) {
   gdn_case(real, {65, 2, 200}, true);
   gdn_case(real, {4097}, true);
   gdn_case(small, {64, 63, 1, 129, 4096, 5}, true);  // pieces on and off chunk boundaries
+}
+
+// The single-pass form (terms 1) on the real head counts at long chunks, continuing a state, and the small
+// shape over pieces on and off the 64-token chunk boundaries.
+TEST(CudaPrefill, GdnPrefillSinglePass) {
+  LILY_PREFILL_REQUIRE_GPU();
+  GdnCase small(2, 4), real(16, 32);
+  gdn_case(real, {1024}, false, 1);
+  gdn_case(real, {2048, 1030}, true, 1);
+  gdn_case(small, {64, 63, 1, 129, 4096, 5}, true, 1);
+  gdn_case(small, {4097}, true, 1);
 }
 
 // Several independent sequences in one launch per kernel (pf::gdn_prefill_segments: the mixed serving

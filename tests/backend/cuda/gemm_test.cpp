@@ -138,15 +138,12 @@ struct BenchW {
   }
 };
 
-// One row: the shape at two terms (exact weights, x hi + lo) and at one (single pass); a wide route's grouped
-// tiles single pass only (the first column left empty).
-void bench_row(const char* name, cuda::pf::GemmArgs a, double flop) {
+// One row: the shape at two terms (exact weights, x hi + lo; args two) and at one (single pass; args one, which
+// for grouped calls carry a wide route's tiles, as the prefill's single-pass chunks route).
+void bench_row(const char* name, cuda::pf::GemmArgs two, cuda::pf::GemmArgs one, double flop) {
   std::printf("| %-30s |", name);
   for (int terms : {2, 1}) {
-    if (a.wide && terms == 2) {
-      std::printf(" %22s |", "");
-      continue;
-    }
+    cuda::pf::GemmArgs a = terms == 2 ? two : one;
     a.terms = terms;
     const float ms = mean_ms(10, [&] { return cuda::pf::gemm(a, nullptr).is_ok(); });
     ASSERT_GE(ms, 0.f) << name << ": a GEMM call failed";
@@ -169,7 +166,7 @@ TEST(CudaPrefill, GemmBench) {
     cuda::pf::GemmArgs a{};
     a.w = w.q, a.w2 = w.q, a.row0_2 = N, a.n_out = N, a.M = M, a.y = dy.p, a.ldy = N, a.swiglu = swiglu;
     sp.use(a);
-    bench_row(name, a, 2.0 * M * N * K * (swiglu ? 2 : 1));
+    bench_row(name, a, a, 2.0 * M * N * K * (swiglu ? 2 : 1));
   };
   dense("gdn in_proj 12352x2048", 12352, 2048, false);
   dense("out_proj/o_proj 2048x4096", 2048, 4096, false);
@@ -177,8 +174,9 @@ TEST(CudaPrefill, GemmBench) {
   dense("shared gate+up 2x512x2048", 512, 2048, true);
   dense("shared down 2048x512", 2048, 512, false);
   // Grouped: random top-8 of 256 per token, expert-major slots; at 4,096 tokens (~128 rows an expert) and at
-  // 2,048 (~64, the prefill's segments), in 64-row tiles and in a wide route's 128- and 64-row tiles (as
-  // pf::moe_route makes them).
+  // 2,048 (~64, the prefill's segments); two pass in 64-row tiles, single pass in a wide route's 128- and 64-row
+  // tiles (as pf::moe_route makes them; 64-row tiles single pass measured 0.589 / 0.359 ms gate+up against
+  // 0.479 / 0.305 wide, docs/perf/2026-12-07-attn-single-pass.md).
   for (const int Mg : {4096, 2048}) {
     const int S = Mg * k, T = cuda::pf::moe_max_tiles(Mg, E, k);
     std::vector<std::vector<int>> by_e(E);
@@ -208,18 +206,19 @@ TEST(CudaPrefill, GemmBench) {
     auto act = randv(size_t(S) * I);
     DBuf<float> dx(x), dact_in(act), dact(size_t(S) * I), dyd(size_t(S) * H);
     DevSplit sx(dx.p, H, Mg, H), sa(dact_in.p, I, S, I);
-    for (const bool w : {false, true}) {
-      const int32_t* tl = w ? dwide.p : dnarrow.p;
-      cuda::pf::GemmArgs gu{};
-      gu.w = gate.q, gu.w2 = up.q, gu.n_out = I, gu.a_rows = dslot.p, gu.M = S, gu.y = dact.p, gu.ldy = I;
-      gu.swiglu = true, gu.tiles = tl, gu.max_tiles = T, gu.wide = w;
-      sx.use(gu);
-      bench_row(fmt::format("moe gate+up M={}{}", Mg, w ? " wide" : "").c_str(), gu, 2.0 * S * 2 * I * H);
-      cuda::pf::GemmArgs dn{};
-      dn.w = down.q, dn.n_out = H, dn.M = S, dn.y = dyd.p, dn.ldy = H, dn.tiles = tl, dn.max_tiles = T, dn.wide = w;
-      sa.use(dn);
-      bench_row(fmt::format("moe down M={}{}", Mg, w ? " wide" : "").c_str(), dn, 2.0 * S * H * I);
-    }
+    cuda::pf::GemmArgs gu{};
+    gu.w = gate.q, gu.w2 = up.q, gu.n_out = I, gu.a_rows = dslot.p, gu.M = S, gu.y = dact.p, gu.ldy = I;
+    gu.swiglu = true, gu.tiles = dnarrow.p, gu.max_tiles = T;
+    sx.use(gu);
+    cuda::pf::GemmArgs gu_wide = gu;
+    gu_wide.tiles = dwide.p;
+    bench_row(fmt::format("moe gate+up M={}", Mg).c_str(), gu, gu_wide, 2.0 * S * 2 * I * H);
+    cuda::pf::GemmArgs dn{};
+    dn.w = down.q, dn.n_out = H, dn.M = S, dn.y = dyd.p, dn.ldy = H, dn.tiles = dnarrow.p, dn.max_tiles = T;
+    sa.use(dn);
+    cuda::pf::GemmArgs dn_wide = dn;
+    dn_wide.tiles = dwide.p;
+    bench_row(fmt::format("moe down M={}", Mg).c_str(), dn, dn_wide, 2.0 * S * H * I);
   }
 }
 

@@ -278,13 +278,13 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 2) {
   r.slot_of = dslot_of.p, r.tiles = dtiles.p, r.max_tiles = T, r.scratch = dscr.p, r.wide = terms == 1;
   ASSERT_TRUE(cuda::pf::moe_route(r, nullptr).is_ok());
   cuda::pf::GemmArgs gu{};
-  gu.terms = terms, gu.wide = r.wide;
+  gu.terms = terms;
   gu.w = dg.q, gu.w2 = du.q, gu.n_out = I, gu.a_rows = dslot_tok.p, gu.y = dact.p, gu.ldy = I;
   gu.swiglu = true, gu.tiles = dtiles.p, gu.max_tiles = T;
   sx.use(gu);
   ASSERT_TRUE(cuda::pf::gemm(gu, nullptr).is_ok());
   cuda::pf::GemmArgs dn{};
-  dn.terms = terms, dn.wide = r.wide;
+  dn.terms = terms;
   dn.w = dd.q, dn.n_out = H, dn.y = dyd.p, dn.ldy = H, dn.tiles = dtiles.p, dn.max_tiles = T;
   DevSplit sa(dact.p, I, S, I);
   sa.use(dn);

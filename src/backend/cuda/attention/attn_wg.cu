@@ -16,6 +16,7 @@
 #include <mutex>
 
 #include "backend/cuda/attention/attn_wg16.cuh"
+#include "backend/cuda/attention/flash_common.cuh"
 #include "backend/cuda/common/common.cuh"
 #include "backend/cuda/step/prefill_ops.h"
 #include "backend/cuda/common/wgmma_util.cuh"
@@ -111,12 +112,6 @@ template <int HD> struct FwLayout {
   static constexpr int kK = kQ, kV = kK + 2 * kKStage;
   static constexpr int kSmem = kV + 2 * kVPlane + 1024;  // + slack to align to 1024
 };
-
-template <int HD> __device__ __forceinline__ void pv_mma(float (&o)[HD / 2], const uint32_t (&a)[4], uint64_t desc) {
-  if constexpr (HD == 256) wgmma_bf16_64x256_rs(o, a, desc, 1);
-  else if constexpr (HD == 128) wgmma_bf16_64x128_rs(o, a, desc, 1);
-  else wgmma_bf16_64x64_rs(o, a, desc, 1);
-}
 
 // The three S products chain into one accumulator (48 dependent wgmmas per tile at hd 256). Every warpgroup
 // runs every key tile of its block, the tiles past its own last query too (all masked: p = 0, corr = 1): a
@@ -257,9 +252,9 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(Attn
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
         const uint64_t dvh = sw64_desc(sv + uint32_t(kk * 32)), dvl = sw64_desc(sv + uint32_t(L::kVPlane + kk * 32));
-        pv_mma<HD>(o, ph[kk], dvh);
-        pv_mma<HD>(o, ph[kk], dvl);
-        pv_mma<HD>(o, pl[kk], dvh);
+        pv_mma<HD, false>(o, ph[kk], dvh);
+        pv_mma<HD, false>(o, ph[kk], dvl);
+        pv_mma<HD, false>(o, pl[kk], dvh);
       }
       wg_commit();
       wg_wait<0>();
@@ -269,27 +264,7 @@ template <int HD> __global__ void __launch_bounds__(256, 1) flash_wg_kernel(Attn
     load_v(j + 1);
   }
   cp_wait<0>();
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    lrow[hr] += __shfl_xor_sync(0xffffffffu, lrow[hr], 1);
-    lrow[hr] += __shfl_xor_sync(0xffffffffu, lrow[hr], 2);
-  }
-  const int ow = a.nh * HD;
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int m = m0 + wg * 64 + rloc + 8 * hr;
-    if (m >= a.M) continue;
-    const float inv = 1.0f / lrow[hr];
-    const float* gate = a.qw == 2 * HD ? a.u + size_t(m) * a.ldu + h * a.qw + HD : nullptr;
-    float* out = a.out + size_t(m) * ow + h * HD;
-#pragma unroll
-    for (int jj = 0; jj < HD / 8; ++jj) {
-      const int d = jj * 8 + 2 * t;
-      float v0 = o[4 * jj + 2 * hr] * inv, v1 = o[4 * jj + 2 * hr + 1] * inv;
-      if (gate) v0 *= sigmoid(gate[d]), v1 *= sigmoid(gate[d + 1]);
-      *reinterpret_cast<float2*>(out + d) = make_float2(v0, v1);
-    }
-  }
+  flash_store<HD>(a, o, lrow, m0 + wg * 64 + rloc, h, t);
 }
 
 // Split-plane scratch, grown on demand (prefill runs eagerly on one stream; freed never).

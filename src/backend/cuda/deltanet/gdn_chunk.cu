@@ -1,5 +1,6 @@
 // Gated DeltaNet recurrence over M tokens in the chunked (WY) form of model-spec §1.4.2, chunk 64,
-// on tensor cores (mma.sync m16n8k8 tf32, every product split 3xTF32: hi·hi + hi·lo + lo·hi, ~fp32).
+// on tensor cores (mma.sync m16n8k8 tf32, every product split 3xTF32: hi·hi + hi·lo + lo·hi, ~fp32; single
+// pass for the long chunks, GdnPrefillArgs::terms = 1: hi·hi, each operand rounded once to tf32).
 // Kernel 1 (all chunks and value heads in parallel): γ = cumsum g, KKᵀ and QKᵀ (masked, decayed),
 // the forward substitution [U | W] = (I + L)⁻¹·[diag(β)V | diag(β e^γ)K] and P = QKᵀ ⊙ Γ, to scratch.
 // Kernel 2 (one block per value head and 32-column slice of S, chunks in order, S fp32 in shared
@@ -47,9 +48,13 @@ struct FragB {
   uint32_t h[2], l[2];
   __device__ __forceinline__ void set(float x0, float x1) { split(x0, h[0], l[0]), split(x1, h[1], l[1]); }
 };
-__device__ __forceinline__ void mma3(float* d, const FragA& a, const FragB& b) {
-  mma1(d, a.h, b.l);
-  mma1(d, a.l, b.h);
+// kT = 3: hi·lo + lo·hi + hi·hi (~fp32 products); kT = 1 (single pass, the long chunks): hi·hi, each operand
+// rounded once to tf32 (10 mantissa bits; the lo halves are then never computed: the cvt asm is not volatile).
+template <int kT> __device__ __forceinline__ void mma_t(float* d, const FragA& a, const FragB& b) {
+  if constexpr (kT == 3) {
+    mma1(d, a.h, b.l);
+    mma1(d, a.l, b.h);
+  }
   mma1(d, a.h, b.h);
 }
 
@@ -57,7 +62,7 @@ __device__ __forceinline__ void mma3(float* d, const FragA& a, const FragB& b) {
 constexpr int kLdK1 = kD + 4;  // Ks, Qs row stride (floats): A loads (g, t) and B loads (n=g, k=t) hit 32 banks
 constexpr int kSmem1 = (2 * kC * kLdK1 + kC * kC + 3 * kC) * 4;
 
-template <bool kSeg>
+template <bool kSeg, int kT>
 __global__ void __launch_bounds__(256, 2) wy_kernel(GdnPrefillArgs a0, const GdnPrefillArgs* segs) {
   const GdnPrefillArgs a = seg_args<kSeg>(a0, segs);
   if (int(blockIdx.x) * kC >= a.M) return;  // segments: the grid covers the longest
@@ -118,8 +123,8 @@ __global__ void __launch_bounds__(256, 2) wy_kernel(GdnPrefillArgs a0, const Gdn
         const float* br = Ks + (ch * 32 + j * 8 + g) * kLdK1 + k0 + t;
         FragB fb;
         fb.set(br[0], br[4]);
-        mma3(accG[j], fk, fb);
-        mma3(accP[j], fq, fb);
+        mma_t<kT>(accG[j], fk, fb);
+        mma_t<kT>(accP[j], fq, fb);
       }
     }
 #pragma unroll
@@ -167,7 +172,7 @@ __global__ void __launch_bounds__(256, 2) wy_kernel(GdnPrefillArgs a0, const Gdn
 constexpr int kLdW = kD + 4, kLdQ = kD + 4, kLdK = kD + 8, kLdU = kCS + 8, kLdP = kC + 4, kLdS = kCS + 8;
 constexpr int kSmem2 = (kC * kLdW + kC * kLdQ + kC * kLdK + 2 * kC * kLdU + kC * kLdP + kD * kLdS + 3 * kC) * 4;
 
-template <bool kSeg>
+template <bool kSeg, int kT>
 __global__ void __launch_bounds__(256, 1) state_kernel(GdnPrefillArgs a0, int nch0, const GdnPrefillArgs* segs) {
   const GdnPrefillArgs a = seg_args<kSeg>(a0, segs);
   const int nch = kSeg ? (a.M + kC - 1) / kC : nch0;
@@ -253,7 +258,7 @@ __global__ void __launch_bounds__(256, 1) state_kernel(GdnPrefillArgs a0, int nc
           const float* br = Ss + (k0 + t) * kLdS + (ct0 + j) * 8 + g;
           FragB fb;
           fb.set(br[0], br[4 * kLdS]);
-          mma3(acc[j], fa, fb);
+          mma_t<kT>(acc[j], fa, fb);
         }
       }
 #pragma unroll
@@ -281,7 +286,7 @@ __global__ void __launch_bounds__(256, 1) state_kernel(GdnPrefillArgs a0, int nc
           const float* br = Ss + (k0 + t) * kLdS + (ct0 + j) * 8 + g;
           FragB fb;
           fb.set(br[0], br[4 * kLdS]);
-          mma3(acc[j], fa, fb);
+          mma_t<kT>(acc[j], fa, fb);
         }
       }
       const float e0 = eg[r0 + g], e1 = eg[r0 + g + 8];
@@ -296,7 +301,7 @@ __global__ void __launch_bounds__(256, 1) state_kernel(GdnPrefillArgs a0, int nc
           const float* br = Up + (k0 + t) * kLdU + (ct0 + j) * 8 + g;
           FragB fb;
           fb.set(br[0], br[4 * kLdU]);
-          mma3(acc[j], fa, fb);
+          mma_t<kT>(acc[j], fa, fb);
         }
       }
 #pragma unroll
@@ -332,7 +337,7 @@ __global__ void __launch_bounds__(256, 1) state_kernel(GdnPrefillArgs a0, int nc
           const float* br = Up + (k0 + t) * kLdU + j * 8 + g;
           FragB fb;
           fb.set(br[0], br[4 * kLdU]);
-          mma3(accS[j], fa, fb);
+          mma_t<kT>(accS[j], fa, fb);
         }
       }
     }
@@ -363,28 +368,35 @@ __global__ void __launch_bounds__(256, 1) state_kernel(GdnPrefillArgs a0, int nc
 
 size_t gdn_wy_floats(int M, int nv) { return size_t((M + kC - 1) / kC) * nv * kPer; }
 
-// The two kernels over one sequence's M tokens (segs null: a, grid z = 1) or over n_seg segments
-// (segs: device array of their args, grid z = segment, x sized for the longest; a holds the longest M).
-static Status chunk_launch(const GdnPrefillArgs& a, const GdnPrefillArgs* segs, int n_seg, Stream stream) {
-  auto s = static_cast<cudaStream_t>(stream);
+template <int kT> Status chunk_launch_t(const GdnPrefillArgs& a, const GdnPrefillArgs* segs, int n_seg, cudaStream_t s) {
   static bool attr = false;
   if (!attr) {
-    LILY_CU_TRY(cudaFuncSetAttribute(wy_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem1));
-    LILY_CU_TRY(cudaFuncSetAttribute(wy_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem1));
-    LILY_CU_TRY(cudaFuncSetAttribute(state_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem2));
-    LILY_CU_TRY(cudaFuncSetAttribute(state_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem2));
+    LILY_CU_TRY(cudaFuncSetAttribute(wy_kernel<false, kT>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem1));
+    LILY_CU_TRY(cudaFuncSetAttribute(wy_kernel<true, kT>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem1));
+    LILY_CU_TRY(cudaFuncSetAttribute(state_kernel<false, kT>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem2));
+    LILY_CU_TRY(cudaFuncSetAttribute(state_kernel<true, kT>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem2));
     attr = true;
   }
   const int nch = (a.M + kC - 1) / kC;
-  if (segs) wy_kernel<true><<<dim3(nch, a.nv, n_seg), 256, kSmem1, s>>>(a, segs);
-  else wy_kernel<false><<<dim3(nch, a.nv), 256, kSmem1, s>>>(a, nullptr);
+  if (segs) wy_kernel<true, kT><<<dim3(nch, a.nv, n_seg), 256, kSmem1, s>>>(a, segs);
+  else wy_kernel<false, kT><<<dim3(nch, a.nv), 256, kSmem1, s>>>(a, nullptr);
   LILY_TRY(launch_status("pf::gdn_wy"));
-  if (a.prof) a.prof(a.prof_ctx, "gdn: chunk WY factors (tensor cores)");
-  if (segs) state_kernel<true><<<dim3(a.nv * kSlices, 1, n_seg), 256, kSmem2, s>>>(a, nch, segs);
-  else state_kernel<false><<<a.nv * kSlices, 256, kSmem2, s>>>(a, nch, nullptr);
+  if (a.prof) a.prof(a.prof_ctx, kT == 1 ? "gdn: chunk WY factors (tensor cores, single pass)" : "gdn: chunk WY factors (tensor cores)");
+  if (segs) state_kernel<true, kT><<<dim3(a.nv * kSlices, 1, n_seg), 256, kSmem2, s>>>(a, nch, segs);
+  else state_kernel<false, kT><<<a.nv * kSlices, 256, kSmem2, s>>>(a, nch, nullptr);
   LILY_TRY(launch_status("pf::gdn_chunk_state"));
-  if (a.prof) a.prof(a.prof_ctx, "gdn: chunk state + output (tensor cores)");
+  if (a.prof) a.prof(a.prof_ctx, kT == 1 ? "gdn: chunk state + output (tensor cores, single pass)" : "gdn: chunk state + output (tensor cores)");
   return Status::ok();
+}
+
+// The two kernels over one sequence's M tokens (segs null: a, grid z = 1) or over n_seg segments
+// (segs: device array of their args, grid z = segment, x sized for the longest; a holds the longest M and
+// the terms every segment runs).
+static Status chunk_launch(const GdnPrefillArgs& a, const GdnPrefillArgs* segs, int n_seg, Stream stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (a.terms == 1) return chunk_launch_t<1>(a, segs, n_seg, s);
+  if (a.terms == 3) return chunk_launch_t<3>(a, segs, n_seg, s);
+  return cu_err("pf::gdn_chunk: terms {} (1 or 3)", a.terms);
 }
 
 Status gdn_chunk_scan(const GdnPrefillArgs& a, Stream stream) { return chunk_launch(a, nullptr, 1, stream); }

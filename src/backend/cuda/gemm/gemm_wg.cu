@@ -282,13 +282,13 @@ template <bool SWIGLU, int BT, int TERMS> Status launch(const GemmArgs& a, cudaS
   k<<<grid, 128 * WGS, smem, s>>>(a);
   return launch_status("pf::gemm_wg");
 }
-// Grouped calls of a wide route: one launch per tile class (each skips the other's tiles), so every tile runs
-// at the wgmma width of its rows.
+// Grouped single-pass calls: one launch per tile class (each skips the other's tiles), so every tile runs at
+// the wgmma width of its rows (a narrow route's tiles are all class 0: the second launch's blocks exit at once).
 template <bool SWIGLU> Status launch_terms(const GemmArgs& a, cudaStream_t s) {
   if (a.terms == 2) return launch<SWIGLU, kGemmBM, 2>(a, s);
   if (!a.tiles) return launch<SWIGLU, 128, 1>(a, s);
   LILY_TRY((launch<SWIGLU, kGemmBM, 1>(a, s)));
-  return a.wide ? launch<SWIGLU, 128, 1>(a, s) : Status::ok();
+  return launch<SWIGLU, 128, 1>(a, s);
 }
 
 }  // namespace
@@ -296,7 +296,6 @@ template <bool SWIGLU> Status launch_terms(const GemmArgs& a, cudaStream_t s) {
 Status gemm_wg(const GemmArgs& a, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (a.terms != 1 && a.terms != 2) return cu_err("pf::gemm_wg: terms {} (1 or 2)", a.terms);
-  if (a.wide && (a.terms != 1 || !a.tiles)) return cu_err("pf::gemm_wg: wide tiles are grouped and single pass");
   if (!a.ah || (a.terms == 2 && (!a.al || !a.axs))) return cu_err("pf::gemm_wg: needs the split A ({} terms)", a.terms);
   if (a.w.bits != 4) return cu_err("pf::gemm_wg: {} bits unsupported (4 only)", a.w.bits);
   return a.swiglu ? launch_terms<true>(a, s) : launch_terms<false>(a, s);

@@ -25,7 +25,7 @@ int env_int(const char* name, int def, int lo, int hi) {
   return v >= lo && v <= hi ? v : def;
 }
 
-// The 4-bit GEMMs' and the attention's terms of a chunk of M tokens: 1 (single pass) from pf::kPfSinglePassRows
+// The 4-bit GEMMs', the attention's and the chunked DeltaNet's terms of a chunk of M tokens: 1 (single pass) from pf::kPfSinglePassRows
 // rows on, or from LILY_PF_SINGLE_MIN (a test hook: the goldens and tiny models at short lengths through the
 // single-pass kernels).
 int pf_terms(int M) {
@@ -80,8 +80,10 @@ Status CudaBackend::pf_alloc(int chunk) {
   p.sact = dalloc<float>(M * c.shared_expert_intermediate_size, owned_);
   p.sy = dalloc<float>(M * H, owned_);
   p.wy = dalloc<float>(pf::gdn_wy_floats(chunk, nv), owned_);
-  if (!p.sy || !p.wy || !p.yd || !p.act || !p.u || !p.ah || !p.al || !p.axs) return cu_err("cuda prefill: out of device memory for a {}-token chunk", chunk);
-  LILY_CU_TRY(cudaHostAlloc(&p.pos_host, 16, cudaHostAllocDefault));
+  p.seg_args = dalloc<pf::GdnPrefillArgs>(size_t(n_gdn_layers()) * pf::kMaxAttnSegs, owned_);
+  if (!p.sy || !p.wy || !p.yd || !p.act || !p.u || !p.ah || !p.al || !p.axs || !p.seg_args)
+    return cu_err("cuda prefill: out of device memory for a {}-token chunk", chunk);
+  LILY_CU_TRY(cudaHostAlloc(&p.pos_host, pf::kMaxAttnSegs * sizeof(int32_t), cudaHostAllocDefault));
   pf_cap_ = chunk;
   return Status::ok();
 }
@@ -109,22 +111,40 @@ int CudaBackend::n_gdn_layers() const {
   return int(std::count_if(d_.layers.begin(), d_.layers.end(), [](const DevLayer& l) { return !l.attn; }));
 }
 
-// One chunk: tokens t0..t0+M of the prompt (already in pf_.tok), state position st.n + t0.
-Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool want_logits) {
+// One prefill pass over segments (PfSeg): segment j's tokens are rows row_j .. row_j + M_j of pf_.tok (the
+// segments' rows one after the other), appended to its sequence at st->n (advanced by the caller). Every
+// token-parallel op (norms, GEMMs, router, experts) runs once over all rows; the mixers once per kernel for
+// all segments (gdn_prefill_segments, attn_prefill_segments). A row's arithmetic is that of its segment
+// alone: the GEMMs, the router and the MoE treat rows independently (same k order whatever the tile), and a
+// segments launch of the mixers computes each segment exactly as alone. The segments share one terms
+// (pf_terms of each one's length), so a prompt's rounding depends on its own segments only.
+Status CudaBackend::pf_pass(std::span<const PfSeg> segs) {
   const ModelConfig& c = cfg_;
   auto& p = pf_;
   cudaStream_t s = stream_;
-  const int H = c.hidden_size, vd = c.gdn_value_dim();
+  const int H = c.hidden_size, vd = c.gdn_value_dim(), nv = c.linear_num_value_heads;
   const int E = c.num_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
-  const int pos0 = st.n + t0;
   const float eps = c.rms_norm_eps;
+  const int n_seg = int(segs.size());
+  if (n_seg < 1 || n_seg > pf::kMaxAttnSegs) return cu_err("cuda prefill: {} segments in a pass (1..{})", n_seg, pf::kMaxAttnSegs);
+  int M = 0;
+  size_t wy_need = 0;
+  std::vector<int> row0(size_t(n_seg) + 1);
+  for (int j = 0; j < n_seg; ++j) {
+    if (segs[size_t(j)].M <= 0 || pf_terms(segs[size_t(j)].M) != pf_terms(segs[0].M))
+      return cu_err("cuda prefill: a pass's segments share one precision ({} and {} tokens)", segs[0].M, segs[size_t(j)].M);
+    row0[size_t(j)] = M, M += segs[size_t(j)].M, wy_need += pf::gdn_wy_floats(segs[size_t(j)].M, nv);
+  }
+  row0[size_t(n_seg)] = M;
+  if (M > pf_cap_ || wy_need > pf::gdn_wy_floats(pf_cap_, nv)) return cu_err("cuda prefill: a pass of {} rows exceeds the scratch ({})", M, pf_cap_);
   // Each GEMM input is split once (p.ah, and where read p.al/axs), then read by every GEMM on that input
   // (e.g. router, expert gate/up and shared gate/up all read one split of hn). The 4-bit GEMMs run the
   // Hopper wgmma kernel (gemm_wg.cu): single pass from kPfSinglePassRows rows on (the fp16 plane only),
   // two pass below (hi + lo planes and group sums); the 8-bit router the mma.sync pipe kernel (gemm_q8.cu),
   // two pass always (its input's split is full).
-  const int terms = pf_terms(M);
-  // A short chunk runs its MoE on the batched step's expert kernels (moe_rows).
+  const int terms = pf_terms(segs[0].M);
+  // A short chunk runs its MoE on the batched step's expert kernels (moe_rows); a pass of several segments
+  // has single-pass ones only (CudaBackend::step), so M is far above that kernel's rows.
   const bool small_moe = moe_rows_ok(M);
   auto split = [&](const float* a, int lda, int rows, int K, bool full = false) -> Status {
     full = full || terms == 2;
@@ -147,12 +167,34 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     auto* be = static_cast<CudaBackend*>(ctx);
     be->mark(what, be->stream_);
   };
-  LILY_TRY(embed_rows(d_.embed, p.tok + t0, M, p.x, s));
+  // The segments' DeltaNet args of every layer (a pass of several: one device array, uploaded once); segment
+  // j's scratch rows start at its row, its WY scratch after the previous segments'.
+  const int n_gdn = n_gdn_layers();
+  std::vector<pf::GdnPrefillArgs> gargs(size_t(n_gdn) * size_t(n_seg));
+  int longest = 0;
+  for (int j = 1; j < n_seg; ++j)
+    if (segs[size_t(j)].M > segs[size_t(longest)].M) longest = j;
+  for (int i = 0, gi = 0; i < c.num_hidden_layers; ++i) {
+    if (d_.layers[size_t(i)].attn) continue;
+    size_t wy_off = 0;
+    for (int j = 0; j < n_seg; ++j) {
+      const PfSeg& sg = segs[size_t(j)];
+      const size_t r = size_t(row0[size_t(j)]);
+      const int ldu = d_.layers[size_t(i)].in_proj.rows;
+      pf::GdnPrefillArgs& g = gargs[size_t(gi) * n_seg + j];
+      g = gdn_args(i, *sg.st, sg.st->n, sg.M, p.u + r * ldu, ldu, r, p.o + r * vd, p.wy + wy_off);
+      g.terms = terms == 1 ? 1 : 3;
+      wy_off += pf::gdn_wy_floats(sg.M, nv);
+    }
+    ++gi;
+  }
+  if (n_seg > 1)
+    LILY_CU_TRY(cudaMemcpyAsync(p.seg_args, gargs.data(), gargs.size() * sizeof(pf::GdnPrefillArgs), cudaMemcpyHostToDevice, s));
+  LILY_TRY(embed_rows(d_.embed, p.tok, M, p.x, s));
   mark("embed rows", s);
   const float* mix = nullptr;
-  for (int i = 0; i < c.num_hidden_layers; ++i) {
+  for (int i = 0, gi = 0; i < c.num_hidden_layers; ++i) {
     const DevLayer& L = d_.layers[i];
-    auto& SL = st.layers[i];
     LILY_TRY(pf::add_rmsnorm_rows(p.x, mix, L.in_norm, M, H, eps, p.hn, s));
     mark("add+rmsnorm", s);
     if (!L.attn) {
@@ -160,9 +202,11 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
       LILY_TRY(split(p.hn, H, M, H));
       LILY_TRY(gemm(L.in_proj, M, p.u, ldu));
       mark("gdn: [qkv|z|a|b] gemm", s);
-      pf::GdnPrefillArgs g = gdn_args(i, st, pos0, M, p.u, ldu, 0, p.o, p.wy);
+      pf::GdnPrefillArgs& g = gargs[size_t(gi) * n_seg + longest];
       g.prof = prof_cb, g.prof_ctx = this;
-      LILY_TRY(pf::gdn_prefill(g, s));
+      if (n_seg == 1) LILY_TRY(pf::gdn_prefill(g, s));
+      else LILY_TRY(pf::gdn_prefill_segments(g, static_cast<const pf::GdnPrefillArgs*>(p.seg_args) + size_t(gi) * n_seg, n_seg, s));
+      ++gi;
       LILY_TRY(split(p.o, vd, M, vd));
       LILY_TRY(gemm(L.out_proj, M, p.mix, H));
       mark("gdn: out_proj gemm", s);
@@ -171,14 +215,22 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
       LILY_TRY(split(p.hn, H, M, H));
       LILY_TRY(gemm(L.qkv, M, p.u, ldu));
       mark("attn: [q|k|v] gemm", s);
+      const int od = c.num_attention_heads * c.head_dim;
       pf::AttnPrefillArgs a{};
-      a.u = p.u, a.ldu = ldu, a.M = M, a.pos0 = pos0, a.q_norm = L.q_norm, a.k_norm = L.k_norm;
-      a.kc = SL.kc, a.vc = SL.vc, a.qb = p.qb, a.out = p.o, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
-      a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim(), a.max_seq = st.cap;
+      a.ldu = ldu, a.q_norm = L.q_norm, a.k_norm = L.k_norm, a.nh = c.num_attention_heads, a.nkv = c.num_key_value_heads;
+      a.hd = c.head_dim, a.qw = (c.attn_output_gate ? 2 : 1) * c.head_dim, a.rot = c.rotary_dim();
       a.theta = c.rope_theta, a.eps = eps, a.terms = terms == 1 ? 1 : 3;
       a.prof = prof_cb, a.prof_ctx = this;
-      LILY_TRY(pf::attn_prefill(a, s));
-      const int od = c.num_attention_heads * c.head_dim;
+      // Each segment its rows of u and out, its caches and its q scratch (at its row: qb holds two planes a row).
+      pf::AttnSeg as[pf::kMaxAttnSegs];
+      for (int j = 0; j < n_seg; ++j) {
+        const PfSeg& sg = segs[size_t(j)];
+        const size_t r = size_t(row0[size_t(j)]);
+        auto& SL = sg.st->layers[size_t(i)];
+        as[j].u = p.u + r * ldu, as[j].out = p.o + r * od, as[j].kc = SL.kc, as[j].vc = SL.vc;
+        as[j].qb = p.qb + r * od * 2, as[j].M = sg.M, as[j].pos0 = sg.st->n, as[j].max_seq = sg.st->cap;
+      }
+      LILY_TRY(pf::attn_prefill_segments(a, as, n_seg, s));
       LILY_TRY(split(p.o, od, M, od));
       LILY_TRY(gemm(L.o_proj, M, p.mix, H));
       mark("attn: o_proj gemm", s);
@@ -203,13 +255,13 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     mark("moe: top-k+sort+tiles", s);
     pf::GemmArgs gu{};
     gu.w = L.gate, gu.w2 = L.up, gu.n_out = I, gu.a_rows = p.slot_tok, gu.y = p.act, gu.ldy = I;
-    gu.swiglu = true, gu.tiles = p.tiles, gu.max_tiles = r.max_tiles, gu.wide = r.wide;
+    gu.swiglu = true, gu.tiles = p.tiles, gu.max_tiles = r.max_tiles;
     with_split(gu);
     LILY_TRY(pf::gemm(gu, s));
     mark("moe: grouped gate+up+swiglu", s);
     pf::GemmArgs dn{};
     dn.w = L.down, dn.n_out = H, dn.y = p.yd, dn.ldy = H, dn.tiles = p.tiles;
-    dn.max_tiles = r.max_tiles, dn.wide = r.wide;
+    dn.max_tiles = r.max_tiles;
     with_split(dn);
     // The shared expert's gate/up reads hn's split before act's split replaces it.
     const int Is = c.shared_expert_intermediate_size;
@@ -229,15 +281,18 @@ Status CudaBackend::pf_chunk(CudaSeqState& st, int t0, int M, bool last, bool wa
     mark("moe: combine", s);
     mix = p.mix;
   }
-  if (last && want_logits) {
-    // The last row's final add + norm and the lm_head (fp32 logits): the decode step's GEMV (its tensor-core
-    // kernel where it applies), so the logits of a prompt's last token are those the decode graph gives.
-    const size_t off = size_t(M - 1) * H;
+  for (int j = 0; j < n_seg; ++j) {
+    if (!segs[size_t(j)].logits) continue;
+    // The segment's last row's final add + norm and the lm_head (fp32 logits): the decode step's GEMV (its
+    // tensor-core kernel where it applies), so the logits of a prompt's last token are those the decode graph
+    // gives; then to the host (stream order: the next segment's GEMV writes logits_ after the copy).
+    const size_t off = size_t(row0[size_t(j) + 1] - 1) * H;
     GemvArgs lm{};
     lm.w = d_.lm_head, lm.pro = Pro::kAddNorm, lm.in = p.x + off, lm.mix = p.mix + off, lm.gain = d_.final_norm;
     lm.eps = eps, lm.y = logits_, lm.tc = true;
     LILY_TRY(gemv(lm, s));
     mark("final norm+lm_head", s);
+    LILY_CU_TRY(cudaMemcpyAsync(segs[size_t(j)].logits, logits_, size_t(c.vocab_size) * 4, cudaMemcpyDeviceToHost, s));
   }
   return Status::ok();
 }
@@ -255,11 +310,11 @@ bool prefill_shapes_ok(const ModelConfig& c) {
 }
 
 int CudaBackend::prefill_chunk_cap() const { return env_int("LILY_PREFILL_CHUNK", 4096, 64, 1 << 16); }
+int CudaBackend::prefill_min() const { return env_int("LILY_PREFILL_MIN", 8, 1, 1 << 20); }
 
 Status CudaBackend::prefill(CudaSeqState& st, std::span<const int32_t> tokens, std::span<float> logits) {
   const int M = int(tokens.size());
-  const int min_m = env_int("LILY_PREFILL_MIN", 8, 1, 1 << 20);
-  if (M >= min_m && prefill_shapes_ok(cfg_)) {
+  if (M >= prefill_min() && prefill_shapes_ok(cfg_)) {
     const int chunk_env = prefill_chunk_cap();
     if (pf_cap_ == 0) LILY_TRY(pf_alloc(chunk_env));  // bounded by the chunk, not the prompt
     // LILY_PREFILL_PROFILE=1: events between ops, a per-op table on stderr (adds small gaps) for
@@ -270,17 +325,20 @@ Status CudaBackend::prefill(CudaSeqState& st, std::span<const int32_t> tokens, s
     const bool prof = prof_mode == 2 || (prof_mode == 1 && M >= 1024);
     if (prof) prof_ = &ev, mark("start", stream_);
     const int cs = std::min(chunk_env, pf_cap_);
-    LILY_CU_TRY(cudaMemcpyAsync(pf_.tok, tokens.data(), size_t(std::min(M, pf_cap_)) * 4, cudaMemcpyHostToDevice, stream_));
+    const int n0 = st.n;
     for (int t0 = 0; t0 < M; t0 += cs) {
       const int n = std::min(cs, M - t0);
-      if (t0 > 0) {
-        LILY_CU_TRY(cudaStreamSynchronize(stream_));  // pf_.tok is reused per chunk
-        LILY_CU_TRY(cudaMemcpyAsync(pf_.tok, tokens.data() + t0, size_t(n) * 4, cudaMemcpyHostToDevice, stream_));
+      if (t0 > 0) LILY_CU_TRY(cudaStreamSynchronize(stream_));  // pf_.tok is reused per chunk
+      LILY_CU_TRY(cudaMemcpyAsync(pf_.tok, tokens.data() + t0, size_t(n) * 4, cudaMemcpyHostToDevice, stream_));
+      const PfSeg seg{&st, n, t0 + n == M && !logits.empty() ? logits.data() : nullptr};
+      Status r = pf_pass({&seg, 1});
+      if (!r) {
+        st.n = n0;
+        return r;
       }
-      LILY_TRY(pf_chunk(st, 0, n, t0 + n == M, !logits.empty()));
-      st.n += n;  // pf_chunk positions are relative to st.n
+      st.n += n;  // a pass appends at st.n
     }
-    st.n -= M;
+    st.n = n0;
     if (prof) {
       prof_ = nullptr;
       LILY_CU_TRY(cudaStreamSynchronize(stream_));
@@ -290,13 +348,51 @@ Status CudaBackend::prefill(CudaSeqState& st, std::span<const int32_t> tokens, s
     LILY_CU_TRY(cudaStreamSynchronize(stream_));
     *pf_.pos_host = st.n + M;
     LILY_CU_TRY(cudaMemcpyAsync(&st.ctl->pos, pf_.pos_host, 4, cudaMemcpyHostToDevice, stream_));
-    if (!logits.empty())
-      LILY_CU_TRY(cudaMemcpyAsync(logits.data(), logits_, size_t(cfg_.vocab_size) * 4, cudaMemcpyDeviceToHost, stream_));
     LILY_CU_TRY(cudaStreamSynchronize(stream_));
     st.n += M;
     return Status::ok();
   }
   return replay_tokens(st, tokens, logits);
+}
+
+Status CudaBackend::prefill_group(std::span<const StepFeed* const> feeds) {
+  const int n_seg = int(feeds.size());
+  if (n_seg < 2 || n_seg > pf::kMaxAttnSegs) return cu_err("prefill_group: {} feeds (2..{})", n_seg, pf::kMaxAttnSegs);
+  if (pf_cap_ == 0) LILY_TRY(pf_alloc(prefill_chunk_cap()));
+  const size_t V = size_t(cfg_.vocab_size);
+  std::vector<int32_t> toks;
+  std::vector<PfSeg> segs(static_cast<size_t>(n_seg));
+  std::vector<std::vector<float>> drawn_logits(static_cast<size_t>(n_seg));  // a draw's logits (drawn here, as Backend::step_segment)
+  for (int j = 0; j < n_seg; ++j) {
+    const StepFeed& f = *feeds[size_t(j)];
+    auto* st = dynamic_cast<CudaSeqState*>(f.state);
+    if (!st || st->be != this) return cu_err("prefill_group: a state belongs to another backend");
+    const int M = int(f.tokens.size());
+    LILY_TRY(st->reserve(st->n + M));
+    if (st->n + M > st->cap) return cu_err("prefill_group: {} + {} tokens exceed the state's max_seq {}", st->n, M, st->limit);
+    for (int32_t t : f.tokens)
+      if (t < 0 || size_t(t) >= V) return cu_err("prefill_group: token id {} outside the vocabulary [0, {})", t, V);
+    toks.insert(toks.end(), f.tokens.begin(), f.tokens.end());
+    float* out = f.logits;
+    if (f.draw) drawn_logits[size_t(j)].resize(V), out = drawn_logits[size_t(j)].data();
+    segs[size_t(j)] = {st, M, out};
+  }
+  if (int(toks.size()) > pf_cap_) return cu_err("prefill_group: {} tokens exceed the prefill scratch ({})", toks.size(), pf_cap_);
+  LILY_CU_TRY(cudaMemcpyAsync(pf_.tok, toks.data(), toks.size() * 4, cudaMemcpyHostToDevice, stream_));
+  LILY_TRY(pf_pass(segs));
+  LILY_CU_TRY(cudaStreamSynchronize(stream_));
+  for (int j = 0; j < n_seg; ++j) pf_.pos_host[j] = segs[size_t(j)].st->n + segs[size_t(j)].M;
+  for (int j = 0; j < n_seg; ++j)
+    LILY_CU_TRY(cudaMemcpyAsync(&segs[size_t(j)].st->ctl->pos, pf_.pos_host + j, 4, cudaMemcpyHostToDevice, stream_));
+  LILY_CU_TRY(cudaStreamSynchronize(stream_));
+  std::vector<HostDraw> draws;
+  for (int j = 0; j < n_seg; ++j) {
+    const StepFeed& f = *feeds[size_t(j)];
+    segs[size_t(j)].st->n += segs[size_t(j)].M;
+    if (f.draw) draws.push_back({drawn_logits[size_t(j)].data(), f.draw, f.drawn});
+  }
+  draw_on_host(draws, V);
+  return Status::ok();
 }
 
 }  // namespace cuda

@@ -37,9 +37,9 @@ struct GemmArgs {
   const float* axs = nullptr;
   // 4-bit: 2 = exact weights times x as hi + lo (reads ah, al, axs); 1 = single pass, fp16(s·q + b)·fp16(x)
   // (reads ah only). The prefill chooses by the chunk's rows (prefill.cu); 8-bit calls are always two pass.
+  // Grouped calls: two pass takes a narrow route's tiles (64 rows, class 0), single pass either route's (a wide
+  // route's 128-row class-1 tiles too; RouteArgs::wide).
   int terms = 2;
-  // Grouped: the tiles of a wide route (RouteArgs::wide: 128- and 64-row classes; single pass only).
-  bool wide = false;
 };
 // Prefill chunks of at least this many tokens run their 4-bit GEMMs single pass (terms 1, ~1e-3 of a
 // logit from the fp32 reference, inside transformers' fp16 envelope), shorter ones two pass. A prompt
@@ -112,6 +112,7 @@ struct GdnPrefillArgs {
   float* o = nullptr;
   // Chunked (WY) recurrence scratch, gdn_wy_floats(M, nv) floats (gdn_chunk.cu); required.
   float* wy = nullptr;
+  int terms = 3;  // the chunked form's products: 3 (3xTF32, ~fp32) or 1 (single pass, tf32; the long chunks)
   // Profiling: called after each kernel launch with its name (prefill's per-op profile).
   void (*prof)(void* ctx, const char* what) = nullptr;
   void* prof_ctx = nullptr;

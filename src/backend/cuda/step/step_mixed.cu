@@ -23,12 +23,46 @@ namespace cuda {
 // states copied aside before the step and its rows' DeltaNet projections saved (spec_begin, spec_save_u).
 //
 // A long segment (kOwnPrefillRows tokens or more) is compute-bound, and the prefill path's GEMMs run it
-// faster on its own than the batched step does beside decode rows (H200, full size: a 2048-token
-// segment with 16 decode rows took 160 ms as one mixed step, 98 + 10 ms apart; at 512 tokens the two
-// are even, 56 vs 54 ms; docs/perf/2026-12-05-gpu-verify.md). Such segments run first, each alone, and
-// the prefill path runs their 4-bit GEMMs single pass (prefill_ops.h: kPfSinglePassRows is this bound, so
-// a segment's rounding depends on its length only, never on the rows beside it).
+// faster than the batched step does beside decode rows (H200, full size: a 2048-token segment with 16
+// decode rows took 160 ms as one mixed step, 98 + 10 ms apart; at 512 tokens the two are even, 56 vs 54
+// ms; docs/perf/2026-12-05-gpu-verify.md). Such segments run first on the prefill path, single pass
+// (prefill_ops.h: kPfSinglePassRows is this bound, so a segment's rounding depends on its length only), as
+// few passes as the prefill scratch allows: several newcomers' segments in one pass (prefill_group) give the
+// experts several times the rows (~34 an expert for one 1,100-token prompt) and share the fixed costs.
 constexpr size_t kOwnPrefillRows = pf::kPfSinglePassRows;
+
+// The long segments of a step (each kOwnPrefillRows tokens or more): consecutive ones in passes that fit
+// the prefill scratch (rows and the chunked DeltaNet's WY scratch), at most pf::kMaxAttnSegs a pass; a
+// segment that fits no pass with another (longer than the scratch, a shape the prefill kernels do not take,
+// a verify feed) runs alone by forward().
+Status CudaBackend::prefill_long(std::span<const StepFeed> own) {
+  const ModelConfig& c = cfg_;
+  auto groupable = [&](const StepFeed& f) {
+    const int L = int(f.tokens.size());
+    return prefill_shapes_ok(c) && L >= prefill_min() && L <= prefill_chunk_cap() && f.outputs <= 1 && !f.rewindable;
+  };
+  if (pf_cap_ == 0 && std::count_if(own.begin(), own.end(), groupable) >= 2) LILY_TRY(pf_alloc(prefill_chunk_cap()));
+  const size_t wy_cap = pf_cap_ > 0 ? pf::gdn_wy_floats(pf_cap_, c.linear_num_value_heads) : 0;
+  std::vector<const StepFeed*> group;
+  int rows = 0;
+  size_t wy = 0;
+  auto flush = [&]() -> Status {
+    Status st = group.size() >= 2 ? prefill_group(group) : group.empty() ? Status::ok() : step_segment(*group[0]);
+    group.clear(), rows = 0, wy = 0;
+    return st;
+  };
+  for (const StepFeed& f : own) {
+    if (!groupable(f)) {
+      LILY_TRY(step_segment(f));
+      continue;
+    }
+    const int L = int(f.tokens.size());
+    const size_t w = pf::gdn_wy_floats(L, c.linear_num_value_heads);
+    if (!group.empty() && (rows + L > pf_cap_ || wy + w > wy_cap || int(group.size()) == pf::kMaxAttnSegs)) LILY_TRY(flush());
+    group.push_back(&f), rows += L, wy += w;
+  }
+  return flush();
+}
 // A verify feed of at most this many tokens runs its DeltaNet as that many decode-step launches (the
 // batched decode kernel on its row, one token after the other) instead of the chunked prefill form, whose
 // fixed cost for a short segment was 1.9 ms of a 7.7 ms verify step of 5 tokens (H100, full size).
@@ -42,7 +76,7 @@ Status CudaBackend::step(std::span<const StepFeed> feeds) {
   if (feeds.size() >= 2 && std::any_of(feeds.begin(), feeds.end(), [](const StepFeed& f) { return f.tokens.size() >= kOwnPrefillRows; })) {
     std::vector<StepFeed> own, rest;
     for (const StepFeed& f : feeds) (f.tokens.size() >= kOwnPrefillRows ? own : rest).push_back(f);
-    LILY_TRY(Backend::step(own));
+    LILY_TRY(prefill_long(own));
     return rest.empty() ? Status::ok() : step(rest);
   }
   const ModelConfig& c = cfg_;
