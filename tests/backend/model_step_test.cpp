@@ -52,34 +52,53 @@ struct Case {
   enum Out { kNone, kLogits, kGreedy, kTemp } out;
 };
 
-void run_cases(Model& model, const std::string& backend, const std::vector<Case>& cases, double atol, double rtol) {
+// A step's sequences: each case's state twice (the step's, `mixed`, and `alone`) filled to its context, the
+// tokens it feeds, and its feed asking for its output (logits into got, or a draw into drawn).
+struct StepSetup {
+  std::vector<std::unique_ptr<SeqState>> mixed, alone;
+  std::vector<std::vector<int32_t>> toks;
+  std::vector<std::vector<float>> got;
+  std::vector<DrawSpec> spec;
+  std::vector<Drawn> drawn;
+  std::vector<StepFeed> feeds;
+};
+
+void setup_step(Model& model, const std::vector<Case>& cases, int max_seq, StepSetup& x) {
   const int V = model.config().vocab_size;
   const size_t n = cases.size();
-  std::vector<std::unique_ptr<SeqState>> mixed, alone;
   for (size_t s = 0; s < n; ++s)
-    for (auto* set : {&mixed, &alone}) {
-      auto st = model.new_state(512);
+    for (auto* set : {&x.mixed, &x.alone}) {
+      auto st = model.new_state(max_seq);
       ASSERT_TRUE(st.is_ok()) << st.message();
       if (cases[s].context > 0) {
         ASSERT_TRUE(model.forward(**st, tokens_of(int(s), 0, cases[s].context, V), {}).is_ok());
       }
       set->push_back(std::move(*st));
     }
-  // The step.
-  std::vector<std::vector<int32_t>> toks(n);
-  std::vector<std::vector<float>> got(n, std::vector<float>(size_t(V)));
-  std::vector<DrawSpec> spec(n);
-  std::vector<Drawn> drawn(n);
-  std::vector<StepFeed> feeds(n);
+  x.toks.resize(n), x.got.assign(n, std::vector<float>(size_t(V))), x.spec.resize(n), x.drawn.resize(n), x.feeds.resize(n);
   for (size_t s = 0; s < n; ++s) {
-    toks[s] = tokens_of(int(s), cases[s].context, cases[s].feed, V);
-    feeds[s].state = mixed[s].get(), feeds[s].tokens = toks[s];
-    if (cases[s].out == Case::kLogits) feeds[s].logits = got[s].data();
-    if (cases[s].out == Case::kGreedy) spec[s].top_logprobs = 3;
-    if (cases[s].out == Case::kTemp) spec[s].inv_t = 1.25f, spec[s].u = 0.37 + 0.05 * double(s), spec[s].top_logprobs = 0;
-    if (cases[s].out >= Case::kGreedy) feeds[s].draw = &spec[s], feeds[s].drawn = &drawn[s];
+    x.toks[s] = tokens_of(int(s), cases[s].context, cases[s].feed, V);
+    StepFeed& f = x.feeds[s];
+    f.state = x.mixed[s].get(), f.tokens = x.toks[s];
+    if (cases[s].out == Case::kLogits) f.logits = x.got[s].data();
+    if (cases[s].out == Case::kGreedy) x.spec[s].top_logprobs = 3;
+    if (cases[s].out == Case::kTemp) x.spec[s].inv_t = 1.25f, x.spec[s].u = 0.37 + 0.05 * double(s), x.spec[s].top_logprobs = 0;
+    if (cases[s].out >= Case::kGreedy) f.draw = &x.spec[s], f.drawn = &x.drawn[s];
   }
-  ASSERT_TRUE(model.step(feeds).is_ok());
+}
+
+void run_cases(Model& model, const std::string& backend, const std::vector<Case>& cases, double atol, double rtol) {
+  const int V = model.config().vocab_size;
+  const size_t n = cases.size();
+  StepSetup x;
+  setup_step(model, cases, 512, x);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  auto &mixed = x.mixed, &alone = x.alone;
+  auto& toks = x.toks;
+  auto& got = x.got;
+  auto& spec = x.spec;
+  auto& drawn = x.drawn;
+  ASSERT_TRUE(model.step(x.feeds).is_ok());
   double max_err = 0;
   std::vector<int32_t> next(n);
   std::vector<float> ref(static_cast<size_t>(V));
@@ -169,53 +188,30 @@ TEST(ModelStep, LongSegmentsEqualForwardAlone) {
   each_backend(backends(), [&](Model& model, const std::string& backend) {
     ASSERT_TRUE(model.prepare(8, 256).is_ok());
     const int V = model.config().vocab_size;
-    struct Long {
-      int context, feed;
-      Case::Out out;
-    };
-    const std::vector<Long> cases = {{0, 1100, Case::kLogits}, {300, 1024, Case::kGreedy}, {37, 1153, Case::kLogits},
+    const std::vector<Case> cases = {{0, 1100, Case::kLogits}, {300, 1024, Case::kGreedy}, {37, 1153, Case::kLogits},
                                      {0, 1030, Case::kTemp},   {64, 1, Case::kLogits}};
     const size_t n = cases.size();
-    std::vector<std::unique_ptr<SeqState>> mixed, alone;
-    for (size_t s = 0; s < n; ++s)
-      for (auto* set : {&mixed, &alone}) {
-        auto st = model.new_state(2048);
-        ASSERT_TRUE(st.is_ok()) << st.message();
-        if (cases[s].context > 0) {
-          ASSERT_TRUE(model.forward(**st, tokens_of(int(s), 0, cases[s].context, V), {}).is_ok());
-        }
-        set->push_back(std::move(*st));
-      }
-    std::vector<std::vector<int32_t>> toks(n);
-    std::vector<std::vector<float>> got(n, std::vector<float>(size_t(V)));
-    std::vector<DrawSpec> spec(n);
-    std::vector<Drawn> drawn(n);
-    std::vector<StepFeed> feeds(n);
-    for (size_t s = 0; s < n; ++s) {
-      toks[s] = tokens_of(int(s), cases[s].context, cases[s].feed, V);
-      feeds[s].state = mixed[s].get(), feeds[s].tokens = toks[s];
-      if (cases[s].out == Case::kLogits) feeds[s].logits = got[s].data();
-      if (cases[s].out == Case::kGreedy) spec[s].top_logprobs = 3;
-      if (cases[s].out == Case::kTemp) spec[s].inv_t = 1.25f, spec[s].u = 0.41, spec[s].top_logprobs = 2;
-      if (cases[s].out >= Case::kGreedy) feeds[s].draw = &spec[s], feeds[s].drawn = &drawn[s];
-    }
-    ASSERT_TRUE(model.step(feeds).is_ok());
+    StepSetup x;
+    setup_step(model, cases, 2048, x);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    auto &mixed = x.mixed, &alone = x.alone;
+    ASSERT_TRUE(model.step(x.feeds).is_ok());
     std::vector<float> ref(static_cast<size_t>(V)), w;
     std::vector<double> sums;
     const double row_tol = backend == "cuda" ? 2e-3 : 1e-5;  // the decode row: the batched step's tolerance
     for (size_t s = 0; s < n; ++s) {
       SCOPED_TRACE(fmt::format("seq {} (context {}, feed {})", s, cases[s].context, cases[s].feed));
-      ASSERT_TRUE(model.forward(*alone[s], toks[s], ref).is_ok());
+      ASSERT_TRUE(model.forward(*alone[s], x.toks[s], ref).is_ok());
       EXPECT_EQ(mixed[s]->n_tokens(), alone[s]->n_tokens());
       const double tol = cases[s].feed == 1 ? row_tol : 0.0;
       if (cases[s].out == Case::kLogits) {
-        for (int v = 0; v < V; ++v) ASSERT_NEAR(got[s][size_t(v)], ref[size_t(v)], tol + tol * std::fabs(ref[size_t(v)])) << "id " << v;
+        for (int v = 0; v < V; ++v) ASSERT_NEAR(x.got[s][size_t(v)], ref[size_t(v)], tol + tol * std::fabs(ref[size_t(v)])) << "id " << v;
       } else {
         Drawn want;
-        draw_row(ref, spec[s], want, w, sums);
-        EXPECT_EQ(drawn[s].id, want.id);
-        EXPECT_EQ(drawn[s].logprob, want.logprob);
-        EXPECT_EQ(drawn[s].n_top, want.n_top);
+        draw_row(ref, x.spec[s], want, w, sums);
+        EXPECT_EQ(x.drawn[s].id, want.id);
+        EXPECT_EQ(x.drawn[s].logprob, want.logprob);
+        EXPECT_EQ(x.drawn[s].n_top, want.n_top);
       }
     }
     // One more token each, alone on both: the long segments' states (caches, windows, DeltaNet states, the

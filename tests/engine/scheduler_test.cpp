@@ -76,6 +76,8 @@ class Rig {
     return c;
   }
   void submit(const std::shared_ptr<Call>& c) { ASSERT_TRUE(engine_->submit(c->req)); }
+  // a runs; the newcomers arrive together at its 3rd step; every request finishes with its reply alone.
+  void run_with_newcomers(const std::shared_ptr<Call>& a, const std::vector<std::shared_ptr<Call>>& newcomers);
   void wait(const std::vector<std::shared_ptr<Call>>& calls) {
     std::unique_lock<std::mutex> lk(mu_);
     const bool ok = cv_.wait_for(lk, std::chrono::seconds(60), [&] {
@@ -95,6 +97,18 @@ class Rig {
 void expect_alone_reply(const Call& c) {
   EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
   EXPECT_EQ(c.ids, fake::expected_reply(c.req->prompt, c.req->max_tokens)) << "request " << c.req->prompt[0];
+}
+
+void Rig::run_with_newcomers(const std::shared_ptr<Call>& a, const std::vector<std::shared_ptr<Call>>& newcomers) {
+  fake().on_launch = [&](int n) {
+    if (n != 3) return;
+    for (auto& c : newcomers) ASSERT_TRUE(engine().submit(c->req));
+  };
+  submit(a);
+  std::vector<std::shared_ptr<Call>> all = newcomers;
+  all.push_back(a);
+  wait(all);
+  for (auto& c : all) expect_alone_reply(*c);
 }
 
 // The segments (position, length) the log shows for the request whose prompt starts with `first`.
@@ -238,15 +252,7 @@ TEST(Scheduler, ARunningStreamWaitsAtMostOneBoundedStepPerToken) {
   auto a = rig.make(1, 16, 50);
   std::vector<std::shared_ptr<Call>> newcomers;
   for (int i = 0; i < 4; ++i) newcomers.push_back(rig.make(10 + i, 900, 4));
-  rig.fake().on_launch = [&](int n) {
-    if (n != 3) return;
-    for (auto& c : newcomers) ASSERT_TRUE(rig.engine().submit(c->req));
-  };
-  rig.submit(a);
-  std::vector<std::shared_ptr<Call>> all = newcomers;
-  all.push_back(a);
-  rig.wait(all);
-  for (auto& c : all) expect_alone_reply(*c);
+  rig.run_with_newcomers(a, newcomers);
   // Every gap between two of a's tokens is one step, and a step is bounded by step_tokens of prompt
   // (one segment of at most prefill_chunk when it is alone) plus the decode rows.
   const double bound = fake::Backend::cost_ms(step_tokens + batch, batch + 4);
@@ -271,15 +277,7 @@ TEST(Scheduler, LongSegmentsShareAStepWithinLongStepTokens) {
     // Newcomers, oldest first: 1,000 / 1,100 / 900 tokens (long), 100 (short), 1,150 (long; one segment each).
     std::vector<std::shared_ptr<Call>> newcomers = {rig.make(10, 1000, 3), rig.make(11, 1100, 3), rig.make(12, 900, 3),
                                                     rig.make(13, 100, 3), rig.make(14, 1150, 3)};
-    rig.fake().on_launch = [&](int n) {
-      if (n != 3) return;
-      for (auto& c : newcomers) ASSERT_TRUE(rig.engine().submit(c->req));
-    };
-    rig.submit(a);
-    std::vector<std::shared_ptr<Call>> all = newcomers;
-    all.push_back(a);
-    rig.wait(all);
-    for (auto& c : all) expect_alone_reply(*c);
+    rig.run_with_newcomers(a, newcomers);
     int most_long = 0;
     for (const auto& st : rig.fake().log()) {
       int n_long = 0, n_short = 0, tokens = 0;
