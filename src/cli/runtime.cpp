@@ -31,7 +31,7 @@ void add_runtime_options(CLI::App& app, RuntimeArgs& a) {
   app.add_option("--state-mb", a.state_mb,
                  "memory for sequence states (running requests, prefix cache, spares), MiB (0: what is free after the "
                  "weights and scratch, less headroom); requests wait when it is taken");
-  app.add_option("--prefill-chunk", a.prefill_chunk, "prompts are cut every this many tokens of position (a remainder of at most an eighth of it joins the segment before; also at snapshot points), each segment fed whole by one step; the cut never depends on load, so neither do a request's tokens (default: the backend's, CUDA 2048, CPU 512)");
+  app.add_option("--prefill-chunk", a.prefill_chunk, "prompts are cut every this many tokens of position (a remainder of at most an eighth of it joins the segment before; also at snapshot points), each segment fed whole by one step; the cut never depends on load, so neither do a request's tokens (default: the backend's, CUDA 4096, CPU 512)");
   app.add_option("--step-tokens", a.step_tokens, "prompt tokens a step may carry beside the decoding requests' (the first segment always runs; more while they fit): bounds a step's time and so the running streams' inter-token latency");
   app.add_option("--long-step-tokens", a.long_step_tokens, "after a first segment longer than --step-tokens, more such long segments join the step while its prompt tokens stay within this (CUDA: one prefill pass for them all); 0: a long segment runs in a step of its own (default: the backend's, CUDA 4096, CPU 0)");
   app.add_option("--spec-draft", a.spec_draft,

@@ -168,9 +168,11 @@ class CudaBackend final : public Backend {
   double spec_row_cost() const override;
   double spec_step_cost() const override;
   Status rewind(SeqState& state, int n_tokens) override;
-  // 2048: on the H200 an 8k prompt prefills at 19.4k tok/s in 2048-token segments, 10.6k in 512-token
-  // ones (docs/perf/2026-12-05-gpu-verify.md).
-  int default_prefill_chunk() const override { return 2048; }
+  // 4096, the prefill scratch's rows: on an H100 an 8k / 32k prompt prefills at 36.1k / 30.3k tok/s in
+  // 4096-token segments against 32.0k / 27.8k in 2048-token ones (the experts get 128 rows each instead of
+  // 64), and a step with one is no longer than one with long_step_tokens of shorter long segments (~120 ms;
+  // docs/perf/2026-12-07-prefill-group.md).
+  int default_prefill_chunk() const override { return 4096; }
   // Long segments share a prefill pass up to the prefill scratch's rows (CudaBackend::prefill_long).
   int default_long_step_tokens() const override { return prefill_chunk_cap(); }
   // One un-captured decode step of state with events between ops, then per-op-kind graphs
