@@ -205,17 +205,24 @@ class CudaBackend final : public Backend {
 
  protected:  // the parts of a step (Backend)
   Status forward(SeqState& state, std::span<const int32_t> tokens, std::span<float> logits) override {
-    auto* st = dynamic_cast<CudaSeqState*>(&state);
-    if (!st || st->be != this) return cu_err("cuda backend: state belongs to another backend");
-    const int M = int(tokens.size());
-    if (M == 0) return cu_err("forward: no tokens");
-    LILY_TRY(st->reserve(st->n + M));
-    if (st->n + M > st->cap) return cu_err("forward: {} + {} tokens exceed the state's max_seq {}", st->n, M, st->limit);
-    for (int32_t t : tokens)
-      if (t < 0 || t >= cfg_.vocab_size) return cu_err("forward: token id {} outside the vocabulary [0, {})", t, cfg_.vocab_size);
+    auto st = appendable(state, tokens, "forward");
+    if (!st) return st.status();
     if (!logits.empty() && int(logits.size()) != cfg_.vocab_size)
       return cu_err("forward: logits span has {} entries, vocab is {}", logits.size(), cfg_.vocab_size);
-    return prefill(*st, tokens, logits);
+    return prefill(**st, tokens, logits);
+  }
+  // state as this backend's, with room for tokens (≥ 1, every id in the vocabulary) after its st.n, grown to
+  // it; else an error that names `who`.
+  Result<CudaSeqState*> appendable(SeqState& state, std::span<const int32_t> tokens, const char* who) {
+    auto* st = dynamic_cast<CudaSeqState*>(&state);
+    if (!st || st->be != this) return cu_err("{}: state belongs to another backend", who);
+    const int M = int(tokens.size());
+    if (M == 0) return cu_err("{}: no tokens", who);
+    LILY_TRY(st->reserve(st->n + M));
+    if (st->n + M > st->cap) return cu_err("{}: {} + {} tokens exceed the state's max_seq {}", who, st->n, M, st->limit);
+    for (int32_t t : tokens)
+      if (t < 0 || t >= cfg_.vocab_size) return cu_err("{}: token id {} outside the vocabulary [0, {})", who, t, cfg_.vocab_size);
+    return st;
   }
 
   // Decode rows and prompt segments as one batched step (step/step_mixed.cu); what it does not take goes
@@ -457,6 +464,9 @@ class CudaBackend final : public Backend {
     float* logits;
   };
   Status pf_pass(std::span<const PfSeg> segs);
+  // After the passes: each segment's sequence advanced by its M tokens, here and in its control block (the
+  // position the decode graph reads); waits for the stream.
+  Status pf_commit(std::span<const PfSeg> segs);
   std::vector<std::pair<const char*, cudaEvent_t>>* prof_ = nullptr;
   // Profiling: enqueue only the ops named only_ (per-op graphs); bytes each op reads, by name.
   const char* only_ = nullptr;

@@ -344,15 +344,21 @@ Status CudaBackend::prefill(CudaSeqState& st, std::span<const int32_t> tokens, s
       LILY_CU_TRY(cudaStreamSynchronize(stream_));
       print_pf_profile(ev, M);
     }
-    // The decode graph reads the position from the control block.
-    LILY_CU_TRY(cudaStreamSynchronize(stream_));
-    *pf_.pos_host = st.n + M;
-    LILY_CU_TRY(cudaMemcpyAsync(&st.ctl->pos, pf_.pos_host, 4, cudaMemcpyHostToDevice, stream_));
-    LILY_CU_TRY(cudaStreamSynchronize(stream_));
-    st.n += M;
-    return Status::ok();
+    const PfSeg all{&st, M, nullptr};
+    return pf_commit({&all, 1});
   }
   return replay_tokens(st, tokens, logits);
+}
+
+Status CudaBackend::pf_commit(std::span<const PfSeg> segs) {
+  LILY_CU_TRY(cudaStreamSynchronize(stream_));  // pos_host is rewritten here
+  for (size_t j = 0; j < segs.size(); ++j) {
+    pf_.pos_host[j] = segs[j].st->n + segs[j].M;
+    LILY_CU_TRY(cudaMemcpyAsync(&segs[j].st->ctl->pos, pf_.pos_host + j, 4, cudaMemcpyHostToDevice, stream_));
+  }
+  LILY_CU_TRY(cudaStreamSynchronize(stream_));
+  for (const PfSeg& sg : segs) sg.st->n += sg.M;
+  return Status::ok();
 }
 
 Status CudaBackend::prefill_group(std::span<const StepFeed* const> feeds) {
@@ -365,32 +371,20 @@ Status CudaBackend::prefill_group(std::span<const StepFeed* const> feeds) {
   std::vector<std::vector<float>> drawn_logits(static_cast<size_t>(n_seg));  // a draw's logits (drawn here, as Backend::step_segment)
   for (int j = 0; j < n_seg; ++j) {
     const StepFeed& f = *feeds[size_t(j)];
-    auto* st = dynamic_cast<CudaSeqState*>(f.state);
-    if (!st || st->be != this) return cu_err("prefill_group: a state belongs to another backend");
-    const int M = int(f.tokens.size());
-    LILY_TRY(st->reserve(st->n + M));
-    if (st->n + M > st->cap) return cu_err("prefill_group: {} + {} tokens exceed the state's max_seq {}", st->n, M, st->limit);
-    for (int32_t t : f.tokens)
-      if (t < 0 || size_t(t) >= V) return cu_err("prefill_group: token id {} outside the vocabulary [0, {})", t, V);
+    auto st = appendable(*f.state, f.tokens, "prefill_group");
+    if (!st) return st.status();
     toks.insert(toks.end(), f.tokens.begin(), f.tokens.end());
     float* out = f.logits;
     if (f.draw) drawn_logits[size_t(j)].resize(V), out = drawn_logits[size_t(j)].data();
-    segs[size_t(j)] = {st, M, out};
+    segs[size_t(j)] = {*st, int(f.tokens.size()), out};
   }
   if (int(toks.size()) > pf_cap_) return cu_err("prefill_group: {} tokens exceed the prefill scratch ({})", toks.size(), pf_cap_);
   LILY_CU_TRY(cudaMemcpyAsync(pf_.tok, toks.data(), toks.size() * 4, cudaMemcpyHostToDevice, stream_));
   LILY_TRY(pf_pass(segs));
-  LILY_CU_TRY(cudaStreamSynchronize(stream_));
-  for (int j = 0; j < n_seg; ++j) pf_.pos_host[j] = segs[size_t(j)].st->n + segs[size_t(j)].M;
-  for (int j = 0; j < n_seg; ++j)
-    LILY_CU_TRY(cudaMemcpyAsync(&segs[size_t(j)].st->ctl->pos, pf_.pos_host + j, 4, cudaMemcpyHostToDevice, stream_));
-  LILY_CU_TRY(cudaStreamSynchronize(stream_));
+  LILY_TRY(pf_commit(segs));
   std::vector<HostDraw> draws;
-  for (int j = 0; j < n_seg; ++j) {
-    const StepFeed& f = *feeds[size_t(j)];
-    segs[size_t(j)].st->n += segs[size_t(j)].M;
-    if (f.draw) draws.push_back({drawn_logits[size_t(j)].data(), f.draw, f.drawn});
-  }
+  for (int j = 0; j < n_seg; ++j)
+    if (const StepFeed& f = *feeds[size_t(j)]; f.draw) draws.push_back({drawn_logits[size_t(j)].data(), f.draw, f.drawn});
   draw_on_host(draws, V);
   return Status::ok();
 }

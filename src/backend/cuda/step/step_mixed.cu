@@ -41,8 +41,9 @@ Status CudaBackend::prefill_long(std::span<const StepFeed> own) {
     const int L = int(f.tokens.size());
     return prefill_shapes_ok(c) && L >= prefill_min() && L <= prefill_chunk_cap() && f.outputs <= 1 && !f.rewindable;
   };
-  if (pf_cap_ == 0 && std::count_if(own.begin(), own.end(), groupable) >= 2) LILY_TRY(pf_alloc(prefill_chunk_cap()));
-  const size_t wy_cap = pf_cap_ > 0 ? pf::gdn_wy_floats(pf_cap_, c.linear_num_value_heads) : 0;
+  // The prefill scratch's rows (prefill_group allocates it at this size on first use).
+  const int cap = prefill_chunk_cap();
+  const size_t wy_cap = pf::gdn_wy_floats(cap, c.linear_num_value_heads);
   std::vector<const StepFeed*> group;
   int rows = 0;
   size_t wy = 0;
@@ -58,7 +59,7 @@ Status CudaBackend::prefill_long(std::span<const StepFeed> own) {
     }
     const int L = int(f.tokens.size());
     const size_t w = pf::gdn_wy_floats(L, c.linear_num_value_heads);
-    if (!group.empty() && (rows + L > pf_cap_ || wy + w > wy_cap || int(group.size()) == pf::kMaxAttnSegs)) LILY_TRY(flush());
+    if (!group.empty() && (rows + L > cap || wy + w > wy_cap || int(group.size()) == pf::kMaxAttnSegs)) LILY_TRY(flush());
     group.push_back(&f), rows += L, wy += w;
   }
   return flush();
