@@ -425,6 +425,7 @@ class CudaBackend final : public Backend {
     float *act = nullptr, *yd = nullptr, *sact = nullptr, *sy = nullptr;
     uint16_t* qb = nullptr;
     uint16_t *ah = nullptr, *al = nullptr;  // GEMM A split into fp16 hi/lo planes (step/prefill.cu)
+    uint16_t* sact16 = nullptr;  // single pass: the shared expert's SwiGLU output as fp16 [chunk][shared I]
     float* axs = nullptr;
     float* wy = nullptr;  // chunked DeltaNet WY scratch (gdn_chunk.cu)
     pf::GdnPrefillArgs* seg_args = nullptr;  // a pass's segments' DeltaNet args [DeltaNet layers][kMaxAttnSegs]

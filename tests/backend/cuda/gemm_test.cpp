@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,56 @@ void gemm_case(int M, int N, int K, int bits, int terms = 2) {
               shape.c_str(), max_err, worst, nbad ? "FAIL" : "ok");
   std::fflush(stdout);
   EXPECT_EQ(nbad, 0u) << "gemm q4 " << shape;
+  // The fp16 output (GemmArgs::y16): each value the fp32 output rounded to nearest fp16, bit for bit.
+  testcuda::DBuf<uint16_t> dy16(size_t(M) * N);
+  a.y = nullptr, a.y16 = dy16.p;
+  ASSERT_TRUE(cuda::pf::gemm(a, nullptr).is_ok());
+  const auto h = dy16.down();
+  size_t n16 = 0;
+  for (size_t i = 0; i < h.size(); ++i) n16 += h[i] != testcuda::half_of(got[i]);
+  EXPECT_EQ(n16, 0u) << "gemm q4 single pass, fp16 output " << shape;
+}
+
+// pf::add_rmsnorm_rows with the split outputs: x, hi, lo and xs bit for bit those of the norm written to n and then
+// split by split_rows (hi alone too), and n against the CPU reference (fp32 sums: 1e-5).
+void norm_split_case(int M, int H, bool mix) {
+  auto x = randv(size_t(M) * H, 2.f), dm = randv(size_t(M) * H), gain = rand_bf16(size_t(H), 0.2f, 1.f);
+  std::vector<float> r = x, ref(size_t(M) * H);
+  if (mix)
+    for (size_t i = 0; i < r.size(); ++i) r[i] += dm[i];
+  const auto gb = as_bf16(gain);
+  cpu::rmsnorm(r.data(), M, H, gb.data(), 1e-6f, ref.data());
+  DBuf<float> x1(x), x2(x), x3(x), dmix(dm), dn(size_t(M) * H), xs2(size_t(M) * H / 64);
+  DBuf<uint16_t> dg(to_bits(gain)), hi2(size_t(M) * H), lo2(size_t(M) * H), hi3(size_t(M) * H);
+  const float* mp = mix ? dmix.p : nullptr;
+  ASSERT_TRUE(cuda::pf::add_rmsnorm_rows(x1.p, mp, dg.p, M, H, 1e-6f, dn.p, nullptr).is_ok());
+  DevSplit sp(dn.p, H, M, H);
+  ASSERT_TRUE(cuda::pf::add_rmsnorm_rows(x2.p, mp, dg.p, M, H, 1e-6f, nullptr, nullptr, hi2.p, lo2.p, xs2.p).is_ok());
+  ASSERT_TRUE(cuda::pf::add_rmsnorm_rows(x3.p, mp, dg.p, M, H, 1e-6f, nullptr, nullptr, hi3.p).is_ok());
+  const std::string shape = dims({M, H});
+  check(mix ? "add+rmsnorm rows" : "rmsnorm rows", shape, dn.down(), ref, 1e-5f, 1e-5f);
+  auto same = [](const auto& a, const auto& b) {
+    size_t d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d += std::memcmp(&a[i], &b[i], sizeof(a[i])) != 0;
+    return d;
+  };
+  const auto xa = x1.down();
+  const auto hi = sp.hi.down();
+  EXPECT_EQ(same(x2.down(), xa), 0u) << "residual " << shape;
+  EXPECT_EQ(same(hi2.down(), hi), 0u) << "hi " << shape;
+  EXPECT_EQ(same(lo2.down(), sp.lo.down()), 0u) << "lo " << shape;
+  EXPECT_EQ(same(xs2.down(), sp.xs.down()), 0u) << "xs " << shape;
+  EXPECT_EQ(same(hi3.down(), hi), 0u) << "hi alone " << shape;
+  std::printf("| %-24s | %-34s | fused split: x, hi, lo, xs %s split_rows of n bit for bit |\n", "add+rmsnorm+split",
+              shape.c_str(), ::testing::Test::HasFailure() ? "NOT" : "equal to");
+}
+TEST(CudaPrefill, NormSplit) {
+  LILY_PREFILL_REQUIRE_GPU();
+  for (int M : {1, 7, 130}) {
+    norm_split_case(M, 2048, true);
+    norm_split_case(M, 256, false);
+  }
+  norm_split_case(4097, 64, true);
 }
 // The pipelined kernel (8-bit): tile edges in M and N, K one and many tiles, the router.
 TEST(CudaPrefill, Gemm) {

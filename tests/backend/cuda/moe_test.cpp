@@ -14,6 +14,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../cuda_test_env.h"
@@ -318,6 +319,18 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 2) {
   if (terms == 2) {
     check("moe (router..comb.) f16 hi+lo", dims({M, H, E, k, I}), dout.down(), ref, 5e-4f, 1e-3f, &skip, H);
     return;
+  }
+  // The SwiGLU GEMMs' fp16 outputs (GemmArgs::y16, what the prefill's single pass hands the down GEMMs): the fp32
+  // outputs rounded to nearest, bit for bit, on every tile class of the wide route and the dense shared expert.
+  for (auto [g, out, rows] : {std::tuple{&gu, &dact, S}, std::tuple{&sg, &dsact, M}}) {
+    testcuda::DBuf<uint16_t> h16(size_t(rows) * I);
+    g->y = nullptr, g->y16 = h16.p;
+    ASSERT_TRUE(cuda::pf::gemm(*g, nullptr).is_ok());
+    const auto h = h16.down();
+    const auto f = out->down();
+    size_t bad = 0;
+    for (size_t i = 0; i < h.size(); ++i) bad += h[i] != testcuda::half_of(f[i]);
+    EXPECT_EQ(bad, 0u) << (g == &gu ? "expert" : "shared") << " gate+up fp16 output " << dims({M, H, E, k, I});
   }
   // Single pass (gemm_wg.cu: s·q + b and x rounded once to fp16, 2^-11 relative each, random signs): a GEMM's
   // output is off by ~2^-11.5 of its rms, gate/up → SwiGLU → down → combine by ~1e-3 of the output's rms, the

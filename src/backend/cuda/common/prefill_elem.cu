@@ -6,7 +6,8 @@
 namespace lily::cuda::pf {
 namespace {
 
-__global__ void add_rmsnorm_rows_kernel(float* x, const float* mix, const uint16_t* gain, int H, float eps, float* n) {
+__global__ void add_rmsnorm_rows_kernel(float* x, const float* mix, const uint16_t* gain, int H, float eps, float* n,
+                                        __half* hi, __half* lo, float* xs) {
   __shared__ float red[32];
   const size_t off = size_t(blockIdx.x) * H;
   float ss = 0.f;
@@ -18,16 +19,42 @@ __global__ void add_rmsnorm_rows_kernel(float* x, const float* mix, const uint16
     }
     ss += v * v;
   }
-  ss = block_sum(ss, red);
+  ss = block_sum(ss, red);  // its barriers also make this block's writes of x visible to every thread
   const float inv = 1.0f / sqrtf(ss / float(H) + eps);
-  for (int i = threadIdx.x; i < H; i += blockDim.x) n[off + i] = x[off + i] * inv * bf(gain[i]);
+  if (n)
+    for (int i = threadIdx.x; i < H; i += blockDim.x) n[off + i] = x[off + i] * inv * bf(gain[i]);
+  if (!hi) return;
+  // The split, as split_rows_kernel (gemm_q8.cu) does it: one warp a 64-column group, lane 2·lane and 2·lane + 1,
+  // hi = fp16(v), lo = fp16(v − hi), xs = the group's sum by the same shuffle tree.
+  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5, G = H / 64;
+  for (int gr = threadIdx.x >> 5; gr < G; gr += warps) {
+    const int i = gr * 64 + 2 * lane;
+    // n's value, each product rounded on its own (__fmul_rn: never contracted into the fma of v − hi or v.x + v.y
+    // below, which would round differently from split_rows on the stored n).
+    const float2 v = make_float2(__fmul_rn(__fmul_rn(x[off + i], inv), bf(gain[i])),
+                                 __fmul_rn(__fmul_rn(x[off + i + 1], inv), bf(gain[i + 1])));
+    const __half2 h = __floats2half2_rn(v.x, v.y);
+    *reinterpret_cast<__half2*>(hi + off + i) = h;
+    if (!lo) continue;  // warp-uniform
+    const float2 hf = __half22float2(h);
+    *reinterpret_cast<__half2*>(lo + off + i) = __floats2half2_rn(v.x - hf.x, v.y - hf.y);
+    float sum = v.x + v.y;
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+    if (lane == 0) xs[size_t(blockIdx.x) * G + gr] = sum;
+  }
 }
 
 }  // namespace
 
-Status add_rmsnorm_rows(float* x, const float* mix, const void* gain, int M, int H, float eps, float* n, Stream s) {
+Status add_rmsnorm_rows(float* x, const float* mix, const void* gain, int M, int H, float eps, float* n, Stream s,
+                        uint16_t* hi, uint16_t* lo, float* xs) {
   if (M <= 0) return Status::ok();
-  add_rmsnorm_rows_kernel<<<M, 256, 0, static_cast<cudaStream_t>(s)>>>(x, mix, static_cast<const uint16_t*>(gain), H, eps, n);
+  if (hi && H % 64 != 0) return cu_err("pf::add_rmsnorm_rows: a split needs H % 64 == 0 (H = {})", H);
+  if ((lo == nullptr) != (xs == nullptr) || (lo && !hi)) return cu_err("pf::add_rmsnorm_rows: lo and xs come with hi, both or neither");
+  add_rmsnorm_rows_kernel<<<M, 256, 0, static_cast<cudaStream_t>(s)>>>(x, mix, static_cast<const uint16_t*>(gain), H, eps, n,
+                                                                          reinterpret_cast<__half*>(hi),
+                                                                          reinterpret_cast<__half*>(lo), xs);
   return launch_status("pf::add_rmsnorm_rows");
 }
 

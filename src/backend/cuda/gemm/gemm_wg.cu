@@ -224,7 +224,12 @@ template <bool SWIGLU, int BT, int TERMS> __global__ void __launch_bounds__(128 
   fence_regs(acc);
   cp_wait<0>();
 
-  // acc[4j + 2hv + e]: weight row r0 + 8hv, token 8j + 2t + e.
+  // acc[4j + 2hv + e]: weight row r0 + 8hv, token 8j + 2t + e. Output fp32 y, or (y16) its fp16 rounding (RN:
+  // the bits split_rows would give the next GEMM).
+  auto put = [&](size_t i, float v) {
+    if (p.y16) p.y16[i] = __half_as_ushort(__float2half_rn(v));
+    else p.y[i] = v;
+  };
   if constexpr (!SWIGLU) {
 #pragma unroll
     for (int hv = 0; hv < 2; ++hv) {
@@ -235,7 +240,7 @@ template <bool SWIGLU, int BT, int TERMS> __global__ void __launch_bounds__(128 
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int m = m0 + 8 * j + 2 * t + e;
-          if (m < m1) p.y[size_t(m) * p.ldy + n] = acc[4 * j + 2 * hv + e];
+          if (m < m1) put(size_t(m) * p.ldy + n, acc[4 * j + 2 * hv + e]);
         }
     }
   } else {
@@ -262,7 +267,7 @@ template <bool SWIGLU, int BT, int TERMS> __global__ void __launch_bounds__(128 
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int c = 8 * j + 2 * t + e, m = m0 + c;
-            if (m < m1) p.y[size_t(m) * p.ldy + n] = silu(acc[4 * j + 2 * hv + e]) * cs[r * LC + c];
+            if (m < m1) put(size_t(m) * p.ldy + n, silu(acc[4 * j + 2 * hv + e]) * cs[r * LC + c]);
           }
       }
     }
@@ -298,6 +303,7 @@ Status gemm_wg(const GemmArgs& a, Stream stream) {
   if (a.terms != 1 && a.terms != 2) return cu_err("pf::gemm_wg: terms {} (1 or 2)", a.terms);
   if (!a.ah || (a.terms == 2 && (!a.al || !a.axs))) return cu_err("pf::gemm_wg: needs the split A ({} terms)", a.terms);
   if (a.w.bits != 4) return cu_err("pf::gemm_wg: {} bits unsupported (4 only)", a.w.bits);
+  if (a.y16 && a.terms != 1) return cu_err("pf::gemm_wg: fp16 output (y16) is single pass only");
   return a.swiglu ? launch_terms<true>(a, s) : launch_terms<false>(a, s);
 }
 

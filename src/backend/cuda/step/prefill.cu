@@ -78,10 +78,11 @@ Status CudaBackend::pf_alloc(int chunk) {
   p.act = dalloc<float>(M * k * I, owned_);
   p.yd = dalloc<float>(M * k * H, owned_);
   p.sact = dalloc<float>(M * c.shared_expert_intermediate_size, owned_);
+  p.sact16 = dalloc<uint16_t>(M * c.shared_expert_intermediate_size, owned_);
   p.sy = dalloc<float>(M * H, owned_);
   p.wy = dalloc<float>(pf::gdn_wy_floats(chunk, nv), owned_);
   p.seg_args = dalloc<pf::GdnPrefillArgs>(size_t(n_gdn_layers()) * pf::kMaxAttnSegs, owned_);
-  if (!p.sy || !p.wy || !p.yd || !p.act || !p.u || !p.ah || !p.al || !p.axs || !p.seg_args)
+  if (!p.sy || !p.wy || !p.yd || !p.act || !p.u || !p.ah || !p.al || !p.axs || !p.seg_args || !p.sact16)
     return cu_err("cuda prefill: out of device memory for a {}-token chunk", chunk);
   LILY_CU_TRY(cudaHostAlloc(&p.pos_host, pf::kMaxAttnSegs * sizeof(int32_t), cudaHostAllocDefault));
   pf_cap_ = chunk;
@@ -152,6 +153,14 @@ Status CudaBackend::pf_pass(std::span<const PfSeg> segs) {
     mark("gemm A split (fp16 hi/lo + sums)", s);
     return Status::ok();
   };
+  // x += add, then RMSNorm straight into the split the next GEMMs read (add_rmsnorm_rows writes it bit for bit as
+  // split_rows would; no fp32 round trip of the normed rows).
+  auto norm_split = [&](const float* add, const void* gain, bool full) -> Status {
+    full = full || terms == 2;
+    LILY_TRY(pf::add_rmsnorm_rows(p.x, add, gain, M, H, eps, nullptr, s, p.ah, full ? p.al : nullptr, full ? p.axs : nullptr));
+    mark("add+rmsnorm (+ A split)", s);
+    return Status::ok();
+  };
   auto with_split = [&](pf::GemmArgs& g) {
     g.ah = p.ah, g.al = p.al, g.axs = p.axs, g.terms = terms;
   };
@@ -195,11 +204,9 @@ Status CudaBackend::pf_pass(std::span<const PfSeg> segs) {
   const float* mix = nullptr;
   for (int i = 0, gi = 0; i < c.num_hidden_layers; ++i) {
     const DevLayer& L = d_.layers[i];
-    LILY_TRY(pf::add_rmsnorm_rows(p.x, mix, L.in_norm, M, H, eps, p.hn, s));
-    mark("add+rmsnorm", s);
+    LILY_TRY(norm_split(mix, L.in_norm, false));
     if (!L.attn) {
       const int ldu = L.in_proj.rows;
-      LILY_TRY(split(p.hn, H, M, H));
       LILY_TRY(gemm(L.in_proj, M, p.u, ldu));
       mark("gdn: [qkv|z|a|b] gemm", s);
       pf::GdnPrefillArgs& g = gargs[size_t(gi) * n_seg + longest];
@@ -212,7 +219,6 @@ Status CudaBackend::pf_pass(std::span<const PfSeg> segs) {
       mark("gdn: out_proj gemm", s);
     } else {
       const int ldu = L.qkv.rows;
-      LILY_TRY(split(p.hn, H, M, H));
       LILY_TRY(gemm(L.qkv, M, p.u, ldu));
       mark("attn: [q|k|v] gemm", s);
       const int od = c.num_attention_heads * c.head_dim;
@@ -235,16 +241,16 @@ Status CudaBackend::pf_pass(std::span<const PfSeg> segs) {
       LILY_TRY(gemm(L.o_proj, M, p.mix, H));
       mark("attn: o_proj gemm", s);
     }
-    LILY_TRY(pf::add_rmsnorm_rows(p.x, p.mix, L.post_norm, M, H, eps, p.hn, s));
-    mark("add+rmsnorm", s);
-    if (small_moe) {  // a short chunk: the batched step's expert-major MoE (batch.cu)
+    if (small_moe) {  // a short chunk: the batched step's expert-major MoE (batch.cu), on the fp32 normed rows
+      LILY_TRY(pf::add_rmsnorm_rows(p.x, p.mix, L.post_norm, M, H, eps, p.hn, s));
+      mark("add+rmsnorm", s);
       LILY_TRY(moe_rows(L, p.hn, M, p.mix, s));
       mark("moe: batched-step experts (short chunk)", s);
       mix = p.mix;
       continue;
     }
     // MoE: router (8-bit, + shared gate row) → device routing → grouped gate/up+SwiGLU → down.
-    LILY_TRY(split(p.hn, H, M, H, true));  // router, expert gate/up and shared gate/up read this split
+    LILY_TRY(norm_split(p.mix, L.post_norm, true));  // router, expert gate/up and shared gate/up read this split
     LILY_TRY(gemm(L.router, M, p.rl, E + 1));
     mark("moe: router gemm (q8)", s);
     pf::RouteArgs r{};
@@ -253,8 +259,12 @@ Status CudaBackend::pf_pass(std::span<const PfSeg> segs) {
     r.max_tiles = pf::moe_max_tiles(M, E, k), r.scratch = p.rscratch, r.wide = terms == 1;
     LILY_TRY(pf::moe_route(r, s));
     mark("moe: top-k+sort+tiles", s);
+    // Single pass: the SwiGLU outputs straight to fp16 (GemmArgs::y16), the planes the down GEMMs read: act's in
+    // the router's lo plane (free once the route is made), sact's in its own. Two pass: fp32, split below.
+    uint16_t* act16 = terms == 1 ? p.al : nullptr;
+    uint16_t* sact16 = terms == 1 ? p.sact16 : nullptr;
     pf::GemmArgs gu{};
-    gu.w = L.gate, gu.w2 = L.up, gu.n_out = I, gu.a_rows = p.slot_tok, gu.y = p.act, gu.ldy = I;
+    gu.w = L.gate, gu.w2 = L.up, gu.n_out = I, gu.a_rows = p.slot_tok, gu.y = p.act, gu.y16 = act16, gu.ldy = I;
     gu.swiglu = true, gu.tiles = p.tiles, gu.max_tiles = r.max_tiles;
     with_split(gu);
     LILY_TRY(pf::gemm(gu, s));
@@ -267,15 +277,20 @@ Status CudaBackend::pf_pass(std::span<const PfSeg> segs) {
     const int Is = c.shared_expert_intermediate_size;
     pf::GemmArgs sg{};
     sg.w = L.sh_gate_up, sg.w2 = L.sh_gate_up, sg.row0 = 0, sg.row0_2 = Is, sg.n_out = Is;
-    sg.M = M, sg.y = p.sact, sg.ldy = Is, sg.swiglu = true;
+    sg.M = M, sg.y = p.sact, sg.y16 = sact16, sg.ldy = Is, sg.swiglu = true;
     with_split(sg);
     LILY_TRY(pf::gemm(sg, s));
     mark("moe: shared expert gemms", s);
-    LILY_TRY(split(p.act, I, M * k, I));
+    if (act16) dn.ah = act16;
+    else LILY_TRY(split(p.act, I, M * k, I));
     LILY_TRY(pf::gemm(dn, s));
     mark("moe: grouped down", s);
-    LILY_TRY(split(p.sact, Is, M, Is));
-    LILY_TRY(gemm(L.sh_down, M, p.sy, H));
+    pf::GemmArgs sd{};
+    sd.w = L.sh_down, sd.n_out = H, sd.M = M, sd.y = p.sy, sd.ldy = H;
+    with_split(sd);
+    if (sact16) sd.ah = sact16;
+    else LILY_TRY(split(p.sact, Is, M, Is));
+    LILY_TRY(pf::gemm(sd, s));
     mark("moe: shared expert gemms", s);
     LILY_TRY(pf::moe_combine(p.yd, p.sy, p.slot_of, p.topk_w, M, H, k, p.mix, s));
     mark("moe: combine", s);

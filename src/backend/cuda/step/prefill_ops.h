@@ -27,6 +27,9 @@ struct GemmArgs {
   int M = 0;
   float* y = nullptr;
   int ldy = 0;
+  // 4-bit single pass only: the output as fp16 bits [rows][ldy] instead of y, each value rounded to nearest,
+  // the hi plane split_rows would make of y (the next single-pass GEMM's input, without the fp32 round trip).
+  uint16_t* y16 = nullptr;
   bool swiglu = false;
   const int32_t* tiles = nullptr;  // [max_tiles, 4]
   int max_tiles = 0;
@@ -56,8 +59,11 @@ Status gemm_wg(const GemmArgs& a, Stream s);
 constexpr int kGemmBM = 64;  // rows per tile (grouped tiles must use this)
 
 // ---- row-wise helpers (prefill_elem.cu; the embedding rows: common/ops.h embed_rows) -----------------
-// x += mix (when mix); n = x·rsqrt(mean x²+eps)·gain. x, mix, n: fp32 [M, H]; gain bf16 [H].
-Status add_rmsnorm_rows(float* x, const float* mix, const void* gain, int M, int H, float eps, float* n, Stream s);
+// x += mix (when mix); n = x·rsqrt(mean x²+eps)·gain. x, mix, n: fp32 [M, H]; gain bf16 [H]. n is written when
+// given; hi (and lo, xs when given) receive n split exactly as split_rows(n, H, M, H, hi, lo, xs) splits it, bit
+// for bit, without n's round trip through memory (H a multiple of 64).
+Status add_rmsnorm_rows(float* x, const float* mix, const void* gain, int M, int H, float eps, float* n, Stream s,
+                        uint16_t* hi = nullptr, uint16_t* lo = nullptr, float* xs = nullptr);
 
 // ---- MoE routing and combine (moe_prefill.cu) ------------------------------------------------
 // logits fp32 [M, E + 1] (router rows, then shared gate) → per token top_k ids [M, k] and weights
