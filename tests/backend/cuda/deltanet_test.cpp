@@ -236,14 +236,15 @@ void gdn_segments_case(GdnCase& G, const std::vector<int>& lens) {
   DBuf<uint16_t> dcw(to_bits(G.conv_w)), ddt(to_bits(G.dt_bias)), dgn(to_bits(G.gnorm));
   DBuf<float> dA(G.A_log), du(u);
   std::vector<std::vector<float>> win(n), S(n);
-  // Two copies of every sequence's state: [0] for the segments launch, [1] for one launch each.
-  std::vector<std::unique_ptr<DBuf<float>>> wb[2][2];
-  std::vector<std::unique_ptr<DBuf<uint16_t>>> dS[2];  // fp16 states
+  // Three copies of every sequence's state: [0] for the segments launch, [1] for one launch each, [2] for one
+  // launch each with the output as fp16 (o16).
+  std::vector<std::unique_ptr<DBuf<float>>> wb[3][2];
+  std::vector<std::unique_ptr<DBuf<uint16_t>>> dS[3];  // fp16 states
   for (int j = 0; j < n; ++j) {
     win[j] = rand_bf16(size_t(C) * W);
     S[j] = randv(size_t(nv) * 128 * 128, 0.05f);
     for (auto& x : S[j]) x = testcuda::round_half(x);
-    for (int c = 0; c < 2; ++c) {
+    for (int c = 0; c < 3; ++c) {
       wb[c][0].push_back(std::make_unique<DBuf<float>>(win[j]));
       wb[c][1].push_back(std::make_unique<DBuf<float>>(win[j].size()));
       dS[c].push_back(std::make_unique<DBuf<uint16_t>>(testcuda::halves(S[j])));
@@ -275,6 +276,23 @@ void gdn_segments_case(GdnCase& G, const std::vector<int>& lens) {
     a.win_in = wb[1][0][j]->p, a.win_out = wb[1][lens[j] & 1][j]->p, a.S = dS[1][j]->p, a.o = o1.p + size_t(t0) * vd;
     ASSERT_TRUE(cuda::pf::gdn_prefill(a, nullptr).is_ok());
     t0 += lens[j];
+  }
+  // Again with the output as fp16 bits (GdnPrefillArgs::o16, the single-pass prefill's out_proj input).
+  DBuf<uint16_t> o16(size_t(Mt) * vd);
+  t0 = 0;
+  for (int j = 0; j < n; ++j) {
+    cuda::pf::GdnPrefillArgs a = args[j];
+    a.win_in = wb[2][0][j]->p, a.win_out = wb[2][lens[j] & 1][j]->p, a.S = dS[2][j]->p, a.o = nullptr;
+    a.o16 = o16.p + size_t(t0) * vd;
+    ASSERT_TRUE(cuda::pf::gdn_prefill(a, nullptr).is_ok());
+    t0 += lens[j];
+  }
+  {
+    const auto h = o16.down();
+    const auto f = o1.down();
+    size_t bad = 0;
+    for (size_t i = 0; i < h.size(); ++i) bad += h[i] != testcuda::half_of(f[i]);
+    EXPECT_EQ(bad, 0u) << "gdn fp16 output (o16) is not the fp32 output rounded to nearest";
   }
   std::string shape = dims({nk, nv}) + " segments ";
   for (int j = 0; j < n; ++j) shape += (j ? "+" : "") + std::to_string(lens[j]);

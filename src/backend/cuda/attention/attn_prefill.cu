@@ -51,7 +51,7 @@ __global__ void prep_kernel(AttnPrefillArgs base, AttnSegs segs) {
 
 Status attn_prefill(const AttnPrefillArgs& a, Stream stream) {
   AttnSeg sg;
-  sg.u = a.u, sg.out = a.out, sg.kc = a.kc, sg.vc = a.vc, sg.qb = a.qb, sg.M = a.M, sg.pos0 = a.pos0, sg.max_seq = a.max_seq;
+  sg.u = a.u, sg.out = a.out, sg.out16 = a.out16, sg.kc = a.kc, sg.vc = a.vc, sg.qb = a.qb, sg.M = a.M, sg.pos0 = a.pos0, sg.max_seq = a.max_seq;
   return attn_prefill_segments(a, &sg, 1, stream);
 }
 

@@ -20,8 +20,8 @@ template <int HD, bool F16> __device__ __forceinline__ void pv_mma(float (&o)[HD
 
 // o: the warpgroup's O fragment (o[4jj + 2hr + e]: row row0 + 8hr, column 8jj + 2t + e), lrow: the thread's
 // partial softmax sums of rows row0 and row0 + 8 (summed here over the 4 threads of a row). Writes
-// out[m][h·HD + d] = O / l, times sigmoid(gate) when the projection carries one (qw = 2·HD); rows past the
-// segment's M are skipped.
+// out[m][h·HD + d] = O / l, times sigmoid(gate) when the projection carries one (qw = 2·HD), fp32 or (out16)
+// rounded to fp16; rows past the segment's M are skipped.
 template <int HD>
 __device__ __forceinline__ void flash_store(const AttnPrefillArgs& a, const float (&o)[HD / 2], float (&lrow)[2], int row0, int h, int t) {
 #pragma unroll
@@ -35,13 +35,14 @@ __device__ __forceinline__ void flash_store(const AttnPrefillArgs& a, const floa
     if (m >= a.M) continue;
     const float inv = 1.0f / lrow[hr];
     const float* gate = a.qw == 2 * HD ? a.u + size_t(m) * a.ldu + h * a.qw + HD : nullptr;
-    float* out = a.out + size_t(m) * a.nh * HD + h * HD;
+    const size_t row = size_t(m) * a.nh * HD + h * HD;
 #pragma unroll
     for (int jj = 0; jj < HD / 8; ++jj) {
       const int d = jj * 8 + 2 * t;
       float v0 = o[4 * jj + 2 * hr] * inv, v1 = o[4 * jj + 2 * hr + 1] * inv;
       if (gate) v0 *= sigmoid(gate[d]), v1 *= sigmoid(gate[d + 1]);
-      *reinterpret_cast<float2*>(out + d) = make_float2(v0, v1);
+      if (a.out16) *reinterpret_cast<__half2*>(a.out16 + row + d) = __floats2half2_rn(v0, v1);
+      else *reinterpret_cast<float2*>(a.out + row + d) = make_float2(v0, v1);
     }
   }
 }

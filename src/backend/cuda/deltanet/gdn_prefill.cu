@@ -128,7 +128,8 @@ __global__ void window_kernel(GdnPrefillArgs a0, int C, const GdnPrefillArgs* se
   for (int tau = 0; tau < W; ++tau) a.win_out[size_t(ch) * W + tau] = vals[tau];
 }
 
-// One block per token, one warp per head (looping): o = gain ⊙ o_raw·rsqrt(mean o²+eps) ⊙ silu(z).
+// One block per token, one warp per head (looping): o = gain ⊙ o_raw·rsqrt(mean o²+eps) ⊙ silu(z), fp32 or (o16)
+// rounded to fp16.
 template <bool kSeg>
 __global__ void gated_norm_kernel(GdnPrefillArgs a0, int C, const GdnPrefillArgs* segs) {
   const GdnPrefillArgs a = seg_args<kSeg>(a0, segs);
@@ -147,7 +148,9 @@ __global__ void gated_norm_kernel(GdnPrefillArgs a0, int C, const GdnPrefillArgs
     for (int j = 0; j < 4; ++j) {
       const int d = lane + 32 * j;
       const float z = a.u[size_t(m) * a.ldu + C + h * kD + d];
-      a.o[size_t(m) * vd + h * kD + d] = bf(gain[d]) * v[j] * inv * silu(z);
+      const float val = bf(gain[d]) * v[j] * inv * silu(z);
+      if (a.o16) a.o16[size_t(m) * vd + h * kD + d] = __half_as_ushort(__float2half_rn(val));
+      else a.o[size_t(m) * vd + h * kD + d] = val;
     }
   }
 }

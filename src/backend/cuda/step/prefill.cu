@@ -142,7 +142,9 @@ Status CudaBackend::pf_pass(std::span<const PfSeg> segs) {
   // (e.g. router, expert gate/up and shared gate/up all read one split of hn). The 4-bit GEMMs run the
   // Hopper wgmma kernel (gemm_wg.cu): single pass from kPfSinglePassRows rows on (the fp16 plane only),
   // two pass below (hi + lo planes and group sums); the 8-bit router the mma.sync pipe kernel (gemm_q8.cu),
-  // two pass always (its input's split is full).
+  // two pass always (its input's split is full). The producers write the splits themselves, bit for bit what
+  // split_rows would make: the norms always; at single pass also the DeltaNet readout, the attention output
+  // and the SwiGLU GEMMs (fp16 outputs), so split_rows runs only on the two-pass chunks' o and act.
   const int terms = pf_terms(segs[0].M);
   // A short chunk runs its MoE on the batched step's expert kernels (moe_rows); a pass of several segments
   // has single-pass ones only (CudaBackend::step), so M is far above that kernel's rows.
@@ -193,6 +195,9 @@ Status CudaBackend::pf_pass(std::span<const PfSeg> segs) {
       pf::GdnPrefillArgs& g = gargs[size_t(gi) * n_seg + j];
       g = gdn_args(i, *sg.st, sg.st->n, sg.M, p.u + r * ldu, ldu, r, p.o + r * vd, p.wy + wy_off);
       g.terms = terms == 1 ? 1 : 3;
+      // Single pass: the readout straight to fp16 in the split plane the out_proj GEMM reads (in_proj has read
+      // the input's split there by then).
+      if (terms == 1) g.o16 = p.ah + r * vd;
       wy_off += pf::gdn_wy_floats(sg.M, nv);
     }
     ++gi;
@@ -214,7 +219,7 @@ Status CudaBackend::pf_pass(std::span<const PfSeg> segs) {
       if (n_seg == 1) LILY_TRY(pf::gdn_prefill(g, s));
       else LILY_TRY(pf::gdn_prefill_segments(g, static_cast<const pf::GdnPrefillArgs*>(p.seg_args) + size_t(gi) * n_seg, n_seg, s));
       ++gi;
-      LILY_TRY(split(p.o, vd, M, vd));
+      if (terms != 1) LILY_TRY(split(p.o, vd, M, vd));
       LILY_TRY(gemm(L.out_proj, M, p.mix, H));
       mark("gdn: out_proj gemm", s);
     } else {
@@ -234,10 +239,11 @@ Status CudaBackend::pf_pass(std::span<const PfSeg> segs) {
         const size_t r = size_t(row0[size_t(j)]);
         auto& SL = sg.st->layers[size_t(i)];
         as[j].u = p.u + r * ldu, as[j].out = p.o + r * od, as[j].kc = SL.kc, as[j].vc = SL.vc;
+        if (terms == 1) as[j].out16 = p.ah + r * od;  // single pass: straight into o_proj's input plane
         as[j].qb = p.qb + r * od * 2, as[j].M = sg.M, as[j].pos0 = sg.st->n, as[j].max_seq = sg.st->cap;
       }
       LILY_TRY(pf::attn_prefill_segments(a, as, n_seg, s));
-      LILY_TRY(split(p.o, od, M, od));
+      if (terms != 1) LILY_TRY(split(p.o, od, M, od));
       LILY_TRY(gemm(L.o_proj, M, p.mix, H));
       mark("attn: o_proj gemm", s);
     }

@@ -116,6 +116,9 @@ struct GdnPrefillArgs {
   // scratch: qn, kn fp32 [M, nk·128]; v fp32 [M, nv·128]; g, beta fp32 [M, nv]; o_raw [M, nv·128]
   float *qn = nullptr, *kn = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr, *o_raw = nullptr;
   float* o = nullptr;
+  // Instead of o (when set): o as fp16 bits [M, nv·128], each value rounded to nearest, the hi plane split_rows
+  // would make of o (the single-pass out_proj's input, without the fp32 round trip).
+  uint16_t* o16 = nullptr;
   // Chunked (WY) recurrence scratch, gdn_wy_floats(M, nv) floats (gdn_chunk.cu); required.
   float* wy = nullptr;
   int terms = 3;  // the chunked form's products: 3 (3xTF32, ~fp32) or 1 (single pass, tf32; the long chunks)
@@ -161,6 +164,9 @@ struct AttnPrefillArgs {
   void* vc = nullptr;
   void* qb = nullptr;
   float* out = nullptr;
+  // Instead of out (when set): the output as fp16 bits [M][nh·hd], rounded to nearest, the hi plane split_rows
+  // would make of it (the single-pass o_proj's input, without the fp32 round trip).
+  uint16_t* out16 = nullptr;
   int nh = 0, nkv = 0, hd = 0, qw = 0, rot = 0, max_seq = 0;
   int terms = 3;  // 3: split operands; 1: single pass (fp16)
   double theta = 1e7;
@@ -177,6 +183,7 @@ Status attn_prefill(const AttnPrefillArgs& a, Stream s);
 struct AttnSeg {
   const float* u = nullptr;
   float* out = nullptr;
+  uint16_t* out16 = nullptr;  // as AttnPrefillArgs::out16
   void* kc = nullptr;
   void* vc = nullptr;
   void* qb = nullptr;
@@ -192,7 +199,7 @@ Status attn_prefill_segments(const AttnPrefillArgs& base, const AttnSeg* segs, i
 #ifdef __CUDACC__
 // base with segment sg's own rows, caches, q scratch and positions (what a kernel of one segment reads).
 __host__ __device__ inline AttnPrefillArgs seg_attn_args(AttnPrefillArgs base, const AttnSeg& sg) {
-  base.u = sg.u, base.out = sg.out, base.kc = sg.kc, base.vc = sg.vc, base.qb = sg.qb, base.M = sg.M, base.pos0 = sg.pos0;
+  base.u = sg.u, base.out = sg.out, base.out16 = sg.out16, base.kc = sg.kc, base.vc = sg.vc, base.qb = sg.qb, base.M = sg.M, base.pos0 = sg.pos0;
   base.max_seq = sg.max_seq;
   return base;
 }
