@@ -238,10 +238,7 @@ void attn_case(int nh, int nkv, int hd, int pos0, int M, int terms = 3) {
     testcuda::DBuf<uint16_t> d16(size_t(M) * nh * hd);
     a.out = nullptr, a.out16 = d16.p;
     ASSERT_TRUE(cuda::pf::attn_prefill(a, nullptr).is_ok());
-    const auto h = d16.down();
-    size_t n16 = 0;
-    for (size_t i = 0; i < h.size(); ++i) n16 += h[i] != testcuda::half_of(got[i]);
-    EXPECT_EQ(n16, 0u) << "attn prefill single pass, fp16 output " << shape;
+    EXPECT_EQ(testcuda::count_not_half_of(d16.down(), got), 0u) << "attn prefill single pass, fp16 output " << shape;
   } else {
     // Split operands: ~16-bit products, errors ~1e-5 (tolerance 3e-4 + 1e-3·|ref|).
     check("attn prefill out", shape, dout.down(), ref, 3e-4f, 1e-3f);

@@ -287,13 +287,7 @@ void gdn_segments_case(GdnCase& G, const std::vector<int>& lens) {
     ASSERT_TRUE(cuda::pf::gdn_prefill(a, nullptr).is_ok());
     t0 += lens[j];
   }
-  {
-    const auto h = o16.down();
-    const auto f = o1.down();
-    size_t bad = 0;
-    for (size_t i = 0; i < h.size(); ++i) bad += h[i] != testcuda::half_of(f[i]);
-    EXPECT_EQ(bad, 0u) << "gdn fp16 output (o16) is not the fp32 output rounded to nearest";
-  }
+  EXPECT_EQ(testcuda::count_not_half_of(o16.down(), o1.down()), 0u) << "gdn fp16 output (o16) is not the fp32 output rounded to nearest";
   std::string shape = dims({nk, nv}) + " segments ";
   for (int j = 0; j < n; ++j) shape += (j ? "+" : "") + std::to_string(lens[j]);
   check("gdn segments out == alone", shape, o.down(), o1.down(), 0.f, 0.f);

@@ -55,6 +55,12 @@ inline uint16_t half_of(float f) {
   if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;  // a carry runs into the exponent (to inf at the top)
   return uint16_t(r);
 }
+// Entries of h (fp16 bits a kernel wrote) that are not half_of the fp32 values f (the kernel's fp32 output).
+inline size_t count_not_half_of(const std::vector<uint16_t>& h, const std::vector<float>& f) {
+  size_t bad = h.size() == f.size() ? 0 : std::max(h.size(), f.size());
+  for (size_t i = 0; i < std::min(h.size(), f.size()); ++i) bad += h[i] != half_of(f[i]);
+  return bad;
+}
 inline float f_of_half(uint16_t h) {
   const uint32_t s = uint32_t(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
   if (e == 0) return (s ? -1.f : 1.f) * std::ldexp(float(m), -24);

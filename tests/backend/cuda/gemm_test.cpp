@@ -95,10 +95,7 @@ void gemm_case(int M, int N, int K, int bits, int terms = 2) {
   testcuda::DBuf<uint16_t> dy16(size_t(M) * N);
   a.y = nullptr, a.y16 = dy16.p;
   ASSERT_TRUE(cuda::pf::gemm(a, nullptr).is_ok());
-  const auto h = dy16.down();
-  size_t n16 = 0;
-  for (size_t i = 0; i < h.size(); ++i) n16 += h[i] != testcuda::half_of(got[i]);
-  EXPECT_EQ(n16, 0u) << "gemm q4 single pass, fp16 output " << shape;
+  EXPECT_EQ(testcuda::count_not_half_of(dy16.down(), got), 0u) << "gemm q4 single pass, fp16 output " << shape;
 }
 
 // pf::add_rmsnorm_rows with the split outputs: x, hi, lo and xs bit for bit those of the norm written to n and then

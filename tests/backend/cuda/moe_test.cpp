@@ -326,11 +326,8 @@ void moe_case(int M, int H, int E, int k, int I, int terms = 2) {
     testcuda::DBuf<uint16_t> h16(size_t(rows) * I);
     g->y = nullptr, g->y16 = h16.p;
     ASSERT_TRUE(cuda::pf::gemm(*g, nullptr).is_ok());
-    const auto h = h16.down();
-    const auto f = out->down();
-    size_t bad = 0;
-    for (size_t i = 0; i < h.size(); ++i) bad += h[i] != testcuda::half_of(f[i]);
-    EXPECT_EQ(bad, 0u) << (g == &gu ? "expert" : "shared") << " gate+up fp16 output " << dims({M, H, E, k, I});
+    EXPECT_EQ(testcuda::count_not_half_of(h16.down(), out->down()), 0u)
+        << (g == &gu ? "expert" : "shared") << " gate+up fp16 output " << dims({M, H, E, k, I});
   }
   // Single pass (gemm_wg.cu: s·q + b and x rounded once to fp16, 2^-11 relative each, random signs): a GEMM's
   // output is off by ~2^-11.5 of its rms, gate/up → SwiGLU → down → combine by ~1e-3 of the output's rms, the
