@@ -49,6 +49,7 @@
 #                         step (LILY_BATCH_PROFILE) at PROFILE_BATCHES [16,64]   [0]
 #           AB            ';'-separated settings, each benched at AB_CTXS [256] and AB_BATCHES [16,64] ('' skips)
 #           BASE          a second packed build (<build>/dev, carried too): its lily at AB_CTXS / AB_BATCHES
+#                         (and the MIXED_ARGS run at MIXED_BATCHES)
 #           NCU=1         ncu: per-kernel time table of one batched step (graphs off) at each of NCU_BATCHES
 #                         [1,64], context NCU_CTX [1: ncu also times every context prefill, so at 256 the
 #                         table runs past the time limit], NCU_TABLE_ARGS (more ncu options); with NCU_KERNEL
@@ -262,6 +263,8 @@ mode_bench() {
     log "baseline build: $(cat "$bd/commit" 2>/dev/null)"
     [[ -n ${AB_CTXS-256} ]] && LD_LIBRARY_PATH=$bd/rt EXE=$bd/lily bench1 base_bench "${AB_CTXS-256}"
     [[ -n ${AB_BATCHES-16,64} ]] && LD_LIBRARY_PATH=$bd/rt EXE=$bd/lily benchb base_batch "${AB_BATCHES-16,64}" "${BATCH_STEPS:-8}"
+    [[ -n ${MIXED_ARGS:-} ]] && BATCH_ARGS="${BATCH_ARGS:-} $MIXED_ARGS" LD_LIBRARY_PATH=$bd/rt EXE=$bd/lily \
+      benchb base_mixed "${MIXED_BATCHES:-16,256}" "${BATCH_STEPS:-8}"
   fi
   if [[ ${NCU:-0} == 1 ]]; then
     command -v ncu > /dev/null || { fail ncu "no ncu on the PATH"; return 1; }

@@ -382,16 +382,17 @@ TEST(CudaQgemm, Bench) {
     D<int32_t> cnt(cuda::qgemm_counters(c.N, c.K, 736));
     const double bytes = double(c.N) * c.K * c.bits / 8 + double(c.N) * c.K / 64 * 4;
       for (int B : Bd)
-        for (int kernel : {1, 2}) {
+        for (int kernel : {1, 2, 3, 4}) {  // 3, 4: mma.sync with the tile forced to 16 / 32 rows
           if (kernel == 2 && c.bits != 4) continue;
           if (small && (B > 64 || kernel == 2)) continue;
+          if (kernel >= 3 && (B < 32 || B > 256)) continue;
           cuda::QGemmArgs a{};
           a.w = w.q, a.x = dX.p, a.xs = dXS.p, a.xlo = dXlo.p, a.ldx = c.K, a.M = B, a.y = y.p,
-          a.ldy = c.N, a.ws = ws.p, a.cnt = cnt.p, a.kernel = kernel;
+          a.ldy = c.N, a.ws = ws.p, a.cnt = cnt.p, a.kernel = kernel <= 2 ? kernel : 1, a.nt = kernel == 3 ? 2 : kernel == 4 ? 4 : 0;
           const double us = time_us([&](cudaStream_t t) { (void)cuda::qgemm(a, t); });
           std::printf("[qgemm-bench] | %s %dx%d q%d%s %s | %d | %.1f | %.0f | %.1f |\n", c.name, c.N, c.K, c.bits,
-                      " two-pass", kernel == 2 ? "wgmma" : "mma.sync", B, us, bytes / us * 1e-3,
-                      2.0 * B * c.N * c.K / us * 1e-6);
+                      " two-pass", kernel == 2 ? "wgmma" : kernel == 3 ? "mma.sync nt=2" : kernel == 4 ? "mma.sync nt=4" : "mma.sync", B, us,
+                      bytes / us * 1e-3, 2.0 * B * c.N * c.K / us * 1e-6);
         }
   }
   if (small) return;

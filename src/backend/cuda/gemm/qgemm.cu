@@ -594,10 +594,14 @@ int nt_for(double rows) {
 
 }  // namespace
 
-// H200, 2026-12-04 (CudaQgemm.Bench, two passes, µs mma.sync → wgmma): in_proj 12352×2048 at 32 / 64 / 256
-// rows 33.4 → 33.9 / 60.8 → 39.4 / 183.6 → 111.5; qkv 9216×2048 33.5 → 31.2 / 62.2 → 40.5; lm_head at 64 551.6 →
-// 389.6; out_proj 2048×4096 (split 8 ways) at 64 / 128 / 256 30.8 → 43.3 / 61.3 → 50.2 / 122.4 → 66.4.
-int qgemm_wg_rows(int rows) { return rows >= 4096 ? 64 : 128; }
+// From 64 rows for every shape. H200, 2026-12-07 (CudaQgemm.Bench, two passes, µs mma.sync → wgmma) at 32 / 64
+// rows: in_proj 12352×2048 30.9 → 30.4 / 56.6 → 31.5; out_proj 2048×4096 (split 8 ways) 20.8 → 21.7 / 45.0 →
+// 24.6; qkv 9216×2048 29.6 → 26.2 / 57.0 → 27.7; lm_head 308.0 → 360.9 / 553.0 → 372.1. (On 2026-12-04, before
+// the wgmma tile's later work, out_proj at 64 rows was 30.8 → 43.3, so it had stayed on mma.sync below 128.)
+int qgemm_wg_rows(int rows) {
+  (void)rows;
+  return 64;
+}
 
 // Splits so that the tiles × splits fill about two units per SM, at most 8 and one 256-k stage each. Only
 // the router (257 × 2048, 3 tiles) is bound by the stages: 8 splits, 24 units (it had 12 with at least two

@@ -196,10 +196,6 @@ __global__ void __launch_bounds__(32 * kBlocks / WB, 2 * WB) xgemm_kernel(XArgs 
       for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[wb][n][i] = 0.f;
-    // 32-row tiles: the 8-row activation tiles holding the unit's rows; the MMAs of the tiles past them are
-    // skipped (their rows are zero, so their sums would be too: the epilogue reads rows below m_cnt only).
-    // An expert with 9..16 rows of a 32-row tile issues half the MMAs.
-    const int nsub = (ct.m_cnt + 7) >> 3;
     for (int hc = 0; hc < nC; ++hc) {
       // Chunk hc is in buffer buf; every warp is done with the last chunk, so the other buffer takes the
       // next one (this unit's, or the next unit's first) while this one computes.
@@ -232,63 +228,32 @@ __global__ void __launch_bounds__(32 * kBlocks / WB, 2 * WB) xgemm_kernel(XArgs 
               for (int i = 0; i < 4; ++i) part[wb][n][i] = 0.f;
 #pragma unroll
           for (int j = 0; j < 2; ++j) {  // 16-byte x chunk j of the lane's 32 bytes per group: k-steps 2j, 2j+1
-            if constexpr (NT <= 2) {
-              // Every tile's x chunk loaded before the MMAs (the order the 8- and 16-row tiles measured fastest:
-              // the per-tile order below cost 6% of the 16- and 64-row decode step, H100 2026-12-06), each x
-              // fragment feeding the warp's WB weight blocks.
-              uint4 xv[NT][kTerms];
+            // Every 8-row tile's x chunk loaded before the MMAs (loading each tile's just before its own MMAs
+            // cost 6% of the 16- and 64-row decode step, H100 2026-12-06), each x fragment feeding the warp's
+            // WB weight blocks.
+            uint4 xv[NT][kTerms];
 #pragma unroll
-              for (int n = 0; n < NT; ++n) {
-                const int m = 8 * n + gq;
-                const uint8_t* px = sx + size_t(m) * KC * 2 + (((Gl * 8 + 2 * tq + j) ^ (m & 1)) << 4);
+            for (int n = 0; n < NT; ++n) {
+              const int m = 8 * n + gq;
+              const uint8_t* px = sx + size_t(m) * KC * 2 + (((Gl * 8 + 2 * tq + j) ^ (m & 1)) << 4);
 #pragma unroll
-                for (int h = 0; h < kTerms; ++h) xv[n][h] = *reinterpret_cast<const uint4*>(px + h * plane);
-              }
-#pragma unroll
-              for (int p = 0; p < 2; ++p)
-#pragma unroll
-                for (int wb = 0; wb < WB; ++wb) {
-                  uint32_t a0, a1, a2, a3;
-                  cvt4(j ? c[wb].y : c[wb].x, p, a0, a2);
-                  cvt4(j ? c[wb].w : c[wb].z, p, a1, a3);
-#pragma unroll
-                  for (int n = 0; n < NT; ++n)
-#pragma unroll
-                    for (int h = 0; h < kTerms; ++h) {
-                      const uint4 v = xv[n][h];
-                      mma(part[wb][n], a0, a1, a2, a3, p ? v.z : v.x, p ? v.w : v.y);
-                    }
-                }
-            } else {
-              // 32-row tiles: the weights' A fragments of both k-steps first, then one 8-row tile at a time (its
-              // x chunk held only while its MMAs issue, within the two-blocks-an-SM registers), the tiles past
-              // the unit's rows skipped. Per part[n] the MMAs run in the order p, h as above: the same bits.
-              uint32_t af[WB][2][4];
-#pragma unroll
-              for (int wb = 0; wb < WB; ++wb)
-#pragma unroll
-                for (int p = 0; p < 2; ++p) {
-                  cvt4(j ? c[wb].y : c[wb].x, p, af[wb][p][0], af[wb][p][2]);
-                  cvt4(j ? c[wb].w : c[wb].z, p, af[wb][p][1], af[wb][p][3]);
-                }
-#pragma unroll
-              for (int n = 0; n < NT; ++n) {
-                if (n >= nsub) break;  // block-uniform: the unit's rows end in an earlier 8-row tile
-                const int m = 8 * n + gq;
-                const uint8_t* px = sx + size_t(m) * KC * 2 + (((Gl * 8 + 2 * tq + j) ^ (m & 1)) << 4);
-                uint4 xv[kTerms];
-#pragma unroll
-                for (int h = 0; h < kTerms; ++h) xv[h] = *reinterpret_cast<const uint4*>(px + h * plane);
-#pragma unroll
-                for (int wb = 0; wb < WB; ++wb)
-#pragma unroll
-                  for (int p = 0; p < 2; ++p)
-#pragma unroll
-                    for (int h = 0; h < kTerms; ++h)
-                      mma(part[wb][n], af[wb][p][0], af[wb][p][1], af[wb][p][2], af[wb][p][3], p ? xv[h].z : xv[h].x,
-                          p ? xv[h].w : xv[h].y);
-              }
+              for (int h = 0; h < kTerms; ++h) xv[n][h] = *reinterpret_cast<const uint4*>(px + h * plane);
             }
+#pragma unroll
+            for (int p = 0; p < 2; ++p)
+#pragma unroll
+              for (int wb = 0; wb < WB; ++wb) {
+                uint32_t a0, a1, a2, a3;
+                cvt4(j ? c[wb].y : c[wb].x, p, a0, a2);
+                cvt4(j ? c[wb].w : c[wb].z, p, a1, a3);
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                  for (int h = 0; h < kTerms; ++h) {
+                    const uint4 v = xv[n][h];
+                    mma(part[wb][n], a0, a1, a2, a3, p ? v.z : v.x, p ? v.w : v.y);
+                  }
+              }
           }
 #pragma unroll
           for (int wb = 0; wb < WB; ++wb) {
@@ -296,7 +261,6 @@ __global__ void __launch_bounds__(32 * kBlocks / WB, 2 * WB) xgemm_kernel(XArgs 
             const float s1 = __uint_as_float(q[wb].y << 16), b1 = __uint_as_float(q[wb].y & 0xFFFF0000u);
 #pragma unroll
             for (int n = 0; n < NT; ++n) {
-              if (NT > 2 && n >= nsub) break;
               const int m = 8 * n + 2 * tq;
               const float2 xa = sxs[m * gpc + Gl], xb = sxs[(m + 1) * gpc + Gl];
               float* cc = acc[wb][n];
@@ -395,14 +359,12 @@ template <int NT, int MODE, int WB> Status launch(const XArgs& g, cudaStream_t s
   return launch_k("xgemm", k, dim3(2 * WB * sm_count()), dim3(32 * kBlocks / WB), smem, s, h);
 }
 // 16-row tiles two weight blocks a warp (half the shared-memory reads of the activation fragments a weight
-// byte: the 256-row step's experts were bound by them, 2026-12-06-kv-f16.md; 127 registers, no spill); 8- and
-// 32-row tiles one (32-row tiles with two spilled ~300 bytes). Every block's MMAs and sums are the same
-// whatever WB: the same bits. H100, same call against one block a warp (docs/perf/2026-12-06-xgemm-wb2.md):
-// bench-batch 2,035.7 / 4,003.7 / 8,005.8 tok/s at 16 / 64 / 256 rows vs 2,024.0 / 3,996.7 / 7,381.1.
+// byte: the 256-row step's experts were bound by them, 2026-12-06-kv-f16.md; 127 registers, no spill), 8-row
+// tiles one. Every block's MMAs and sums are the same whatever WB: the same bits. H100, same call against one
+// block a warp (docs/perf/2026-12-06-xgemm-wb2.md): bench-batch 2,035.7 / 4,003.7 / 8,005.8 tok/s at 16 / 64 /
+// 256 rows vs 2,024.0 / 3,996.7 / 7,381.1.
 template <int MODE> Status launch_nt(int nt, const XArgs& g, cudaStream_t s) {
-  if (nt == 1) return launch<1, MODE, 1>(g, s);
-  if (nt == 2) return launch<2, MODE, 2>(g, s);
-  return launch<4, MODE, 1>(g, s);
+  return nt == 1 ? launch<1, MODE, 1>(g, s) : launch<2, MODE, 2>(g, s);
 }
 
 }  // namespace
@@ -456,13 +418,19 @@ Status frag_experts(DevWeights& d, int E, int I, int H, void** mem, Stream s) {
   return Status::ok();
 }
 
+// Unforced, at most 16-row tiles: qgemm's rule picks 32-row ones from ~16 entries an expert, but xgemm's
+// 16-row tiles (two chunks an expert there) run faster. H200, 2026-12-07 (CudaQgemm.Bench, two passes, 736
+// rows = 23 an expert, a mixed step's decode + prompt rows): gate+up 364.1 µs vs 478.9 with 32-row tiles, down
+// 190.5 vs 235.0. Any tile height gives the same bits.
+static int xgemm_nt(const QGemmArgs& a) { return a.nt ? a.nt : std::min(qgemm_items_nt(a), 2); }
+
 bool xgemm_fits(const QGemmArgs& a) {
-  const int nt = qgemm_items_nt(a);
-  return a.items && a.w.cols % (64 * kD) == 0 && (nt == 1 || nt == 2 || nt == 4) && (a.swiglu ? a.n_out % 64 == 0 : a.n_out % 128 == 0);
+  const int nt = xgemm_nt(a);
+  return a.items && a.w.cols % (64 * kD) == 0 && (nt == 1 || nt == 2) && (a.swiglu ? a.n_out % 64 == 0 : a.n_out % 128 == 0);
 }
 
 Status xgemm(const QGemmArgs& a, const FragW& w, const FragW& sh, Stream stream) {
-  if (!xgemm_fits(a)) return cu_err("xgemm: needs items, K % {} == 0 (K {}), a tile of 8, 16 or 32 rows and whole tiles", 64 * kD, a.w.cols);
+  if (!xgemm_fits(a)) return cu_err("xgemm: needs items, K % {} == 0 (K {}), a tile of 8 or 16 rows and whole tiles", 64 * kD, a.w.cols);
   // No shared copy (sh empty): the routing table has no shared item (broute's shared_item false).
   if (!w.codes || w.K != a.w.cols || (sh.codes && sh.K != a.w.cols)) return cu_err("xgemm: fragment copies of K {} needed", a.w.cols);
   if (!a.x || !a.xs || !a.xlo || !a.xrow || !a.yrow || a.max_items < 1 || a.max_items > kMaxItems || a.E < 1)
@@ -478,7 +446,7 @@ Status xgemm(const QGemmArgs& a, const FragW& w, const FragW& sh, Stream stream)
   }
   if (w.blocks < a.E * g.bpe || (sh.codes && sh.blocks < g.bpe)) return cu_err("xgemm: fragment copies hold {} / {} blocks, fewer than the experts' {}", w.blocks, sh.blocks, g.bpe);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const int nt = qgemm_items_nt(a);
+  const int nt = xgemm_nt(a);
   return a.swiglu ? launch_nt<kSwiglu>(nt, g, s) : launch_nt<kItems>(nt, g, s);
 }
 

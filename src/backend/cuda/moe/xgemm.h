@@ -31,8 +31,8 @@ Status frag_pack(const QW& a, const QW& b, int ra, int oa, int rb, int ob, int b
 
 // qgemm's items mode (a.items set; swiglu or plain, 4-bit experts) on fragment copies: w of the routed
 // experts (gate+up blocks for swiglu, down blocks otherwise), sh of the shared expert. Needs K % 256 == 0
-// and a tile height of 8, 16 or 32 rows (a.nt ∈ {0, 1, 2, 4}; 0 chooses as qgemm does, and a call whose rows
-// would take a taller tile returns an error: xgemm_fits tells before).
+// and a tile height of 8 or 16 rows (a.nt ∈ {0, 1, 2}; 0 chooses qgemm's height, capped at 16 rows: an expert
+// with more rows runs as several 16-row chunks; a forced taller tile returns an error: xgemm_fits tells before).
 bool xgemm_fits(const QGemmArgs& a);
 // One layer's four fragment copies (routed gate+up, shared gate+up, routed down, shared down; E experts of
 // intermediate size I, hidden H) into dst, frag_expert_bytes(E, I, H) of device memory, in that order.
