@@ -7,7 +7,7 @@
 // same reference, and equal to qgemm's outputs bit for bit).
 // Tolerance per output: 1e-5 · Σ|terms| (fp32 sums over K ≤ 4096; a wrong k order or fragment is
 // O(Σ|terms|)). Batch invariance: a row's outputs are bit-identical at every row count and tile
-// height of one kernel (the mma.sync tiles, or the dense wgmma tile from qgemm_wg_rows(N) rows), and the
+// height of one kernel (the mma.sync tiles, or the dense wgmma tile from qgemm_wg_rows(N, K) rows), and the
 // two kernels agree within 1e-6 · Σ|terms|. One table row per check; skips loudly without a GPU. LILY_QGEMM_BENCH=1 adds timings.
 #include <gtest/gtest.h>
 
@@ -149,7 +149,7 @@ TEST(CudaQgemm, DenseMatchesCpuAndIsBatchInvariant) {
       return got;
     };
     // Every run must give these rows bit for bit: the mma.sync tiles' (forced tile heights, fewer rows
-    // than qgemm_wg_rows(N), 8-bit) or the wgmma tile's (4-bit from qgemm_wg_rows(N) rows).
+    // than qgemm_wg_rows(N, K), 8-bit) or the wgmma tile's (4-bit from qgemm_wg_rows(N, K) rows).
     const std::vector<float> base = run(kMaxM, 0, 1);
     const bool has_wg = c.bits == 4;
     const std::vector<float> base_wg = has_wg ? run(kMaxM, 0, 2) : base;
@@ -162,7 +162,7 @@ TEST(CudaQgemm, DenseMatchesCpuAndIsBatchInvariant) {
     for (int nt : {0, 1, 2, 4, 8}) {
       for (int M : Ms) {
         if (nt != 0 && M != 9 && M != 64 && M != 130) continue;
-        const bool wg = has_wg && nt == 0 && M >= cuda::qgemm_wg_rows(c.N);
+        const bool wg = has_wg && nt == 0 && M >= cuda::qgemm_wg_rows(c.N, c.K);
         const std::vector<float>& want = wg ? base_wg : base;
         const auto got = run(M, nt);
         if (got.empty()) return;

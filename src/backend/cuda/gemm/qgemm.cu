@@ -594,14 +594,13 @@ int nt_for(double rows) {
 
 }  // namespace
 
-// From 64 rows for every shape. H200, 2026-12-07 (CudaQgemm.Bench, two passes, µs mma.sync → wgmma) at 32 / 64
-// rows: in_proj 12352×2048 30.9 → 30.4 / 56.6 → 31.5; out_proj 2048×4096 (split 8 ways) 20.8 → 21.7 / 45.0 →
-// 24.6; qkv 9216×2048 29.6 → 26.2 / 57.0 → 27.7; lm_head 308.0 → 360.9 / 553.0 → 372.1. (On 2026-12-04, before
-// the wgmma tile's later work, out_proj at 64 rows was 30.8 → 43.3, so it had stayed on mma.sync below 128.)
-int qgemm_wg_rows(int rows) {
-  (void)rows;
-  return 64;
-}
+// From 64 rows for the model's projections (2^23 weights or more, or 4,096 rows or more), 128 for smaller
+// matrices (none measured faster on wgmma below 128 rows). H200, 2026-12-07 (CudaQgemm.Bench, two passes, µs
+// mma.sync → wgmma) at 32 / 64 rows: in_proj 12352×2048 30.9 → 30.4 / 56.6 → 31.5; out_proj 2048×4096 (split
+// 8 ways) 20.8 → 21.7 / 45.0 → 24.6; qkv 9216×2048 29.6 → 26.2 / 57.0 → 27.7; lm_head 308.0 → 360.9 / 553.0 →
+// 372.1. (On 2026-12-04, before the wgmma tile's later work, out_proj at 64 rows was 30.8 → 43.3, so it had
+// stayed on mma.sync below 128.)
+int qgemm_wg_rows(int rows, int cols) { return rows >= 4096 || size_t(rows) * size_t(cols) >= (size_t(1) << 23) ? 64 : 128; }
 
 // Splits so that the tiles × splits fill about two units per SM, at most 8 and one 256-k stage each. Only
 // the router (257 × 2048, 3 tiles) is bound by the stages: 8 splits, 24 units (it had 12 with at least two
@@ -657,7 +656,7 @@ Status qgemm(const QGemmArgs& a, Stream stream) {
     if (!nt) nt = a.M >= 64 ? 8 : nt_for(a.M);
     g.C = (a.M + 8 * nt - 1) / (8 * nt);
     if (g.S > 1 && (!a.ws || !a.cnt)) return cu_err("qgemm: a {}-row matrix is split {} ways and needs ws / cnt", w.rows, g.S);
-    if (a.kernel == 2 || (a.kernel == 0 && a.nt == 0 && w.bits == 4 && a.M >= qgemm_wg_rows(w.rows))) {
+    if (a.kernel == 2 || (a.kernel == 0 && a.nt == 0 && w.bits == 4 && a.M >= qgemm_wg_rows(w.rows, w.cols))) {
       WgArgs wa{};
       wa.a = a, wa.N = w.rows, wa.K = w.cols, wa.S = g.S, wa.C = qgemm_wg_chunks(a.M), wa.T = tiles_of(w.rows);
       return qgemm_wg(wa, s);

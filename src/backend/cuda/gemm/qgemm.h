@@ -21,7 +21,7 @@
 // Batch invariance: a row's result depends only on that row and the weights: the k order is fixed,
 // the k split of a dense matrix depends only on its shape, and rows never meet in a reduction. So
 // any number of rows, any tile height and any routing give a row bit-identical results, with one
-// exception: a dense 4-bit call of qgemm_wg_rows(w.rows) rows or more runs the wgmma tile (qgemm_wg.cu),
+// exception: a dense 4-bit call of qgemm_wg_rows(w.rows, w.cols) rows or more runs the wgmma tile (qgemm_wg.cu),
 // whose tensor-core sums group the k terms differently; a row's result there is bit-identical at
 // every such row count and equal to the mma.sync tiles' to fp32 rounding (two passes: ~1e-7 relative).
 #pragma once
@@ -83,7 +83,7 @@ struct QGemmArgs {
   float* ws = nullptr;
   int32_t* cnt = nullptr;
   int nt = 0;  // tests: force the tile height (8·nt rows; nt ∈ {1, 2, 4, 8}); 0 = chosen by rows
-  // Dense 4-bit calls of at least qgemm_wg_rows(w.rows) rows (nt unforced) run the wgmma tile (gemm/qgemm_wg.cu), fewer the
+  // Dense 4-bit calls of at least qgemm_wg_rows(w.rows, w.cols) rows (nt unforced) run the wgmma tile (gemm/qgemm_wg.cu), fewer the
   // mma.sync tiles. Tests: 1 forces the mma.sync tiles, 2 the wgmma tile; 0 = chosen by rows.
   int kernel = 0;
 };
@@ -93,8 +93,8 @@ Status qgemm(const QGemmArgs& a, Stream s);
 // Items: the tile height (in 8-row n-tiles: 1, 2, 4 or 8) a call runs, a.nt when forced, else chosen by
 // the routed entries per expert (a.ent_hint, a.E); never changes a row's result.
 int qgemm_items_nt(const QGemmArgs& a);
-// Rows from which a dense 4-bit call of a matrix of `rows` weight rows runs the wgmma tile.
-int qgemm_wg_rows(int rows);
+// Rows from which a dense 4-bit call of a rows × cols matrix runs the wgmma tile (a function of the shape).
+int qgemm_wg_rows(int rows, int cols);
 // The dense k split of a matrix (a function of its shape only, never of the rows).
 int qgemm_splits(int rows, int cols);
 // Workspace a dense call of M rows needs (0 when unsplit) and its counters.
