@@ -24,24 +24,15 @@ __global__ void add_rmsnorm_rows_kernel(float* x, const float* mix, const uint16
   if (n)
     for (int i = threadIdx.x; i < H; i += blockDim.x) n[off + i] = x[off + i] * inv * bf(gain[i]);
   if (!hi) return;
-  // The split, as split_rows_kernel (gemm_q8.cu) does it: one warp a 64-column group, lane 2·lane and 2·lane + 1,
-  // hi = fp16(v), lo = fp16(v − hi), xs = the group's sum by the same shuffle tree.
+  // The split as split_rows makes it (split_pair): one warp a 64-column group, columns 2·lane and 2·lane + 1.
   const int lane = threadIdx.x & 31, warps = blockDim.x >> 5, G = H / 64;
   for (int gr = threadIdx.x >> 5; gr < G; gr += warps) {
     const int i = gr * 64 + 2 * lane;
     // n's value, each product rounded on its own (__fmul_rn: never contracted into the fma of v − hi or v.x + v.y
-    // below, which would round differently from split_rows on the stored n).
+    // in split_pair, which would round differently from split_rows on the stored n).
     const float2 v = make_float2(__fmul_rn(__fmul_rn(x[off + i], inv), bf(gain[i])),
                                  __fmul_rn(__fmul_rn(x[off + i + 1], inv), bf(gain[i + 1])));
-    const __half2 h = __floats2half2_rn(v.x, v.y);
-    *reinterpret_cast<__half2*>(hi + off + i) = h;
-    if (!lo) continue;  // warp-uniform
-    const float2 hf = __half22float2(h);
-    *reinterpret_cast<__half2*>(lo + off + i) = __floats2half2_rn(v.x - hf.x, v.y - hf.y);
-    float sum = v.x + v.y;
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);
-    if (lane == 0) xs[size_t(blockIdx.x) * G + gr] = sum;
+    split_pair(v, hi, lo, lo ? xs + size_t(blockIdx.x) * G + gr : nullptr, off + i, lane);
   }
 }
 

@@ -191,17 +191,7 @@ __global__ void split_rows_kernel(const float* a, int lda, int M, int K, __half*
   if (gi >= long(M) * G) return;
   const int m = int(gi / G), gr = int(gi % G);
   const float2 x = *reinterpret_cast<const float2*>(a + size_t(m) * lda + gr * 64 + 2 * lane);
-  const __half2 h = __floats2half2_rn(x.x, x.y);
-  const float2 hf = __half22float2(h);
-  const __half2 l = __floats2half2_rn(x.x - hf.x, x.y - hf.y);
-  const size_t o = size_t(m) * K + gr * 64 + 2 * lane;
-  *reinterpret_cast<__half2*>(hi + o) = h;
-  if (!lo) return;  // warp-uniform
-  *reinterpret_cast<__half2*>(lo + o) = l;
-  float s = x.x + x.y;
-#pragma unroll
-  for (int d = 16; d > 0; d >>= 1) s += __shfl_xor_sync(0xffffffffu, s, d);
-  if (lane == 0) xs[size_t(m) * G + gr] = s;
+  split_pair(x, hi, lo, lo ? xs + size_t(m) * G + gr : nullptr, size_t(m) * K + gr * 64 + 2 * lane, lane);
 }
 
 Status launch(const GemmArgs& a, cudaStream_t s) {

@@ -187,11 +187,11 @@ Status CudaBackend::pf_pass(std::span<const PfSeg> segs) {
     if (segs[size_t(j)].M > segs[size_t(longest)].M) longest = j;
   for (int i = 0, gi = 0; i < c.num_hidden_layers; ++i) {
     if (d_.layers[size_t(i)].attn) continue;
+    const int ldu = d_.layers[size_t(i)].in_proj.rows;
     size_t wy_off = 0;
     for (int j = 0; j < n_seg; ++j) {
       const PfSeg& sg = segs[size_t(j)];
       const size_t r = size_t(row0[size_t(j)]);
-      const int ldu = d_.layers[size_t(i)].in_proj.rows;
       pf::GdnPrefillArgs& g = gargs[size_t(gi) * n_seg + j];
       g = gdn_args(i, *sg.st, sg.st->n, sg.M, p.u + r * ldu, ldu, r, p.o + r * vd, p.wy + wy_off);
       g.terms = terms == 1 ? 1 : 3;

@@ -3,6 +3,9 @@
 // the K/V cache and conv window use the decode layout of CudaSeqState (bf16).
 #pragma once
 #include <cstdint>
+#ifdef __CUDACC__
+#include <cuda_fp16.h>
+#endif
 
 #include "backend/cuda/common/ops.h"
 #include "core/status.h"
@@ -54,6 +57,22 @@ Status gemm(const GemmArgs& a, Stream s);
 // hi = fp16(a), lo = fp16(a − hi) (row-compact [M, K]) and xs = Σ a per 64-group [M, K/64]; lo and xs
 // only when both are given (lo null: hi alone, what the 4-bit GEMMs read).
 Status split_rows(const float* a, int lda, int M, int K, uint16_t* hi, uint16_t* lo, float* xs, Stream s);
+#ifdef __CUDACC__
+// split_rows' arithmetic for one lane's two values v of a 64-group (lane l holds columns 2l, 2l + 1), shared by
+// every producer of a split so they agree bit for bit: hi[o] = fp16(v); when lo, lo[o] = fp16(v − hi) and
+// (lane 0) *xs = the group's Σv by a fixed shuffle tree. lo null must be warp-uniform.
+__device__ __forceinline__ void split_pair(float2 v, __half* hi, __half* lo, float* xs, size_t o, int lane) {
+  const __half2 h = __floats2half2_rn(v.x, v.y);
+  *reinterpret_cast<__half2*>(hi + o) = h;
+  if (!lo) return;
+  const float2 hf = __half22float2(h);
+  *reinterpret_cast<__half2*>(lo + o) = __floats2half2_rn(v.x - hf.x, v.y - hf.y);
+  float s = v.x + v.y;
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) s += __shfl_xor_sync(0xffffffffu, s, d);
+  if (lane == 0) *xs = s;
+}
+#endif
 Status gemm_pipe(const GemmArgs& a, Stream s);
 Status gemm_wg(const GemmArgs& a, Stream s);
 constexpr int kGemmBM = 64;  // rows per tile (grouped tiles must use this)
