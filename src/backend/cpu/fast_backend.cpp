@@ -291,26 +291,22 @@ class FastCpuBackend final : public CpuStatesBackend {
     const float scale = 1.0f / std::sqrt(float(hd));
     const int group = nh / nkv;
     const fast::KernelTable& kt = fast::kernels();
-    fast::parallel_dynamic(M * nh, [&](int a) {
-      const int m = a / nh, hh = a % nh, kvh = hh / group, n_ctx = row_pos[size_t(m)] + 1;
+    // One item a (row, KV head): its group of query heads read each cached K and V row once.
+    fast::parallel_dynamic(M * nkv, [&](int a) {
+      const int m = a / nkv, kvh = a % nkv, n_ctx = row_pos[size_t(m)] + 1;
       const CpuSeqState::Layer& S = *row_S[size_t(m)];
-      std::vector<float> p(static_cast<size_t>(n_ctx));
-      const float* qv = &q[(size_t(m) * nh + hh) * hd];
-      float mx = -INFINITY;
-      for (int t = 0; t < n_ctx; ++t) {
-        p[t] = kt.dot(qv, &S.k[(size_t(t) * nkv + kvh) * hd], hd) * scale;
-        mx = std::max(mx, p[t]);
-      }
-      float sum = 0;
-      for (int t = 0; t < n_ctx; ++t) sum += (p[t] = std::exp(p[t] - mx));
-      float* ov = &o[(size_t(m) * nh + hh) * hd];
-      std::fill(ov, ov + hd, 0.0f);
-      const float inv = 1.0f / sum;
-      for (int t = 0; t < n_ctx; ++t) kt.axpy(ov, p[t] * inv, &S.v[(size_t(t) * nkv + kvh) * hd], hd);
-      const float* gate = qw == 2 * hd ? &qg[(size_t(m) * nh + hh) * qw + hd] : nullptr;
-      for (int d = 0; d < hd; ++d) {
-        const float val = store(ov[d]);
-        ov[d] = gate ? store(val * sigmoid(gate[d])) : val;
+      thread_local std::vector<float> p;
+      if (p.size() < size_t(group) * n_ctx) p.resize(size_t(group) * n_ctx);
+      const size_t h0 = size_t(m) * nh + size_t(kvh) * group;  // the group's first query head of row m
+      kt.attend(&q[h0 * hd], group, hd, &S.k[size_t(kvh) * hd], &S.v[size_t(kvh) * hd], nkv * hd, n_ctx, scale, p.data(),
+                &o[h0 * hd]);
+      for (int g = 0; g < group; ++g) {
+        float* ov = &o[(h0 + g) * hd];
+        const float* gate = qw == 2 * hd ? &qg[(h0 + g) * qw + hd] : nullptr;
+        for (int d = 0; d < hd; ++d) {
+          const float val = store(ov[d]);
+          ov[d] = gate ? store(val * sigmoid(gate[d])) : val;
+        }
       }
     });
     prof.stop();

@@ -25,6 +25,6 @@ struct V : Avx2 {
 
 }  // namespace
 
-constinit const GdnKernels kGdnAvx2{gdn_chunk_impl, conv4_silu_impl, gated_norm_impl, silu_mul_impl, rmsnorm_impl};
+constinit const GdnKernels kGdnAvx2{gdn_chunk_impl, conv4_silu_impl, gated_norm_impl, silu_mul_impl, rmsnorm_impl, attend_impl};
 
 }  // namespace lily::cpu::fast

@@ -93,6 +93,6 @@ LILY_TGT void conv4_silu(const float* u, int M, int ldu, int c0, int c1, int C, 
 
 }  // namespace
 
-constinit const GdnKernels kGdnAvx512{gdn_chunk_impl, conv4_silu, gated_norm_impl, silu_mul_impl, rmsnorm_impl};
+constinit const GdnKernels kGdnAvx512{gdn_chunk_impl, conv4_silu, gated_norm_impl, silu_mul_impl, rmsnorm_impl, attend_impl};
 
 }  // namespace lily::cpu::fast

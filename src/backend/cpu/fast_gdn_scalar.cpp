@@ -32,6 +32,6 @@ struct V {
 
 }  // namespace
 
-constinit const GdnKernels kGdnScalar{gdn_chunk_impl, conv4_silu_impl, gated_norm_impl, silu_mul_impl, rmsnorm_impl};
+constinit const GdnKernels kGdnScalar{gdn_chunk_impl, conv4_silu_impl, gated_norm_impl, silu_mul_impl, rmsnorm_impl, attend_impl};
 
 }  // namespace lily::cpu::fast
