@@ -174,8 +174,8 @@ TEST_P(FastGdn, RmsnormMatchesReference) {
 }
 
 // The attention of one query row for a group of query heads sharing a KV head (KernelTable::attend) against
-// softmax attention in double: G 1-8 (3: a partial block of four), head dims 16 / 64 / 256 (16: P·V row by
-// row, not the GEMM), 1-300 positions, K/V rows strided as in the cache. |Δ| ≤ 1e-5·(1 + |ref|): the scores
+// softmax attention in double: G 1-8 (3: a partial block of four), head dims 16 / 24 / 64 / 256 (16: P·V row by
+// row, not the GEMM; 24: plain loops where the width is 16), 1-300 positions, K/V rows strided as in the cache. |Δ| ≤ 1e-5·(1 + |ref|): the scores
 // are fp32 dot products of hd terms (|q_c·k_c| up to ~10 here), one chain in the scalar table (measured
 // 2.3e-6 there at hd 256, printed), W chains in the vector ones.
 TEST_P(FastGdn, AttendMatchesSoftmaxAttention) {
@@ -183,7 +183,7 @@ TEST_P(FastGdn, AttendMatchesSoftmaxAttention) {
   std::normal_distribution<float> n01(0, 1);
   float worst = 0;
   for (int G : {1, 3, 8})
-    for (int hd : {16, 64, 256})
+    for (int hd : {16, 24, 64, 256})
       for (int n : {1, 5, 17, 300}) {
         const int ld = 2 * hd;  // two KV heads a position; this one is the second
         std::vector<float> q(size_t(G) * hd), kv(size_t(n) * ld * 2), out(size_t(G) * hd, -1.0f), ref(out.size());
