@@ -10,6 +10,15 @@
 
 namespace lily::cpu::fast {
 
+// nearbyint for |t| < 2^22 in the default rounding mode (to nearest, ties to even), as two fp32 adds: t + 1.5·2^23
+// lands where the float spacing is 1, so the sum rounds t to an integer, and the difference is exact (IEEE
+// arithmetic: without -ffast-math the compiler keeps both adds). The baseline x86-64 target has no SSE4.1 round
+// instruction, so std::nearbyint was a libm call, two a value and ~0.5 M values a decoded token.
+inline float round_even(float t) {
+  constexpr float kMagic = 12582912.0f;  // 1.5·2^23
+  return (t + kMagic) - kMagic;
+}
+
 void prepare_x(const float* x, int M, int ldx, int K, PreparedX& out) {
   const int G = K / kGroup;
   out.M = M, out.K = K, out.G = G;
@@ -33,9 +42,9 @@ void prepare_x(const float* x, int M, int ldx, int K, PreparedX& out) {
         int16_t qv[kGroup], ql[kGroup];
         for (int c = 0; c < kGroup; ++c) {
           const float t = xg[c] * inv;  // in [-32767, 32767]
-          const float h = std::clamp(std::nearbyint(t), -32767.0f, 32767.0f);
+          const float h = std::clamp(round_even(t), -32767.0f, 32767.0f);
           qv[c] = int16_t(h);
-          ql[c] = int16_t(std::clamp(std::nearbyint((t - h) * 65534.0f), -32767.0f, 32767.0f));
+          ql[c] = int16_t(std::clamp(round_even((t - h) * 65534.0f), -32767.0f, 32767.0f));
         }
         int32_t* p = out.pairs.data() + (size_t(m) * G + g) * kPairsPerGroup;
         int32_t* pl = out.lo.data() + (size_t(m) * G + g) * kPairsPerGroup;
