@@ -98,9 +98,9 @@ struct GdnKernels {
   // out[r] = x[r]·rsqrt(mean(x[r]²)+eps)·gain, rows of n (a multiple of 16), gain fp32, fp32 storage.
   void (*rmsnorm)(const float* x, int rows, int n, const float* gain, float eps, float* out);
   // Attention of one query row over positions 0..n-1 (model-spec §1.4.1) for the G query heads sharing one
-  // KV head: out_g = Σ_t softmax_t(q_g·k_t·scale)·v_t. q, out: [G][hd] (vector code where hd is a multiple of the
-  // table's width); k_t, v_t at
-  // k + t·ld, v + t·ld [hd]; p: scratch of G·n floats (the probabilities on return).
+  // KV head: out_g = Σ_t softmax_t(q_g·k_t·scale)·v_t. q, out: [G][hd] (any hd; vector code where it is a
+  // multiple of the table's width); k_t, v_t at k + t·ld, v + t·ld [hd]; p: scratch of G·n floats (the
+  // probabilities on return).
   void (*attend)(const float* q, int G, int hd, const float* k, const float* v, int ld, int n, float scale, float* p,
                  float* out);
 };
