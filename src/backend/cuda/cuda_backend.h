@@ -40,7 +40,7 @@ class CudaBackend;
 
 // Device memory of sequence states, stream-ordered (cuda_state.cu): a state's two allocations come from
 // a memory pool of its own on the backend's stream (cudaMallocFromPoolAsync), and a freed state's blocks
-// stay in the pool for the next one: a new state, a snapshot (clone) or a K/V growth costs no cudaMalloc,
+// stay in the pool (up to 1 GiB) for the next one: a new state, a snapshot (clone) or a K/V growth costs no cudaMalloc,
 // no cudaFree and no device-wide synchronization, and every clear and copy of a state runs on that
 // stream, ordered with the steps that read and write it. Shared by the backend and its states; a state
 // freed after its backend (stream null) frees synchronously.

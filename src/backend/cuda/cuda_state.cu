@@ -96,8 +96,10 @@ Status StatePool::init(cudaStream_t s) {
   props.location.type = cudaMemLocationTypeDevice;
   props.location.id = dev;
   LILY_CU_TRY(cudaMemPoolCreate(&pool, &props));
-  // Freed blocks stay in the pool (the next state takes them) until alloc finds no room.
-  uint64_t keep = UINT64_MAX;
+  // Up to 1 GiB of freed blocks stays in the pool for the next states (~7 fresh full-size ones); beyond that,
+  // the device gets them back at the next synchronization, so other allocations never find the memory plan's
+  // headroom (at least 1 GiB, engine/memory_plan.cpp) held by idle state blocks.
+  uint64_t keep = uint64_t(1) << 30;
   LILY_CU_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   stream = s;
   return Status::ok();
