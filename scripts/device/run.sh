@@ -350,6 +350,14 @@ serve_run() {
     grep -E '^engine step' "$LOGS/$name.err" | awk '{printf "%.1f %s\n", $10, $0}' | sort -rn | head -"${SLOW_STEPS:-8}" | say
     grep -oE 'prefill chunk [0-9]+ tokens [0-9.]+ ms' "$LOGS/$name.err" | awk '{n++; t+=$3; ms+=$5}
       END {if (n) printf "prefill chunks %d, mean %.1f tokens, mean %.1f ms\n", n, t/n, ms/n}' | say
+    # What a newcomer costs the engine thread: a step's time beside its model step's (printed for steps with
+    # segments), the snapshots, the checkouts and the decode graphs captured for new states.
+    awk '/^engine: step of/ {m = $(NF-1); next}
+      /^engine step:/ {if (m != "") {h += $10 - m; n++}; m = ""; next}
+      /^engine: snapshot/ {s += $(NF-1); ns++} /^engine: checkout/ {c += $3; nc++}
+      /^cuda: decode graphs/ {g += $(NF-1); ng++}
+      END {printf "host time of steps with segments %.2f ms mean (%d); snapshots %d, %.2f ms mean; checkouts %d, %.2f ms mean; decode graph captures %d, %.1f ms mean\n",
+        n ? h/n : 0, n, ns, ns ? s/ns : 0, nc, nc ? c/nc : 0, ng, ng ? g/ng : 0}' "$LOGS/$name.err" | say
   fi
 }
 mode_serve() {

@@ -532,7 +532,11 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
       CacheEntry c;
       c.tokens = s->entry().tokens;
       // Only when it fits the memory budget (after older cached states): a snapshot is an optimisation.
+      const auto tc = clk::now();
       if (make_room(smem_.clone_bytes(s->state().n_tokens(), opts_.max_seq))) c.state = s->state().clone();
+      if (trace_)
+        std::fprintf(stderr, "engine: snapshot of %d tokens %.1f ms\n", s->state().n_tokens(),
+                     std::chrono::duration<double, std::milli>(clk::now() - tc).count());
       c.key = snap == Sequence::Snapshot::kShared ? std::string() : s->req().cache_key;
       c.shared = snap == Sequence::Snapshot::kShared;
       if (c.state) cache_put(std::move(c));

@@ -124,7 +124,7 @@ Status CudaBackend::enqueue_step(CudaSeqState& st, cudaStream_t s, bool with_log
   GemvArgs lm{};
   lm.w = d_.lm_head, lm.pro = Pro::kAddNorm, lm.in = xres_[p], lm.mix = mix_, lm.gain = d_.final_norm;
   lm.eps = c.rms_norm_eps, lm.y = logits_, lm.epi = Epi::kArgmax, lm.ctl = st.ctl;
-  lm.tok_out = st.tok_dev, lm.partial = am_partial_, lm.tc = true;
+  lm.partial = am_partial_, lm.tc = true;
   return op("lm_head gemv+argmax", qbytes(d_.lm_head), [&] { return gemv(lm, s); });
 }
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -36,6 +37,24 @@ template <typename T> T* dalloc(size_t n, std::vector<void*>& owned) {
 }
 
 class CudaBackend;
+
+// Device memory of sequence states, stream-ordered (cuda_state.cu): a state's two allocations come from
+// a memory pool of its own on the backend's stream (cudaMallocFromPoolAsync), and a freed state's blocks
+// stay in the pool (up to 1 GiB) for the next one: a new state, a snapshot (clone) or a K/V growth costs no cudaMalloc,
+// no cudaFree and no device-wide synchronization, and every clear and copy of a state runs on that
+// stream, ordered with the steps that read and write it. Shared by the backend and its states; a state
+// freed after its backend (stream null) frees synchronously.
+struct StatePool {
+  cudaStream_t stream = nullptr;
+  cudaMemPool_t pool = nullptr;
+  Status init(cudaStream_t s);
+  // bytes of device memory, ordered on `stream`; null when the device has no room even after the
+  // pool's idle blocks went back to it.
+  void* alloc(size_t bytes);
+  void free(void* p);
+  ~StatePool();
+};
+
 // Shapes the prefill kernels (step/prefill.cu) support: the real model and the tiny/small presets.
 bool prefill_shapes_ok(const ModelConfig& c);
 struct BatchCtx;  // batched decode scratch, row table and graphs per batch size (step/batch.cu)
@@ -67,16 +86,14 @@ struct CudaSeqState final : SeqState {
   int nkv = 0, hd = 0;  // K/V cache shape per layer: [nkv, cap, hd]
   std::vector<Layer> layers;
   StepCtl* ctl = nullptr;
-  int32_t* tok_host = nullptr;  // [cap + 2] host-mapped, written by the step's argmax
-  int32_t* tok_dev = nullptr;   // device alias of tok_host
+  std::shared_ptr<StatePool> pool;  // where the arenas come from and go back to
   std::vector<void*> owned;
   cudaGraphExec_t g_full = nullptr, g_nolog = nullptr;
 
   ~CudaSeqState() override {
-    if (g_full) cudaGraphExecDestroy(g_full);
+    if (g_full) cudaGraphExecDestroy(g_full);  // an exec still in flight is freed when it completes
     if (g_nolog) cudaGraphExecDestroy(g_nolog);
-    for (void* p : owned) cudaFree(p);
-    if (tok_host) cudaFreeHost(tok_host);
+    for (void* p : owned) pool->free(p);
   }
   int n_tokens() const override { return n; }
   int max_seq() const override { return limit; }
@@ -86,15 +103,14 @@ struct CudaSeqState final : SeqState {
   Status reserve(int n_tokens, int upto = 0) override;
   // Device bytes held, 2 MiB pages included (cuda_state_layout.h).
   size_t bytes() const override { return mem.bytes_at(cap); }
+  // A snapshot: the fixed arena in one copy, each K/V cache's n positions, on the backend's stream (after the
+  // steps that wrote this state, before any later one). cuda_state.cu.
   std::unique_ptr<SeqState> clone() const override;
+  // Back to empty: the fixed arena (conv windows, S, StepCtl) cleared on the stream; the K/V positions past
+  // n are never read. Keeps the allocations and the captured decode graphs.
   void reset() override {
     n = 0;
-    for (auto& l : layers) {
-      if (l.conv) cudaMemset(l.conv, 0, l.conv_bytes);
-      if (l.S) cudaMemset(l.S, 0, l.S_bytes);
-    }
-    cudaMemset(ctl, 0, sizeof(StepCtl));
-    cudaDeviceSynchronize();
+    cudaMemsetAsync(fixed_arena, 0, lay.fixed_arena(), pool->stream);
   }
 };
 
@@ -113,6 +129,7 @@ class CudaBackend final : public Backend {
     if (pipe_spec_h_) cudaFreeHost(pipe_spec_h_);
     if (pipe_out_h_) cudaFreeHost(pipe_out_h_);
     if (pipe_tok_h_) cudaFreeHost(pipe_tok_h_);
+    state_pool_->stream = nullptr;  // states that outlive the backend free synchronously
     if (stream_) cudaStreamDestroy(stream_);
   }
   const char* name() const override { return "cuda"; }
@@ -132,6 +149,7 @@ class CudaBackend final : public Backend {
     hw_ = hw;
     LILY_TRY(check_shapes());
     LILY_CU_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    LILY_TRY(state_pool_->init(stream_));
     for (auto& ev : ev_) LILY_CU_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming | cudaEventBlockingSync));
     LILY_TRY(attn_init());
     LILY_TRY(upload_weights(w_, verbose_, &arena_, d_, &upload_gbps_));
@@ -142,8 +160,9 @@ class CudaBackend final : public Backend {
   // A fresh state that may hold max_seq tokens. K/V caches start small and grow on demand
   // (CudaSeqState::reserve); conv windows and DeltaNet states are fixed-size. cuda_state.cu.
   Result<std::unique_ptr<SeqState>> new_state(int max_seq) override;
-  // new_state with K/V caches of cap0 positions to start (clone sizes a snapshot to what it holds).
-  Result<std::unique_ptr<SeqState>> make_state(int max_seq, int cap0);
+  // new_state with K/V caches of cap0 positions to start (clone sizes a snapshot to what it holds), its
+  // fixed arena cleared unless clear_fixed is false (clone overwrites all of it).
+  Result<std::unique_ptr<SeqState>> make_state(int max_seq, int cap0, bool clear_fixed = true);
   // What a state takes (cuda_state_layout.h, with today's LILY_CUDA_KV_INITIAL),
   // and the device's free memory (cudaMemGetInfo). cuda_state.cu.
   StateMemory state_memory(int max_seq) const override;
@@ -326,8 +345,11 @@ class CudaBackend final : public Backend {
     return Status::ok();
   }
 
+  // The state's two decode graphs (with and without the lm_head), captured at its first batch-1 step: a
+  // fresh state's or a snapshot's (reset keeps them). LILY_ENGINE_TRACE=1 prints what that took.
   Status ensure_graphs(CudaSeqState& st) {
     if (st.g_full && st.g_nolog) return Status::ok();
+    const auto t0 = clock_type::now();
     for (int full = 0; full < 2; ++full) {
       cudaGraph_t g = nullptr;
       LILY_CU_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -343,6 +365,9 @@ class CudaBackend final : public Backend {
     // Upload the graphs once so the first replay is not slower than the rest.
     LILY_CU_TRY(cudaGraphUpload(st.g_full, stream_));
     LILY_CU_TRY(cudaGraphUpload(st.g_nolog, stream_));
+    if (trace_graphs_)
+      std::fprintf(stderr, "cuda: decode graphs of a state captured in %.1f ms\n",
+                   std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
     return Status::ok();
   }
 
@@ -354,6 +379,8 @@ class CudaBackend final : public Backend {
   DevWeights d_;
   double upload_gbps_ = 0;
   cudaStream_t stream_ = nullptr;
+  std::shared_ptr<StatePool> state_pool_ = std::make_shared<StatePool>();
+  const bool trace_graphs_ = [] { const char* e = std::getenv("LILY_ENGINE_TRACE"); return e && *e == '1'; }();
   cudaEvent_t ev_[2] = {};
   std::vector<void*> owned_;
   // Decode activations, fp32: residual (ping-pong), FFN/mixer output, normed input, projections

@@ -55,7 +55,7 @@ enum class Pro : int {
 enum class Epi : int {
   kNone = 0,
   kTopK = 1,    // router: y fp32 [E+1] logits (row E = shared-expert gate); last block writes topk
-  kArgmax = 2,  // lm_head: y fp32 logits; last block writes ctl->tok, ctl->last_argmax, tok_out[pos], ctl->pos++
+  kArgmax = 2,  // lm_head: y fp32 logits; last block writes ctl->tok, ctl->last_argmax, ctl->pos++
 };
 
 // K (= w.cols) must be a multiple of 64 (the group size): ≤ 4096 at 4 bits, ≤ 2048 at 8 bits.
@@ -79,7 +79,6 @@ struct GemvArgs {
   float* topk_w = nullptr;      // [top_k + 1]: renormalized weights, then sigmoid(shared gate)
   bool norm_topk = true;
   // kArgmax
-  int32_t* tok_out = nullptr;   // [max_seq] host-mapped: tok_out[pos] = argmax
   void* partial = nullptr;      // scratch: [grid] (value, index) pairs
   int max_blocks = 0;           // grid cap (0 = default)
   // Tensor-core kernel where it applies (gemv_tc.cu; the decode step sets this). Unset: the CUDA-core

@@ -21,7 +21,7 @@ __device__ inline bool grid_last_block(uint32_t* counter, int* flag) {
 }
 
 // Every thread of the last block (nw warps; wbv/wbi: shared [nw]): the best of a.partial's gridDim.x
-// (value, row) pairs becomes the step's token: ctl->tok, ctl->last_argmax, tok_out[pos]; pos += 1; the
+// (value, row) pairs becomes the step's token: ctl->tok, ctl->last_argmax; pos += 1; the
 // counter is reset for the next step. All NaN: token 0.
 __device__ inline void argmax_finish(const GemvArgs& a, int nw, float* wbv, int* wbi) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -48,7 +48,6 @@ __device__ inline void argmax_finish(const GemvArgs& a, int nw, float* wbv, int*
     StepCtl* c = a.ctl;
     c->tok = bi;
     c->last_argmax = bi;
-    if (a.tok_out) a.tok_out[c->pos] = bi;
     c->pos += 1;
     c->counter[1] = 0;
   }
