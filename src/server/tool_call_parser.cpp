@@ -243,8 +243,12 @@ void ToolCallParser::step(ReplyDelta& out, bool final) {
         bool malformed = false;
         if (s.substr(0, kFn.size()) == kFn) {
           const size_t gt = s.find('>');
-          const std::string_view name = gt == std::string_view::npos ? s.substr(kFn.size()) : trim(s.substr(kFn.size(), gt - kFn.size()));
-          if (name.find_first_of("<\n") != std::string_view::npos) {
+          // The text up to '>' (all of it while '>' has not come). A '<' or newline in it makes the
+          // tag malformed; checked before trimming, so the verdict is the same however the reply is
+          // cut ("<function=f\n>" is malformed whole and in pieces).
+          const std::string_view raw = gt == std::string_view::npos ? s.substr(kFn.size()) : s.substr(kFn.size(), gt - kFn.size());
+          const std::string_view name = trim(raw);
+          if (raw.find_first_of("<\n") != std::string_view::npos) {
             malformed = true;
           } else if (gt == std::string_view::npos) {
             if (!final) return;

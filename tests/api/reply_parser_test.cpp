@@ -134,6 +134,8 @@ TEST(ToolCallParser, UnknownFunctionFallsBackToContent) {
 
 TEST(ToolCallParser, NotACallFallsBackToContent) {
   for (std::string text : {"A <tool_call>hello</tool_call> B", "<tool_call>\n<function=get\nweather>x</tool_call>",
+                           // a newline before the '>' (found by the reply_parser fuzz target)
+                           "<tool_call>\n<function=now\n>\n</function>\n</tool_call>",
                            "x <tool_call>\n<parameter=city>\n1\n</parameter>\n</tool_call>"})
     expect_all_splits(with_tools(false), text, "", text);
   // Then a real call after the text.
