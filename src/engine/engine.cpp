@@ -477,9 +477,18 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
   size_t n_out = 0;
   for (size_t b = 0; b < B; ++b) out0[b] = n_out, n_out += in[b].size();
   size_t n_logits = all_drawable ? 0 : n_out;
-  std::vector<size_t> seg_row(S, SIZE_MAX);  // logits row of a segment that ends its prompt
-  for (size_t i = 0; i < S; ++i)
-    if (segs[i].last) seg_row[i] = n_logits++;
+  // A segment that ends its prompt: its first reply token drawn by the backend where the logits are when
+  // the request allows (as a decode row's: the mixed CUDA step draws it on the device instead of sending
+  // a vocabulary row to the host to sample), else its logits row to the host.
+  std::vector<size_t> seg_row(S, SIZE_MAX);  // logits row of a segment that ends its prompt (not drawn)
+  std::vector<DrawSpec> seg_spec(S);
+  std::vector<Drawn> seg_drawn(S);
+  std::vector<char> seg_draws(S, 0);
+  for (size_t i = 0; i < S; ++i) {
+    if (!segs[i].last) continue;
+    if ((seg_draws[i] = segs[i].seq->device_drawable())) seg_spec[i] = segs[i].seq->device_spec();
+    else seg_row[i] = n_logits++;
+  }
   if (logits_.size() < n_logits * V) logits_.resize(n_logits * V);
   std::vector<DrawSpec> spec_of(B);
   std::vector<Drawn> drawn(n_out);
@@ -488,7 +497,8 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
   for (size_t i = 0; i < S; ++i) {
     StepFeed f;
     f.state = &segs[i].seq->state(), f.tokens = segs[i].tokens;
-    if (segs[i].last) f.logits = logits_.data() + seg_row[i] * V;
+    if (seg_draws[i]) f.draw = &seg_spec[i], f.drawn = &seg_drawn[i];
+    else if (segs[i].last) f.logits = logits_.data() + seg_row[i] * V;
     feeds.push_back(f);
   }
   for (size_t b = 0; b < B; ++b) {
@@ -541,7 +551,9 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
       c.shared = snap == Sequence::Snapshot::kShared;
       if (c.state) cache_put(std::move(c));
     }
-    if (segs[i].last && !s->on_logits(std::span<float>(logits_.data() + seg_row[i] * V, V))) retire(*s, true);
+    if (!segs[i].last) continue;
+    GenToken t = seg_draws[i] ? s->take_drawn(seg_drawn[i]) : s->choose(std::span<float>(logits_.data() + seg_row[i] * V, V));
+    if (!s->deliver(std::move(t))) retire(*s, true);
   }
   // Decode rows. Sampling reads a whole vocabulary row per sequence: host rows' first outputs are
   // sampled in parallel (each touches only its own sampler), then delivered in order on this thread.

@@ -12,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "tiny_checkpoint.h"
+#include "model/draw.h"
 #include "model/model.h"
 #include "reply_watch.h"
 #include "text/tokenizer.h"
@@ -163,6 +164,43 @@ TEST_F(EngineTest, ShortTailFedByDecodeStepsEqualsPrefill) {
     for (size_t k = 0; k < 6; ++k) {
       EXPECT_EQ(out[1].tokens[k].id, out[0].tokens[k].id) << seeded << " step " << k;
       EXPECT_NEAR(*out[1].tokens[k].logprob, *out[0].tokens[k].logprob, 2e-3) << seeded << " step " << k;
+    }
+  }
+}
+
+// The first reply token after a prompt's last segment is drawn by the backend where the logits are when
+// the request allows (as a decode row's), else sampled on the host from the segment's logits row. A request
+// asking for more log-probabilities than a backend draws (kMaxDrawTop) takes the host path throughout: the
+// same seed must give the same reply either way, at one request and at several that share steps.
+TEST_F(EngineTest, SegmentDrawEqualsHostSampling) {
+  std::vector<int32_t> p = tok_->encode("One two three four five six seven eight nine ten");
+  ASSERT_GE(p.size(), 6u);
+  for (int n : {1, 3}) {
+    Reply out[2][3];
+    for (int host = 0; host < 2; ++host) {
+      EngineOptions eo;
+      eo.max_seq = 256;
+      eo.max_batch = 4;
+      Engine e(*model_, *tok_, eo);
+      std::vector<std::shared_ptr<Reply>> replies;
+      for (int i = 0; i < n; ++i) {
+        auto r = greedy(std::vector<int32_t>(p.begin(), p.end() - i), 5);
+        r->stop.clear();
+        r->sampling.temperature = 0.9f, r->sampling.top_p = 0.95f, r->sampling.seed = 7 + uint64_t(i);
+        r->sampling.top_logprobs = host ? kMaxDrawTop + 1 : 2;
+        replies.push_back(watch(*r));
+        ASSERT_TRUE(e.submit(r));
+      }
+      for (int i = 0; i < n; ++i) replies[size_t(i)]->done.wait(), out[host][i] = *replies[size_t(i)];
+    }
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(out[0][i].tokens.size(), 5u) << n << " " << i;
+      ASSERT_EQ(out[1][i].tokens.size(), 5u) << n << " " << i;
+      for (size_t k = 0; k < 5; ++k) {
+        EXPECT_EQ(out[0][i].tokens[k].id, out[1][i].tokens[k].id) << "requests " << n << " #" << i << " token " << k;
+        EXPECT_NEAR(*out[0][i].tokens[k].logprob, *out[1][i].tokens[k].logprob, 1e-5) << n << " #" << i << " token " << k;
+      }
+      EXPECT_EQ(out[0][i].text, out[1][i].text);
     }
   }
 }
