@@ -358,6 +358,12 @@ serve_run() {
       /^cuda: decode graphs/ {g += $(NF-1); ng++}
       END {printf "host time of steps with segments %.2f ms mean (%d); snapshots %d, %.2f ms mean; checkouts %d, %.2f ms mean; decode graph captures %d, %.1f ms mean\n",
         n ? h/n : 0, n, ns, ns ? s/ns : 0, nc, nc ? c/nc : 0, ng, ng ? g/ng : 0}' "$LOGS/$name.err" | say
+    # Where the engine thread's time outside the model step went (the trace's "host ms" fields), per kind of step.
+    awk '/^engine step:/ && /host ms:/ {k = ($3 > 0) ? "with segments" : "decode only"; n[k]++
+        for (i = 1; i <= NF; i++) if ($i ~ /^(plan|feeds|segments|rows|after)$/) {v = $(i+1); sub(",", "", v); t[k, $i] += v}}
+      END {for (k in n) printf "host ms of steps %s (%d): plan %.2f, feeds %.2f, segments %.2f, rows %.2f, after %.2f\n",
+        k, n[k], t[k, "plan"]/n[k], t[k, "feeds"]/n[k], t[k, "segments"]/n[k], t[k, "rows"]/n[k], t[k, "after"]/n[k]}' \
+      "$LOGS/$name.err" | say
   fi
 }
 mode_serve() {

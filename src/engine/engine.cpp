@@ -254,6 +254,8 @@ void Engine::step() {
   const std::vector<Segment> segs = plan_segments();
   drop_finished();
   const std::vector<Sequence*> rows = decode_rows();
+  const auto t_plan = clk::now();
+  step_ms_ = {};
   size_t seg_tokens = 0;
   for (const Segment& g : segs) seg_tokens += g.tokens.size();
   // A lone request keeps two steps in flight unless its next step should verify drafts (a verify
@@ -275,8 +277,13 @@ void Engine::step() {
     std::fprintf(stderr, "engine pipelined run: %llu batch-1 steps, %.1f ms, %zu active\n",
                  (unsigned long long)(stats_.decode_rows - rows0), ms, active_.size());
   else if (trace_)
-    std::fprintf(stderr, "engine step: %zu segments (%zu tokens), %llu decode rows, %.1f ms, %zu active\n", segs.size(),
-                 seg_tokens, (unsigned long long)(stats_.decode_rows - rows0), ms, active_.size());
+    std::fprintf(stderr,
+                 "engine step: %zu segments (%zu tokens), %llu decode rows, %.1f ms, %zu active; host ms: plan %.2f, feeds "
+                 "%.2f, segments %.2f, rows %.2f, after %.2f\n",
+                 segs.size(), seg_tokens, (unsigned long long)(stats_.decode_rows - rows0), ms, active_.size(),
+                 std::chrono::duration<double, std::milli>(t_plan - t0).count(), step_ms_.feeds, step_ms_.segs, step_ms_.rows,
+                 ms - std::chrono::duration<double, std::milli>(t_plan - t0).count() - step_ms_.feeds - step_ms_.model -
+                     step_ms_.segs - step_ms_.rows);
   if (segs.empty()) {
     int delay = 0;
     for (auto& s : active_) delay = std::max(delay, s->req().step_delay_ms);
@@ -439,10 +446,12 @@ std::vector<Sequence*> Engine::decode_rows() {
 
 void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequence*>& rows,
                       const std::vector<int32_t>* drafts0) {
+  using clk = std::chrono::steady_clock;
+  const auto tr0 = clk::now();
+  auto ms_since = [](clk::time_point a) { return std::chrono::duration<double, std::milli>(clk::now() - a).count(); };
   const size_t V = size_t(model_.config().vocab_size), B = rows.size(), S = segs.size();
   // Rows whose requests need nothing but the raw logits are drawn by the backend where the logits
-  // are (a GPU returns a few bytes per row); a step with any other row takes whole logits rows. A
-  // segment that ends its prompt takes its logits (the first reply token's sampler, forks).
+  // are (a GPU returns a few bytes per row); a step with any other row takes whole logits rows.
   // A row that speculates (EngineOptions::spec_draft) feeds its token and its drafts, and gets an
   // output for each: row b's outputs are out0[b] .. out0[b] + in[b].size() - 1.
   std::vector<std::vector<int32_t>> in(B);
@@ -513,13 +522,13 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
     }
     feeds.push_back(f);
   }
-  using clk = std::chrono::steady_clock;
   const auto t0 = clk::now();
+  step_ms_.feeds = std::chrono::duration<double, std::milli>(t0 - tr0).count();
   if (opts_.prefill_delay_ms > 0 && S > 0) std::this_thread::sleep_for(std::chrono::milliseconds(opts_.prefill_delay_ms * int(S)));
   Status st = model_.step(feeds);
-  if (trace_ && S > 0)
-    std::fprintf(stderr, "engine: step of %zu segments + %zu rows %.1f ms\n", S, B,
-                 std::chrono::duration<double, std::milli>(clk::now() - t0).count());
+  step_ms_.model = ms_since(t0);
+  if (trace_ && S > 0) std::fprintf(stderr, "engine: step of %zu segments + %zu rows %.1f ms\n", S, B, step_ms_.model);
+  const auto t_segs = clk::now();
   if (B > 0) stats_.decode_steps++, stats_.decode_rows += B;
   if (!st) {
     spdlog::error("step of {} segments and {} rows failed: {}", S, B, st.message());
@@ -555,6 +564,8 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
     GenToken t = seg_draws[i] ? s->take_drawn(seg_drawn[i]) : s->choose(std::span<float>(logits_.data() + seg_row[i] * V, V));
     if (!s->deliver(std::move(t))) retire(*s, true);
   }
+  step_ms_.segs = ms_since(t_segs);
+  const auto t_rows = clk::now();
   // Decode rows. Sampling reads a whole vocabulary row per sequence: host rows' first outputs are
   // sampled in parallel (each touches only its own sampler), then delivered in order on this thread.
   auto take = [&](size_t b, size_t o) {
@@ -606,6 +617,7 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
     }
     if (!alive) retire(*s, true);
   }
+  step_ms_.rows = ms_since(t_rows);
 }
 
 // One request alone, its tokens drawn on the device: step N+1 is launched with the token step N

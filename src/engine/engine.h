@@ -240,6 +240,11 @@ class Engine {
   std::shared_ptr<GenRequest> waited_;  // the queue's head that waits for memory (counted once)
   std::atomic<bool> mem_blocked_{false};  // the queue's head waits for memory: no slot is about to free up
   const bool trace_ = [] { const char* e = std::getenv("LILY_ENGINE_TRACE"); return e && *e == '1'; }();
+  // LILY_ENGINE_TRACE: where the last run_step's host time went, ms (feeds: the rows' drafts and draw specs
+  // and the feeds built; segs: the segments' snapshots and first tokens; rows: the rows' tokens delivered).
+  struct StepTimes {
+    double feeds = 0, model = 0, segs = 0, rows = 0;
+  } step_ms_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
