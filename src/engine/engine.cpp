@@ -276,14 +276,15 @@ void Engine::step() {
   if (trace_ && piped)
     std::fprintf(stderr, "engine pipelined run: %llu batch-1 steps, %.1f ms, %zu active\n",
                  (unsigned long long)(stats_.decode_rows - rows0), ms, active_.size());
-  else if (trace_)
+  else if (trace_) {
+    const double plan = std::chrono::duration<double, std::milli>(t_plan - t0).count();
+    const StepTimes& h = step_ms_;
     std::fprintf(stderr,
                  "engine step: %zu segments (%zu tokens), %llu decode rows, %.1f ms, %zu active; host ms: plan %.2f, feeds "
                  "%.2f, segments %.2f, rows %.2f, after %.2f\n",
-                 segs.size(), seg_tokens, (unsigned long long)(stats_.decode_rows - rows0), ms, active_.size(),
-                 std::chrono::duration<double, std::milli>(t_plan - t0).count(), step_ms_.feeds, step_ms_.segs, step_ms_.rows,
-                 ms - std::chrono::duration<double, std::milli>(t_plan - t0).count() - step_ms_.feeds - step_ms_.model -
-                     step_ms_.segs - step_ms_.rows);
+                 segs.size(), seg_tokens, (unsigned long long)(stats_.decode_rows - rows0), ms, active_.size(), plan, h.feeds,
+                 h.segs, h.rows, ms - plan - h.feeds - h.model - h.segs - h.rows);
+  }
   if (segs.empty()) {
     int delay = 0;
     for (auto& s : active_) delay = std::max(delay, s->req().step_delay_ms);
@@ -523,7 +524,7 @@ void Engine::run_step(const std::vector<Segment>& segs, const std::vector<Sequen
     feeds.push_back(f);
   }
   const auto t0 = clk::now();
-  step_ms_.feeds = std::chrono::duration<double, std::milli>(t0 - tr0).count();
+  step_ms_.feeds = ms_since(tr0);
   if (opts_.prefill_delay_ms > 0 && S > 0) std::this_thread::sleep_for(std::chrono::milliseconds(opts_.prefill_delay_ms * int(S)));
   Status st = model_.step(feeds);
   step_ms_.model = ms_since(t0);
